@@ -1,0 +1,33 @@
+# spectune's two quick-start commands, and what they need. Each target installs what it uses
+# into .venv (created on first use, refreshed when pyproject.toml changes).
+#   make demo   run the main job on the embedded defaults (CPU reference engine, local Ray, SQLite MLflow)
+#   make test   run the test suite (what CI runs)
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of PyTorch is enough; installing it first keeps pip from pulling a CUDA build.
+# Elsewhere, point pip at PyTorch's CPU wheel index (PIP_EXTRA_INDEX_URL) if it would take CUDA.
+TORCH_SPEC ?= torch==2.13.0
+SPEC ?= experiments/reference-cpu.yaml
+PYTEST_ARGS ?=
+
+.PHONY: install demo test clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/spectune validate $(SPEC)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

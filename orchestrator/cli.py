@@ -1,0 +1,193 @@
+"""The ``spectune`` command line: parse, configure logging, call one function per command.
+
+Exit codes: 0 success, 1 the command ran and failed (e.g. an audit found a mismatch), 2 bad input
+(an invalid spec, a bad option), 3 a command that this version does not implement yet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from orchestrator.errors import SpecError, SpectuneError
+from orchestrator.spec import SweepSpec
+from orchestrator.summary import describe_spec
+
+__all__ = ["app", "main"]
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOT_IMPLEMENTED = 3
+
+app = typer.Typer(
+    name="spectune",
+    help="Find the fastest SGLang speculative-decoding + NCCL configuration, prove it is applied, serve it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SpecPath = Annotated[Path, typer.Argument(help="Sweep spec YAML (see experiments/).", show_default=False)]
+
+
+def _configure_logging(verbose: bool) -> None:
+    """Log spectune's own records to stderr; only the CLI configures logging."""
+    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+    logger = logging.getLogger("spectune")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for name in ("orchestrator", "serving"):
+        module_logger = logging.getLogger(name)
+        module_logger.handlers[:] = [handler]
+        module_logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    _configure_logging(verbose)
+
+
+def _load_spec(path: Path) -> SweepSpec:
+    """Load a spec or exit 2 with every problem listed."""
+    try:
+        return SweepSpec.from_yaml(path)
+    except SpecError as exc:
+        err = Console(stderr=True)
+        err.print(f"[bold red]invalid spec[/] {path}:", highlight=False)
+        for problem in exc.problems:
+            where = f"[bold]{problem.field}[/]: " if problem.field else ""
+            err.print(f"  - {where}{problem.message}", highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command()
+def validate(
+    spec: SpecPath,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
+    sweep_spec = _load_spec(spec)
+    summary = describe_spec(sweep_spec)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    console = Console()
+    console.print(f"[bold green]valid[/] {spec}: sweep [bold]{sweep_spec.name}[/]", highlight=False)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("dimension")
+    table.add_column("values")
+    table.add_column("count", justify="right")
+    for dim in summary["dimensions"]:
+        table.add_row(dim["name"], dim["values"], str(dim["count"]))
+    console.print(table)
+    console.print(f"valid configurations: [bold]{summary['valid_configurations']}[/]", highlight=False)
+    for key in ("engine", "objective", "benchmark", "budget", "tracking"):
+        console.print(f"{key:<10} {summary['text'][key]}", highlight=False, soft_wrap=True)
+
+
+def _not_yet(command: str, issue: str) -> None:
+    Console(stderr=True).print(
+        f"spectune {command} is not implemented in this version yet ({issue}).", highlight=False
+    )
+    raise typer.Exit(EXIT_NOT_IMPLEMENTED)
+
+
+@app.command()
+def sweep(spec: SpecPath) -> None:
+    """Run a tuning sweep on Ray (Ray Tune + Optuna), one MLflow run per trial."""
+    _load_spec(spec)
+    _not_yet("sweep", "the sweep issue")
+
+
+@app.command()
+def serve(best: Annotated[Path, typer.Argument(help="A best-config YAML written by a sweep.")]) -> None:
+    """Serve a configuration with Ray Serve behind an OpenAI-compatible endpoint."""
+    _not_yet("serve", "the Serve issue")
+
+
+@app.command()
+def bench(url: Annotated[str, typer.Argument(help="Base URL of a running engine.")]) -> None:
+    """Benchmark a running engine (SGLang, the reference engine, or any OpenAI server)."""
+    _not_yet("bench", "the benchmark issue")
+
+
+@app.command()
+def probe(url: Annotated[str, typer.Argument(help="Base URL of a running engine.")]) -> None:
+    """Compare a running engine's greedy outputs with a stored baseline, token for token."""
+    _not_yet("probe", "the benchmark issue")
+
+
+@app.command()
+def audit(pid: Annotated[int, typer.Option("--pid", help="PID of the engine's server process.")]) -> None:
+    """Prove that every process of a running engine carries the expected environment."""
+    _not_yet("audit", "the engine-lifecycle issue")
+
+
+@app.command(name="engine-cmd")
+def engine_cmd(spec: SpecPath) -> None:
+    """Print the exact engine command and environment of one configuration of a spec."""
+    _load_spec(spec)
+    _not_yet("engine-cmd", "the engine-lifecycle issue")
+
+
+@app.command()
+def examples(
+    name: Annotated[Optional[str], typer.Argument(help="Example to copy (omit to list them).")] = None,
+    to: Annotated[Path, typer.Option("--to", help="Directory to copy the example into.")] = Path("."),
+) -> None:
+    """List the example specs shipped with spectune, or copy one to start from."""
+    shipped = shipped_examples()
+    if name is None:
+        for file_name in sorted(shipped):
+            typer.echo(file_name)
+        return
+    key = name if name.endswith(".yaml") else f"{name}.yaml"
+    if key not in shipped:
+        Console(stderr=True).print(f"no example {name!r}; shipped: {', '.join(sorted(shipped))}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    target = to / key
+    if target.exists():
+        Console(stderr=True).print(f"{target} exists; not overwriting it", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shipped[key], target)
+    typer.echo(str(target))
+
+
+def shipped_examples() -> dict[str, Path]:
+    """The example specs installed with spectune (the ``experiments/`` data package), by file name.
+
+    ``experiments/`` holds YAML only, so it is a namespace package; its directories are read
+    directly because importlib.resources cannot read an editable install's namespace mapping.
+    """
+    spec = importlib.util.find_spec("spectune_experiments")
+    found: dict[str, Path] = {}
+    for location in list(spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location)
+        if folder.is_dir():
+            found.update({p.name: p for p in folder.glob("*.yaml")})
+    return found
+
+
+def main() -> None:
+    """Entry point of the ``spectune`` script."""
+    try:
+        app()
+    except SpectuneError as exc:  # anything not handled by a command: one clear line, no traceback
+        Console(stderr=True).print(f"[bold red]error[/]: {exc}", highlight=False)
+        raise SystemExit(EXIT_FAILED) from None
+
+
+if __name__ == "__main__":
+    main()

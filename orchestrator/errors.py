@@ -1,0 +1,51 @@
+"""spectune's error hierarchy: few classes, messages that name the field, the value and the fix.
+
+Engine errors are defined in ``serving.errors`` (the lower layer) and re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serving.errors import EngineConfigError, EngineLaunchError, EngineNotReady, SpectuneError
+
+__all__ = [
+    "BenchmarkError",
+    "EngineConfigError",
+    "EngineLaunchError",
+    "EngineNotReady",
+    "SpecError",
+    "SpecProblem",
+    "SpectuneError",
+]
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One thing wrong with a sweep spec.
+
+    Attributes:
+        field: Dotted path of the offending field, e.g. ``search.nccl_env.NCCL_PROTO``.
+        message: What is wrong and what is allowed.
+    """
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class SpecError(SpectuneError, ValueError):
+    """A sweep spec cannot be used. Holds every problem found, not just the first."""
+
+    def __init__(self, problems: list[SpecProblem], *, source: str = "") -> None:
+        self.problems = problems
+        self.source = source
+        head = f"invalid sweep spec {source}" if source else "invalid sweep spec"
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{head} ({len(problems)} problem{'s' if len(problems) != 1 else ''}):\n{lines}")
+
+
+class BenchmarkError(SpectuneError):
+    """A benchmark run could not produce a result (e.g. the server died mid-run)."""

@@ -1,0 +1,96 @@
+"""A human- and machine-readable summary of a sweep spec (what ``spectune validate`` prints).
+
+Kept apart from the CLI so the summary can be logged by the sweep and tested without a terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.space import count_candidates, speculative_triples
+from orchestrator.spec import SweepSpec
+
+__all__ = ["describe_spec"]
+
+
+def _span(values: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``1-3, 5``."""
+    if not values:
+        return "-"
+    runs: list[str] = []
+    start = prev = values[0]
+    for value in values[1:] + [None]:  # type: ignore[list-item]
+        if value is not None and value == prev + 1:
+            prev = value
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if value is not None:
+            start = prev = value
+    return ", ".join(runs)
+
+
+def describe_spec(spec: SweepSpec) -> dict[str, Any]:
+    """Summarise the space and settings of ``spec``.
+
+    Returns:
+        ``{"name", "dimensions": [{"name", "values", "count"}], "valid_configurations", "text": {...}}``
+        where ``text`` holds one readable line per section.
+    """
+    dimensions: list[dict[str, Any]] = []
+    engine = spec.engine
+    if engine.speculative_algorithm is None:
+        dimensions.append({"name": "speculative", "values": "off", "count": 1})
+    elif spec.search.speculative is None:
+        dimensions.append({"name": "speculative", "values": "SGLang auto choice", "count": 1})
+    else:
+        triples = [t for t in speculative_triples(spec.search.speculative) if not t.is_auto]
+        steps = sorted({t.num_steps for t in triples if t.num_steps is not None})
+        topks = sorted({t.eagle_topk for t in triples if t.eagle_topk is not None})
+        drafts = sorted({t.num_draft_tokens for t in triples if t.num_draft_tokens is not None})
+        auto = " + auto" if spec.search.speculative.include_auto else ""
+        dimensions.append(
+            {
+                "name": "speculative (steps, topk, draft)",
+                "values": f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}{auto}",
+                "count": len(triples) + (1 if auto else 0),
+            }
+        )
+    dimensions.append(
+        {"name": "all_reduce", "values": ", ".join(spec.search.all_reduce), "count": len(spec.search.all_reduce)}
+    )
+    for name, choices in sorted(spec.search.nccl_env.items()):
+        shown = ", ".join("default" if c is None else c for c in choices)
+        dimensions.append({"name": name, "values": shown, "count": len(choices)})
+
+    bench = spec.benchmark
+    slo = {k: v for k, v in spec.objective.slo.model_dump().items() if v is not None}
+    fixed_env = ", ".join(f"{k}={v}" for k, v in sorted(engine.env.items())) or "none"
+    text = {
+        "engine": (
+            f"{engine.kind} model={engine.model_path} tp={engine.tp_size} "
+            f"speculative={engine.speculative_algorithm or 'off'}"
+            + (f" draft={engine.draft_model_path}" if engine.speculative_algorithm else "")
+            + f"; fixed env: {fixed_env}"
+        ),
+        "objective": (
+            f"{spec.objective.metric} ({spec.objective.direction}) at concurrency {spec.objective_concurrency}"
+            + (f"; SLO {', '.join(f'{k} <= {v}' for k, v in slo.items())}" if slo else "")
+        ),
+        "benchmark": (
+            f"{bench.dataset} prompts x{bench.num_prompts}, {bench.output_len} output tokens, concurrency "
+            f"{bench.concurrency}, {bench.warmup_requests} warm-up + {bench.repetitions} repetitions, "
+            f"temperature {bench.temperature}, seed {bench.seed}"
+        ),
+        "budget": (
+            f"{spec.budget.num_trials} trials, {spec.budget.max_concurrent_trials} at a time, "
+            f"{spec.gpus_per_trial} GPU(s) + {spec.resources.cpus_per_trial} CPU(s) each"
+            + (f", stop after {spec.budget.time_limit_s:g} s" if spec.budget.time_limit_s else "")
+        ),
+        "tracking": f"MLflow {spec.mlflow_uri()} experiment {spec.experiment_name!r}",
+    }
+    return {
+        "name": spec.name,
+        "dimensions": dimensions,
+        "valid_configurations": count_candidates(spec),
+        "text": text,
+    }

@@ -1,0 +1,199 @@
+"""What spectune knows about NCCL's environment variables.
+
+One table of the variables a user may set or search over, the values NCCL documents for each, and
+the values known to be dangerous. The spec validator, the command builder and the env audit all
+read this table, so a value is judged the same way everywhere.
+
+Why the danger list: forcing ``NCCL_PROTO=LL128`` has corrupted data on some platforms, a
+non-default ``NCCL_BUFFSIZE`` has caused hangs, and NVLink multicast (NVLS) must never be enabled
+on shared GPU machines. Such values are only searched when the spec allows them by name, and the
+correctness probe still has the last word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "NcclVariable",
+    "NCCL_VARIABLES",
+    "ENGINE_MANAGED_VARIABLES",
+    "check_value",
+    "danger_of",
+    "normalise_value",
+]
+
+ValueKind = Literal["tokens", "choice", "int", "string"]
+
+
+@dataclass(frozen=True)
+class NcclVariable:
+    """One NCCL environment variable and the values NCCL accepts for it.
+
+    Attributes:
+        name: The variable's name, e.g. ``NCCL_ALGO``.
+        kind: ``tokens`` (comma-separated list of known tokens, optional leading ``^`` to
+            exclude), ``choice`` (one of ``allowed``), ``int`` (an integer in
+            ``[minimum, maximum]``) or ``string`` (free-form, e.g. an interface name).
+        allowed: Known tokens or choices (matched case-insensitively, as NCCL does).
+        minimum: Smallest allowed integer for ``int`` variables.
+        maximum: Largest allowed integer for ``int`` variables.
+        default: NCCL's own default, as a string, when it has a fixed one.
+        dangerous: Token or value -> why it is dangerous.
+        doc: One line for ``--help`` style listings.
+    """
+
+    name: str
+    kind: ValueKind
+    allowed: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    default: str | None = None
+    dangerous: dict[str, str] = field(default_factory=dict)
+    doc: str = ""
+
+
+_NVLS_DANGER = "enables NVLink multicast (NVLS); never do this on shared GPU machines"
+_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+_BOOL = ("0", "1")
+
+NCCL_VARIABLES: dict[str, NcclVariable] = {
+    v.name: v
+    for v in (
+        NcclVariable(
+            "NCCL_ALGO",
+            "tokens",
+            ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"),
+            dangerous={"NVLS": _NVLS_DANGER, "NVLSTREE": _NVLS_DANGER},
+            doc="collective algorithms NCCL may use; an unknown token fails communicator init",
+        ),
+        NcclVariable(
+            "NCCL_PROTO",
+            "tokens",
+            ("LL", "LL128", "Simple"),
+            dangerous={"LL128": "forcing LL128 can corrupt data on some platforms"},
+            doc="protocols NCCL may use",
+        ),
+        NcclVariable(
+            "NCCL_BUFFSIZE",
+            "int",
+            minimum=65536,
+            maximum=1 << 30,
+            default="4194304",
+            dangerous={"*": "a non-default NCCL_BUFFSIZE has caused hangs"},
+            doc="bytes of buffer per channel between pairs of ranks (default 4194304)",
+        ),
+        NcclVariable("NCCL_NTHREADS", "choice", ("64", "128", "256", "512"), doc="threads per CUDA block"),
+        NcclVariable("NCCL_MIN_NCHANNELS", "int", minimum=1, maximum=64, doc="minimum channels"),
+        NcclVariable("NCCL_MAX_NCHANNELS", "int", minimum=1, maximum=64, doc="maximum channels"),
+        NcclVariable("NCCL_MIN_CTAS", "int", minimum=1, maximum=64, doc="minimum CTAs per collective"),
+        NcclVariable("NCCL_MAX_CTAS", "int", minimum=1, maximum=64, doc="maximum CTAs per collective"),
+        NcclVariable("NCCL_P2P_DISABLE", "choice", _BOOL, default="0", doc="1 disables peer-to-peer transport"),
+        NcclVariable("NCCL_P2P_LEVEL", "choice", _LEVELS, doc="topology distance up to which P2P is used"),
+        NcclVariable("NCCL_SHM_DISABLE", "choice", _BOOL, default="0", doc="1 disables shared-memory transport"),
+        NcclVariable("NCCL_IB_DISABLE", "choice", _BOOL, default="0", doc="1 disables InfiniBand/RoCE"),
+        NcclVariable("NCCL_NET_GDR_LEVEL", "choice", _LEVELS, doc="topology distance up to which GPUDirect RDMA is used"),
+        NcclVariable("NCCL_CROSS_NIC", "choice", ("0", "1", "2"), doc="whether rings/trees may cross NICs"),
+        NcclVariable("NCCL_DEBUG", "choice", ("VERSION", "WARN", "INFO", "TRACE"), doc="NCCL log level"),
+        NcclVariable(
+            "NCCL_DEBUG_SUBSYS",
+            "tokens",
+            ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
+             "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALL"),
+            doc="subsystems NCCL_DEBUG=INFO logs",
+        ),
+        NcclVariable("NCCL_DEBUG_FILE", "string", doc="file NCCL logs to (%h host, %p pid)"),
+        NcclVariable("NCCL_SOCKET_IFNAME", "string", doc="network interfaces for bootstrap/sockets"),
+        NcclVariable("NCCL_IB_HCA", "string", doc="InfiniBand HCAs to use"),
+        NcclVariable("NCCL_TOPO_FILE", "string", doc="XML topology file"),
+    )
+}
+
+ENGINE_MANAGED_VARIABLES: dict[str, str] = {
+    "NCCL_CUMEM_ENABLE": "SGLang sets it itself from --enable-symm-mem; use the engine flag enable_symm_mem",
+    "NCCL_NVLS_ENABLE": "SGLang sets it itself from --enable-nccl-nvls; use the engine flag enable_nccl_nvls "
+    "(and never enable NVLS on shared GPU machines)",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "SGLang overwrites it in its workers; setting it has no effect",
+}
+"""Variables the engine sets itself: setting them in the environment is silently overridden."""
+
+
+def normalise_value(name: str, value: str) -> str:
+    """Return ``value`` in canonical spelling (NCCL matches tokens case-insensitively).
+
+    ``NCCL_ALGO=ring,tree`` becomes ``Ring,Tree`` so that two spellings of one setting are one
+    point of the search space. Unknown variables and tokens are returned unchanged.
+    """
+    var = NCCL_VARIABLES.get(name)
+    if var is None or var.kind not in ("tokens", "choice"):
+        return value.strip()
+    canon = {a.upper(): a for a in var.allowed}
+    if var.kind == "choice":
+        return canon.get(value.strip().upper(), value.strip())
+    text = value.strip()
+    prefix = "^" if text.startswith("^") else ""
+    tokens = [t.strip() for t in text.lstrip("^").split(",")]
+    return prefix + ",".join(canon.get(t.upper(), t) for t in tokens)
+
+
+def check_value(name: str, value: str) -> str | None:
+    """Say what is wrong with ``name=value``, or return ``None`` if NCCL documents it.
+
+    Returns:
+        A message naming what is allowed, or ``None``.
+    """
+    if name in ENGINE_MANAGED_VARIABLES:
+        return f"{name} must not be set through the environment: {ENGINE_MANAGED_VARIABLES[name]}"
+    var = NCCL_VARIABLES.get(name)
+    if var is None:
+        if name.startswith("NCCL_"):
+            return f"unknown NCCL variable {name!r}; known: {', '.join(sorted(NCCL_VARIABLES))}"
+        return None
+    text = str(value).strip()
+    if var.kind == "string":
+        return None if text else f"{name} must not be empty"
+    if var.kind == "int":
+        try:
+            number = int(text)
+        except ValueError:
+            return f"{name}={text!r} is not an integer"
+        if (var.minimum is not None and number < var.minimum) or (
+            var.maximum is not None and number > var.maximum
+        ):
+            return f"{name}={number} is outside [{var.minimum}, {var.maximum}]"
+        return None
+    known = {a.upper() for a in var.allowed}
+    if var.kind == "choice":
+        if text.upper() not in known:
+            return f"{name}={text!r} is not one of {', '.join(var.allowed)}"
+        return None
+    if ";" in text or ":" in text:
+        return f"{name}={text!r}: per-collective syntax is not supported; use a comma-separated list"
+    tokens = [t.strip() for t in text.lstrip("^").split(",")]
+    bad = [t for t in tokens if t.upper() not in known]
+    if bad or not text.lstrip("^"):
+        return (
+            f"{name}={text!r} has unknown token(s) {bad}; allowed: comma-separated "
+            f"{', '.join(var.allowed)}, optionally prefixed with ^ to exclude"
+        )
+    return None
+
+
+def danger_of(name: str, value: str) -> str | None:
+    """Say why ``name=value`` is dangerous, or ``None``. Assumes ``check_value`` passed."""
+    var = NCCL_VARIABLES.get(name)
+    if var is None or not var.dangerous:
+        return None
+    text = str(value).strip()
+    if "*" in var.dangerous:
+        return None if text == var.default else var.dangerous["*"]
+    if var.kind == "tokens":
+        if text.startswith("^"):
+            return None  # excluding a dangerous token is the safe direction
+        for token in text.split(","):
+            reason = var.dangerous.get(token.strip().upper())
+            if reason:
+                return reason
+        return None
+    return var.dangerous.get(text.upper())
