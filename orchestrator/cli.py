@@ -18,9 +18,14 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from pydantic import ValidationError
+
 from orchestrator.errors import SpecError, SpectuneError
+from orchestrator.space import candidate_from_settings, iter_candidates
 from orchestrator.spec import SweepSpec
 from orchestrator.summary import describe_spec
+from serving.engine.audit import audit_process_tree
+from serving.engine.command import build_command
 
 __all__ = ["app", "main"]
 
@@ -128,17 +133,94 @@ def probe(url: Annotated[str, typer.Argument(help="Base URL of a running engine.
     _not_yet("probe", "the benchmark issue")
 
 
+def _pairs(items: list[str], *, option: str) -> dict[str, str]:
+    """``["A=1", "B=2"]`` -> ``{"A": "1", "B": "2"}``, or exit 2 naming the bad item."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            Console(stderr=True).print(f"{option} {item!r}: expected NAME=VALUE", highlight=False)
+            raise typer.Exit(EXIT_BAD_INPUT)
+        out[name.strip()] = value
+    return out
+
+
 @app.command()
-def audit(pid: Annotated[int, typer.Option("--pid", help="PID of the engine's server process.")]) -> None:
-    """Prove that every process of a running engine carries the expected environment."""
-    _not_yet("audit", "the engine-lifecycle issue")
+def audit(
+    pid: Annotated[int, typer.Option("--pid", help="PID of the engine's server process (the one launched).")],
+    expect: Annotated[
+        Optional[list[str]],
+        typer.Option("--expect", help="NAME=VALUE every process must carry (repeatable); NAME= for any value."),
+    ] = None,
+    worker_expect: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--worker-expect", help="NAME=VALUE only TP workers must carry (e.g. NCCL_CUMEM_ENABLE=0 under SGLang)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Prove every process of a running engine (SGLang included) carries the expected environment.
+
+    Reads /proc/<pid>/environ of the server and every descendant. Exit 0 if all carry every
+    expected variable, 1 on any missing or different value, 2 if there is no such process.
+    """
+    expected = {k: (v or None) for k, v in _pairs(expect or [], option="--expect").items()}
+    workers = {k: (v or None) for k, v in _pairs(worker_expect or [], option="--worker-expect").items()}
+    if not expected and not workers:
+        Console(stderr=True).print("give at least one --expect NAME=VALUE", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    report = audit_process_tree(root_pid=pid, expected=expected, worker_expected=workers)
+    if report.processes[0].error == "no such process":
+        Console(stderr=True).print(f"no process with pid {pid}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        typer.echo(report.summary())
+        if report.ok:
+            for process in report.processes:
+                typer.echo(f"  {process.describe()}")
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _validation_message(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return str(exc)
 
 
 @app.command(name="engine-cmd")
-def engine_cmd(spec: SpecPath) -> None:
-    """Print the exact engine command and environment of one configuration of a spec."""
-    _load_spec(spec)
-    _not_yet("engine-cmd", "the engine-lifecycle issue")
+def engine_cmd(
+    spec: SpecPath,
+    settings: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            help="KEY=VALUE over the space's first point: num_steps, eagle_topk, num_draft_tokens, "
+            "all_reduce (custom|nccl), NCCL_* (default unsets). Repeatable.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address the engine binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port the engine listens on.")] = 30000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print argv and env as JSON.")] = False,
+) -> None:
+    """Print the exact engine command and environment of one configuration, to reproduce a trial by hand."""
+    sweep_spec = _load_spec(spec)
+    try:
+        candidate = candidate_from_settings(sweep_spec, _pairs(settings or [], option="--set"))
+        config = candidate.engine_config(sweep_spec)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        Console(stderr=True).print(f"[bold red]invalid configuration[/]: {_validation_message(exc)}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    command = build_command(config, host=host, port=port, python="python")
+    if as_json:
+        typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
+        return
+    if candidate not in set(iter_candidates(sweep_spec)):
+        Console(stderr=True).print("note: this configuration is outside the spec's search space", highlight=False)
+    typer.echo(command.shell())
 
 
 @app.command()

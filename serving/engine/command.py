@@ -1,0 +1,130 @@
+"""EngineConfig -> the exact command line and environment of an engine.
+
+One renderer for both engines: SGLang (``python -m sglang.launch_server``) and the reference
+engine (``python -m serving.reference``) take the same flag names, so only the program differs.
+Host and port are inputs here, chosen by whoever owns the machine, and are never parsed back out
+of argv.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from serving.engine.config import EngineConfig, FlagValue
+
+__all__ = ["EngineCommand", "build_command", "engine_managed_env", "render_flags"]
+
+ENGINE_MODULES = {"sglang": "sglang.launch_server", "reference": "serving.reference"}
+"""The Python module each engine kind runs as (``python -m MODULE``)."""
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """A fully rendered engine launch.
+
+    Attributes:
+        argv: The command line, program first.
+        env: The variables this configuration adds to the launching environment (not the whole
+            environment: the engine inherits the rest from whoever starts it).
+        host: The address the engine binds.
+        port: The port the engine listens on.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 30000
+
+    @property
+    def url(self) -> str:
+        """Base URL of the engine's HTTP API."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def shell(self) -> str:
+        """One copy-pasteable shell line that reproduces this launch by hand."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = " ".join(shlex.quote(a) for a in self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def render_flags(flags: Mapping[str, FlagValue | None]) -> list[str]:
+    """Render ``{name: value}`` as SGLang-style argv.
+
+    ``True`` is a bare flag, ``False`` and ``None`` are left out, lists become one flag followed by
+    each value (argparse ``nargs``), everything else is ``--name value``.
+    """
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(_flag(name))
+        elif isinstance(value, list):
+            argv.append(_flag(name))
+            argv.extend(str(v) for v in value)
+        else:
+            argv.extend([_flag(name), str(value)])
+    return argv
+
+
+def build_command(
+    config: EngineConfig, *, host: str = "127.0.0.1", port: int, python: str | None = None
+) -> EngineCommand:
+    """Render ``config`` as the command that starts its engine.
+
+    ``--enable-metrics`` is on unless ``extra_args`` turns it off: the benchmark cross-checks
+    accept length against the engine's own counters.
+
+    Args:
+        config: The engine configuration.
+        host: Address to bind.
+        port: Port to listen on (chosen by the caller, e.g. a free port on its machine).
+        python: Interpreter to run the engine module with (default: this one).
+    """
+    flags: dict[str, FlagValue | None] = {
+        "model_path": config.model_path,
+        "tp_size": config.tp_size,
+        "host": host,
+        "port": port,
+    }
+    if config.speculative:
+        flags.update(
+            speculative_algorithm=config.speculative_algorithm,
+            speculative_draft_model_path=config.speculative_draft_model_path,
+            speculative_num_steps=config.speculative_num_steps,
+            speculative_eagle_topk=config.speculative_eagle_topk,
+            speculative_num_draft_tokens=config.speculative_num_draft_tokens,
+        )
+    flags["disable_custom_all_reduce"] = config.disable_custom_all_reduce
+    flags["enable_metrics"] = True
+    flags.update(config.extra_args)
+    argv = [python or sys.executable, "-m", ENGINE_MODULES[config.kind], *render_flags(flags)]
+    return EngineCommand(argv=argv, env=dict(config.env), host=host, port=port)
+
+
+def engine_managed_env(config: EngineConfig) -> dict[str, str | None]:
+    """Variables the engine sets itself before spawning its TP workers, as the audit expects them.
+
+    SGLang's ``_set_envs_and_config`` sets NCCL_CUMEM_ENABLE from ``--enable-symm-mem``,
+    NCCL_NVLS_ENABLE from ``--enable-nccl-nvls`` / ``--enable-symm-mem`` and overwrites
+    CUDA_DEVICE_MAX_CONNECTIONS (its value changed between SGLang versions, so only its presence
+    is expected: ``None``). They appear in the workers' environment, not in the server's own
+    start-up environment. The reference engine sets none of them.
+    """
+    if config.kind != "sglang":
+        return {}
+    symm_mem = bool(config.extra_args.get("enable_symm_mem"))
+    nvls = bool(config.extra_args.get("enable_nccl_nvls"))
+    return {
+        "NCCL_CUMEM_ENABLE": str(int(symm_mem)),
+        "NCCL_NVLS_ENABLE": str(int(nvls or symm_mem)),
+        "CUDA_DEVICE_MAX_CONNECTIONS": None,
+    }

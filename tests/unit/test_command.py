@@ -1,0 +1,116 @@
+"""Engine command rendering: SGLang's flag names and rules, the same flags for the reference engine."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.space import candidate_from_settings
+from orchestrator.spec import SweepSpec
+from serving.engine.command import build_command, engine_managed_env, render_flags
+from serving.engine.config import EngineConfig
+
+REPO = Path(__file__).resolve().parents[2]
+KIMI = SweepSpec.from_yaml(REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml")
+
+
+def flags_of(argv: list[str]) -> dict[str, list[str]]:
+    """``--a 1 --b --c x y`` -> {"a": ["1"], "b": [], "c": ["x", "y"]}."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for item in argv:
+        if item.startswith("--"):
+            current = item[2:]
+            out[current] = []
+        elif current is not None:
+            out[current].append(item)
+    return out
+
+
+def test_render_flags() -> None:
+    assert render_flags({"a_b": 1, "c": True, "d": False, "e": None, "f": [1, "x"], "g": 0.5}) == [
+        "--a-b", "1", "--c", "--f", "1", "x", "--g", "0.5",
+    ]
+
+
+def test_sglang_command_uses_sglang_names() -> None:
+    config = candidate_from_settings(KIMI, {"num_steps": "3", "eagle_topk": "1", "all_reduce": "nccl"}).engine_config(KIMI)
+    command = build_command(config, host="0.0.0.0", port=31000, python="python")
+    assert command.argv[:3] == ["python", "-m", "sglang.launch_server"]
+    flags = flags_of(command.argv)
+    assert flags["model-path"] == ["moonshotai/Kimi-K2.5"]
+    assert flags["tp-size"] == ["8"]
+    assert flags["speculative-algorithm"] == ["EAGLE3"]
+    assert flags["speculative-draft-model-path"] == ["lightseekorg/kimi-k2.5-eagle3-mla"]
+    assert (flags["speculative-num-steps"], flags["speculative-eagle-topk"], flags["speculative-num-draft-tokens"]) == (
+        ["3"], ["1"], ["4"],  # topk 1: draft = steps + 1
+    )
+    assert flags["disable-custom-all-reduce"] == [] and flags["enable-metrics"] == []
+    assert flags["host"] == ["0.0.0.0"] and flags["port"] == ["31000"]
+    assert command.url == "http://0.0.0.0:31000"
+    assert command.env == {"NCCL_DEBUG": "WARN"}
+
+
+def test_auto_choice_leaves_all_three_unset() -> None:
+    config = candidate_from_settings(KIMI, {}).engine_config(KIMI)  # include_auto: first point is auto
+    flags = flags_of(build_command(config, port=1).argv)
+    assert not {"speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"} & set(flags)
+    assert "disable-custom-all-reduce" not in flags
+
+
+def test_tree_capacity_checked_when_reproducing_by_hand() -> None:
+    candidate = candidate_from_settings(KIMI, {"num_steps": "2", "eagle_topk": "2", "num_draft_tokens": "8"})
+    with pytest.raises(ValueError, match="holds 6"):
+        candidate.engine_config(KIMI)
+
+
+def test_symm_mem_and_nvls_are_flags_and_expected_in_workers() -> None:
+    base = dict(kind="sglang", model_path="m", tp_size=2)
+    config = EngineConfig(**base, extra_args={"enable_symm_mem": True})
+    argv = build_command(config, port=1).argv
+    assert "--enable-symm-mem" in argv
+    assert "NCCL_CUMEM_ENABLE" not in build_command(config, port=1).env
+    assert engine_managed_env(config) == {
+        "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": None,
+    }
+    assert engine_managed_env(EngineConfig(**base))["NCCL_NVLS_ENABLE"] == "0"
+    assert engine_managed_env(EngineConfig(kind="reference", model_path="ref-tiny")) == {}
+
+
+def test_reference_command_has_the_same_flags() -> None:
+    sglang = EngineConfig(kind="sglang", model_path="ref-tiny", tp_size=2, env={"NCCL_ALGO": "Ring"})
+    reference = sglang.model_copy(update={"kind": "reference"})
+    a, b = build_command(sglang, port=5), build_command(reference, port=5)
+    assert a.argv[2] == "sglang.launch_server" and b.argv[2] == "serving.reference"
+    assert a.argv[3:] == b.argv[3:] and a.env == b.env
+
+
+def test_shell_line_reproduces_argv_and_env() -> None:
+    config = EngineConfig(kind="reference", model_path="ref tiny", env={"NCCL_DEBUG": "INFO"})
+    command = build_command(config, port=7, python=sys.executable)
+    line = command.shell()
+    assert line.startswith("NCCL_DEBUG=INFO ")
+    assert shlex.split(line)[1:] == command.argv
+
+
+def test_engine_cmd_cli_prints_sglang_command() -> None:
+    exe = Path(sys.executable).with_name("spectune")
+    spec = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
+    run = subprocess.run(
+        [str(exe), "engine-cmd", str(spec), "--set", "steps=3", "--set", "topk=2", "--set", "draft=6",
+         "--set", "NCCL_PROTO=LL"], capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    words = shlex.split(run.stdout)
+    assert "NCCL_PROTO=LL" in words and "sglang.launch_server" in words
+    flags = flags_of(words)
+    assert flags["speculative-num-draft-tokens"] == ["6"]
+    bad = subprocess.run([str(exe), "engine-cmd", str(spec), "--set", "steps=3", "--set", "topk=2", "--set", "draft=40"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "holds 10" in bad.stderr.replace("\n", " ")
+    typo = subprocess.run([str(exe), "engine-cmd", str(spec), "--set", "stpes=3"], capture_output=True, text=True, timeout=120)
+    assert typo.returncode == 2 and "unknown setting" in typo.stderr
