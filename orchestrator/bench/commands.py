@@ -1,0 +1,213 @@
+"""The ``spectune bench`` and ``spectune probe`` commands: parse options, call the library, show it.
+
+Registered on the CLI app in ``orchestrator.cli``. Exit codes follow the CLI's convention: 0
+success, 1 the command ran and failed (a dead server, a probe mismatch), 2 bad input (invalid
+options, an invalid spec, an unreadable dataset).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from orchestrator.bench.datasets import DatasetError, load_builtin
+from orchestrator.bench.probe import run_probe
+from orchestrator.bench.report import BenchResult, summary_table, write_json
+from orchestrator.bench.runner import ProgressUpdate, run_benchmark
+from orchestrator.bench.settings import BenchSettings
+from orchestrator.errors import BenchmarkError, SpecError
+from orchestrator.spec import SweepSpec
+
+__all__ = ["bench", "probe"]
+
+# The convention documented at the top of orchestrator/cli.py (tests check they agree).
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+Url = Annotated[str, typer.Argument(help="Base URL of a running engine, e.g. http://127.0.0.1:30000.", show_default=False)]
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error[/]: {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _concurrency(values: list[str] | None) -> list[int] | None:
+    """``-c 1 -c 8`` or ``-c 1,8``."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if part:
+                try:
+                    out.append(int(part))
+                except ValueError:
+                    raise _fail(EXIT_BAD_INPUT, f"--concurrency: {part!r} is not a whole number") from None
+    return out
+
+
+def bench(
+    url: Url,
+    spec: Annotated[
+        Optional[Path], typer.Option("--spec", help="Take the settings from a sweep spec's benchmark section.")
+    ] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="builtin (default), sharegpt or random.")] = None,
+    dataset_path: Annotated[Optional[str], typer.Option(help="ShareGPT-format JSON file (dataset sharegpt).")] = None,
+    allow_random_prompts: Annotated[
+        Optional[bool], typer.Option("--allow-random-prompts", help="Permit dataset random (flatters speculation).")
+    ] = None,
+    random_input_len: Annotated[Optional[int], typer.Option(help="Words per random prompt.")] = None,
+    num_prompts: Annotated[Optional[int], typer.Option(help="Requests per repetition and level.")] = None,
+    output_len: Annotated[Optional[int], typer.Option(help="max_new_tokens per request.")] = None,
+    concurrency: Annotated[
+        Optional[list[str]], typer.Option("--concurrency", "-c", help="Concurrency levels: -c 1 -c 8 or -c 1,8.")
+    ] = None,
+    request_rate: Annotated[Optional[float], typer.Option(help="Open loop: requests/s (capped at each level).")] = None,
+    warmup: Annotated[Optional[int], typer.Option(help="Warm-up requests (discarded).")] = None,
+    repetitions: Annotated[Optional[int], typer.Option("--repetitions", "-r", help="Repetitions per level.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Prompt order / sampling seed.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Per-request timeout (s).")] = None,
+    api: Annotated[Optional[str], typer.Option(help="auto, generate (SGLang native), completions or chat.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="OpenAI model field (default: first of /v1/models).")] = None,
+    stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Stream responses.")] = None,
+    ignore_eos: Annotated[
+        Optional[bool], typer.Option("--ignore-eos/--no-ignore-eos", help="Always generate output_len tokens.")
+    ] = None,
+    flush_cache: Annotated[
+        Optional[bool], typer.Option("--flush-cache/--no-flush-cache", help="POST /flush_cache before each repetition.")
+    ] = None,
+    accept_length_tolerance: Annotated[
+        Optional[float], typer.Option(help="Relative tolerance between the two accept-length sources.")
+    ] = None,
+    noisy_cv: Annotated[Optional[float], typer.Option(help="CV across repetitions above which a level is noisy.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json-out", help="Write the full result JSON here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON instead of the table.")] = False,
+) -> None:
+    """Benchmark a running engine (SGLang, the reference engine, or any OpenAI server).
+
+    Exit 0 when the run completed (failed requests and flags are reported), 1 when the server
+    could not be benchmarked, 2 for bad options.
+    """
+    overrides: dict[str, Any] = {
+        "dataset": dataset, "dataset_path": dataset_path, "allow_random_prompts": allow_random_prompts,
+        "random_input_len": random_input_len, "num_prompts": num_prompts, "output_len": output_len,
+        "concurrency": _concurrency(concurrency), "request_rate": request_rate, "warmup_requests": warmup,
+        "repetitions": repetitions, "temperature": temperature, "seed": seed, "request_timeout_s": timeout,
+        "api": api, "model": model, "stream": stream, "ignore_eos": ignore_eos, "flush_cache": flush_cache,
+        "accept_length_tolerance": accept_length_tolerance, "noisy_cv_threshold": noisy_cv,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    base: dict[str, Any] = {}
+    if spec is not None:
+        try:
+            base = SweepSpec.from_yaml(spec).benchmark.model_dump()
+        except SpecError as exc:
+            raise _fail(EXIT_BAD_INPUT, str(exc)) from None
+    try:
+        settings = BenchSettings.model_validate({**base, **overrides})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise _fail(EXIT_BAD_INPUT, f"invalid benchmark settings: {problems}") from None
+
+    err = Console(stderr=True)
+    total = settings.warmup_requests + len(settings.concurrency) * settings.repetitions * settings.num_prompts
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=not err.is_terminal,
+    )
+    task = progress.add_task("starting", total=total)
+
+    def on_progress(update: ProgressUpdate) -> None:
+        label = "warm-up" if update.phase == "warmup" else f"c={update.concurrency} rep {update.repetition + 1}"
+        progress.update(task, advance=1, description=label)
+
+    try:
+        with progress:
+            result = run_benchmark(base_url=url, settings=settings, on_progress=on_progress)
+    except DatasetError as exc:
+        raise _fail(EXIT_BAD_INPUT, str(exc)) from None
+    except BenchmarkError as exc:
+        raise _fail(EXIT_FAILED, str(exc)) from None
+    if json_out is not None:
+        write_json(result, json_out)
+    _show(result, as_json=as_json, json_out=json_out)
+
+
+def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        Console().print(summary_table(result))
+    err = Console(stderr=True)
+    if result.num_errors:
+        kinds: dict[str, int] = {}
+        for level in result.levels:
+            for rep in level.repetitions:
+                for kind, count in rep.errors_by_kind.items():
+                    kinds[kind] = kinds.get(kind, 0) + count
+        err.print(f"[yellow]{result.num_errors} of {result.num_requests} requests failed[/]: {kinds}", highlight=False)
+    if result.accept_length_mismatch:
+        err.print(
+            "[yellow]accept_length_mismatch[/]: /server_info and the per-request meta_info disagree beyond "
+            f"{result.settings.accept_length_tolerance:.0%}; do not trust the server's accept length",
+            highlight=False,
+        )
+    if result.noisy:
+        noisy = {lvl.concurrency: lvl.noisy_metrics for lvl in result.levels if lvl.noisy}
+        err.print(f"[yellow]noisy[/]: repetitions disagree: {noisy}", highlight=False)
+    if json_out is not None:
+        err.print(f"result written to {json_out}", highlight=False)
+
+
+def probe(
+    url: Url,
+    baseline: Annotated[
+        Path, typer.Option("--baseline", help="Baseline JSON: written on the first run, compared afterwards.")
+    ],
+    num_prompts: Annotated[int, typer.Option(help="Built-in prompts in a new baseline.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Greedy tokens per prompt in a new baseline.")] = 32,
+    api: Annotated[str, typer.Option(help="auto, generate, completions or chat (new baseline only).")] = "auto",
+    model: Annotated[Optional[str], typer.Option(help="OpenAI model field.")] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Compare a running engine's greedy outputs with a stored baseline, token for token.
+
+    Exit 0 when they match (or the baseline was written), 1 on a mismatch (naming the first
+    differing prompt and position) or when the server cannot be probed, 2 for bad options.
+    """
+    if api not in ("auto", "generate", "completions", "chat"):
+        raise _fail(EXIT_BAD_INPUT, f"--api {api!r}: use auto, generate, completions or chat")
+    available = len(load_builtin())
+    if max_new_tokens < 1 or not 1 <= num_prompts <= available:
+        raise _fail(
+            EXIT_BAD_INPUT, f"--num-prompts must be 1 to {available} and --max-new-tokens at least 1"
+        )
+    try:
+        result = run_probe(
+            base_url=url, baseline_path=baseline, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+            api=api, model=model, timeout_s=timeout,  # type: ignore[arg-type]
+        )
+    except BenchmarkError as exc:
+        raise _fail(EXIT_FAILED, str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({**result.model_dump(), "passed": result.passed, "message": result.message}, indent=2))
+    else:
+        style = "green" if result.passed else "bold red"
+        Console().print(f"[{style}]{result.status}[/]: {result.message}", highlight=False, soft_wrap=True)
+        for mismatch in result.mismatches[1:]:
+            Console().print(f"  {mismatch}", highlight=False, soft_wrap=True)
+    if not result.passed:
+        raise typer.Exit(EXIT_FAILED)

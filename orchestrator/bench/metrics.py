@@ -1,0 +1,418 @@
+"""Every benchmark metric, defined once: pure functions over per-request records.
+
+Each function's docstring is its exact formula. Three rules hold throughout:
+
+* Tokens are the server's count (``completion_tokens``), never streamed chunks: under speculative
+  decoding one chunk carries several tokens.
+* Failed requests (``error`` set) are excluded from latency and throughput and counted instead.
+* A speculative figure the server does not report is ``None`` (absent), never ``0``: a plain
+  OpenAI server has no verify cycles, which is not the same as zero of them.
+
+``accept_length`` has three sources with different definitions (see DESIGN.md, "Accept length");
+the names below say which is which:
+
+* ``accept_length_requests`` = (sum(completion_tokens) - #requests) / sum(spec_verify_ct): tokens
+  per verify cycle, bonus token included, prefill token excluded. Same definition as the server's.
+* ``accept_length_server`` = ``/server_info`` ``internal_states[i].avg_spec_accept_length`` after
+  ``/flush_cache`` (SGLang's decode-log "accept len").
+* ``spec_accept_length_meta`` = sum(completion_tokens) / sum(spec_verify_ct): the aggregate of
+  SGLang's per-request ``meta_info.spec_accept_length``, which also counts the prefill token and
+  is therefore a little higher. Reported for comparison with SGLang's own tools, never compared.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # pragma: no cover
+    from orchestrator.bench.loadgen import RequestRecord
+
+__all__ = [
+    "Distribution",
+    "RepetitionMetrics",
+    "accept_length_agrees",
+    "accept_length_requests",
+    "accepted_drafts_per_cycle",
+    "compute_repetition_metrics",
+    "cycle_ms",
+    "e2e_ms",
+    "error_counts",
+    "ok_records",
+    "output_tok_per_s",
+    "output_tokens",
+    "percentile",
+    "request_per_s",
+    "spec_accept_length_meta",
+    "tokens_per_chunk",
+    "tpot_ms",
+    "ttft_ms",
+]
+
+# Two-sided 95% Student-t quantiles t(0.975, df) for df = 1..30; df > 30 uses the normal 1.96.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks.
+
+    Formula: position p = (n - 1) * q / 100; value = v[floor(p)] + (p - floor(p)) *
+    (v[floor(p) + 1] - v[floor(p)]) over the ascending values v (numpy's default method), so
+    p50 of an even-sized sample is the mean of the two middle values.
+    """
+    if not sorted_values:
+        raise ValueError("percentile of an empty sample")
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (position - low) * (sorted_values[high] - sorted_values[low])
+
+
+class Distribution(BaseModel):
+    """The one summary used for every sample, whether per-request latencies or per-repetition results.
+
+    All fields are ``None`` for an empty sample; spread fields are ``None`` when they need two
+    values. ``median`` is the p50 (objective names such as ``ttft_ms_p50`` refer to it).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    count: int = Field(description="Number of values.")
+    mean: float | None = Field(default=None, description="Arithmetic mean.")
+    median: float | None = Field(default=None, description="p50, linear interpolation.")
+    p90: float | None = Field(default=None, description="90th percentile, linear interpolation.")
+    p99: float | None = Field(default=None, description="99th percentile, linear interpolation.")
+    min: float | None = Field(default=None, description="Smallest value.")
+    max: float | None = Field(default=None, description="Largest value.")
+    stdev: float | None = Field(default=None, description="Sample standard deviation (n - 1).")
+    mad: float | None = Field(
+        default=None, description="Median absolute deviation: median(|x - median|), unscaled."
+    )
+    cv: float | None = Field(
+        default=None, description="Coefficient of variation: stdev / mean (None if mean is 0)."
+    )
+    ci95_low: float | None = Field(
+        default=None, description="Lower end of the 95% Student-t confidence interval of the mean."
+    )
+    ci95_high: float | None = Field(
+        default=None, description="Upper end of the 95% Student-t confidence interval of the mean."
+    )
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Distribution":
+        """Summarise ``values`` (order does not matter).
+
+        Formulas: percentiles as in :func:`percentile`; mad = median(|x_i - median|);
+        cv = stdev / mean; 95% interval = mean +/- t(0.975, n - 1) * stdev / sqrt(n).
+        """
+        data = sorted(float(v) for v in values)
+        n = len(data)
+        if n == 0:
+            return cls(count=0)
+        mean = math.fsum(data) / n
+        median = percentile(data, 50)
+        fields: dict[str, float | None] = {
+            "mean": mean,
+            "median": median,
+            "p90": percentile(data, 90),
+            "p99": percentile(data, 99),
+            "min": data[0],
+            "max": data[-1],
+            "mad": statistics.median(abs(v - median) for v in data),
+        }
+        if n >= 2:
+            stdev = statistics.stdev(data)
+            t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+            half = t * stdev / math.sqrt(n)
+            fields.update(
+                stdev=stdev,
+                cv=stdev / abs(mean) if mean != 0 else None,
+                ci95_low=mean - half,
+                ci95_high=mean + half,
+            )
+        return cls(count=n, **fields)
+
+
+# --- per-request selections -------------------------------------------------------------------
+
+
+def ok_records(records: Iterable["RequestRecord"]) -> list["RequestRecord"]:
+    """The successful requests: ``error is None``."""
+    return [r for r in records if r.error is None]
+
+
+def error_counts(records: Iterable["RequestRecord"]) -> dict[str, int]:
+    """Failed requests by ``error_kind`` (``http_5xx``, ``timeout``, ``dropped_stream``, ...)."""
+    return dict(sorted(Counter(r.error_kind or "unknown" for r in records if r.error is not None).items()))
+
+
+# --- throughput -------------------------------------------------------------------------------
+
+
+def output_tokens(records: Iterable["RequestRecord"]) -> int | None:
+    """sum(completion_tokens) over successful requests: the server's count, never chunks.
+
+    ``None`` when any successful request lacks a count (a server that reports no usage): a
+    partial sum would understate throughput silently.
+    """
+    total = 0
+    for record in ok_records(records):
+        if record.output_tokens is None:
+            return None
+        total += record.output_tokens
+    return total
+
+
+def output_tok_per_s(records: Sequence["RequestRecord"], duration_s: float) -> float | None:
+    """output_tokens / duration_s, where duration_s is the wall time of the whole repetition
+    (first request sent to last response finished) and failed requests contribute no tokens."""
+    tokens = output_tokens(records)
+    if tokens is None or duration_s <= 0:
+        return None
+    return tokens / duration_s
+
+
+def request_per_s(records: Sequence["RequestRecord"], duration_s: float) -> float | None:
+    """Successful requests / duration_s (the repetition's wall time)."""
+    if duration_s <= 0:
+        return None
+    return len(ok_records(records)) / duration_s
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+def ttft_ms(records: Iterable["RequestRecord"]) -> Distribution:
+    """Time to first token, per successful streamed request: arrival of the first chunk that
+    carries output minus the moment the request was sent, in ms."""
+    return Distribution.of(r.ttft_ms for r in ok_records(records) if r.ttft_ms is not None)
+
+
+def e2e_ms(records: Iterable["RequestRecord"]) -> Distribution:
+    """End-to-end latency per successful request: last byte received minus request sent, in ms."""
+    return Distribution.of(r.e2e_ms for r in ok_records(records) if r.e2e_ms is not None)
+
+
+def tpot_ms(records: Iterable["RequestRecord"]) -> Distribution:
+    """Time per output token after the first, per successful streamed request:
+    (e2e_ms - ttft_ms) / (completion_tokens - 1), for requests with at least 2 tokens.
+
+    Chunk-to-chunk gaps (ITL) are not used: under speculation one chunk carries several tokens,
+    so ITL per chunk overstates the per-token time.
+    """
+    values = [
+        (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1)
+        for r in ok_records(records)
+        if r.e2e_ms is not None and r.ttft_ms is not None and r.output_tokens is not None and r.output_tokens >= 2
+    ]
+    return Distribution.of(values)
+
+
+def tokens_per_chunk(records: Iterable["RequestRecord"]) -> float | None:
+    """sum(completion_tokens) / sum(streamed chunks that carried output), over successful
+    streamed requests. 1.0 without speculation; about accept_length with it."""
+    tokens = chunks = 0
+    for record in ok_records(records):
+        if record.num_chunks and record.output_tokens is not None:
+            tokens += record.output_tokens
+            chunks += record.num_chunks
+    return tokens / chunks if chunks else None
+
+
+# --- speculative decoding ---------------------------------------------------------------------
+
+
+def _spec_records(records: Iterable["RequestRecord"]) -> list["RequestRecord"]:
+    return [r for r in ok_records(records) if r.spec_verify_ct is not None and r.output_tokens is not None]
+
+
+def accept_length_requests(records: Iterable["RequestRecord"]) -> float | None:
+    """Tokens per verify cycle, bonus token included, from per-request meta_info:
+    (sum(completion_tokens) - N) / sum(spec_verify_ct) over the N successful requests that
+    report ``spec_verify_ct``.
+
+    The prefill forward pass emits each request's first token without a verify cycle, so one
+    token per request is taken out; what is left has the server's (SGLang decode-log) definition.
+    ``None`` when no request reports ``spec_verify_ct`` or none had a verify cycle.
+    """
+    spec = _spec_records(records)
+    cycles = sum(r.spec_verify_ct for r in spec)  # type: ignore[misc]
+    if not spec or cycles == 0:
+        return None
+    return (sum(r.output_tokens for r in spec) - len(spec)) / cycles  # type: ignore[misc]
+
+
+def spec_accept_length_meta(records: Iterable["RequestRecord"]) -> float | None:
+    """sum(completion_tokens) / sum(spec_verify_ct) over successful requests reporting
+    ``spec_verify_ct``: SGLang's per-request ``meta_info.spec_accept_length`` definition,
+    aggregated. It counts the prefill token too, so it is above :func:`accept_length_requests`
+    by N / sum(spec_verify_ct). For comparison with SGLang's tools only."""
+    spec = _spec_records(records)
+    cycles = sum(r.spec_verify_ct for r in spec)  # type: ignore[misc]
+    if not spec or cycles == 0:
+        return None
+    return sum(r.output_tokens for r in spec) / cycles  # type: ignore[misc]
+
+
+def accepted_drafts_per_cycle(accept_length: float | None) -> float | None:
+    """accept_length - 1: draft tokens accepted per verify cycle (the bonus token taken out).
+
+    The "0.92" that looks like failure next to an accept length of 1.92."""
+    return None if accept_length is None else accept_length - 1.0
+
+
+def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
+    """Wall time of one verify cycle as requests experience it:
+    sum(e2e_ms - ttft_ms) / sum(spec_verify_ct) over successful streamed requests that report
+    ``spec_verify_ct`` > 0.
+
+    e2e - TTFT is the decode phase of a request (its first token comes from prefill), and that
+    phase is spec_verify_ct cycles long. Under concurrency the cycles are batched, so this is the
+    batched step time, including any scheduling gaps between steps.
+    """
+    decode = cycles = 0.0
+    for record in _spec_records(records):
+        if record.ttft_ms is None or record.e2e_ms is None or not record.spec_verify_ct:
+            continue
+        decode += record.e2e_ms - record.ttft_ms
+        cycles += record.spec_verify_ct
+    return decode / cycles if cycles else None
+
+
+def accept_length_agrees(*, server: float | None, requests: float | None, tolerance: float) -> bool | None:
+    """Whether the two accept-length sources agree: |server - requests| <= tolerance * requests.
+
+    ``None`` when either source is absent (nothing to cross-check), so "not checked" is never
+    mistaken for "agrees".
+    """
+    if server is None or requests is None:
+        return None
+    return abs(server - requests) <= tolerance * abs(requests)
+
+
+# --- one repetition ---------------------------------------------------------------------------
+
+
+class RepetitionMetrics(BaseModel):
+    """Every metric of one (concurrency, repetition): what ``on_repetition`` receives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: int = Field(description="Closed-loop concurrency (or the in-flight cap in open loop).")
+    repetition: int = Field(description="Repetition index, from 0.")
+    request_rate: float | None = Field(description="Open-loop arrival rate (requests/s); None = closed loop.")
+    num_requests: int = Field(description="Requests in this repetition (sent or not).")
+    num_ok: int = Field(description="Requests that finished without error.")
+    num_errors: int = Field(description="Requests that failed; see errors_by_kind.")
+    errors_by_kind: dict[str, int] = Field(description="Failed requests by kind.")
+    error_samples: list[str] = Field(description="The first few error messages, for the report.")
+    duration_s: float = Field(description="Wall time from the first request sent to the last one finished.")
+    output_tokens: int | None = Field(description="sum(completion_tokens) of successful requests.")
+    prompt_tokens: int | None = Field(description="sum(prompt_tokens) of successful requests, if reported.")
+    output_tok_per_s: float | None = Field(description="output_tokens / duration_s.")
+    request_per_s: float | None = Field(description="Successful requests / duration_s.")
+    ttft_ms: Distribution = Field(description="Time to first token per request (ms).")
+    tpot_ms: Distribution = Field(description="(e2e - TTFT) / (tokens - 1) per request (ms).")
+    e2e_ms: Distribution = Field(description="End-to-end latency per request (ms).")
+    tokens_per_chunk: float | None = Field(description="Tokens per streamed chunk (absent when not streamed).")
+    spec_verify_ct: int | None = Field(description="sum(spec_verify_ct): verify cycles (absent without speculation).")
+    accept_length: float | None = Field(
+        description="Tokens per verify cycle incl. bonus: accept_length_requests if present, else the server's."
+    )
+    accept_length_requests: float | None = Field(
+        description="(sum(completion_tokens) - N) / sum(spec_verify_ct) from per-request meta_info."
+    )
+    accept_length_server: float | None = Field(
+        description="/server_info avg_spec_accept_length read after this repetition (flushed before it)."
+    )
+    spec_accept_length_meta: float | None = Field(
+        description="sum(completion_tokens) / sum(spec_verify_ct): SGLang's per-request definition (counts prefill)."
+    )
+    accepted_drafts_per_cycle: float | None = Field(description="accept_length - 1.")
+    cycle_ms: float | None = Field(description="sum(e2e - TTFT) / sum(spec_verify_ct) (ms per verify cycle).")
+    accept_length_mismatch: bool | None = Field(
+        description="True if server and per-request accept lengths disagree beyond tolerance; None if not checkable."
+    )
+
+    def flat(self) -> dict[str, float | None]:
+        """Scalar metrics by name (``ttft_ms_p50``, ``output_tok_per_s``, ...), for objectives and MLflow.
+
+        Contains every name in ``orchestrator.spec.OBJECTIVE_METRICS``; absent values stay None.
+        """
+        out: dict[str, float | None] = {
+            "output_tok_per_s": self.output_tok_per_s,
+            "request_per_s": self.request_per_s,
+            "output_tokens": None if self.output_tokens is None else float(self.output_tokens),
+            "num_errors": float(self.num_errors),
+            "error_rate": self.num_errors / self.num_requests if self.num_requests else None,
+            "tokens_per_chunk": self.tokens_per_chunk,
+            "accept_length": self.accept_length,
+            "accept_length_requests": self.accept_length_requests,
+            "accept_length_server": self.accept_length_server,
+            "accepted_drafts_per_cycle": self.accepted_drafts_per_cycle,
+            "cycle_ms": self.cycle_ms,
+        }
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            dist: Distribution = getattr(self, name)
+            out[f"{name}_mean"] = dist.mean
+            out[f"{name}_p50"] = dist.median
+            out[f"{name}_p90"] = dist.p90
+            out[f"{name}_p99"] = dist.p99
+        return out
+
+
+def compute_repetition_metrics(
+    *,
+    records: Sequence["RequestRecord"],
+    duration_s: float,
+    concurrency: int,
+    repetition: int,
+    request_rate: float | None,
+    accept_length_server: float | None,
+    accept_length_tolerance: float,
+) -> RepetitionMetrics:
+    """Every metric of one repetition from its records and the server's accept length."""
+    ok = ok_records(records)
+    errors = [r for r in records if r.error is not None]
+    prompt_counts = [r.prompt_tokens for r in ok]
+    from_requests = accept_length_requests(ok)
+    accept = from_requests if from_requests is not None else accept_length_server
+    spec = _spec_records(ok)
+    agrees = accept_length_agrees(
+        server=accept_length_server, requests=from_requests, tolerance=accept_length_tolerance
+    )
+    return RepetitionMetrics(
+        concurrency=concurrency,
+        repetition=repetition,
+        request_rate=request_rate,
+        num_requests=len(records),
+        num_ok=len(ok),
+        num_errors=len(errors),
+        errors_by_kind=error_counts(records),
+        error_samples=[f"{r.error_kind}: {r.error}" for r in errors[:5]],
+        duration_s=duration_s,
+        output_tokens=output_tokens(ok),
+        prompt_tokens=None if not ok or None in prompt_counts else sum(prompt_counts),  # type: ignore[arg-type]
+        output_tok_per_s=output_tok_per_s(records, duration_s),
+        request_per_s=request_per_s(records, duration_s),
+        ttft_ms=ttft_ms(ok),
+        tpot_ms=tpot_ms(ok),
+        e2e_ms=e2e_ms(ok),
+        tokens_per_chunk=tokens_per_chunk(ok),
+        spec_verify_ct=sum(r.spec_verify_ct for r in spec) if spec else None,  # type: ignore[misc]
+        accept_length=accept,
+        accept_length_requests=from_requests,
+        accept_length_server=accept_length_server,
+        spec_accept_length_meta=spec_accept_length_meta(ok),
+        accepted_drafts_per_cycle=accepted_drafts_per_cycle(accept),
+        cycle_ms=cycle_ms(ok),
+        accept_length_mismatch=None if agrees is None else not agrees,
+    )

@@ -1,0 +1,300 @@
+"""The correctness probe: greedy outputs for a fixed prompt set, compared token for token with a
+stored baseline.
+
+Speculative decoding must not change greedy output, and neither may NCCL settings; a config that
+does (NCCL_PROTO=LL128 corrupting data, a broken all-reduce, a wrong draft setting) is rejected
+here before its speed counts for anything. The first run against a baseline path writes the
+baseline (prompts, sampling and outputs, so later runs send exactly the same requests even if the
+built-in prompt set changes); later runs compare and name the first differing prompt and position.
+
+Requests are sent one at a time: batch composition can legitimately change numerics in a real
+engine, and the probe is about the configuration, not batching. Token ids are compared where the
+server returns them (SGLang's native API), otherwise text, character by character.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+from pydantic import BaseModel, Field, ValidationError
+
+from orchestrator.bench import server as srv
+from orchestrator.bench.datasets import load_builtin
+from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
+from orchestrator.errors import BenchmarkError
+
+__all__ = [
+    "PROBE_SCHEMA_VERSION",
+    "ProbeBaseline",
+    "ProbeMismatch",
+    "ProbeOutput",
+    "ProbePrompt",
+    "ProbeResult",
+    "arun_probe",
+    "compare_outputs",
+    "run_probe",
+]
+
+logger = logging.getLogger(__name__)
+
+PROBE_SCHEMA_VERSION = "spectune.probe/1"
+_SNIPPET = 8  # tokens (or 24 characters) shown either side of a difference
+
+
+class ProbePrompt(BaseModel):
+    id: str
+    text: str
+
+
+class ProbeOutput(BaseModel):
+    prompt_id: str
+    output_ids: list[int] | None = Field(description="Generated token ids, where the server returns them.")
+    text: str | None = Field(description="Generated text.")
+
+
+class ProbeBaseline(BaseModel):
+    """The stored reference: exactly what was sent and what came back."""
+
+    schema_version: Literal["spectune.probe/1"] = PROBE_SCHEMA_VERSION
+    created_at: str
+    base_url: str = Field(description="Server the baseline was taken from (for the record only).")
+    server: dict[str, Any] = Field(description="Its /server_info summary (model, speculative settings).")
+    api: ApiKind
+    model: str | None
+    max_new_tokens: int
+    prompts: list[ProbePrompt]
+    outputs: list[ProbeOutput]
+
+
+class ProbeMismatch(BaseModel):
+    """The first difference in one prompt's output."""
+
+    prompt_index: int = Field(description="Index of the prompt in the baseline.")
+    prompt_id: str
+    position: int = Field(description="Index of the first differing token (or character).")
+    unit: Literal["token", "char"]
+    expected: str = Field(description="The baseline around the position.")
+    got: str = Field(description="This server's output around the position.")
+
+    def __str__(self) -> str:
+        return (
+            f"prompt {self.prompt_index} ({self.prompt_id!r}) differs at {self.unit} {self.position}: "
+            f"expected {self.expected} got {self.got}"
+        )
+
+
+class ProbeResult(BaseModel):
+    """What the probe found."""
+
+    status: Literal["baseline_written", "match", "mismatch"]
+    baseline_path: str
+    num_prompts: int
+    unit: Literal["token", "char"] | None = Field(description="What was compared (None when the baseline was written).")
+    mismatches: list[ProbeMismatch] = Field(description="One per differing prompt, in prompt order.")
+
+    @property
+    def passed(self) -> bool:
+        """True unless the outputs differ from the baseline."""
+        return self.status != "mismatch"
+
+    @property
+    def first_mismatch(self) -> ProbeMismatch | None:
+        return self.mismatches[0] if self.mismatches else None
+
+    @property
+    def message(self) -> str:
+        if self.status == "baseline_written":
+            return f"baseline written to {self.baseline_path} ({self.num_prompts} prompts)"
+        if self.status == "match":
+            return f"all {self.num_prompts} prompts match the baseline {self.baseline_path} {self.unit} for {self.unit}"
+        return (
+            f"{len(self.mismatches)} of {self.num_prompts} prompts differ from the baseline "
+            f"{self.baseline_path}; first: {self.mismatches[0]}"
+        )
+
+
+def _first_difference(expected: list[Any] | str, got: list[Any] | str) -> int | None:
+    for index, (a, b) in enumerate(zip(expected, got)):
+        if a != b:
+            return index
+    if len(expected) != len(got):
+        return min(len(expected), len(got))
+    return None
+
+
+def _window(values: list[int] | str, position: int, unit: str) -> str:
+    if unit == "token":
+        part = values[position:position + _SNIPPET]
+        return f"{list(part)}" + (" (end)" if position >= len(values) else "")
+    text = values[position:position + 3 * _SNIPPET]
+    return repr(text) + (" (end)" if position >= len(values) else "")
+
+
+def compare_outputs(
+    *, baseline: list[ProbeOutput], current: list[ProbeOutput]
+) -> tuple[Literal["token", "char"], list[ProbeMismatch]]:
+    """Compare outputs prompt by prompt: token ids where both sides have them for every prompt,
+    else text. Returns the unit compared and one mismatch per differing prompt."""
+    unit: Literal["token", "char"] = (
+        "token"
+        if all(b.output_ids is not None for b in baseline) and all(c.output_ids is not None for c in current)
+        else "char"
+    )
+    mismatches = []
+    for index, (base, cur) in enumerate(zip(baseline, current)):
+        expected: list[int] | str = base.output_ids if unit == "token" else (base.text or "")  # type: ignore[assignment]
+        got: list[int] | str = cur.output_ids if unit == "token" else (cur.text or "")  # type: ignore[assignment]
+        position = _first_difference(expected, got)
+        if position is not None:
+            mismatches.append(
+                ProbeMismatch(
+                    prompt_index=index,
+                    prompt_id=base.prompt_id,
+                    position=position,
+                    unit=unit,
+                    expected=_window(expected, position, unit),
+                    got=_window(got, position, unit),
+                )
+            )
+    return unit, mismatches
+
+
+def _read_baseline(path: Path) -> ProbeBaseline:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchmarkError(f"probe baseline {path} cannot be read: {exc}; delete it to take a new one") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != PROBE_SCHEMA_VERSION:
+        raise BenchmarkError(f"probe baseline {path}: schema_version {version!r} is not {PROBE_SCHEMA_VERSION!r}")
+    try:
+        baseline = ProbeBaseline.model_validate(data)
+    except ValidationError as exc:
+        raise BenchmarkError(f"probe baseline {path} is not valid: {exc}") from None
+    if len(baseline.prompts) != len(baseline.outputs):
+        raise BenchmarkError(f"probe baseline {path}: {len(baseline.prompts)} prompts but {len(baseline.outputs)} outputs")
+    return baseline
+
+
+def run_probe(
+    *,
+    base_url: str,
+    baseline_path: str | Path,
+    num_prompts: int = 8,
+    max_new_tokens: int = 32,
+    api: Literal["auto", "generate", "completions", "chat"] = "auto",
+    model: str | None = None,
+    timeout_s: float = 300.0,
+) -> ProbeResult:
+    """Probe the server at ``base_url`` against the baseline at ``baseline_path``; blocking.
+
+    With no file at ``baseline_path`` the server's greedy outputs become the baseline (status
+    ``baseline_written``). Otherwise the baseline's own prompts, API and length are used, and the
+    arguments ``num_prompts`` / ``max_new_tokens`` / ``api`` are ignored, so a comparison is
+    always like for like.
+
+    Args:
+        base_url: ``http://host:port`` of a running server.
+        baseline_path: JSON file to write (first run) or compare with.
+        num_prompts: Prompts of the built-in set to use for a new baseline (the first N).
+        max_new_tokens: Greedy output length per prompt for a new baseline.
+        api: API for a new baseline (auto: native ``/generate`` if ``/server_info`` answers).
+        model: OpenAI ``model`` field (default: the first id of ``/v1/models``).
+        timeout_s: Per-request timeout.
+
+    Raises:
+        BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), or
+            the baseline file is unreadable.
+    """
+    return asyncio.run(
+        arun_probe(
+            base_url=base_url, baseline_path=baseline_path, num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens, api=api, model=model, timeout_s=timeout_s,
+        )
+    )
+
+
+async def arun_probe(
+    *,
+    base_url: str,
+    baseline_path: str | Path,
+    num_prompts: int = 8,
+    max_new_tokens: int = 32,
+    api: Literal["auto", "generate", "completions", "chat"] = "auto",
+    model: str | None = None,
+    timeout_s: float = 300.0,
+) -> ProbeResult:
+    """:func:`run_probe` for callers that already run an event loop."""
+    base_url = base_url.rstrip("/")
+    path = Path(baseline_path)
+    baseline = _read_baseline(path) if path.exists() else None
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        reason = await srv.check_health(session, base_url, timeout_s=min(timeout_s, 120.0))
+        if reason is not None:
+            raise BenchmarkError(f"cannot probe: {reason}")
+        info = await srv.get_server_info(session, base_url)
+        resolved_api: ApiKind
+        if baseline is not None:
+            resolved_api, model, length = baseline.api, baseline.model if model is None else model, baseline.max_new_tokens
+            prompts = baseline.prompts
+        else:
+            resolved_api = ("generate" if info is not None else "completions") if api == "auto" else api
+            if resolved_api != "generate" and model is None:
+                model = await srv.openai_model(session, base_url)
+            length = max_new_tokens
+            builtin = load_builtin()
+            if not 1 <= num_prompts <= len(builtin):
+                raise BenchmarkError(f"num_prompts={num_prompts}: the built-in set has 1 to {len(builtin)} prompts")
+            prompts = [ProbePrompt(id=p.id, text=p.text) for p in builtin[:num_prompts]]
+        load = await run_load(
+            session=session,
+            base_url=base_url,
+            api=resolved_api,
+            items=[WorkItem(prompt_id=p.id, text=p.text) for p in prompts],
+            concurrency=1,
+            sampling=Sampling(max_new_tokens=length, temperature=0.0, seed=0, ignore_eos=True),
+            timeout_s=timeout_s,
+            stream=False,
+            model=model,
+            keep_output=True,
+        )
+    failed = [r for r in load.records if r.error is not None]
+    if failed:
+        first = failed[0]
+        raise BenchmarkError(
+            f"{len(failed)} of {len(prompts)} probe requests to {base_url} failed, so correctness cannot be "
+            f"judged; first: prompt {first.index} ({first.prompt_id!r}): {first.error_kind}: {first.error}"
+        )
+    outputs = [ProbeOutput(prompt_id=r.prompt_id, output_ids=r.output_ids, text=r.output_text) for r in load.records]
+    if baseline is None:
+        new = ProbeBaseline(
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            base_url=base_url,
+            server=srv.summarise_server_info(info),
+            api=resolved_api,
+            model=model,
+            max_new_tokens=length,
+            prompts=list(prompts),
+            outputs=outputs,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        result = ProbeResult(status="baseline_written", baseline_path=str(path), num_prompts=len(prompts), unit=None, mismatches=[])
+        logger.info("%s", result.message)
+        return result
+    unit, mismatches = compare_outputs(baseline=baseline.outputs, current=outputs)
+    result = ProbeResult(
+        status="mismatch" if mismatches else "match",
+        baseline_path=str(path),
+        num_prompts=len(prompts),
+        unit=unit,
+        mismatches=mismatches,
+    )
+    logger.info("%s", result.message)
+    return result

@@ -1,0 +1,265 @@
+"""The benchmark procedure: health, warm-up, then for every concurrency level R repetitions of
+(``/flush_cache``, send the prompt set, read ``/server_info``, compute metrics, report).
+
+The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where it reports each
+repetition to Ray Tune, so ASHA can stop a hopeless trial before the last repetition. The
+server-side accept length is only read when ``/flush_cache`` succeeded before the repetition:
+SGLang's counters are lifetime counters otherwise, and a number that cannot be attributed to
+the measured requests is reported as absent rather than as a misleading value.
+
+Failed requests are counted, never fatal. What ends a run with :class:`BenchmarkError` is a
+server that cannot serve at all: unhealthy before the start, every warm-up request failing, or
+failing its health check after a repetition lost requests to connection errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Literal
+
+import aiohttp
+
+from orchestrator.bench import server as srv
+from orchestrator.bench.datasets import Prompt, load_prompts
+from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
+from orchestrator.bench.metrics import RepetitionMetrics, compute_repetition_metrics, error_counts
+from orchestrator.bench.report import BenchResult, DatasetInfo, LevelResult, WarmupInfo, summarise_level
+from orchestrator.bench.settings import BenchSettings
+from orchestrator.errors import BenchmarkError
+
+__all__ = ["ProgressUpdate", "arun_benchmark", "run_benchmark"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    """Sent after every finished request, for progress bars."""
+
+    phase: Literal["warmup", "measure"]
+    concurrency: int
+    repetition: int
+    done: int
+    total: int
+
+
+RepetitionCallback = Callable[[RepetitionMetrics], None]
+ProgressCallback = Callable[[ProgressUpdate], None]
+
+
+def run_benchmark(
+    *,
+    base_url: str,
+    settings: BenchSettings,
+    on_repetition: RepetitionCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> BenchResult:
+    """Benchmark the server at ``base_url``; blocking (runs its own event loop).
+
+    Args:
+        base_url: ``http://host:port`` of a running, healthy server.
+        settings: What to send and how often (``BenchSettings.from_spec(spec.benchmark)``).
+        on_repetition: Called after each (concurrency, repetition) with that repetition's metrics;
+            exceptions it raises propagate (a callback may stop the run that way).
+        on_progress: Called after each request, for progress display.
+
+    Returns:
+        The result, with per-repetition metrics, their summary and the
+        ``accept_length_mismatch`` / ``noisy`` flags.
+
+    Raises:
+        BenchmarkError: the server cannot serve (unreachable, unhealthy, died mid-run), or the
+            dataset cannot be read (``DatasetError``, a subclass).
+    """
+    return asyncio.run(
+        arun_benchmark(base_url=base_url, settings=settings, on_repetition=on_repetition, on_progress=on_progress)
+    )
+
+
+async def _ensure_healthy(session: aiohttp.ClientSession, base_url: str, timeout_s: float, when: str) -> None:
+    reason = await srv.check_health(session, base_url, timeout_s=timeout_s)
+    if reason is not None:
+        raise BenchmarkError(f"{when}: {reason}")
+
+
+def _items(prompts: list[Prompt]) -> list[WorkItem]:
+    return [WorkItem(prompt_id=p.id, text=p.text) for p in prompts]
+
+
+async def arun_benchmark(
+    *,
+    base_url: str,
+    settings: BenchSettings,
+    on_repetition: RepetitionCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> BenchResult:
+    """:func:`run_benchmark` for callers that already run an event loop."""
+    base_url = base_url.rstrip("/")
+    prompts = load_prompts(
+        dataset=settings.dataset,
+        count=settings.num_prompts,
+        seed=settings.seed,
+        dataset_path=settings.dataset_path,
+        random_input_len=settings.random_input_len,
+    )
+    sampling = Sampling(
+        max_new_tokens=settings.output_len,
+        temperature=settings.temperature,
+        seed=settings.seed,
+        ignore_eos=settings.ignore_eos,
+    )
+    health_timeout_s = min(settings.request_timeout_s, 120.0)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await _ensure_healthy(session, base_url, health_timeout_s, "cannot benchmark")
+        api: ApiKind
+        if settings.api == "auto":
+            api, info = await srv.detect_api(session, base_url)
+        else:
+            api, info = settings.api, await srv.get_server_info(session, base_url)
+        model = settings.model
+        if api != "generate" and model is None:
+            model = await srv.openai_model(session, base_url)
+        logger.info(
+            "benchmarking %s: api=%s model=%s dataset=%s prompts=%d output_len=%d concurrency=%s "
+            "repetitions=%d warmup=%d temperature=%g seed=%d%s",
+            base_url, api, model or "-", settings.dataset, settings.num_prompts, settings.output_len,
+            settings.concurrency, settings.repetitions, settings.warmup_requests, settings.temperature,
+            settings.seed, f" request_rate={settings.request_rate:g}/s" if settings.request_rate else "",
+        )
+
+        async def load(items: list[WorkItem], concurrency: int, progress: Callable[[RequestRecord], None]) -> LoadResult:
+            return await run_load(
+                session=session, base_url=base_url, api=api, items=items, concurrency=concurrency,
+                sampling=sampling, timeout_s=settings.request_timeout_s, stream=settings.stream, model=model,
+                request_rate=settings.request_rate, seed=settings.seed, on_record=progress,
+            )
+
+        def progress_for(phase: Literal["warmup", "measure"], concurrency: int, repetition: int, total: int):
+            done = 0
+
+            def note(record: RequestRecord) -> None:
+                nonlocal done
+                done += 1
+                if on_progress is not None:
+                    on_progress(ProgressUpdate(phase, concurrency, repetition, done, total))
+
+            return note
+
+        warmup = WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={})
+        if settings.warmup_requests:
+            items = _items([prompts[i % len(prompts)] for i in range(settings.warmup_requests)])
+            concurrency = min(max(settings.concurrency), len(items))
+            result = await load(items, concurrency, progress_for("warmup", concurrency, 0, len(items)))
+            failed = [r for r in result.records if r.error is not None]
+            warmup = WarmupInfo(
+                num_requests=len(items), num_errors=len(failed), errors_by_kind=error_counts(result.records)
+            )
+            if len(failed) == len(items):
+                raise BenchmarkError(
+                    f"every warm-up request to {base_url} failed ({warmup.errors_by_kind}); "
+                    f"first: {failed[0].error_kind}: {failed[0].error}"
+                )
+            if failed:
+                logger.warning("%d of %d warm-up requests failed: %s", len(failed), len(items), warmup.errors_by_kind)
+
+        items = _items(prompts)
+        flush_supported = settings.flush_cache and info is not None
+        levels: list[LevelResult] = []
+        for concurrency in settings.concurrency:
+            repetitions: list[RepetitionMetrics] = []
+            for repetition in range(settings.repetitions):
+                flushed = False
+                if flush_supported:
+                    flushed = await srv.flush_cache(session, base_url, timeout_s=health_timeout_s)
+                    if not flushed:
+                        logger.warning("/flush_cache failed: the server's accept length is not reported from now on")
+                        flush_supported = False
+                result = await load(
+                    items, concurrency, progress_for("measure", concurrency, repetition, len(items))
+                )
+                server_accept = None
+                if flushed:
+                    server_accept = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
+                metrics = compute_repetition_metrics(
+                    records=result.records,
+                    duration_s=result.duration_s,
+                    concurrency=concurrency,
+                    repetition=repetition,
+                    request_rate=settings.request_rate,
+                    accept_length_server=server_accept,
+                    accept_length_tolerance=settings.accept_length_tolerance,
+                )
+                if metrics.num_errors and (
+                    {"connection", "not_sent"} & set(metrics.errors_by_kind) or metrics.num_ok == 0
+                ):
+                    await _ensure_healthy(
+                        session, base_url, health_timeout_s,
+                        f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
+                        f"({metrics.num_errors} of {metrics.num_requests} requests failed: {metrics.errors_by_kind})",
+                    )
+                _log_repetition(metrics)
+                repetitions.append(metrics)
+                if on_repetition is not None:
+                    on_repetition(metrics)
+            levels.append(
+                summarise_level(
+                    concurrency=concurrency,
+                    request_rate=settings.request_rate,
+                    repetitions=repetitions,
+                    noise_metrics=settings.noise_metrics,
+                    noisy_cv_threshold=settings.noisy_cv_threshold,
+                )
+            )
+            if levels[-1].noisy:
+                logger.warning("concurrency %d is noisy: %s", concurrency, ", ".join(levels[-1].noisy_metrics))
+        distinct = len({p.id for p in prompts})
+        return BenchResult(
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            base_url=base_url,
+            api=api,
+            model=model,
+            server=srv.summarise_server_info(info),
+            flush_cache_supported=flush_supported,
+            settings=settings,
+            dataset=DatasetInfo(
+                name=settings.dataset,
+                path=settings.dataset_path,
+                num_prompts=len(prompts),
+                distinct_prompts=distinct,
+                mean_prompt_chars=sum(len(p.text) for p in prompts) / len(prompts),
+            ),
+            warmup=warmup,
+            levels=levels,
+            num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
+            num_errors=sum(level.num_errors for level in levels),
+            accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
+            noisy=any(level.noisy for level in levels),
+        )
+
+
+def _log_repetition(metrics: RepetitionMetrics) -> None:
+    def fmt(value: float | None, digits: int = 1) -> str:
+        return "absent" if value is None else f"{value:.{digits}f}"
+
+    logger.info(
+        "concurrency %d rep %d: %s tok/s, TTFT p50 %s ms, TPOT p50 %s ms, accept_length %s (server %s), "
+        "tok/chunk %s, errors %d",
+        metrics.concurrency, metrics.repetition, fmt(metrics.output_tok_per_s), fmt(metrics.ttft_ms.median),
+        fmt(metrics.tpot_ms.median, 2), fmt(metrics.accept_length, 2), fmt(metrics.accept_length_server, 2),
+        fmt(metrics.tokens_per_chunk, 2), metrics.num_errors,
+    )
+    if metrics.accept_length_mismatch:
+        logger.warning(
+            "concurrency %d rep %d: accept_length_mismatch: server %.3f vs per-request %.3f",
+            metrics.concurrency, metrics.repetition, metrics.accept_length_server, metrics.accept_length_requests,
+        )
+    if metrics.num_errors:
+        logger.warning(
+            "concurrency %d rep %d: %d of %d requests failed %s; first: %s",
+            metrics.concurrency, metrics.repetition, metrics.num_errors, metrics.num_requests,
+            metrics.errors_by_kind, metrics.error_samples[0] if metrics.error_samples else "-",
+        )

@@ -1,0 +1,178 @@
+"""The server's control endpoints: health, ``/server_info``, ``/flush_cache``, ``/v1/models``.
+
+SGLang serves ``/health_generate`` (a real one-token generation, so "healthy" means "can
+generate"), ``/server_info`` (older versions: ``/get_server_info``) whose ``internal_states[i]``
+carry ``avg_spec_accept_length``, and ``/flush_cache`` (400 while requests are running). A plain
+OpenAI server has none of these; every function here says "absent" (None / False) for that case
+rather than failing, and the runner decides what absence means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+
+from orchestrator.bench.loadgen import ApiKind
+
+__all__ = [
+    "SERVER_INFO_KEYS",
+    "accept_length_from_info",
+    "check_health",
+    "detect_api",
+    "flush_cache",
+    "get_server_info",
+    "openai_model",
+    "summarise_server_info",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVER_INFO_KEYS = (
+    "model_path",
+    "tp_size",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "disable_custom_all_reduce",
+    "max_running_requests",
+    "version",
+)
+"""``/server_info`` fields copied into a benchmark result, so a result says what it measured."""
+
+
+async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tuple[int, Any]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        try:
+            body = await resp.json(content_type=None)
+        except ValueError:
+            body = None
+        return resp.status, body
+
+
+async def check_health(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> str | None:
+    """``None`` if the server can serve, else why not (one line, naming the URL).
+
+    Tries ``/health_generate`` (SGLang: generates one token), then ``/health``, then
+    ``/v1/models`` (any OpenAI server); a 404 moves on to the next, anything else decides.
+    """
+    base = base_url.rstrip("/")
+    last = "no health endpoint answered"
+    for path in ("/health_generate", "/health", "/v1/models"):
+        try:
+            async with session.get(base + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status in (404, 405):
+                    last = f"{path} is not served (HTTP {resp.status})"
+                    continue
+                if resp.status == 200:
+                    return None
+                body = (await resp.text(errors="replace"))[:200]
+                return f"{base}{path} answered HTTP {resp.status}: {body}"
+        except (TimeoutError, asyncio.TimeoutError):
+            return f"{base}{path} did not answer within {timeout_s:g} s"
+        except aiohttp.ClientConnectorError as exc:
+            cause = type(exc.os_error).__name__ if exc.os_error is not None else str(exc)
+            return f"cannot connect to {base} ({cause}; is the server running?)"
+        except aiohttp.ClientError as exc:
+            return f"{base}{path} failed: {type(exc).__name__}: {exc}"
+    return f"{base}: {last}"
+
+
+async def get_server_info(
+    session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0
+) -> dict[str, Any] | None:
+    """SGLang's ``/server_info`` (or ``/get_server_info``) as a dict; ``None`` where not served."""
+    base = base_url.rstrip("/")
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            status, body = await _get(session, base + path, timeout_s)
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
+            logger.debug("GET %s%s failed: %s", base, path, exc)
+            return None
+        if status == 200 and isinstance(body, dict):
+            return body
+    return None
+
+
+def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
+    """``avg_spec_accept_length`` from a ``/server_info`` body: the mean over
+    ``internal_states`` entries that report one (one per data-parallel rank; a single entry is the
+    usual case), or a top-level value (older SGLang merged the state into the body).
+    ``None`` when the server reports none (no speculation, or no decode step logged yet)."""
+    if not info:
+        return None
+    values: list[float] = []
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        for state in states:
+            value = state.get("avg_spec_accept_length") if isinstance(state, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.append(float(value))
+    if not values:
+        value = info.get("avg_spec_accept_length")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values.append(float(value))
+    return sum(values) / len(values) if values else None
+
+
+def summarise_server_info(info: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of :data:`SERVER_INFO_KEYS` present in ``info``."""
+    if not info:
+        return {}
+    return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
+
+
+async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> bool:
+    """Reset the server's caches and speculative counters; ``True`` once flushed.
+
+    SGLang refuses (HTTP 400) while requests are still running, e.g. the tail of the previous
+    repetition being aborted; that is retried with a growing pause until ``timeout_s``. ``False``
+    where the endpoint is not served (a plain OpenAI server) or the server never became idle —
+    then the server's lifetime counters cannot be attributed to one repetition.
+    """
+    url = base_url.rstrip("/") + "/flush_cache"
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        try:
+            async with session.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                status = resp.status
+                body = (await resp.text(errors="replace"))[:200]
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
+            logger.warning("POST %s failed: %s", url, exc)
+            return False
+        if status == 200:
+            return True
+        if status in (404, 405):
+            logger.debug("%s is not served (HTTP %s)", url, status)
+            return False
+        if time.monotonic() + pause > deadline:
+            logger.warning("%s still refused after %.0f s (HTTP %s: %s)", url, timeout_s, status, body)
+            return False
+        await asyncio.sleep(pause)  # the server is busy: poll again, backing off
+        pause = min(pause * 2, 1.0)
+
+
+async def detect_api(session: aiohttp.ClientSession, base_url: str) -> tuple[ApiKind, dict[str, Any] | None]:
+    """SGLang's native ``generate`` when ``/server_info`` answers (SGLang, the reference engine),
+    else OpenAI ``completions``; also returns the server info found."""
+    info = await get_server_info(session, base_url)
+    return ("generate" if info is not None else "completions"), info
+
+
+async def openai_model(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> str | None:
+    """The first model id of ``/v1/models`` (the OpenAI ``model`` field to send), if served."""
+    try:
+        status, body = await _get(session, base_url.rstrip("/") + "/v1/models", timeout_s)
+    except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
+        return None
+    if status == 200 and isinstance(body, dict):
+        data = body.get("data")
+        if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
+            return str(data[0]["id"])
+    return None

@@ -1,0 +1,70 @@
+"""BenchSettings: a sweep spec's ``benchmark`` section plus the knobs only a benchmark run needs.
+
+It *is* a :class:`orchestrator.spec.BenchmarkSpec` (a subclass), so the sweep passes its spec's
+section straight through (``BenchSettings.from_spec(spec.benchmark)``) and both stay in step: a
+field added to the spec is a field of the settings, with the same validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from orchestrator.spec import OBJECTIVE_METRICS, BenchmarkSpec
+
+__all__ = ["ApiChoice", "BenchSettings", "DEFAULT_NOISE_METRICS"]
+
+ApiChoice = Literal["auto", "generate", "completions", "chat"]
+
+DEFAULT_NOISE_METRICS = ("output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50")
+"""Metrics whose spread across repetitions decides the ``noisy`` flag."""
+
+
+class BenchSettings(BenchmarkSpec):
+    """How to measure one server: the spec's benchmark section plus API, streaming and flag thresholds."""
+
+    api: ApiChoice = Field(
+        default="auto",
+        description="auto: SGLang's native /generate if /server_info answers, else OpenAI /v1/completions.",
+    )
+    model: str | None = Field(
+        default=None, description="OpenAI 'model' field (default: the first id of /v1/models)."
+    )
+    stream: bool = Field(default=True, description="Stream responses (needed for TTFT, TPOT, tokens per chunk).")
+    ignore_eos: bool = Field(
+        default=True, description="Generate exactly output_len tokens (SGLang/vLLM 'ignore_eos')."
+    )
+    flush_cache: bool = Field(
+        default=True,
+        description="POST /flush_cache before each repetition: resets the prefix cache and the server's "
+        "speculative counters, so /server_info's accept length covers exactly that repetition.",
+    )
+    accept_length_tolerance: float = Field(
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="Relative disagreement between the server's and the per-request accept length above "
+        "which a repetition is flagged accept_length_mismatch. The server samples its counter at "
+        "decode-log intervals and counts tokens cut off by max_new_tokens, so a few percent is normal.",
+    )
+    noisy_cv_threshold: float = Field(
+        default=0.05, gt=0, description="A level is flagged noisy when a noise metric's CV across repetitions exceeds this."
+    )
+    noise_metrics: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_NOISE_METRICS),
+        description=f"Metrics checked for noise; any of {', '.join(OBJECTIVE_METRICS)}.",
+    )
+
+    @field_validator("noise_metrics")
+    @classmethod
+    def _noise_metrics(cls, value: list[str]) -> list[str]:
+        unknown = [m for m in value if m not in OBJECTIVE_METRICS]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; allowed: {', '.join(OBJECTIVE_METRICS)}")
+        return value
+
+    @classmethod
+    def from_spec(cls, spec: BenchmarkSpec, **overrides: Any) -> "BenchSettings":
+        """The spec's benchmark section with ``overrides`` (e.g. ``noise_metrics=[objective]``)."""
+        return cls.model_validate({**spec.model_dump(), **overrides})

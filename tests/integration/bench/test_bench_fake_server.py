@@ -1,0 +1,230 @@
+"""The harness against HTTP-level test doubles: every failure path, the lying server, plain OpenAI.
+
+These need no engine, so they run in milliseconds; the same properties against the real
+reference engine are in test_bench_reference.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FakeServer, expected_accept_length
+from orchestrator.bench import BenchSettings, run_benchmark, run_probe
+from orchestrator.bench.commands import bench as bench_command, probe as probe_command
+from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
+from orchestrator.bench.metrics import RepetitionMetrics
+from orchestrator.bench.report import read_json
+from orchestrator.errors import BenchmarkError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def _settings(**overrides) -> BenchSettings:
+    values = dict(num_prompts=12, output_len=16, concurrency=[1, 4], repetitions=2, warmup_requests=2,
+                  request_timeout_s=10)
+    values.update(overrides)
+    return BenchSettings(**values)
+
+
+def _load(server: FakeServer, *, items: int = 8, concurrency: int = 4, timeout_s: float = 10, **kw):
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            return await run_load(
+                session=session, base_url=server.url, api=kw.pop("api", "generate"),
+                items=[WorkItem(prompt_id=f"p{i}", text=f"prompt number {i}") for i in range(items)],
+                concurrency=concurrency, sampling=Sampling(max_new_tokens=kw.pop("tokens", 16)),
+                timeout_s=timeout_s, **kw,
+            )
+
+    return asyncio.run(go())
+
+
+def test_token_counts_are_the_servers_and_chunks_carry_several(fake_server: FakeServer) -> None:
+    seen: list[RepetitionMetrics] = []
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(), on_repetition=seen.append)
+    assert [(m.concurrency, m.repetition) for m in seen] == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    for rep in seen:
+        assert rep.num_errors == 0 and rep.num_ok == 12
+        assert rep.output_tokens == 12 * 16  # sum of completion_tokens, not chunks
+        # 16 tokens = 1 (prefill) + 3+3+3+3+3: 6 chunks
+        assert rep.tokens_per_chunk == pytest.approx(16 / 6)
+        expected = expected_accept_length(tokens=16, accept_length=3)
+        assert rep.accept_length_requests == pytest.approx(expected)
+        assert rep.accept_length_server == pytest.approx(expected)
+        assert rep.spec_accept_length_meta == pytest.approx(16 / 5)
+        assert rep.accepted_drafts_per_cycle == pytest.approx(expected - 1)
+        assert rep.accept_length_mismatch is False
+        assert rep.cycle_ms is not None and rep.cycle_ms >= 0
+    assert fake_server.counters.flushes == 4  # one per repetition
+    assert fake_server.counters.max_in_flight <= 4
+    assert not result.accept_length_mismatch
+    assert result.metric("output_tokens", concurrency=4) == 12 * 16
+    assert result.server["speculative_algorithm"] == "EAGLE3"
+
+
+def test_a_server_that_lies_about_accept_length_is_flagged(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reported_accept_length = 4.5  # the truth is 3.0
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2]))
+    assert result.accept_length_mismatch
+    level = result.level(2)
+    assert level.accept_length_mismatch
+    assert all(rep.accept_length_mismatch for rep in level.repetitions)
+    assert all(rep.accept_length_server == 4.5 for rep in level.repetitions)
+    # the reported accept_length is the one computed from the measured requests
+    assert level.value("accept_length") == pytest.approx(expected_accept_length(tokens=16, accept_length=3))
+
+
+def test_server_errors_are_counted_by_kind(fake_server: FakeServer) -> None:
+    fake_server.behaviour.fail_every = 5
+    fake_server.behaviour.drop_every = 7
+    fake_server.behaviour.error_event_every = 11
+    result = _load(fake_server, items=40, concurrency=4)
+    kinds = [r.error_kind for r in result.records]
+    assert kinds.count("http_5xx") == 8  # requests 5, 10, ..., 40 (by arrival)
+    assert kinds.count("dropped_stream") == 4  # 7, 14, 21, 28 (35 is already a 5xx)
+    assert kinds.count("server_error") == 3  # 11, 22, 33
+    assert len(result.records) == 40
+    ok = [r for r in result.records if r.error is None]
+    assert all(r.output_tokens == 16 for r in ok)
+
+
+def test_timeouts_are_records_not_exceptions(fake_server: FakeServer) -> None:
+    fake_server.behaviour.hang_every = 3
+    result = _load(fake_server, items=6, concurrency=6, timeout_s=0.5)
+    kinds = [r.error_kind for r in result.records]
+    assert kinds.count("timeout") == 2
+    assert kinds.count(None) == 4
+
+
+def test_errors_are_reported_in_the_benchmark_result(fake_server: FakeServer) -> None:
+    fake_server.behaviour.fail_every = 4
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2], repetitions=1))
+    rep = result.level(2).repetitions[0]
+    assert rep.num_errors == rep.errors_by_kind["http_5xx"] > 0
+    assert rep.num_ok + rep.num_errors == rep.num_requests == 12
+    assert rep.output_tokens == rep.num_ok * 16
+    assert result.num_errors == rep.num_errors
+    assert "HTTP 500" in rep.error_samples[0]
+
+
+def test_dead_server_ends_the_run_with_a_clear_message(unused_url: str) -> None:
+    with pytest.raises(BenchmarkError, match=r"cannot benchmark: cannot connect to http://127\.0\.0\.1:\d+ \(ConnectionRefusedError; is the server running\?\)"):
+        run_benchmark(base_url=unused_url, settings=_settings())
+
+
+def test_server_dying_mid_run_ends_the_run(dying_server: FakeServer) -> None:
+    dying_server.behaviour.die_after = 2 + 12 + 5  # warm-up, one repetition, then 5 more
+    reported: list[RepetitionMetrics] = []
+    with pytest.raises(BenchmarkError, match="stopped serving during concurrency 1, repetition 1"):
+        run_benchmark(base_url=dying_server.url, settings=_settings(concurrency=[1]), on_repetition=reported.append)
+    assert len(reported) == 1 and reported[0].num_errors == 0
+
+
+def test_dead_server_stops_the_load_quickly(dying_server: FakeServer) -> None:
+    dying_server.behaviour.die_after = 0
+    result = _load(dying_server, items=200, concurrency=2)
+    kinds = {r.error_kind for r in result.records}
+    assert kinds <= {"connection", "not_sent", "dropped_stream"}
+    assert sum(r.error_kind == "not_sent" for r in result.records) > 150
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_plain_openai_server_reports_speculative_metrics_as_absent(fake_server: FakeServer, api: str) -> None:
+    fake_server.behaviour.native = False
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(api=api, concurrency=[2], repetitions=1))
+    assert result.api == api and result.model == "fake-model"
+    assert not result.flush_cache_supported
+    rep = result.level(2).repetitions[0]
+    assert rep.num_errors == 0
+    assert rep.output_tokens == 12 * 16  # from usage.completion_tokens
+    assert rep.tokens_per_chunk == pytest.approx(1.0)
+    for name in ("accept_length", "accept_length_requests", "accept_length_server", "accepted_drafts_per_cycle",
+                 "cycle_ms", "spec_verify_ct", "spec_accept_length_meta", "accept_length_mismatch"):
+        assert getattr(rep, name) is None, name
+    assert result.level(2).summary["accept_length"].count == 0
+
+
+def test_auto_detects_openai_when_server_info_is_absent(fake_server: FakeServer) -> None:
+    fake_server.behaviour.native = False
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[1], repetitions=1, warmup_requests=0))
+    assert result.api == "completions"
+
+
+def test_non_speculative_native_server(fake_server: FakeServer) -> None:
+    fake_server.behaviour.speculative = False
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[1], repetitions=1))
+    rep = result.level(1).repetitions[0]
+    assert rep.tokens_per_chunk == pytest.approx(1.0)
+    assert rep.accept_length is None and rep.accept_length_mismatch is None
+
+
+def test_open_loop_respects_the_concurrency_cap(fake_server: FakeServer) -> None:
+    fake_server.behaviour.token_delay_s = 0.002
+    result = run_benchmark(
+        base_url=fake_server.url, settings=_settings(concurrency=[3], repetitions=1, request_rate=500.0)
+    )
+    assert result.level(3).repetitions[0].num_ok == 12
+    assert fake_server.counters.max_in_flight <= 3
+
+
+def test_probe_writes_then_matches_then_names_the_difference(fake_server: FakeServer, tmp_path: Path) -> None:
+    baseline = tmp_path / "probe.json"
+    first = run_probe(base_url=fake_server.url, baseline_path=baseline, num_prompts=4, max_new_tokens=12)
+    assert first.status == "baseline_written" and baseline.exists()
+    again = run_probe(base_url=fake_server.url, baseline_path=baseline)
+    assert again.status == "match" and again.unit == "token" and again.passed
+    fake_server.behaviour.vary_output = 1  # "started with a different seed"
+    changed = run_probe(base_url=fake_server.url, baseline_path=baseline)
+    assert changed.status == "mismatch" and not changed.passed
+    assert changed.first_mismatch is not None
+    assert changed.first_mismatch.prompt_index == 0 and changed.first_mismatch.position == 0
+    assert "prompt 0" in changed.message and "token 0" in changed.message
+
+
+def test_probe_request_failure_is_an_error_not_a_verdict(fake_server: FakeServer, tmp_path: Path) -> None:
+    fake_server.behaviour.fail_every = 2
+    with pytest.raises(BenchmarkError, match="correctness cannot be judged"):
+        run_probe(base_url=fake_server.url, baseline_path=tmp_path / "p.json", num_prompts=4, max_new_tokens=4)
+
+
+def test_bench_command_writes_json_and_exits_0(fake_server: FakeServer, tmp_path: Path) -> None:
+    import typer
+
+    app = typer.Typer()
+    app.command()(bench_command)
+    app.command()(probe_command)
+    out = tmp_path / "result.json"
+    runner = CliRunner()
+    result = runner.invoke(app, ["bench", fake_server.url, "-c", "1,2", "-r", "2", "--num-prompts", "4",
+                                 "--output-len", "8", "--warmup", "1", "--json-out", str(out)])
+    assert result.exit_code == 0, result.output
+    loaded = read_json(out)
+    assert [level.concurrency for level in loaded.levels] == [1, 2]
+    assert "output tok/s" in result.output and "accept_length (server)" in result.output
+
+    bad = runner.invoke(app, ["bench", fake_server.url, "--dataset", "random"])
+    assert bad.exit_code == 2 and "allow_random_prompts" in bad.output
+
+    baseline = tmp_path / "b.json"
+    assert runner.invoke(app, ["probe", fake_server.url, "--baseline", str(baseline), "--num-prompts", "2"]).exit_code == 0
+    fake_server.behaviour.vary_output = 3
+    mismatch = runner.invoke(app, ["probe", fake_server.url, "--baseline", str(baseline), "--json"])
+    assert mismatch.exit_code == 1
+    assert json.loads(mismatch.stdout)["mismatches"][0]["position"] == 0
+
+
+def test_bench_command_dead_server_exits_1(unused_url: str) -> None:
+    import typer
+
+    app = typer.Typer()
+    app.command()(bench_command)
+    app.command()(probe_command)
+    result = CliRunner().invoke(app, ["bench", unused_url, "--num-prompts", "2"])
+    assert result.exit_code == 1
+    assert "cannot connect" in result.output

@@ -1,0 +1,146 @@
+"""Metric math against hand-computed values, and the shape of what the sweep reads."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator.bench.loadgen import RequestRecord
+from orchestrator.bench.metrics import (
+    Distribution,
+    accept_length_agrees,
+    accept_length_requests,
+    accepted_drafts_per_cycle,
+    compute_repetition_metrics,
+    cycle_ms,
+    error_counts,
+    output_tok_per_s,
+    output_tokens,
+    percentile,
+    request_per_s,
+    spec_accept_length_meta,
+    tokens_per_chunk,
+    tpot_ms,
+)
+from orchestrator.spec import OBJECTIVE_METRICS
+
+
+def rec(index: int = 0, **fields) -> RequestRecord:
+    return RequestRecord(index=index, prompt_id=f"p{index}", **fields)
+
+
+# Two speculative requests, hand-computed:
+#   A: 11 tokens, 4 verify cycles, TTFT 100 ms, e2e 300 ms, 5 chunks
+#   B: 21 tokens, 8 verify cycles, TTFT 200 ms, e2e 600 ms, 9 chunks
+A = rec(0, output_tokens=11, spec_verify_ct=4, ttft_ms=100.0, e2e_ms=300.0, num_chunks=5, prompt_tokens=7)
+B = rec(1, output_tokens=21, spec_verify_ct=8, ttft_ms=200.0, e2e_ms=600.0, num_chunks=9, prompt_tokens=9)
+FAILED = rec(2, error="HTTP 500: boom", error_kind="http_5xx", output_tokens=5, e2e_ms=5.0)
+DROPPED = rec(3, error="cut", error_kind="dropped_stream", e2e_ms=50.0)
+
+
+def test_percentile_interpolates_linearly() -> None:
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 0) == 1.0 and percentile(values, 100) == 4.0
+    assert percentile(values, 90) == pytest.approx(3.7)  # position 2.7
+    assert percentile([5.0], 99) == 5.0
+
+
+def test_distribution_by_hand() -> None:
+    d = Distribution.of([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
+    assert d.count == 8 and d.mean == 5.0 and d.median == 4.5
+    assert d.min == 2.0 and d.max == 9.0
+    stdev = math.sqrt(32 / 7)
+    assert d.stdev == pytest.approx(stdev)
+    assert d.cv == pytest.approx(stdev / 5.0)
+    assert d.mad == pytest.approx(0.5)  # |x - 4.5| = 2.5 .5 .5 .5 .5 .5 2.5 4.5 -> median 0.5
+    half = 2.365 * stdev / math.sqrt(8)  # t(0.975, 7)
+    assert d.ci95_low == pytest.approx(5.0 - half) and d.ci95_high == pytest.approx(5.0 + half)
+
+
+def test_distribution_small_samples() -> None:
+    empty = Distribution.of([])
+    assert empty.count == 0 and empty.median is None and empty.cv is None
+    one = Distribution.of([3.0])
+    assert one.median == one.p99 == 3.0 and one.mad == 0.0
+    assert one.stdev is None and one.cv is None and one.ci95_low is None
+    zero_mean = Distribution.of([-1.0, 1.0])
+    assert zero_mean.cv is None
+
+
+def test_throughput_counts_server_tokens_of_successful_requests_only() -> None:
+    records = [A, B, FAILED, DROPPED]
+    assert output_tokens(records) == 32
+    assert output_tok_per_s(records, 2.0) == 16.0
+    assert request_per_s(records, 2.0) == 1.0
+    assert error_counts(records) == {"dropped_stream": 1, "http_5xx": 1}
+
+
+def test_unknown_token_count_is_absent_not_partial() -> None:
+    assert output_tokens([A, rec(5, ttft_ms=1.0, e2e_ms=2.0)]) is None
+    assert output_tok_per_s([A, rec(5)], 1.0) is None
+
+
+def test_tpot_excludes_the_first_token() -> None:
+    d = tpot_ms([A, B, FAILED, rec(6, output_tokens=1, ttft_ms=5.0, e2e_ms=5.0)])
+    # A: (300 - 100) / 10 = 20; B: (600 - 200) / 20 = 20; 1-token request excluded
+    assert d.count == 2 and d.median == 20.0
+
+
+def test_tokens_per_chunk() -> None:
+    assert tokens_per_chunk([A, B]) == pytest.approx(32 / 14)
+    assert tokens_per_chunk([rec(0, output_tokens=3)]) is None  # not streamed
+
+
+def test_accept_length_definitions() -> None:
+    # ours: (11 + 21 - 2) / (4 + 8) = 2.5 ; SGLang's per-request one counts prefill: 32 / 12
+    assert accept_length_requests([A, B, FAILED]) == pytest.approx(2.5)
+    assert spec_accept_length_meta([A, B]) == pytest.approx(32 / 12)
+    assert accepted_drafts_per_cycle(2.5) == pytest.approx(1.5)
+    assert accepted_drafts_per_cycle(None) is None
+    # cycle: (200 + 400) / 12 = 50 ms
+    assert cycle_ms([A, B]) == pytest.approx(50.0)
+
+
+def test_speculative_metrics_absent_without_spec_fields() -> None:
+    plain = [rec(0, output_tokens=10, ttft_ms=1.0, e2e_ms=10.0, num_chunks=10)]
+    assert accept_length_requests(plain) is None
+    assert spec_accept_length_meta(plain) is None
+    assert cycle_ms(plain) is None
+    # a speculative request that never reached a verify cycle: nothing to divide by
+    assert accept_length_requests([rec(0, output_tokens=1, spec_verify_ct=0)]) is None
+
+
+def test_accept_length_agreement() -> None:
+    assert accept_length_agrees(server=2.6, requests=2.5, tolerance=0.1) is True
+    assert accept_length_agrees(server=3.0, requests=2.5, tolerance=0.1) is False
+    assert accept_length_agrees(server=None, requests=2.5, tolerance=0.1) is None
+    assert accept_length_agrees(server=2.5, requests=None, tolerance=0.1) is None
+
+
+def test_repetition_metrics_and_flat_names() -> None:
+    m = compute_repetition_metrics(
+        records=[A, B, FAILED, DROPPED], duration_s=2.0, concurrency=4, repetition=1, request_rate=None,
+        accept_length_server=3.2, accept_length_tolerance=0.1,
+    )
+    assert (m.num_requests, m.num_ok, m.num_errors) == (4, 2, 2)
+    assert m.output_tokens == 32 and m.prompt_tokens == 16 and m.spec_verify_ct == 12
+    assert m.accept_length == pytest.approx(2.5)  # the per-request figure is preferred
+    assert m.accept_length_mismatch is True  # 3.2 vs 2.5
+    assert m.ttft_ms.median == 150.0 and m.e2e_ms.median == 450.0
+    flat = m.flat()
+    assert set(OBJECTIVE_METRICS) <= set(flat)
+    assert flat["ttft_ms_p50"] == 150.0 and flat["error_rate"] == 0.5
+    assert m.error_samples[0] == "http_5xx: HTTP 500: boom"
+
+
+def test_server_accept_length_used_when_requests_lack_it() -> None:
+    plain = [rec(0, output_tokens=10, ttft_ms=1.0, e2e_ms=10.0, num_chunks=4)]
+    m = compute_repetition_metrics(
+        records=plain, duration_s=1.0, concurrency=1, repetition=0, request_rate=None,
+        accept_length_server=2.0, accept_length_tolerance=0.1,
+    )
+    assert m.accept_length == 2.0 and m.accept_length_requests is None
+    assert m.accept_length_mismatch is None
+    assert m.accepted_drafts_per_cycle == 1.0

@@ -1,0 +1,231 @@
+"""Loadgen parsing and payloads, datasets, settings, report JSON, probe comparison, server info."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import cli
+from orchestrator.bench import commands
+from orchestrator.bench.datasets import DatasetError, load_builtin, load_prompts, load_sharegpt, random_prompts
+from orchestrator.bench.loadgen import Sampling, _Fail, _Response, build_payload
+from orchestrator.bench.metrics import compute_repetition_metrics
+from orchestrator.bench.probe import ProbeOutput, compare_outputs
+from orchestrator.bench.report import BenchResult, DatasetInfo, WarmupInfo, read_json, summarise_level, write_json
+from orchestrator.bench.server import accept_length_from_info, summarise_server_info
+from orchestrator.bench.settings import BenchSettings
+from orchestrator.errors import BenchmarkError
+from orchestrator.spec import BenchmarkSpec
+
+# --- loadgen ----------------------------------------------------------------------------------
+
+
+def test_native_stream_counts_tokens_from_meta_info_not_chunks() -> None:
+    state = _Response("generate", keep_output=True, t0=10.0)
+    state.event({"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": None}}, 10.1)
+    state.event({"text": "abcd", "meta_info": {"completion_tokens": 4, "finish_reason": None}}, 10.2)
+    state.event({"text": "abcd", "meta_info": {"completion_tokens": 4, "finish_reason": None}}, 10.25)  # no new tokens
+    state.event(
+        {"text": "abcdef", "meta_info": {
+            "completion_tokens": 6, "prompt_tokens": 3, "spec_verify_ct": 2, "spec_accept_length": 3.0,
+            "e2e_latency": 0.3, "finish_reason": {"type": "length", "length": 6}}},
+        10.3,
+    )
+    assert state.ttft_ms == pytest.approx(100.0)
+    assert state.num_chunks == 3
+    assert state.output_tokens == 6 and state.prompt_tokens == 3
+    assert state.verify_ct == 2 and state.spec_accept == 3.0
+    assert state.finished and state.finish_reason == "length"
+    assert state.output() == "abcdef"
+
+
+def test_native_error_event_and_abort_are_failures() -> None:
+    with pytest.raises(_Fail) as info:
+        _Response("generate", False, 0.0).event({"error": {"message": "out of memory"}}, 1.0)
+    assert info.value.kind == "server_error" and "out of memory" in str(info.value)
+    with pytest.raises(_Fail) as info:
+        _Response("generate", False, 0.0).event(
+            {"text": "", "meta_info": {"completion_tokens": 0, "finish_reason": {"type": "abort", "message": "too long"}}}, 1.0
+        )
+    assert "too long" in str(info.value)
+
+
+def test_openai_stream_takes_tokens_from_usage() -> None:
+    state = _Response("chat", keep_output=True, t0=0.0)
+    state.event({"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}, 0.05)  # no content
+    state.event({"choices": [{"delta": {"content": "Hel"}, "finish_reason": None}]}, 0.1)
+    state.event({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}, 0.2)
+    state.event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}, 0.21)
+    assert state.ttft_ms == pytest.approx(100.0) and state.num_chunks == 2
+    assert state.output_tokens == 2 and state.verify_ct is None
+    assert state.output() == "Hello" and state.finish_reason == "stop"
+
+
+def test_non_streamed_native_body_keeps_token_ids() -> None:
+    state = _Response("generate", keep_output=True, t0=0.0)
+    state.body({"text": "xy", "output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "length"}}})
+    assert state.output_ids == [5, 6] and state.output() == "xy"
+    with pytest.raises(_Fail):
+        _Response("generate", False, 0.0).body({"text": "x", "meta_info": {}})
+
+
+def test_payloads_use_each_apis_field_names() -> None:
+    sampling = Sampling(max_new_tokens=16, temperature=0.0, seed=3, ignore_eos=True)
+    native = build_payload(api="generate", text="hi", sampling=sampling, stream=True, model=None)
+    assert native == {"text": "hi", "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+                      "stream": True}
+    hot = build_payload(api="generate", text="hi", sampling=Sampling(max_new_tokens=1, temperature=0.7, seed=3),
+                        stream=False, model=None)
+    assert hot["sampling_params"]["sampling_seed"] == 3
+    chat = build_payload(api="chat", text="hi", sampling=sampling, stream=True, model="m")
+    assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["model"] == "m"
+    assert chat["max_tokens"] == 16 and chat["stream_options"] == {"include_usage": True}
+    completions = build_payload(api="completions", text="hi", sampling=sampling, stream=False, model=None)
+    assert completions["prompt"] == "hi" and "model" not in completions and "stream_options" not in completions
+
+
+# --- datasets ---------------------------------------------------------------------------------
+
+
+def test_builtin_prompts_are_varied_real_text() -> None:
+    prompts = load_builtin()
+    assert 60 <= len(prompts) <= 80
+    assert len({p.id for p in prompts}) == len(prompts)
+    lengths = sorted(len(p.text) for p in prompts)
+    assert lengths[0] < 100 and lengths[-1] > 800  # short questions and long contexts
+
+
+def test_prompt_selection_is_seeded_and_repeats_when_asked_for_more() -> None:
+    a = load_prompts(dataset="builtin", count=100, seed=1)
+    assert a == load_prompts(dataset="builtin", count=100, seed=1)
+    assert a != load_prompts(dataset="builtin", count=100, seed=2)
+    assert len(a) == 100 and len({p.id for p in a}) == len(load_builtin())
+
+
+def test_sharegpt(tmp_path: Path) -> None:
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([
+        {"id": "x1", "conversations": [{"from": "human", "value": "Hello?"}, {"from": "gpt", "value": "Hi"}]},
+        {"id": "x2", "conversations": [{"from": "gpt", "value": "no human turn"}]},
+        {"messages": [{"role": "user", "content": "Chat format"}]},
+    ]))
+    prompts = load_sharegpt(path)
+    assert [(p.id, p.text) for p in prompts] == [("x1", "Hello?"), ("sharegpt-2", "Chat format")]
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_sharegpt(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(DatasetError, match="expected a JSON list"):
+        load_sharegpt(tmp_path / "bad.json")
+
+
+def test_random_prompts_have_the_asked_length() -> None:
+    prompts = random_prompts(count=3, input_len=50, seed=0)
+    assert all(len(p.text.split()) == 50 for p in prompts)
+    assert prompts == random_prompts(count=3, input_len=50, seed=0)
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def test_settings_are_the_specs_benchmark_section_plus_knobs() -> None:
+    spec = BenchmarkSpec(num_prompts=5, concurrency=[8, 1], repetitions=2)
+    settings = BenchSettings.from_spec(spec, noise_metrics=["ttft_ms_p99"])
+    assert isinstance(settings, BenchmarkSpec)
+    assert settings.concurrency == [1, 8] and settings.num_prompts == 5
+    assert settings.noise_metrics == ["ttft_ms_p99"]
+    with pytest.raises(ValueError, match="allow_random_prompts"):
+        BenchSettings(dataset="random")
+    with pytest.raises(ValueError, match="unknown metrics"):
+        BenchSettings(noise_metrics=["tok_per_s"])
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def _result() -> BenchResult:
+    from orchestrator.bench.loadgen import RequestRecord
+
+    reps = [
+        compute_repetition_metrics(
+            records=[RequestRecord(index=0, prompt_id="p", output_tokens=10, ttft_ms=1.0, e2e_ms=10.0, num_chunks=5)],
+            duration_s=duration, concurrency=2, repetition=i, request_rate=None, accept_length_server=None,
+            accept_length_tolerance=0.1,
+        )
+        for i, duration in enumerate([1.0, 1.0, 2.0])
+    ]
+    level = summarise_level(concurrency=2, request_rate=None, repetitions=reps,
+                            noise_metrics=["output_tok_per_s"], noisy_cv_threshold=0.05)
+    return BenchResult(
+        created_at="2026-01-01T00:00:00+00:00", base_url="http://x", api="completions", model="m", server={},
+        flush_cache_supported=False, settings=BenchSettings(), dataset=DatasetInfo(
+            name="builtin", num_prompts=1, distinct_prompts=1, mean_prompt_chars=3.0),
+        warmup=WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={}), levels=[level], num_requests=3,
+        num_errors=0, accept_length_mismatch=False, noisy=level.noisy,
+    )
+
+
+def test_level_summary_flags_noise() -> None:
+    result = _result()
+    level = result.level(2)
+    assert level.summary["output_tok_per_s"].median == 10.0  # 10, 10, 5
+    assert level.noisy and level.noisy_metrics[0].startswith("output_tok_per_s")
+    assert level.summary["accept_length"].count == 0  # absent, not zero
+    assert result.metric("output_tok_per_s") == 10.0
+    assert result.flat()["c2.output_tok_per_s"] == 10.0
+    with pytest.raises(KeyError):
+        result.level(3)
+
+
+def test_json_round_trip_and_schema_version(tmp_path: Path) -> None:
+    result = _result()
+    path = write_json(result, tmp_path / "r.json")
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == "spectune.bench/1"
+    assert data["levels"][0]["repetitions"][0]["accept_length"] is None
+    assert read_json(path) == result
+    data["schema_version"] = "spectune.bench/999"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BenchmarkError, match="schema_version"):
+        read_json(path)
+
+
+# --- probe ------------------------------------------------------------------------------------
+
+
+def test_probe_compares_tokens_and_names_first_difference() -> None:
+    base = [ProbeOutput(prompt_id="a", output_ids=[1, 2, 3], text="x"), ProbeOutput(prompt_id="b", output_ids=[4, 5], text="y")]
+    same = [o.model_copy() for o in base]
+    assert compare_outputs(baseline=base, current=same) == ("token", [])
+    changed = [base[0], ProbeOutput(prompt_id="b", output_ids=[4, 9], text="y")]
+    unit, mismatches = compare_outputs(baseline=base, current=changed)
+    assert unit == "token" and len(mismatches) == 1
+    assert (mismatches[0].prompt_index, mismatches[0].prompt_id, mismatches[0].position) == (1, "b", 1)
+    assert "[5]" in mismatches[0].expected and "[9]" in mismatches[0].got
+    shorter = [ProbeOutput(prompt_id="a", output_ids=[1, 2], text="x"), base[1]]
+    assert compare_outputs(baseline=base, current=shorter)[1][0].position == 2
+
+
+def test_probe_falls_back_to_text() -> None:
+    base = [ProbeOutput(prompt_id="a", output_ids=None, text="hello world")]
+    unit, mismatches = compare_outputs(baseline=base, current=[ProbeOutput(prompt_id="a", output_ids=None, text="hello there")])
+    assert unit == "char" and mismatches[0].position == 6
+
+
+# --- server info ------------------------------------------------------------------------------
+
+
+def test_accept_length_from_server_info() -> None:
+    assert accept_length_from_info({"internal_states": [{"avg_spec_accept_length": 2.5}]}) == 2.5
+    assert accept_length_from_info({"internal_states": [{"avg_spec_accept_length": 2.0},
+                                                        {"avg_spec_accept_length": 3.0}]}) == 2.5
+    assert accept_length_from_info({"internal_states": [{"avg_spec_accept_length": None}]}) is None
+    assert accept_length_from_info({"avg_spec_accept_length": 1.5}) == 1.5  # older SGLang
+    assert accept_length_from_info(None) is None
+    assert summarise_server_info({"model_path": "m", "random": 1}) == {"model_path": "m"}
+
+
+def test_commands_share_the_cli_exit_codes() -> None:
+    assert commands.EXIT_FAILED == cli.EXIT_FAILED
+    assert commands.EXIT_BAD_INPUT == cli.EXIT_BAD_INPUT
