@@ -310,6 +310,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, state: _Response) -> None:
     clock = time.perf_counter
     loads = json.loads
     async for data in resp.content.iter_any():
+        if state.done:
+            continue  # read to the end so the connection can be reused
         now = clock()
         pending += data
         if b"\n" not in data:
@@ -322,14 +324,14 @@ async def _read_stream(resp: aiohttp.ClientResponse, state: _Response) -> None:
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 state.done = True
-                return
+                break
             try:
                 obj = loads(payload)
             except ValueError:
                 raise _Fail("bad_response", f"invalid JSON in event: {payload[:200]!r}") from None
             state.event(obj, now)
     tail = pending.strip()
-    if tail.startswith(b"data:"):
+    if not state.done and tail.startswith(b"data:"):
         payload = tail[5:].strip()
         if payload == b"[DONE]":
             state.done = True

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from typer.testing import CliRunner
 
-from conftest import FakeServer, expected_accept_length
+from bench_testing import FakeServer, expected_accept_length
 from orchestrator.bench import BenchSettings, run_benchmark, run_probe
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
