@@ -1,0 +1,177 @@
+"""Model presets of the reference engine: named shapes whose weights are generated from a seed.
+
+``--model-path`` names a preset (no files, no downloads). Each preset fixes the transformer's
+shape, its dtype, the seed its weights come from, and the two knobs that make speculative decoding
+behave like a trained EAGLE head on random weights:
+
+* ``draft_layers``: the draft is an early exit of the target after this many layers, read out
+  through the target's own final norm and output layer (LayerSkip-style self-speculation: the
+  draft reads the target's hidden states of those layers through the shared KV cache).
+* ``deep_residual_scale``: the residual contributions of layers ``>= draft_layers`` are scaled by
+  this factor. Near 0 the early exit always agrees with the full model (acceptance saturates at
+  steps + 1); near 1 it is an unrelated random function (acceptance near 1). In between it agrees
+  often but not always, so accept length rises with ``--speculative-num-steps`` and saturates.
+
+Draft paths: ``--speculative-draft-model-path`` may be ``<preset>-draft`` (the early exit at the
+preset's ``draft_layers``), ``<preset>-draft-L<k>`` (exit after ``k`` layers), or the target's own
+name (same as ``<preset>-draft``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Mapping
+
+from serving.reference.tokenizer import END_OF_TURN_ID
+
+__all__ = ["PRESETS", "ModelPreset", "get_preset", "resolve_draft_layers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPreset:
+    """One model shape and how its weights are made.
+
+    Attributes:
+        name: The ``--model-path`` that selects it.
+        hidden_size: Residual stream width.
+        num_layers: Transformer blocks.
+        num_heads: Attention heads (no GQA); must divide by the TP size.
+        intermediate_size: SwiGLU width; must divide by the TP size.
+        vocab_size: Byte tokens + special tokens (+ padding).
+        context_length: Default ``--context-length``.
+        dtype: Default ``--dtype``. float64 keeps greedy decoding bit-stable across batch shapes
+            (verify of k tokens vs decode of 1), which the lossless-greedy guarantee relies on.
+        seed: Default weight seed (``--random-seed`` overrides it).
+        draft_layers: Early-exit depth of the default draft.
+        deep_residual_scale: Scale of the residual contributions of layers >= draft_layers.
+        logit_scale: Multiplies the output layer; larger gives peakier distributions.
+        rope_theta: Rotary embedding base.
+        default_max_running_requests: ``--max-running-requests`` without speculation.
+        auto_speculative: (steps, topk, draft tokens) chosen when all three are unset.
+        description: One line for the docs and ``/v1/models``.
+    """
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    vocab_size: int = 264
+    context_length: int = 2048
+    dtype: str = "float64"
+    seed: int = 0
+    draft_layers: int = 1
+    deep_residual_scale: float = 0.5
+    logit_scale: float = 4.0
+    rope_theta: float = 10000.0
+    default_max_running_requests: int = 64
+    auto_speculative: tuple[int, int, int] = (3, 1, 4)
+    description: str = ""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def stop_token_ids_for_chat(self) -> tuple[int, ...]:
+        """Extra stop tokens for chat requests: the end-of-turn marker of the template."""
+        return (END_OF_TURN_ID,)
+
+    def check_tp(self, tp_size: int) -> None:
+        """Raise ``ValueError`` naming the field if this shape cannot be split ``tp_size`` ways."""
+        for field in ("num_heads", "intermediate_size"):
+            value = getattr(self, field)
+            if value % tp_size:
+                raise ValueError(
+                    f"--tp-size {tp_size} does not divide {self.name}.{field}={value}; "
+                    f"use a TP size that divides {value}"
+                )
+
+
+PRESETS: Mapping[str, ModelPreset] = {
+    p.name: p
+    for p in (
+        ModelPreset(
+            name="ref-tiny",
+            hidden_size=64,
+            num_layers=8,
+            num_heads=4,
+            intermediate_size=192,
+            context_length=2048,
+            dtype="float64",
+            seed=1234,
+            draft_layers=1,
+            deep_residual_scale=0.15,
+            description="CPU preset: 8 layers x 128 wide, fp64, tiny enough for CI on 2 cores.",
+        ),
+        ModelPreset(
+            name="ref-small",
+            hidden_size=512,
+            num_layers=12,
+            num_heads=8,
+            intermediate_size=1536,
+            context_length=4096,
+            dtype="float32",
+            seed=1234,
+            draft_layers=2,
+            deep_residual_scale=0.5,
+            description="Laptop / small-GPU preset: 12 layers x 512 wide, fp32.",
+        ),
+        ModelPreset(
+            name="ref-gpu-comm",
+            hidden_size=2048,
+            num_layers=64,
+            num_heads=16,
+            intermediate_size=5632,
+            context_length=4096,
+            dtype="float32",
+            seed=1234,
+            draft_layers=4,
+            deep_residual_scale=0.5,
+            default_max_running_requests=128,
+            description=(
+                "GPU preset where TP all-reduce is a real share of a decode step: 64 layers x 2048 "
+                "wide (two all-reduces of batch x 2048 values per layer), ~3.3B params, fp32."
+            ),
+        ),
+    )
+}
+
+
+def get_preset(name: str) -> ModelPreset:
+    """The preset named by ``--model-path``; the error lists the known names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"--model-path {name!r} is not a reference-engine preset; known presets: "
+            f"{', '.join(sorted(PRESETS))}"
+        ) from None
+
+
+_DRAFT_RE = re.compile(r"^(?P<base>.+?)-draft(?:-L(?P<layers>\d+))?$")
+
+
+def resolve_draft_layers(*, draft_path: str, preset: ModelPreset) -> int:
+    """Map ``--speculative-draft-model-path`` to the early-exit depth of the draft.
+
+    Raises:
+        ValueError: the path names another preset, a depth outside [1, num_layers), or nothing
+            recognisable; the message names the flag and the accepted spellings.
+    """
+    if draft_path == preset.name:
+        return preset.draft_layers
+    match = _DRAFT_RE.match(draft_path)
+    if not match or match.group("base") != preset.name:
+        raise ValueError(
+            f"--speculative-draft-model-path {draft_path!r} does not belong to --model-path "
+            f"{preset.name!r}; use {preset.name}-draft, {preset.name}-draft-L<k> or {preset.name}"
+        )
+    layers = int(match.group("layers")) if match.group("layers") else preset.draft_layers
+    if not 1 <= layers < preset.num_layers:
+        raise ValueError(
+            f"--speculative-draft-model-path {draft_path!r}: the early exit must be after 1 to "
+            f"{preset.num_layers - 1} layers of {preset.name}, got {layers}"
+        )
+    return layers

@@ -1,0 +1,308 @@
+"""The HTTP process's side of the engine (SGLang's TokenizerManager, minus the tokenizer work).
+
+Sends validated requests to rank 0, receives token batches on a reader thread, and hands each
+request's tokens to the coroutine waiting for them. It also keeps what ``/server_info`` and
+``/metrics`` report, and notices a dead worker (the server then exits, as SGLang does when a
+scheduler process dies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import time
+from multiprocessing.connection import wait
+from typing import Any, AsyncIterator, Callable, Optional
+
+from serving.reference.launcher import WorkerGroup
+from serving.reference.metrics import ReferenceMetrics
+from serving.reference.protocol import (
+    AbortReq,
+    FlushDone,
+    FlushReq,
+    GenerateReq,
+    Stats,
+    TokenBatch,
+    TokenOut,
+    WorkerFailed,
+)
+
+__all__ = ["EngineClient", "RequestState"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RequestState:
+    """One in-flight request as the HTTP side sees it."""
+
+    req: GenerateReq
+    created: float
+    queue: "asyncio.Queue[tuple[int, ...]]"
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    finish: Optional[dict[str, Any]] = None
+    spec_verify_ct: int = 0
+    spec_accepted_drafts: int = 0
+    first_token_at: Optional[float] = None
+    last_token_at: Optional[float] = None
+    finished_at: Optional[float] = None
+
+    @property
+    def rid(self) -> str:
+        return self.req.rid
+
+    @property
+    def finished(self) -> bool:
+        return self.finish is not None
+
+
+class EngineClient:
+    """Talks to the TP workers on behalf of the HTTP handlers.
+
+    Args:
+        workers: The started worker group.
+        num_draft_tokens: ``--speculative-num-draft-tokens`` (None without speculation).
+        metrics: Where to record request metrics (None without ``--enable-metrics``).
+        die_after_tokens: Fault switch: exit hard after this many tokens in total.
+        on_fatal: Called (on the event loop) when a worker dies or fails.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: WorkerGroup,
+        num_draft_tokens: Optional[int],
+        metrics: Optional[ReferenceMetrics],
+        die_after_tokens: Optional[int] = None,
+        on_fatal: Callable[[str], None],
+    ) -> None:
+        self.workers = workers
+        self.num_draft_tokens = num_draft_tokens
+        self.metrics = metrics
+        self.die_after_tokens = die_after_tokens
+        self.on_fatal = on_fatal
+        self.internal_state: dict[str, Any] = {}
+        self.num_running_reqs = 0
+        self.num_queue_reqs = 0
+        self._states: dict[str, RequestState] = {}
+        self._flush_waiters: list[asyncio.Future[FlushDone]] = []
+        self._tokens_total = 0
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stopping = False
+        self._thread: Optional[threading.Thread] = None
+
+    # ----------------------------------------------------------------------------- lifecycle
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the reader thread (after the workers are ready)."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._read_loop, name="engine-reader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Mark shutdown (worker exits are expected from now on) and end every waiting request."""
+        self._stopping = True
+        for state in list(self._states.values()):
+            self._finish(state, {"type": "abort", "message": "server is shutting down"})
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._states)
+
+    def is_in_flight(self, rid: str) -> bool:
+        return rid in self._states
+
+    # ----------------------------------------------------------------------------- requests
+    async def generate(self, req: GenerateReq) -> AsyncIterator[tuple[RequestState, tuple[int, ...], bool]]:
+        """Submit ``req``; yield (state, new token ids, is_last) until it finishes.
+
+        If the consumer stops early (client gone), the request is aborted in the workers.
+
+        Raises:
+            ValueError: the request id is already in flight.
+        """
+        if req.rid in self._states:
+            raise ValueError(f"request id {req.rid!r} is already in flight")
+        if self._stopping:
+            raise RuntimeError("server is shutting down")
+        state = RequestState(req=req, created=time.perf_counter(), queue=asyncio.Queue())
+        self._states[req.rid] = state
+        self.workers.rank0.send(req)
+        try:
+            while True:
+                new_ids = await state.queue.get()
+                last = state.finished and state.queue.empty()
+                yield state, new_ids, last
+                if last:
+                    return
+        finally:
+            if not state.finished:
+                self.abort(req.rid)
+
+    def abort(self, rid: str) -> None:
+        """Abort an in-flight request (no-op if unknown)."""
+        state = self._states.get(rid)
+        if state is None:
+            return
+        try:
+            self.workers.rank0.send(AbortReq(rid=rid))
+        except (OSError, BrokenPipeError):
+            pass
+        self._finish(state, {"type": "abort", "message": "aborted by client"})
+
+    async def flush(self) -> tuple[bool, str]:
+        """Reset the speculative counters; refused while requests are in flight (SGLang's rule)."""
+        if self._states:
+            return False, (
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {self.num_queue_reqs}, #running-req: {self.num_running_reqs}"
+            )
+        assert self._loop is not None
+        fut: asyncio.Future[FlushDone] = self._loop.create_future()
+        self._flush_waiters.append(fut)
+        self.workers.rank0.send(FlushReq())
+        done = await asyncio.wait_for(fut, timeout=60.0)
+        return done.success, done.message
+
+    # ----------------------------------------------------------------------------- reader side
+    def _read_loop(self) -> None:
+        conn = self.workers.rank0
+        sentinels = {p.sentinel: rank for rank, p in enumerate(self.workers.processes)}
+        other_conns = {c: rank for rank, c in enumerate(self.workers.conns) if rank != 0}
+        while True:
+            try:
+                ready = wait([conn, *sentinels, *other_conns])
+            except OSError:
+                return
+            for obj in ready:
+                if obj is conn:
+                    try:
+                        msg = conn.recv()
+                    except (EOFError, OSError):
+                        self._call(self._worker_gone, 0, "closed its pipe")
+                        return
+                    self._call(self._on_message, msg)
+                elif obj in other_conns:
+                    rank = other_conns[obj]
+                    try:
+                        msg = obj.recv()
+                    except (EOFError, OSError):
+                        del other_conns[obj]
+                        continue
+                    if isinstance(msg, WorkerFailed):
+                        self._call(self._worker_gone, rank, f"failed: {msg.message}")
+                else:
+                    rank = sentinels[obj]
+                    code = self.workers.processes[rank].exitcode
+                    self._call(self._worker_gone, rank, f"exited with code {code}")
+                    return
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
+    def _worker_gone(self, rank: int, what: str) -> None:
+        if self._stopping:
+            return
+        message = f"TP worker rank {rank} {what}; the server cannot continue"
+        self.stop()
+        self.on_fatal(message)
+
+    def _on_message(self, msg: object) -> None:
+        if isinstance(msg, TokenBatch):
+            self.num_running_reqs = msg.num_running_reqs
+            self.num_queue_reqs = msg.num_queue_reqs
+            if self.metrics is not None:
+                self.metrics.num_running_reqs.set(msg.num_running_reqs)
+                self.metrics.num_queue_reqs.set(msg.num_queue_reqs)
+            for out in msg.outputs:
+                self._on_output(out)
+            if self.die_after_tokens is not None and self._tokens_total >= self.die_after_tokens:
+                logger.error(
+                    "fault die_after_tokens:%d: %d tokens emitted; exiting hard",
+                    self.die_after_tokens,
+                    self._tokens_total,
+                )
+                logging.shutdown()
+                sys.stderr.flush()
+                os._exit(1)
+        elif isinstance(msg, Stats):
+            self.internal_state = msg.internal_state
+            if self.metrics is not None:
+                self.metrics.set_scheduler_state(msg.internal_state)
+        elif isinstance(msg, FlushDone):
+            self.internal_state = msg.internal_state
+            if self._flush_waiters:
+                waiter = self._flush_waiters.pop(0)
+                if not waiter.done():
+                    waiter.set_result(msg)
+        elif isinstance(msg, WorkerFailed):
+            self._worker_gone(msg.rank, f"failed: {msg.message}")
+
+    def _on_output(self, out: TokenOut) -> None:
+        state = self._states.get(out.rid)
+        if state is None:  # aborted here already
+            return
+        now = time.perf_counter()
+        new = out.token_ids
+        self._tokens_total += len(new)
+        if new:
+            if state.first_token_at is None:
+                state.first_token_at = now
+                if self.metrics is not None and not state.req.is_health_check:
+                    self.metrics.time_to_first_token.observe(now - state.created)
+            elif self.metrics is not None and not state.req.is_health_check and state.last_token_at is not None:
+                self.metrics.inter_token_latency.observe((now - state.last_token_at) / len(new), len(new))
+            state.last_token_at = now
+            state.output_ids.extend(new)
+        state.spec_verify_ct = out.spec_verify_ct
+        state.spec_accepted_drafts = out.spec_accepted_drafts
+        if out.finish is not None:
+            self._finish(state, out.finish, new)
+        else:
+            state.queue.put_nowait(new)
+
+    def _finish(self, state: RequestState, finish: dict[str, Any], new: tuple[int, ...] = ()) -> None:
+        if state.finished:
+            return
+        state.finish = finish
+        state.finished_at = time.perf_counter()
+        self._states.pop(state.rid, None)
+        if self.metrics is not None and not state.req.is_health_check:
+            self.metrics.num_requests_total.inc()
+            self.metrics.prompt_tokens_total.inc(len(state.req.input_ids))
+            self.metrics.generation_tokens_total.inc(len(state.output_ids))
+            self.metrics.e2e_request_latency.observe(state.finished_at - state.created)
+            if finish.get("type") == "abort":
+                self.metrics.num_aborted_requests_total.inc()
+        state.queue.put_nowait(new)
+
+    # ----------------------------------------------------------------------------- reporting
+    def meta_info(self, state: RequestState) -> dict[str, Any]:
+        """SGLang's ``meta_info`` for a request (per-request accept length counts the prefill
+        token: completion_tokens / spec_verify_ct, as SGLang computes it)."""
+        end = state.finished_at if state.finished_at is not None else time.perf_counter()
+        completion = len(state.output_ids)
+        meta: dict[str, Any] = {
+            "id": state.rid,
+            "finish_reason": state.finish,
+            "prompt_tokens": len(state.req.input_ids),
+            "completion_tokens": completion,
+            "cached_tokens": 0,
+            "e2e_latency": end - state.created,
+        }
+        if self.num_draft_tokens is not None:
+            ct = state.spec_verify_ct
+            proposed = ct * (self.num_draft_tokens - 1)
+            meta["spec_verify_ct"] = ct
+            meta["spec_accept_length"] = completion / ct if ct else 0.0
+            meta["spec_accept_rate"] = state.spec_accepted_drafts / proposed if proposed else 0.0
+            meta["spec_accepted_drafts"] = state.spec_accepted_drafts
+            meta["spec_proposed_drafts"] = proposed
+        return meta

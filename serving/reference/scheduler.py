@@ -1,0 +1,418 @@
+"""The batching scheduler: admits requests, runs prefill, decode or speculative cycles, and
+keeps the counters behind ``/server_info`` and ``/metrics``.
+
+Every TP rank runs one identical ``Scheduler`` on identical inputs (rank 0 broadcasts the events),
+so all ranks take the same decisions without further coordination; only rank 0 reports.
+
+One iteration (``step``) is either a prefill of newly admitted requests (like SGLang, prefill and
+decode are separate batches) or one decode step / speculative cycle over all running requests.
+Running requests occupy KV-cache rows ``0..B-1`` in order; a finished request's row is filled by
+the last one (compaction), so batched attention needs no gather.
+
+Counters (SGLang's semantics, one documented difference): each verify cycle adds, per request,
+the tokens it emitted (bonus included, after truncation at a stop) and 1 cycle to a window; the
+window is folded into the lifetime totals every ``decode_log_interval`` iterations *and* whenever
+the batch runs empty, so an idle server's ``avg_spec_accept_length`` is exact. SGLang folds only at
+the interval. ``flush`` resets the totals.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from serving.reference.model import Attention, Model, PrefillSpan
+from serving.reference.protocol import GenerateReq, TokenOut
+from serving.reference.sampling import SamplingParams, target_probs
+from serving.reference.speculative import SpecConfig, draft_tree, verify_tree, walk_greedy, walk_sampled
+from serving.reference.tokenizer import EOS_ID, NUM_BYTE_TOKENS
+
+__all__ = ["Request", "Scheduler"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Request:
+    """A request inside the scheduler."""
+
+    rid: str
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    generator: Optional[torch.Generator]
+    is_health_check: bool = False
+    output: list[int] = dataclasses.field(default_factory=list)
+    committed: int = 0  # KV positions written for good
+    pending: int = -1  # last emitted token; its KV is written by the next step
+    verify_ct: int = 0
+    accepted_drafts: int = 0
+    finish: Optional[dict[str, Any]] = None
+    _stop_tail_len: int = 0
+
+    @classmethod
+    def from_req(cls, req: GenerateReq) -> "Request":
+        params = req.params
+        stop_ids = set(params.stop_token_ids) | set(req.extra_stop_ids)
+        if not params.ignore_eos:
+            stop_ids.add(EOS_ID)
+        gen = None
+        if not params.greedy:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(req.seed)
+        return cls(
+            rid=req.rid,
+            prompt=tuple(req.input_ids),
+            params=params,
+            stop_ids=frozenset(stop_ids),
+            generator=gen,
+            is_health_check=req.is_health_check,
+            _stop_tail_len=max((len(s.encode("utf-8")) for s in params.stop), default=0) + 3,
+        )
+
+    def emit(self, tokens: list[int]) -> list[int]:
+        """Append tokens until a stop condition; return those actually emitted."""
+        taken = []
+        for token in tokens:
+            self.output.append(token)
+            taken.append(token)
+            self.finish = self._finished_by(token)
+            if self.finish is not None:
+                break
+        return taken
+
+    def _finished_by(self, token: int) -> Optional[dict[str, Any]]:
+        if token in self.stop_ids:
+            return {"type": "stop", "matched": token}
+        if self.params.stop:
+            tail = bytes(t for t in self.output[-self._stop_tail_len :] if t < NUM_BYTE_TOKENS)
+            text = tail.decode("utf-8", errors="ignore")
+            for stop in self.params.stop:
+                if stop in text:
+                    return {"type": "stop", "matched": stop}
+        if len(self.output) >= self.params.max_new_tokens:
+            return {"type": "length", "length": self.params.max_new_tokens}
+        return None
+
+
+class Scheduler:
+    """Runs the model over many concurrent requests.
+
+    Args:
+        model: This rank's model shard.
+        spec: Speculative settings, or None for plain decoding.
+        max_running_requests: Most requests decoded together (KV-cache rows).
+        context_length: Longest prompt + output, in tokens.
+        max_prefill_tokens: Most prompt tokens prefilled in one iteration (at least one request).
+        decode_log_interval: Iterations between folds of the counter window (and log lines).
+        log_stats: Whether this rank logs the decode lines (rank 0).
+        on_stats: Called with the internal state after each fold.
+        clock: Time source for throughput figures (never for decisions).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model,
+        spec: Optional[SpecConfig],
+        max_running_requests: int,
+        context_length: int,
+        max_prefill_tokens: int = 16384,
+        decode_log_interval: int = 40,
+        log_stats: bool = True,
+        on_stats: Optional[Callable[[dict[str, Any]], None]] = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.model = model
+        self.spec = spec
+        self.max_running = max_running_requests
+        self.context_length = context_length
+        self.max_prefill_tokens = max_prefill_tokens
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.log_stats = log_stats
+        self.on_stats = on_stats
+        self.clock = clock
+        slack = spec.scratch_cols if spec else 1
+        self.cache = model.new_cache(max_rows=max_running_requests, max_cols=context_length + slack + 1)
+        self.device = model.device
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self._reset_counters()
+        self._window_start = clock()
+        self._iters_since_fold = 0
+        self.last_gen_throughput = 0.0
+        self.last_spec_accept_length = 0.0
+        self.last_spec_accept_rate = 0.0
+
+    # ----------------------------------------------------------------------------- requests
+    def submit(self, req: GenerateReq) -> None:
+        """Queue a request (validated by the HTTP process)."""
+        self.waiting.append(Request.from_req(req))
+
+    def abort(self, rid: str) -> list[TokenOut]:
+        """Drop a request wherever it is; returns its final output if it was known."""
+        for req in list(self.waiting):
+            if req.rid == rid:
+                self.waiting.remove(req)
+                req.finish = {"type": "abort", "message": "aborted by client"}
+                return [self._out(req, [])]
+        for row, req in enumerate(self.running):
+            if req.rid == rid:
+                req.finish = {"type": "abort", "message": "aborted by client"}
+                self._remove_finished()
+                return [self._out(req, [])]
+        return []
+
+    def run(self, reqs: list[GenerateReq]) -> dict[str, list[int]]:
+        """Offline use (tests, tools): submit ``reqs``, step until done, return tokens by rid."""
+        for req in reqs:
+            self.submit(req)
+        tokens: dict[str, list[int]] = {req.rid: [] for req in reqs}
+        while self.has_work:
+            for out in self.step():
+                tokens[out.rid].extend(out.token_ids)
+        return tokens
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def flush(self) -> tuple[bool, str]:
+        """Reset the lifetime counters (``/flush_cache``); refused while requests are in flight."""
+        if self.has_work:
+            return False, (
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
+            )
+        self._reset_counters()
+        return True, "Cache flushed."
+
+    # ----------------------------------------------------------------------------- iteration
+    def step(self) -> list[TokenOut]:
+        """One iteration: prefill new requests if any fit, else decode / verify the batch."""
+        if self.waiting and len(self.running) < self.max_running:
+            outs = self._prefill()
+        elif self.running:
+            outs = self._spec_cycle() if self.spec else self._decode()
+            self._iters_since_fold += 1
+            if self._iters_since_fold >= self.decode_log_interval:
+                self._fold(log=True)
+        else:
+            return []
+        self._remove_finished()
+        if not self.running and not self.waiting and self._iters_since_fold:
+            self._fold(log=False)
+        return outs
+
+    def _prefill(self) -> list[TokenOut]:
+        batch: list[Request] = []
+        tokens = 0
+        while self.waiting and len(self.running) + len(batch) < self.max_running:
+            nxt = self.waiting[0]
+            if batch and tokens + len(nxt.prompt) > self.max_prefill_tokens:
+                break
+            batch.append(self.waiting.popleft())
+            tokens += len(nxt.prompt)
+        base = len(self.running)
+        self.running.extend(batch)
+        longest = max(len(r.prompt) for r in batch)
+        self.cache.reserve(rows=len(self.running), cols=longest + self._scratch())
+        ids, pos, rows, spans, last = [], [], [], [], []
+        offset = 0
+        for i, req in enumerate(batch):
+            n = len(req.prompt)
+            ids.extend(req.prompt)
+            pos.extend(range(n))
+            rows.extend([base + i] * n)
+            spans.append(PrefillSpan(row=base + i, start=0, length=n, offset=offset))
+            offset += n
+            last.append(offset - 1)
+        dev = self.device
+        pos_t = torch.tensor(pos, device=dev)
+        logits = self.model.forward(
+            input_ids=torch.tensor(ids, device=dev),
+            positions=pos_t,
+            kv_rows=torch.tensor(rows, device=dev),
+            kv_cols=pos_t,
+            attention=Attention(spans=spans),
+            cache=self.cache,
+            num_layers=self.model.num_layers,
+            logits_at=torch.tensor(last, device=dev),
+        )
+        picks = self._sample_rows(logits, batch)
+        outs = []
+        for req, token in zip(batch, picks):
+            req.committed = len(req.prompt)
+            if req.params.max_new_tokens == 0:
+                req.finish = {"type": "length", "length": 0}
+                outs.append(self._out(req, []))
+                continue
+            req.pending = token
+            emitted = req.emit([token])
+            self._gen_tokens += len(emitted)
+            outs.append(self._out(req, emitted))
+        return outs
+
+    def _decode(self) -> list[TokenOut]:
+        batch = self.running
+        dev = self.device
+        prefix = torch.tensor([r.committed for r in batch], device=dev)
+        self.cache.reserve(rows=len(batch), cols=int(prefix.max()) + 1)
+        logits = self.model.forward(
+            input_ids=torch.tensor([r.pending for r in batch], device=dev),
+            positions=prefix,
+            kv_rows=torch.arange(len(batch), device=dev),
+            kv_cols=prefix,
+            attention=Attention.decode(prefix=prefix, visible=1, dtype=self.model.dtype),
+            cache=self.cache,
+            num_layers=self.model.num_layers,
+        )
+        picks = self._sample_rows(logits, batch)
+        outs = []
+        for req, token in zip(batch, picks):
+            req.committed += 1
+            req.pending = token
+            emitted = req.emit([token])
+            self._gen_tokens += len(emitted)
+            outs.append(self._out(req, emitted))
+        return outs
+
+    def _spec_cycle(self) -> list[TokenOut]:
+        spec = self.spec
+        assert spec is not None
+        batch = self.running
+        dev = self.device
+        prefix = torch.tensor([r.committed for r in batch], device=dev)
+        roots = torch.tensor([r.pending for r in batch], device=dev)
+        self.cache.reserve(rows=len(batch), cols=int(prefix.max()) + spec.scratch_cols)
+        tree = draft_tree(model=self.model, cache=self.cache, roots=roots, prefix=prefix, config=spec)
+        logits = verify_tree(model=self.model, cache=self.cache, tree=tree, prefix=prefix)
+        tokens = tree.tokens.tolist()
+        parents = tree.parents.tolist()
+        greedy_pick = logits.argmax(dim=-1).tolist()
+        move_rows, move_src, move_dst = [], [], []
+        outs = []
+        for b, req in enumerate(batch):
+            if req.params.greedy:
+                path, bonus = walk_greedy(tokens=tokens[b], parents=parents[b], target=greedy_pick[b])
+            else:
+                path, bonus = walk_sampled(
+                    tokens=tokens[b], parents=parents[b], logits=logits[b], params=req.params, generator=req.generator
+                )
+            for depth, node in enumerate(path, start=1):
+                if node != depth:
+                    move_rows.append(b)
+                    move_src.append(req.committed + node)
+                    move_dst.append(req.committed + depth)
+            req.committed += 1 + len(path)
+            req.pending = bonus
+            emitted = req.emit([tokens[b][node] for node in path] + [bonus])
+            req.verify_ct += 1
+            req.accepted_drafts += min(len(path), len(emitted))
+            self._win_verify_ct += 1
+            self._win_accept_tokens += len(emitted)
+            self._win_accepted_drafts += min(len(path), len(emitted))
+            self._gen_tokens += len(emitted)
+            outs.append(self._out(req, emitted))
+        if move_rows:
+            self.cache.move_cols(
+                rows=torch.tensor(move_rows, device=dev),
+                src=torch.tensor(move_src, device=dev),
+                dst=torch.tensor(move_dst, device=dev),
+            )
+        return outs
+
+    def _sample_rows(self, logits: torch.Tensor, batch: list[Request]) -> list[int]:
+        picks = logits.argmax(dim=-1).tolist()
+        for i, req in enumerate(batch):
+            if not req.params.greedy:
+                probs = target_probs(logits[i], req.params).cpu()
+                picks[i] = int(torch.multinomial(probs, 1, generator=req.generator))
+        return picks
+
+    def _scratch(self) -> int:
+        return self.spec.scratch_cols if self.spec else 1
+
+    def _remove_finished(self) -> None:
+        for row in range(len(self.running) - 1, -1, -1):
+            if self.running[row].finish is None:
+                continue
+            last = len(self.running) - 1
+            if row != last:
+                moved = self.running[last]
+                self.cache.move_row(src=last, dst=row, length=moved.committed)
+                self.running[row] = moved
+            self.running.pop()
+
+    def _out(self, req: Request, emitted: list[int]) -> TokenOut:
+        return TokenOut(
+            rid=req.rid,
+            token_ids=tuple(emitted),
+            finish=req.finish,
+            spec_verify_ct=req.verify_ct,
+            spec_accepted_drafts=req.accepted_drafts,
+        )
+
+    # ----------------------------------------------------------------------------- counters
+    def _reset_counters(self) -> None:
+        self._win_verify_ct = 0
+        self._win_accept_tokens = 0
+        self._win_accepted_drafts = 0
+        self._gen_tokens = 0
+        self.cum_spec_verify_ct = 0
+        self.cum_spec_accept_tokens = 0
+        self.cum_spec_accepted_drafts = 0
+
+    def _fold(self, *, log: bool) -> None:
+        now = self.clock()
+        elapsed = max(now - self._window_start, 1e-9)
+        self.last_gen_throughput = self._gen_tokens / elapsed
+        if self._win_verify_ct:
+            self.last_spec_accept_length = self._win_accept_tokens / self._win_verify_ct
+            proposed = self._win_verify_ct * (self.spec.num_draft_tokens - 1) if self.spec else 0
+            self.last_spec_accept_rate = self._win_accepted_drafts / proposed if proposed else 0.0
+        self.cum_spec_verify_ct += self._win_verify_ct
+        self.cum_spec_accept_tokens += self._win_accept_tokens
+        self.cum_spec_accepted_drafts += self._win_accepted_drafts
+        if log and self.log_stats:
+            msg = (
+                f"Decode batch. #running-req: {len(self.running)}, "
+                f"#token: {sum(r.committed for r in self.running)}, "
+                f"#queue-req: {len(self.waiting)}, "
+            )
+            if self.spec:
+                msg += f"accept len: {self.last_spec_accept_length:.2f}, accept rate: {self.last_spec_accept_rate:.2f}, "
+            logger.info(msg + f"gen throughput (token/s): {self.last_gen_throughput:.2f}")
+        self._win_verify_ct = self._win_accept_tokens = self._win_accepted_drafts = 0
+        self._gen_tokens = 0
+        self._window_start = now
+        self._iters_since_fold = 0
+        if self.on_stats is not None:
+            self.on_stats(self.internal_state())
+
+    def internal_state(self) -> dict[str, Any]:
+        """What ``/server_info`` reports as ``internal_states[0]``."""
+        used = sum(r.committed for r in self.running)
+        capacity = self.max_running * self.context_length
+        state: dict[str, Any] = {
+            "last_gen_throughput": self.last_gen_throughput,
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting),
+            "num_used_tokens": used,
+            "token_usage": used / capacity if capacity else 0.0,
+            "memory_usage": {"kvcache_rows": self.cache.rows, "kvcache_cols": self.cache.cols},
+        }
+        if self.spec is not None:
+            state["spec_verify_ct_total"] = self.cum_spec_verify_ct
+            state["spec_accept_tokens_total"] = self.cum_spec_accept_tokens
+            state["spec_accepted_drafts_total"] = self.cum_spec_accepted_drafts
+            state["last_spec_accept_length"] = self.last_spec_accept_length
+            state["last_spec_accept_rate"] = self.last_spec_accept_rate
+            if self.cum_spec_verify_ct > 0:
+                state["avg_spec_accept_length"] = self.cum_spec_accept_tokens / self.cum_spec_verify_ct
+        return state

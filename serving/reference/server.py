@@ -1,0 +1,150 @@
+"""Server lifecycle: bind the port, spawn the TP workers, warm up, serve, shut down cleanly.
+
+Order of events (and what a launcher can observe):
+
+1. The HTTP port is bound at once; ``/health`` and ``/health_generate`` answer 503 until ready.
+2. The environment is prepared as SGLang's ``_set_envs_and_config`` does (NCCL_CUMEM_ENABLE,
+   NCCL_NVLS_ENABLE unless already set; CUDA_DEVICE_MAX_CONNECTIONS=8) and the workers are
+   spawned: they inherit ``os.environ`` as it is at that moment, and nothing later.
+3. When every rank has loaded its shard, one warm-up request runs and the log says
+   "The server is fired up and ready to roll!"; from then on ``/health_generate`` answers 200.
+4. SIGTERM or SIGINT: in-flight requests are ended (finish_reason abort), the workers are asked to
+   exit (then terminated, then killed), the port is released, and the process exits 0. A worker
+   that dies on its own takes the server down with exit status 1, as in SGLang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Optional
+
+from aiohttp import web
+
+from serving.reference.engine_client import EngineClient
+from serving.reference.faults import Faults
+from serving.reference.http_server import AppState, build_app
+from serving.reference.launcher import WorkerGroup, WorkerStartError
+from serving.reference.metrics import ReferenceMetrics
+from serving.reference.protocol import GenerateReq
+from serving.reference.sampling import SamplingParams
+from serving.reference.server_args import ServerArgs
+from serving.reference.tokenizer import ByteTokenizer
+
+__all__ = ["prepare_environment", "serve"]
+
+logger = logging.getLogger(__name__)
+
+WORKER_READY_TIMEOUT_S = 900.0
+
+
+def prepare_environment(args: ServerArgs) -> dict[str, str]:
+    """Set what SGLang sets before spawning its schedulers; return the values set."""
+    changed: dict[str, str] = {}
+    if "NCCL_CUMEM_ENABLE" not in os.environ or args.enable_symm_mem:
+        changed["NCCL_CUMEM_ENABLE"] = str(int(args.enable_symm_mem))
+    if "NCCL_NVLS_ENABLE" not in os.environ or args.enable_nccl_nvls or args.enable_symm_mem:
+        changed["NCCL_NVLS_ENABLE"] = str(int(args.enable_nccl_nvls or args.enable_symm_mem))
+    changed["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    os.environ.update(changed)
+    logger.info("environment set for the workers (as SGLang does): %s", changed)
+    return changed
+
+
+async def _warm_up(client: EngineClient) -> None:
+    req = GenerateReq(
+        rid="WARMUP",
+        input_ids=tuple(ByteTokenizer(vocab_size=264).encode("The capital city of France is")),
+        params=SamplingParams(max_new_tokens=8, temperature=0.0),
+        seed=0,
+        is_health_check=True,
+    )
+    async for _ in client.generate(req):
+        pass
+
+
+async def serve(args: ServerArgs, *, faults: Faults) -> int:
+    """Run the server until a signal (exit 0) or a fatal error (exit 1)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def request_stop(code: int, why: str) -> None:
+        nonlocal exit_code
+        if not stop.is_set():
+            exit_code = code
+            (logger.error if code else logger.info)("%s", why)
+            stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, request_stop, 0, f"received {signal.Signals(sig).name}; shutting down")
+
+    from serving.reference.config import get_preset
+
+    preset = get_preset(args.model_path)
+    metrics = ReferenceMetrics(model_name=args.served_model_name) if args.enable_metrics else None
+    state = AppState(args=args, tokenizer=ByteTokenizer(vocab_size=preset.vocab_size), metrics=metrics)
+    runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host=args.host, port=args.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        await runner.cleanup()
+        return 1
+    logger.info("HTTP server listening on http://%s:%d (503 until the model is ready)", args.host, args.port)
+
+    workers = WorkerGroup(args=args, hide_env=faults.late_env)
+    client: Optional[EngineClient] = None
+    try:
+        prepare_environment(args)
+        workers.start()
+        if faults.hang_on_start:
+            logger.warning("fault hang_on_start: the server will never become healthy")
+            await stop.wait()
+            return exit_code
+        wait_task = loop.run_in_executor(None, lambda: workers.wait_ready(timeout_s=WORKER_READY_TIMEOUT_S))
+        stop_task = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({wait_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if stop_task in done:
+            return exit_code
+        stop_task.cancel()
+        try:
+            ready = wait_task.result()
+        except WorkerStartError as exc:
+            logger.error("TP workers failed to start: %s", exc)
+            return 1
+        state.worker_info = workers.worker_info()
+        state.max_total_num_tokens = ready[0].max_total_num_tokens
+        client = EngineClient(
+            workers=workers,
+            num_draft_tokens=args.speculative_num_draft_tokens if args.speculative else None,
+            metrics=metrics,
+            die_after_tokens=faults.die_after_tokens,
+            on_fatal=lambda why: request_stop(1, why),
+        )
+        client.start(loop)
+        state.client = client
+        if not args.skip_server_warmup:
+            await _warm_up(client)
+        state.ready = True
+        logger.info(
+            "The server is fired up and ready to roll! (%s, tp_size=%d, device=%s, workers %s)",
+            args.model_path,
+            args.tp_size,
+            args.device,
+            ", ".join(f"{w['process_name']}={w['pid']}" for w in state.worker_info),
+        )
+        await stop.wait()
+        return exit_code
+    finally:
+        state.ready = False
+        if client is not None:
+            client.stop()
+        await site.stop()
+        await loop.run_in_executor(None, lambda: workers.stop(grace_s=5.0))
+        await runner.cleanup()
+        logger.info("server stopped; port %d released", args.port)

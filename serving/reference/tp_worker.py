@@ -1,0 +1,284 @@
+"""One TP rank: a process started with multiprocessing *spawn* that owns a model shard.
+
+A spawned worker inherits exactly the environment ``os.environ`` held when it was started, and
+nothing set later (the same env-propagation behaviour as SGLang's scheduler processes). At start
+it names itself (``ref::tp<rank>`` in /proc/<pid>/comm, like SGLang's ``sglang::scheduler_TP0``)
+and logs the NCCL_* / CUDA_* / torch.distributed variables it sees, its rank and world size, so an
+audit can tell the roles apart and read what each rank was given.
+
+Rank 0 receives requests from the HTTP process over a pipe and broadcasts them to the other ranks
+each iteration; every rank then runs the same scheduler step. Workers exit on a Shutdown message,
+when the HTTP process dies (PR_SET_PDEATHSIG, plus a parent-pid check), or when a peer dies (the
+collective fails).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+__all__ = ["WorkerConfig", "run_worker", "set_process_name", "visible_env"]
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_NAME = 15
+_PR_SET_PDEATHSIG = 1
+ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "GLOO_", "NVSHMEM_", "SPECTUNE_")
+ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
+IDLE_HEARTBEAT_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a rank needs, picklable for spawn.
+
+    Attributes:
+        rank: This worker's rank.
+        world_size: TP size.
+        init_method: torch.distributed rendezvous (``tcp://host:port``).
+        parent_pid: The HTTP process; the worker exits if it goes away.
+        device: "cpu" or "cuda".
+        preset_name: ``--model-path``.
+        dtype: Resolved dtype name.
+        seed: Weight seed.
+        context_length: Longest prompt + output.
+        max_running_requests: Batch limit.
+        max_prefill_tokens: Prefill batch limit.
+        decode_log_interval: Iterations between counter folds / log lines.
+        spec: Resolved ``SpecConfig`` fields, or None.
+        torch_threads: Intra-op threads (CPU); 0 = auto.
+        log_level: Logging level name.
+    """
+
+    rank: int
+    world_size: int
+    init_method: str
+    parent_pid: int
+    device: str
+    preset_name: str
+    dtype: str
+    seed: int
+    context_length: int
+    max_running_requests: int
+    max_prefill_tokens: int
+    decode_log_interval: int
+    spec: Optional[dict[str, int]]
+    torch_threads: int
+    log_level: str
+
+    @property
+    def process_name(self) -> str:
+        return f"ref::tp{self.rank}"
+
+
+def set_process_name(name: str) -> None:
+    """Set /proc/self/comm (15 bytes max) so ``ps`` and audits can tell roles apart."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except OSError:
+        logger.debug("prctl(PR_SET_NAME) unavailable", exc_info=True)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the parent exits; exit now if it already has."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        # Belt and braces where PDEATHSIG does not exist (non-Linux) or was lost.
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def visible_env(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The variables that matter to communication, as this process sees them."""
+    source = os.environ if environ is None else environ
+    return {
+        k: v for k, v in sorted(source.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES
+    }
+
+
+def _configure_logging(cfg: WorkerConfig) -> None:
+    logging.basicConfig(
+        level=getattr(logging, cfg.log_level.upper(), logging.INFO),
+        format=f"[%(asctime)s TP{cfg.rank}] %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
+    """Process entry point (the target of ``spawn``)."""
+    set_process_name(cfg.process_name)
+    _die_with_parent(cfg.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole group; the parent decides.
+    _configure_logging(cfg)
+    env = visible_env()
+    logger.info(
+        "worker %s starting: rank=%d world_size=%d pid=%d device=%s env: %s",
+        cfg.process_name,
+        cfg.rank,
+        cfg.world_size,
+        os.getpid(),
+        cfg.device,
+        " ".join(f"{k}={v}" for k, v in env.items()) or "(no NCCL_/CUDA_ variables)",
+    )
+    try:
+        _serve(cfg, conn, env)
+    except (EOFError, BrokenPipeError):
+        logger.info("HTTP process went away; exiting")
+        os._exit(0)
+    except Exception as exc:  # noqa: BLE001 - report any failure to the parent, then exit non-zero
+        logger.exception("worker rank %d failed", cfg.rank)
+        try:
+            from serving.reference.protocol import WorkerFailed
+
+            conn.send(WorkerFailed(rank=cfg.rank, message=f"{type(exc).__name__}: {exc}"))
+        except (OSError, EOFError):
+            pass
+        os._exit(1)
+    os._exit(0)
+
+
+def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
+    import torch
+
+    from serving.environ import ENV
+    from serving.reference.config import get_preset
+    from serving.reference.model import Model, dtype_from_name
+    from serving.reference.parallel import SingleRank, TorchDistributed
+    from serving.reference.protocol import (
+        AbortReq,
+        FlushDone,
+        FlushReq,
+        GenerateReq,
+        Shutdown,
+        Stats,
+        TokenBatch,
+        WorkerReady,
+    )
+    from serving.reference.scheduler import Scheduler
+    from serving.reference.speculative import SpecConfig
+
+    threads = cfg.torch_threads or ENV.SPECTUNE_REFERENCE_TORCH_THREADS.get()
+    if not threads:
+        threads = max(1, len(os.sched_getaffinity(0)) // cfg.world_size)
+    torch.set_num_threads(threads)
+
+    if cfg.device == "cuda":
+        device = torch.device("cuda", cfg.rank)
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if cfg.world_size > 1:
+        comm: Any = TorchDistributed(
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            init_method=cfg.init_method,
+            backend=backend,
+            device=device,
+        )
+    else:
+        comm = SingleRank()
+
+    preset = get_preset(cfg.preset_name)
+    model = Model(preset=preset, seed=cfg.seed, comm=comm, device=device, dtype=dtype_from_name(cfg.dtype))
+    if cfg.world_size > 1 and backend == "nccl":
+        # First NCCL collective: communicator init happens here, where NCCL_DEBUG=INFO logs the
+        # NCCL_* values this rank read.
+        probe = torch.ones(1, device=device)
+        comm.all_reduce(probe)
+        torch.cuda.synchronize(device)
+        logger.info("NCCL all-reduce probe: %s (expected %d)", float(probe), cfg.world_size)
+
+    def push_stats(state: dict[str, Any]) -> None:
+        if cfg.rank == 0:
+            conn.send(Stats(internal_state=state))
+
+    spec = SpecConfig(**cfg.spec) if cfg.spec else None
+    scheduler = Scheduler(
+        model=model,
+        spec=spec,
+        max_running_requests=cfg.max_running_requests,
+        context_length=cfg.context_length,
+        max_prefill_tokens=cfg.max_prefill_tokens,
+        decode_log_interval=cfg.decode_log_interval,
+        log_stats=cfg.rank == 0,
+        on_stats=push_stats,
+    )
+    conn.send(
+        WorkerReady(
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            pid=os.getpid(),
+            device=str(device),
+            backend=backend if cfg.world_size > 1 else "none",
+            process_name=cfg.process_name,
+            env=env,
+            max_total_num_tokens=cfg.max_running_requests * cfg.context_length,
+        )
+    )
+    logger.info("rank %d of %d ready (%d torch threads)", cfg.rank, cfg.world_size, threads)
+
+    while True:
+        events: Optional[list[Any]] = None
+        if cfg.rank == 0:
+            timeout = 0.0 if scheduler.has_work else IDLE_HEARTBEAT_S
+            if conn.poll(timeout):
+                events = [conn.recv()]
+                while conn.poll(0):
+                    events.append(conn.recv())
+        if cfg.world_size > 1:
+            events = comm.broadcast_object(events)
+        outputs = []
+        stop = False
+        for event in events or ():
+            if isinstance(event, GenerateReq):
+                scheduler.submit(event)
+            elif isinstance(event, AbortReq):
+                outputs.extend(scheduler.abort(event.rid))
+            elif isinstance(event, FlushReq):
+                ok, message = scheduler.flush()
+                if cfg.rank == 0:
+                    conn.send(FlushDone(success=ok, message=message, internal_state=scheduler.internal_state()))
+            elif isinstance(event, Shutdown):
+                stop = True
+        if stop:
+            logger.info("shutdown requested; rank %d exiting", cfg.rank)
+            break
+        if scheduler.has_work:
+            outputs.extend(scheduler.step())
+        if cfg.rank == 0 and outputs:
+            conn.send(
+                TokenBatch(
+                    outputs=tuple(outputs),
+                    num_running_reqs=len(scheduler.running),
+                    num_queue_reqs=len(scheduler.waiting),
+                )
+            )
+    if isinstance(comm, TorchDistributed):
+        comm.destroy()
