@@ -1,0 +1,51 @@
+"""Helpers for engine lifecycle tests (imported by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import psutil
+
+from serving.engine.config import EngineConfig
+
+NCCL_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "INFO"}
+
+
+def reference_config(*, tp_size: int = 1, env: dict[str, str] | None = None, speculative: bool = False,
+                     extra_args: dict | None = None) -> EngineConfig:
+    """The smallest reference engine: CPU preset, optionally speculative."""
+    spec = (
+        dict(
+            speculative_algorithm="EAGLE3",
+            speculative_draft_model_path="ref-tiny-draft",
+            speculative_num_steps=2,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=3,
+        )
+        if speculative
+        else {}
+    )
+    return EngineConfig(
+        kind="reference", model_path="ref-tiny", tp_size=tp_size, env=env or {}, extra_args=extra_args or {}, **spec
+    )
+
+
+def reference_engines_running() -> list[psutil.Process]:
+    """Every live process running the reference engine (server or TP worker), ours or not."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "serving.reference" in text or "ref::tp" in text:
+            found.append(proc)
+    return found
+
+
+def listening(port: int) -> bool:
+    """Whether anything on this machine listens on TCP ``port``."""
+    return any(
+        c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections(kind="tcp")
+    )

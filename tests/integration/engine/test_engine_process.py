@@ -1,0 +1,118 @@
+"""EngineProcess against the real reference engine: start, health, failure paths, clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from serving.engine.audit import audit_process_tree
+from serving.engine.process import EngineProcess
+from serving.errors import EngineLaunchError
+
+from engine_testing import NCCL_ENV, listening, reference_config, reference_engines_running
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def _wait_for(condition, *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_tp2_engine_direct_launch_passes_audit_and_stops_clean(tmp_path: Path) -> None:
+    config = reference_config(tp_size=2, env=NCCL_ENV)
+    engine = EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=120)
+    with engine:
+        report = audit_process_tree(root_pid=engine.pid, expected=config.env)
+        assert report.ok, report.summary()
+        assert report.count("server") == 1 and report.count("tp_worker") == 2, report.summary()
+        port = engine.command.port
+        assert listening(port)
+    assert not listening(port)
+    survivors = [p.pid for p in report.processes if _alive(p.pid)]
+    assert survivors == [], f"engine processes outlived stop(): {survivors}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_bad_flag_fails_fast_with_log_tail(tmp_path: Path) -> None:
+    config = reference_config(extra_args={"no_such_flag": 1})
+    engine = EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=120)
+    started = time.monotonic()
+    with pytest.raises(EngineLaunchError) as excinfo:
+        with engine:
+            pass
+    assert time.monotonic() - started < 60, "a bad flag must fail at once, not at the deadline"
+    assert excinfo.value.exit_code not in (None, 0)
+    assert "--no-such-flag" in excinfo.value.log_tail
+    assert "--no-such-flag" in str(excinfo.value)
+    assert not engine.started
+
+
+def test_crash_on_start_is_reported_with_exit_code(tmp_path: Path) -> None:
+    config = reference_config(env={"SPECTUNE_REFERENCE_FAULT": "crash_on_start"})
+    with pytest.raises(EngineLaunchError) as excinfo:
+        with EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=120):
+            pass
+    assert excinfo.value.exit_code not in (None, 0)
+
+
+def test_hang_on_start_times_out_and_is_cleaned_up(tmp_path: Path) -> None:
+    config = reference_config(env={"SPECTUNE_REFERENCE_FAULT": "hang_on_start"})
+    engine = EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=8)
+    with pytest.raises(EngineLaunchError, match="not healthy after 8 s") as excinfo:
+        with engine:
+            pass
+    assert excinfo.value.exit_code is None
+    assert not engine.started and not listening(engine.command.port)
+
+
+def test_sigkill_mid_run_is_reported_dead_and_orphans_are_reaped(tmp_path: Path) -> None:
+    engine = EngineProcess.from_config(reference_config(tp_size=2), log_dir=tmp_path, start_timeout_s=120)
+    engine.start()
+    try:
+        engine.wait_healthy()
+        assert engine.health().healthy
+        workers = psutil.Process(engine.pid).children(recursive=True)
+        assert workers
+        os.kill(engine.pid, signal.SIGKILL)
+        _wait_for(lambda: not engine.health().alive, timeout_s=30, what="the health check to see the kill")
+        health = engine.health()
+        assert not health.healthy and "killed by signal 9" in health.detail
+    finally:
+        report = engine.stop()
+    assert [w.pid for w in workers if _alive(w.pid)] == [], "orphaned TP workers survived stop()"
+    assert set(w.pid for w in workers) <= set(report.stopped_pids)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_twenty_start_stop_cycles_leave_nothing_behind(tmp_path: Path) -> None:
+    before = {p.pid for p in reference_engines_running()}
+    ports = []
+    seen_pids: set[int] = set()
+    for cycle in range(20):
+        engine = EngineProcess.from_config(reference_config(), log_dir=tmp_path / str(cycle), start_timeout_s=120)
+        with engine:
+            ports.append(engine.command.port)
+            assert engine.health().healthy
+        report = engine.stop()  # second stop is a no-op
+        assert report.stopped_pids == ()
+    leftover = [p for p in reference_engines_running() if p.pid not in before]
+    assert leftover == [], f"processes left behind: {[(p.pid, p.name()) for p in leftover]}"
+    still_listening = [port for port in ports if listening(port)]
+    assert still_listening == []
+    assert len(ports) == 20
