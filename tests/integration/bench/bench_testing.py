@@ -11,13 +11,18 @@ background thread, bound to port 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 from aiohttp import web
+
+if TYPE_CHECKING:  # pragma: no cover
+    from serving.engine.process import EngineProcess
 
 
 @dataclass
@@ -299,3 +304,38 @@ def expected_accept_length(*, tokens: int, accept_length: int) -> float:
     """Tokens per verify cycle of the fake server for one request of ``tokens`` tokens."""
     cycles = math.ceil((tokens - 1) / accept_length)
     return (tokens - 1) / cycles
+
+
+# --- reference engines (real servers, started through the production EngineProcess) ----------
+
+SPECULATIVE = dict(
+    speculative_algorithm="EAGLE3",
+    speculative_draft_model_path="ref-tiny-draft",
+    speculative_num_steps=3,
+    speculative_eagle_topk=1,
+    speculative_num_draft_tokens=4,
+)
+
+
+def reference_config(*, speculative: bool = True, env: dict[str, str] | None = None, **extra_args):
+    """The tiny reference engine, speculative (3 steps, chain) or plain, with /metrics on."""
+    from serving.engine.config import EngineConfig
+
+    return EngineConfig(
+        kind="reference", model_path="ref-tiny", tp_size=1, env=env or {},
+        extra_args={"enable_metrics": True, **extra_args}, **(SPECULATIVE if speculative else {}),
+    )
+
+
+@contextlib.contextmanager
+def running_engine(config, log_dir: Path) -> Iterator["EngineProcess"]:
+    """Start ``config``, wait until healthy, stop it afterwards (the log tail is in any launch error)."""
+    from serving.engine.process import EngineProcess
+
+    engine = EngineProcess.from_config(config, log_dir=log_dir, start_timeout_s=180)
+    engine.start()
+    try:
+        engine.wait_healthy()
+        yield engine
+    finally:
+        engine.stop()

@@ -7,11 +7,14 @@ session, shared by every test that needs it: startup costs seconds on two cores)
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from bench_testing import FakeServer
+from bench_testing import FakeServer, reference_config, running_engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from serving.engine.process import EngineProcess
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +52,22 @@ def unused_url() -> Iterator[str]:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def reference_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator["EngineProcess"]:
+    """One speculative reference engine shared by every test of the session."""
+    with running_engine(reference_config(), tmp_path_factory.mktemp("ref-spec")) as engine:
+        yield engine
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Put the engine's log tail into the report of a failed test that used it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when == "call":
+        for name in ("reference_engine",):
+            engine = getattr(item, "funcargs", {}).get(name)
+            if engine is not None:
+                report.sections.append((f"{name} log tail ({engine.log_path})", engine.log_tail(60)))
