@@ -141,7 +141,7 @@ class WorkerGroup:
         return [r for r, p in enumerate(self.processes) if p.exitcode is not None]
 
     def stop(self, *, grace_s: float = 5.0) -> None:
-        """Ask rank 0 to shut everyone down, then terminate and kill what is left."""
+        """Ask rank 0 to shut everyone down, then kill what is left (workers ignore SIGTERM)."""
         if not self.processes:
             return
         try:
@@ -153,12 +153,9 @@ class WorkerGroup:
             proc.join(max(0.0, deadline - time.monotonic()))
         for proc in self.processes:
             if proc.exitcode is None:
-                logger.warning("%s (pid %d) did not exit; terminating", proc.name, proc.pid)
-                proc.terminate()
-                proc.join(2.0)
-            if proc.exitcode is None:
+                logger.warning("%s (pid %d) did not exit within %.0fs; killing it", proc.name, proc.pid, grace_s)
                 proc.kill()
-                proc.join(2.0)
+                proc.join(5.0)
         for conn in self.conns:
             conn.close()
         logger.info("TP workers stopped (exit codes %s)", [p.exitcode for p in self.processes])

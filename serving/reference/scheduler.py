@@ -144,6 +144,7 @@ class Scheduler:
         self.running: list[Request] = []
         self._reset_counters()
         self._window_start = clock()
+        self._idle = True
         self._iters_since_fold = 0
         self.last_gen_throughput = 0.0
         self.last_spec_accept_length = 0.0
@@ -195,6 +196,9 @@ class Scheduler:
     # ----------------------------------------------------------------------------- iteration
     def step(self) -> list[TokenOut]:
         """One iteration: prefill new requests if any fit, else decode / verify the batch."""
+        if self._idle:  # throughput windows measure busy time only
+            self._window_start = self.clock()
+            self._idle = False
         if self.waiting and len(self.running) < self.max_running:
             outs = self._prefill()
         elif self.running:
@@ -205,8 +209,10 @@ class Scheduler:
         else:
             return []
         self._remove_finished()
-        if not self.running and not self.waiting and self._iters_since_fold:
-            self._fold(log=False)
+        if not self.running and not self.waiting:
+            if self._iters_since_fold:
+                self._fold(log=False)
+            self._idle = True
         return outs
 
     def _prefill(self) -> list[TokenOut]:

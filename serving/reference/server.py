@@ -9,7 +9,7 @@ Order of events (and what a launcher can observe):
 3. When every rank has loaded its shard, one warm-up request runs and the log says
    "The server is fired up and ready to roll!"; from then on ``/health_generate`` answers 200.
 4. SIGTERM or SIGINT: in-flight requests are ended (finish_reason abort), the workers are asked to
-   exit (then terminated, then killed), the port is released, and the process exits 0. A worker
+   exit (and killed after a grace period), the port is released, and the process exits 0. A worker
    that dies on its own takes the server down with exit status 1, as in SGLang.
 """
 

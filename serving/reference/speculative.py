@@ -94,8 +94,14 @@ def draft_tree(
         prefix: ``[B]`` committed KV length of each request (the root's position).
         config: Tree shape.
     """
-    if config.topk == 1:
-        return _draft_chain(model=model, cache=cache, roots=roots, prefix=prefix, config=config)
+    draft = _draft_chain if config.topk == 1 else _draft_general
+    return draft(model=model, cache=cache, roots=roots, prefix=prefix, config=config)
+
+
+def _draft_general(
+    *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig
+) -> VerifyTree:
+    """Any topk: SGLang's EAGLE tree (module docstring)."""
     device = roots.device
     batch = roots.shape[0]
     k, steps, n = config.topk, config.num_steps, config.num_draft_tokens

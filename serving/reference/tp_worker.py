@@ -8,8 +8,9 @@ audit can tell the roles apart and read what each rank was given.
 
 Rank 0 receives requests from the HTTP process over a pipe and broadcasts them to the other ranks
 each iteration; every rank then runs the same scheduler step. Workers exit on a Shutdown message,
-when the HTTP process dies (PR_SET_PDEATHSIG, plus a parent-pid check), or when a peer dies (the
-collective fails).
+when the HTTP process dies (PR_SET_PDEATHSIG with SIGKILL, plus a parent-pid check), or when a
+peer dies (the collective fails). They ignore SIGINT and SIGTERM: a signal to the whole process
+group is handled by the HTTP process, which then shuts the workers down in order.
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
     """Process entry point (the target of ``spawn``)."""
     set_process_name(cfg.process_name)
     _die_with_parent(cfg.parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole group; the parent decides.
+    # Ctrl-C and a SIGTERM to the whole process group reach the workers too; the HTTP process
+    # decides and shuts them down in order (a rank dying first would look like a crash).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _configure_logging(cfg)
     env = visible_env()
     logger.info(
@@ -180,9 +184,9 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     from serving.reference.scheduler import Scheduler
     from serving.reference.speculative import SpecConfig
 
-    threads = cfg.torch_threads or ENV.SPECTUNE_REFERENCE_TORCH_THREADS.get()
-    if not threads:
-        threads = max(1, len(os.sched_getaffinity(0)) // cfg.world_size)
+    # One intra-op thread: the reference models' kernels are tiny, and on a 2-core VM two OpenMP
+    # threads per worker made decoding ~10x slower than one (measured); TP ranks add cores.
+    threads = cfg.torch_threads or ENV.SPECTUNE_REFERENCE_TORCH_THREADS.get() or 1
     torch.set_num_threads(threads)
 
     if cfg.device == "cuda":

@@ -1,0 +1,196 @@
+"""The HTTP API of a running reference engine: SGLang's endpoints, fields and error handling."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from reference_server_testing import generate_concurrently, http, running_server, sse_events
+
+from serving.engine.process import EngineProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+SPEC_FLAGS = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "ref-tiny-draft",
+              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+              "--enable-metrics")
+
+
+@pytest.fixture(scope="module")
+def spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """One speculative TP=1 server shared by this module."""
+    with running_server(*SPEC_FLAGS, log_dir=tmp_path_factory.mktemp("ref-http")) as engine:
+        yield engine
+
+
+def greedy(text: str, n: int = 24, **extra) -> dict:
+    return {"text": text, "sampling_params": {"max_new_tokens": n, "temperature": 0, **extra}}
+
+
+def test_health_and_model_endpoints(spec_server: EngineProcess) -> None:
+    assert http(spec_server, "/health")[0] == 200
+    assert http(spec_server, "/health_generate")[0] == 200
+    status, models = http(spec_server, "/v1/models")
+    assert status == 200 and models["data"][0]["id"] == "ref-tiny" and models["object"] == "list"
+    status, info = http(spec_server, "/get_model_info")
+    assert status == 200 and info["model_path"] == "ref-tiny" and info["is_generation"] is True
+
+
+def test_generate_meta_info(spec_server: EngineProcess) -> None:
+    status, out = http(spec_server, "/generate", greedy("Hello there", 20))
+    assert status == 200, out
+    meta = out["meta_info"]
+    assert len(out["output_ids"]) == meta["completion_tokens"] == 20
+    assert meta["finish_reason"] == {"type": "length", "length": 20}
+    assert meta["prompt_tokens"] == len("Hello there") + 1
+    assert meta["e2e_latency"] > 0 and isinstance(meta["id"], str)
+    assert 1 <= meta["spec_verify_ct"] <= 19
+    assert meta["spec_accept_length"] == pytest.approx(20 / meta["spec_verify_ct"])
+    assert isinstance(out["text"], str) and len(out["text"]) == 20  # printable ASCII bytes
+
+
+def test_generate_input_ids_equals_text(spec_server: EngineProcess) -> None:
+    _, by_text = http(spec_server, "/generate", greedy("abc", 8))
+    _, by_ids = http(spec_server, "/generate", {"input_ids": [256, 97, 98, 99], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+    assert by_text["output_ids"] == by_ids["output_ids"]
+
+
+def test_generate_stream(spec_server: EngineProcess) -> None:
+    events = sse_events(spec_server, "/generate", {**greedy("Stream me", 16), "stream": True})
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 16}
+    assert chunks[-1]["output_ids"] == http(spec_server, "/generate", greedy("Stream me", 16))[1]["output_ids"]
+    lengths = [len(c["output_ids"]) for c in chunks]
+    assert lengths == sorted(lengths) and lengths[-1] == 16
+    assert len(chunks) < 16, "speculation should put several tokens in some chunks"
+    assert chunks[-1]["text"].startswith(chunks[0]["text"])  # cumulative text, as SGLang
+
+
+def test_stop_string_is_trimmed(spec_server: EngineProcess) -> None:
+    _, full = http(spec_server, "/generate", greedy("Once upon", 30))
+    stop = full["text"][12:14]
+    _, cut = http(spec_server, "/generate", greedy("Once upon", 30, stop=[stop]))
+    assert cut["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert cut["text"] == full["text"][: full["text"].find(stop)]
+
+
+def test_openai_completions(spec_server: EngineProcess) -> None:
+    status, out = http(spec_server, "/v1/completions", {"model": "ref-tiny", "prompt": "Hello there", "max_tokens": 20, "temperature": 0})
+    assert status == 200, out
+    assert out["object"] == "text_completion" and out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"] == {"prompt_tokens": 12, "completion_tokens": 20, "total_tokens": 32}
+    assert out["choices"][0]["text"] == http(spec_server, "/generate", greedy("Hello there", 20))[1]["text"]
+    events = sse_events(spec_server, "/v1/completions", {"prompt": "Hello there", "max_tokens": 20, "temperature": 0,
+                                                         "stream": True, "stream_options": {"include_usage": True}})
+    assert events[-1] == "[DONE]"
+    text = "".join(c["choices"][0]["text"] for c in events[:-1] if c["choices"])
+    assert text == out["choices"][0]["text"]
+    assert events[-2]["usage"]["completion_tokens"] == 20 and events[-2]["choices"] == []
+
+
+def test_openai_chat(spec_server: EngineProcess) -> None:
+    body = {"model": "ref-tiny", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 12, "temperature": 0}
+    status, out = http(spec_server, "/v1/chat/completions", body)
+    assert status == 200, out
+    message = out["choices"][0]["message"]
+    assert message["role"] == "assistant" and out["object"] == "chat.completion"
+    assert out["usage"]["completion_tokens"] <= 12
+    events = sse_events(spec_server, "/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1] if c["choices"])
+    assert content == message["content"]
+    finals = [c for c in events[:-1] if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finals and finals[-1]["choices"][0]["finish_reason"] == out["choices"][0]["finish_reason"]
+    assert events[-2]["usage"] == out["usage"]
+
+
+def test_sampling_is_reproducible_by_seed(spec_server: EngineProcess) -> None:
+    body = {"text": "Roll", "sampling_params": {"max_new_tokens": 16, "temperature": 1.0, "top_p": 0.9, "sampling_seed": 7}}
+    assert http(spec_server, "/generate", body)[1]["output_ids"] == http(spec_server, "/generate", body)[1]["output_ids"]
+
+
+@pytest.mark.parametrize(
+    "path, raw, needle",
+    [
+        ("/generate", b"{not json", "not valid JSON"),
+        ("/generate", b"[1, 2]", "JSON object"),
+        ("/generate", b'{"text": "x", "sampling_params": {"max_new_tokens": -1}}', "max_new_tokens must be at least 0"),
+        ("/generate", b'{"text": "x", "sampling_params": {"max_new_tokens": 100000000}}', "maximum context length"),
+        ("/generate", b'{"text": "x", "sampling_params": {"bogus": 1}}', "unexpected keyword argument"),
+        ("/generate", b'{"input_ids": [1, 99999]}', "outside the vocabulary"),
+        ("/generate", b'{"sampling_params": {}}', "exactly one of"),
+        ("/generate", ('{"text": "' + "x" * 3000 + '"}').encode(), "longer than the model's context length"),
+        ("/v1/completions", b'{"prompt": "x", "max_tokens": -5}', "max_tokens"),
+        ("/v1/completions", b'{"prompt": "x", "n": 3}', "'n'=3"),
+        ("/v1/chat/completions", b'{"messages": []}', "messages"),
+        ("/v1/chat/completions", b"{oops", "not valid JSON"),
+    ],
+)
+def test_bad_input_is_400_and_server_keeps_serving(spec_server: EngineProcess, path: str, raw: bytes, needle: str) -> None:
+    status, out = http(spec_server, path, raw=raw)
+    assert status == 400, out
+    message = out["error"]["message"] if "error" in out else out["message"]
+    assert needle in message
+    assert http(spec_server, "/generate", greedy("still alive?", 4))[0] == 200
+
+
+def test_flush_cache_and_server_info_accept_length(spec_server: EngineProcess) -> None:
+    """After /flush_cache, the server's avg_spec_accept_length equals the per-request aggregate
+    sum(completion_tokens - 1) / sum(spec_verify_ct) (the prefill token is not a verify output)."""
+    assert http(spec_server, "/flush_cache")[0] == 200
+    _, info = http(spec_server, "/server_info")
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
+    prompts = [f"Prompt {i}: {w}" for i, w in enumerate(["alpha", "beta", "gamma delta", "epsilon", "zeta eta theta", "iota", "kappa", "lambda"])]
+    outs = generate_concurrently(spec_server, [greedy(p, 40) for p in prompts])
+    completion = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    verify = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    aggregate = (completion - len(outs)) / verify
+    _, info = http(spec_server, "/server_info")
+    state = info["internal_states"][0]
+    assert state["avg_spec_accept_length"] == pytest.approx(aggregate, rel=0.02)
+    assert 1.0 <= state["avg_spec_accept_length"] <= 4.0
+    assert info["speculative_num_steps"] == 3 and info["speculative_eagle_topk"] == 1
+    assert info["disable_custom_all_reduce"] is False and "version" in info
+    assert http(spec_server, "/get_server_info")[1]["internal_states"] == info["internal_states"]
+
+
+def test_flush_cache_refused_while_busy(spec_server: EngineProcess) -> None:
+    """While a request is in flight (its stream has started), /flush_cache is a 400."""
+    import json
+    import urllib.request
+
+    body = {**greedy("long one", 1000), "stream": True}
+    req = urllib.request.Request(spec_server.url + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as stream:
+        first = stream.readline()
+        assert first.startswith(b"data: ")
+        status, text = http(spec_server, "/flush_cache")
+        rest = stream.read()
+    assert status == 400 and "pending requests" in text
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert http(spec_server, "/flush_cache")[0] == 200
+
+
+def test_metrics_use_sglang_names(spec_server: EngineProcess) -> None:
+    http(spec_server, "/generate", greedy("count me", 8))
+    status, text = http(spec_server, "/metrics")
+    assert status == 200
+    for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_running_reqs",
+                 "sglang:spec_accept_length", "sglang:time_to_first_token_seconds_bucket",
+                 "sglang:e2e_request_latency_seconds_count", "sglang:gen_throughput"):
+        assert name in text, name
+    generated = float(re.search(r'^sglang:generation_tokens_total\{model_name="ref-tiny"\} (\S+)$', text, re.M).group(1))
+    assert generated >= 8
+
+
+def test_metrics_absent_without_flag(tmp_path: Path) -> None:
+    with running_server(log_dir=tmp_path) as engine:
+        assert http(engine, "/metrics")[0] == 404
+        _, info = http(engine, "/server_info")
+        assert info["speculative_algorithm"] is None
+        _, out = http(engine, "/generate", greedy("plain", 6))
+        assert "spec_verify_ct" not in out["meta_info"]

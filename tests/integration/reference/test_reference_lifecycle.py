@@ -1,0 +1,156 @@
+"""Process lifecycle: bad flags, signals, parent death, and the fault switches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from reference_server_testing import environ_of, http, port_open, reference_process, worker_processes
+
+from serving.errors import EngineLaunchError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+def wait_for(predicate, *, timeout_s: float, what: str, engine=None) -> None:
+    """Poll ``predicate`` until true (bounded); fail with the engine log tail."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            tail = engine.log_tail() if engine is not None else ""
+            pytest.fail(f"timed out waiting for {what}\n{tail}")
+        time.sleep(0.05)  # polling interval, not synchronisation
+
+
+def test_unknown_flag_exits_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "serving.reference", "--model-path", "ref-tiny", "--speculative-bogus", "3"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--speculative-bogus" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_server_stops_workers_and_frees_port(tmp_path: Path, sig: signal.Signals) -> None:
+    """Only the server gets the signal; it must take its workers down and release the port."""
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout_s=120)
+        workers = worker_processes(engine)
+        assert len(workers) == 2
+        os.kill(engine.pid, sig)
+        gone, alive = psutil.wait_procs([psutil.Process(engine.pid), *workers], timeout=30)
+        assert not alive, f"still alive after {sig.name}: {alive}\n{engine.log_tail()}"
+        assert engine._popen.wait(5) == 0  # noqa: SLF001 - the server's own exit status
+        assert not port_open(engine.command.port)
+        assert "TP workers stopped (exit codes [0, 0])" in engine.log_path.read_text()
+    finally:
+        engine.stop()
+
+
+def test_group_sigterm_is_a_clean_shutdown(tmp_path: Path) -> None:
+    """EngineProcess signals the whole process group; workers ignore it and the server shuts them down."""
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path)
+    with engine:
+        pass
+    report_log = engine.log_path.read_text()
+    assert "received SIGTERM; shutting down" in report_log
+    assert "cannot continue" not in report_log
+
+
+def test_workers_die_with_a_killed_server(tmp_path: Path) -> None:
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout_s=120)
+        workers = worker_processes(engine)
+        os.kill(engine.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, f"orphaned workers: {alive}"
+    finally:
+        engine.stop()
+
+
+def test_a_dead_worker_takes_the_server_down(tmp_path: Path) -> None:
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout_s=120)
+        victim = next(w for w in worker_processes(engine) if w.name() == "ref::tp1")
+        victim.kill()
+        assert engine._popen.wait(30) == 1  # noqa: SLF001
+        assert "TP worker rank 1" in engine.log_path.read_text()
+    finally:
+        engine.stop()
+
+
+def test_fault_crash_on_start(tmp_path: Path) -> None:
+    engine = reference_process(log_dir=tmp_path, env={"SPECTUNE_REFERENCE_FAULT": "crash_on_start"})
+    engine.start()
+    try:
+        with pytest.raises(EngineLaunchError) as info:
+            engine.wait_healthy(timeout_s=60)
+        assert info.value.exit_code == 1
+        assert "crash_on_start" in info.value.log_tail
+    finally:
+        engine.stop()
+
+
+def test_fault_hang_on_start(tmp_path: Path) -> None:
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path, env={"SPECTUNE_REFERENCE_FAULT": "hang_on_start"})
+    engine.start()
+    try:
+        wait_for(lambda: port_open(engine.command.port), timeout_s=60, what="the port", engine=engine)
+        wait_for(lambda: len(worker_processes(engine)) == 2, timeout_s=60, what="two workers", engine=engine)
+        with pytest.raises(EngineLaunchError, match="not healthy"):
+            engine.wait_healthy(timeout_s=3)
+        assert http(engine, "/health")[0] == 503
+    finally:
+        report = engine.stop()
+    assert not report.escalated, "hang_on_start must still shut down on SIGTERM"
+
+
+def test_fault_die_after_tokens(tmp_path: Path) -> None:
+    engine = reference_process(log_dir=tmp_path, env={"SPECTUNE_REFERENCE_FAULT": "die_after_tokens:40"})
+    engine.start()
+    try:
+        engine.wait_healthy(timeout_s=120)  # warm-up and health checks emit a few tokens
+        workers = worker_processes(engine)
+        try:
+            http(engine, "/generate", {"text": "go", "sampling_params": {"max_new_tokens": 200, "temperature": 0}}, timeout_s=30)
+        except OSError:
+            pass  # the server may vanish mid-response
+        assert engine._popen.wait(30) == 1  # noqa: SLF001
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive
+        assert "die_after_tokens:40" in engine.log_path.read_text()
+    finally:
+        engine.stop()
+
+
+def test_fault_late_env_hides_variables_from_workers(tmp_path: Path) -> None:
+    env = {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple", "SPECTUNE_REFERENCE_FAULT": "late_env:NCCL_ALGO"}
+    engine = reference_process("--tp-size", "2", log_dir=tmp_path, env=env)
+    with engine:
+        assert environ_of(engine.pid)["NCCL_ALGO"] == "Tree"
+        for worker in worker_processes(engine):
+            worker_env = environ_of(worker.pid)
+            assert "NCCL_ALGO" not in worker_env, worker.name()
+            assert worker_env["NCCL_PROTO"] == "Simple"
+            assert worker_env["NCCL_CUMEM_ENABLE"] == "0" and worker_env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+        assert http(engine, "/generate", {"text": "ok", "sampling_params": {"max_new_tokens": 4}})[0] == 200
+
+
+def test_bad_fault_value_exits_2(tmp_path: Path) -> None:
+    env = dict(os.environ, SPECTUNE_REFERENCE_FAULT="explode")
+    proc = subprocess.run([sys.executable, "-m", "serving.reference", "--model-path", "ref-tiny"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and "SPECTUNE_REFERENCE_FAULT" in proc.stderr

@@ -1,0 +1,93 @@
+"""TP=2 over real worker processes (gloo), end to end over HTTP, and 32 concurrent requests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from reference_server_testing import generate_concurrently, http, running_server, worker_processes
+
+from serving.engine.process import EngineProcess
+from serving.reference.config import PRESETS
+from serving.reference.model import Model, dtype_from_name
+from serving.reference.parallel import SingleRank
+from serving.reference.protocol import GenerateReq
+from serving.reference.sampling import SamplingParams
+from serving.reference.scheduler import Scheduler
+from serving.reference.tokenizer import ByteTokenizer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+PROMPTS = [f"Request {i}: {topic}" for i, topic in enumerate(
+    ["weather", "a poem about cats", "SELECT * FROM t", "def main():", "Dear Sir,", "1, 2, 3,", "The capital of",
+     "Once upon a time", "import os", "Hello, world", "<html>", "Roses are red", "Q: 2+2?\\nA:", "The end",
+     "Speculative decoding", "fn main() {", "Lorem ipsum", "To be or not", "x = [1, 2,", "Breaking news:",
+     "All work and no play", "Mary had a little", "It was a dark and", "#include <stdio.h>", "git commit -m",
+     "The mitochondria is", "In the beginning", "Knock knock.", "Why did the chicken", "Call me Ishmael.",
+     "It is a truth", "Happy families"])]
+assert len(PROMPTS) == 32
+
+
+def body(prompt: str, n: int) -> dict:
+    return {"text": prompt, "sampling_params": {"max_new_tokens": n, "temperature": 0}}
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, list[int]]:
+    """Greedy outputs computed in this process, plain decoding on one rank (the reference)."""
+    preset = PRESETS["ref-tiny"]
+    model = Model(preset=preset, seed=preset.seed, comm=SingleRank(), device=__import__("torch").device("cpu"),
+                  dtype=dtype_from_name(preset.dtype))
+    tok = ByteTokenizer(vocab_size=preset.vocab_size)
+    reqs = [GenerateReq(rid=p, input_ids=tuple(tok.encode(p)), params=SamplingParams(max_new_tokens=24, temperature=0.0), seed=0)
+            for p in PROMPTS]
+    return Scheduler(model=model, spec=None, max_running_requests=64, context_length=preset.context_length,
+                     log_stats=False).run(reqs)
+
+
+@pytest.fixture(scope="module")
+def tp2_spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    flags = ("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
+             "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+    with running_server(*flags, log_dir=tmp_path_factory.mktemp("ref-tp2"),
+                        env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}) as engine:
+        yield engine
+
+
+def test_tp2_has_exactly_two_workers_each_in_a_world_of_two(tp2_spec_server: EngineProcess) -> None:
+    workers = worker_processes(tp2_spec_server)
+    assert sorted(w.name() for w in workers) == ["ref::tp0", "ref::tp1"]
+    _, info = http(tp2_spec_server, "/server_info")
+    ranks = info["reference_engine"]["workers"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in ranks)
+    assert {r["pid"] for r in ranks} == {w.pid for w in workers}
+    log = tp2_spec_server.log_path.read_text()
+    for rank in (0, 1):
+        line = re.search(rf"worker ref::tp{rank} starting: rank={rank} world_size=2 .*", log)
+        assert line, f"no start-up line for rank {rank}"
+        assert "NCCL_ALGO=Ring" in line.group(0) and "NCCL_PROTO=Simple" in line.group(0)
+
+
+def test_tp2_speculative_greedy_matches_plain_tp1_over_http(tp2_spec_server: EngineProcess, expected) -> None:
+    outs = generate_concurrently(tp2_spec_server, [body(p, 24) for p in PROMPTS[:20]])
+    for prompt, out in zip(PROMPTS, outs):
+        assert out["output_ids"] == expected[prompt], prompt
+        assert 1 <= out["meta_info"]["spec_accept_length"] <= 6 + 1
+
+
+def test_32_concurrent_requests_complete_correctly(tp2_spec_server: EngineProcess, expected) -> None:
+    outs = generate_concurrently(tp2_spec_server, [body(p, 24) for p in PROMPTS])
+    assert len(outs) == 32
+    for prompt, out in zip(PROMPTS, outs):
+        assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 24}
+        assert out["output_ids"] == expected[prompt], prompt
+
+
+def test_32_concurrent_plain_tp1(tmp_path: Path, expected) -> None:
+    with running_server("--max-running-requests", "8", log_dir=tmp_path) as engine:
+        outs = generate_concurrently(engine, [body(p, 24) for p in PROMPTS])
+    for prompt, out in zip(PROMPTS, outs):
+        assert out["output_ids"] == expected[prompt], prompt

@@ -1,0 +1,20 @@
+"""Fixtures for the reference engine's in-process tests (helpers: reference_core_testing.py)."""
+
+from __future__ import annotations
+
+import pytest
+from reference_core_testing import make_models
+
+from serving.reference.model import Model
+
+
+@pytest.fixture(scope="session")
+def tp1_models() -> list[Model]:
+    """ref-tiny on one rank."""
+    return make_models(1)
+
+
+@pytest.fixture(scope="session")
+def tp2_models() -> list[Model]:
+    """ref-tiny split over two in-process ranks (threads)."""
+    return make_models(2)

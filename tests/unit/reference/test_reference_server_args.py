@@ -1,0 +1,114 @@
+"""Command line: SGLang's flag names, SGLang's speculative rules, exit status 2 on bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from serving.reference.config import PRESETS, resolve_draft_layers
+from serving.reference.server_args import ServerArgs, parse_args
+
+
+def parse(*argv: str) -> ServerArgs:
+    return parse_args(["--model-path", "ref-tiny", *argv], cuda_available=False, cuda_device_count=0)
+
+
+def test_defaults_match_sglang() -> None:
+    args = parse()
+    assert (args.host, args.port, args.tp_size, args.device) == ("127.0.0.1", 30000, 1, "cpu")
+    assert not args.speculative
+    assert args.max_running_requests == PRESETS["ref-tiny"].default_max_running_requests
+    assert args.context_length == PRESETS["ref-tiny"].context_length
+    assert args.random_seed == PRESETS["ref-tiny"].seed
+    assert args.decode_log_interval == 40
+
+
+def test_sglang_flag_names_and_aliases() -> None:
+    args = parse(
+        "--tp", "2", "--host", "0.0.0.0", "--port", "1234", "--enable-metrics", "--disable-custom-all-reduce",
+        "--max-running-requests", "7", "--context-length", "512", "--random-seed", "9", "--log-level", "warning",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "ref-tiny-draft",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6",
+        "--mem-fraction-static", "0.8", "--disable-cuda-graph",
+    )
+    assert args.tp_size == 2 and args.host == "0.0.0.0" and args.port == 1234
+    assert args.enable_metrics and args.disable_custom_all_reduce
+    assert (args.max_running_requests, args.context_length, args.random_seed) == (7, 512, 9)
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (3, 2, 6)
+    info = args.to_dict()
+    assert info["mem_fraction_static"] == 0.8 and info["disable_cuda_graph"] is True
+    assert info["disable_custom_all_reduce"] is True
+    assert parse("--tp-size", "2").tp_size == parse("--tensor-parallel-size", "2").tp_size == 2
+
+
+def test_unknown_flag_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse("--no-such-flag", "1")
+    assert info.value.code == 2
+    assert "--no-such-flag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"], "missing: --speculative-eagle-topk"),
+        (["--speculative-algorithm", "NGRAM"], "not supported"),
+        (["--speculative-num-steps", "3"], "without --speculative-algorithm"),
+        (["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2",
+          "--speculative-num-draft-tokens", "8"], "holds topk + (steps-1)*topk^2 = 6"),
+        (["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "ref-small-draft"], "does not belong"),
+        (["--tp-size", "3"], "does not divide"),
+        (["--device", "cuda"], "no CUDA device"),
+        (["--max-running-requests", "0"], "--max-running-requests"),
+        (["--dtype", "int8"], "--dtype"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_flag(argv, needle, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_unknown_model_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", "meta-llama/Llama-3-8B"], cuda_available=False, cuda_device_count=0)
+    err = capsys.readouterr().err
+    assert "ref-tiny" in err and "ref-gpu-comm" in err
+
+
+def test_auto_choice_and_48_cap_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        args = parse("--speculative-algorithm", "EAGLE3")
+    assert args.speculative
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (
+        PRESETS["ref-tiny"].auto_speculative
+    )
+    assert args.max_running_requests == 48
+    assert args.speculative_draft_model_path == "ref-tiny-draft"
+    text = caplog.text
+    assert "auto-chose" in text and "Max running requests is reset to 48" in text
+    assert "speculative_draft_model_path" in text
+    assert parse("--speculative-algorithm", "EAGLE3", "--max-running-requests", "100").max_running_requests == 100
+
+
+def test_topk_1_forces_chain_length_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        args = parse("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "5",
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")
+    assert args.speculative_num_draft_tokens == 6
+    assert "speculative_num_draft_tokens is adjusted" in caplog.text
+
+
+def test_speculative_none_means_off() -> None:
+    assert not parse("--speculative-algorithm", "NONE").speculative
+
+
+def test_draft_path_spellings() -> None:
+    preset = PRESETS["ref-tiny"]
+    assert resolve_draft_layers(draft_path="ref-tiny", preset=preset) == preset.draft_layers
+    assert resolve_draft_layers(draft_path="ref-tiny-draft", preset=preset) == preset.draft_layers
+    assert resolve_draft_layers(draft_path="ref-tiny-draft-L3", preset=preset) == 3
+    with pytest.raises(ValueError, match="after 1 to 7 layers"):
+        resolve_draft_layers(draft_path="ref-tiny-draft-L8", preset=preset)
