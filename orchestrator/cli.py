@@ -20,6 +20,7 @@ from rich.table import Table
 
 from pydantic import ValidationError
 
+from orchestrator.bench import commands as bench_commands
 from orchestrator.errors import SpecError, SpectuneError
 from orchestrator.space import candidate_from_settings, iter_candidates
 from orchestrator.spec import SweepSpec
@@ -121,16 +122,8 @@ def serve(best: Annotated[Path, typer.Argument(help="A best-config YAML written 
     _not_yet("serve", "the Serve issue")
 
 
-@app.command()
-def bench(url: Annotated[str, typer.Argument(help="Base URL of a running engine.")]) -> None:
-    """Benchmark a running engine (SGLang, the reference engine, or any OpenAI server)."""
-    _not_yet("bench", "the benchmark issue")
-
-
-@app.command()
-def probe(url: Annotated[str, typer.Argument(help="Base URL of a running engine.")]) -> None:
-    """Compare a running engine's greedy outputs with a stored baseline, token for token."""
-    _not_yet("probe", "the benchmark issue")
+app.command(name="bench")(bench_commands.bench)
+app.command(name="probe")(bench_commands.probe)
 
 
 def _pairs(items: list[str], *, option: str) -> dict[str, str]:

@@ -62,8 +62,8 @@ def bench(
     dataset: Annotated[Optional[str], typer.Option(help="builtin (default), sharegpt or random.")] = None,
     dataset_path: Annotated[Optional[str], typer.Option(help="ShareGPT-format JSON file (dataset sharegpt).")] = None,
     allow_random_prompts: Annotated[
-        Optional[bool], typer.Option("--allow-random-prompts", help="Permit dataset random (flatters speculation).")
-    ] = None,
+        bool, typer.Option("--allow-random-prompts", help="Permit dataset random (flatters speculation).")
+    ] = False,
     random_input_len: Annotated[Optional[int], typer.Option(help="Words per random prompt.")] = None,
     num_prompts: Annotated[Optional[int], typer.Option(help="Requests per repetition and level.")] = None,
     output_len: Annotated[Optional[int], typer.Option(help="max_new_tokens per request.")] = None,
@@ -94,11 +94,12 @@ def bench(
 ) -> None:
     """Benchmark a running engine (SGLang, the reference engine, or any OpenAI server).
 
-    Exit 0 when the run completed (failed requests and flags are reported), 1 when the server
-    could not be benchmarked, 2 for bad options.
+    Exit 0 when the run completed (failed requests and flags are reported), 1 when it could not.
+
+    Settings come from --spec's benchmark section (or the defaults), overridden by options.
     """
     overrides: dict[str, Any] = {
-        "dataset": dataset, "dataset_path": dataset_path, "allow_random_prompts": allow_random_prompts,
+        "dataset": dataset, "dataset_path": dataset_path, "allow_random_prompts": allow_random_prompts or None,
         "random_input_len": random_input_len, "num_prompts": num_prompts, "output_len": output_len,
         "concurrency": _concurrency(concurrency), "request_rate": request_rate, "warmup_requests": warmup,
         "repetitions": repetitions, "temperature": temperature, "seed": seed, "request_timeout_s": timeout,
@@ -185,8 +186,7 @@ def probe(
 ) -> None:
     """Compare a running engine's greedy outputs with a stored baseline, token for token.
 
-    Exit 0 when they match (or the baseline was written), 1 on a mismatch (naming the first
-    differing prompt and position) or when the server cannot be probed, 2 for bad options.
+    The first run writes the baseline. Exit 0 on a match, 1 on a mismatch (naming the first one).
     """
     if api not in ("auto", "generate", "completions", "chat"):
         raise _fail(EXIT_BAD_INPUT, f"--api {api!r}: use auto, generate, completions or chat")

@@ -13,8 +13,12 @@ the names below say which is which:
 
 * ``accept_length_requests`` = (sum(completion_tokens) - #requests) / sum(spec_verify_ct): tokens
   per verify cycle, bonus token included, prefill token excluded. Same definition as the server's.
-* ``accept_length_server`` = ``/server_info`` ``internal_states[i].avg_spec_accept_length`` after
-  ``/flush_cache`` (SGLang's decode-log "accept len").
+* ``accept_length_server`` = ``/server_info`` ``internal_states[i].avg_spec_accept_length`` read
+  after the repetition, when the server's counters were reset by ``/flush_cache`` before it (the
+  reference engine does this). SGLang's ``flush_cache`` does *not* reset them (its
+  ``cum_spec_accept_length`` / ``cum_spec_accept_count`` are lifetime totals): then the value
+  after the repetition is ``accept_length_server_lifetime``, a weighted mean of everything the
+  server ever decoded, and is never presented as this repetition's figure.
 * ``spec_accept_length_meta`` = sum(completion_tokens) / sum(spec_verify_ct): the aggregate of
   SGLang's per-request ``meta_info.spec_accept_length``, which also counts the prefill token and
   is therefore a little higher. Reported for comparison with SGLang's own tools, never compared.
@@ -287,15 +291,27 @@ def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
     return decode / cycles if cycles else None
 
 
-def accept_length_agrees(*, server: float | None, requests: float | None, tolerance: float) -> bool | None:
-    """Whether the two accept-length sources agree: |server - requests| <= tolerance * requests.
+def accept_length_agrees(
+    *, server: float | None, requests: float | None, tolerance: float, server_before: float | None = None
+) -> bool | None:
+    """Whether the server's accept length is consistent with the per-request one.
 
-    ``None`` when either source is absent (nothing to cross-check), so "not checked" is never
-    mistaken for "agrees".
+    Counters reset before the repetition (``server_before`` None): the server's value covers
+    exactly the measured requests, so it must match: |server - requests| <= tolerance * requests.
+
+    Lifetime counters (``server_before`` = the value read just before the repetition): the value
+    after it is a weighted mean of the earlier lifetime mean and this repetition's, so it must lie
+    between ``server_before`` and ``requests``, widened by tolerance * requests on both sides.
+
+    ``None`` when the server's value or the per-request one is absent (nothing to cross-check),
+    so "not checked" is never mistaken for "agrees".
     """
     if server is None or requests is None:
         return None
-    return abs(server - requests) <= tolerance * abs(requests)
+    slack = tolerance * abs(requests)
+    if server_before is None:
+        return abs(server - requests) <= slack
+    return min(server_before, requests) - slack <= server <= max(server_before, requests) + slack
 
 
 # --- one repetition ---------------------------------------------------------------------------
@@ -331,7 +347,13 @@ class RepetitionMetrics(BaseModel):
         description="(sum(completion_tokens) - N) / sum(spec_verify_ct) from per-request meta_info."
     )
     accept_length_server: float | None = Field(
-        description="/server_info avg_spec_accept_length read after this repetition (flushed before it)."
+        description="/server_info avg_spec_accept_length after this repetition, when /flush_cache reset the "
+        "server's counters before it (absent otherwise: a lifetime mean is not this repetition's figure)."
+    )
+    accept_length_server_lifetime: float | None = Field(
+        default=None,
+        description="/server_info avg_spec_accept_length after this repetition when the server's counters "
+        "survive /flush_cache (SGLang): the mean over the server's whole life, for the cross-check only.",
     )
     spec_accept_length_meta: float | None = Field(
         description="sum(completion_tokens) / sum(spec_verify_ct): SGLang's per-request definition (counts prefill)."
@@ -357,6 +379,7 @@ class RepetitionMetrics(BaseModel):
             "accept_length": self.accept_length,
             "accept_length_requests": self.accept_length_requests,
             "accept_length_server": self.accept_length_server,
+            "accept_length_server_lifetime": self.accept_length_server_lifetime,
             "accepted_drafts_per_cycle": self.accepted_drafts_per_cycle,
             "cycle_ms": self.cycle_ms,
         }
@@ -378,16 +401,31 @@ def compute_repetition_metrics(
     request_rate: float | None,
     accept_length_server: float | None,
     accept_length_tolerance: float,
+    accept_length_server_before: float | None = None,
+    server_counters_reset: bool = True,
 ) -> RepetitionMetrics:
-    """Every metric of one repetition from its records and the server's accept length."""
+    """Every metric of one repetition from its records and the server's accept length.
+
+    Args:
+        accept_length_server: ``avg_spec_accept_length`` read after the repetition (None: absent).
+        accept_length_server_before: The same, read just before the repetition.
+        server_counters_reset: Whether the server's counters were reset before the repetition
+            (``/flush_cache`` succeeded and no value survived it); if not, the value read after is
+            a lifetime mean and is reported as ``accept_length_server_lifetime``.
+    """
     ok = ok_records(records)
     errors = [r for r in records if r.error is not None]
     prompt_counts = [r.prompt_tokens for r in ok]
     from_requests = accept_length_requests(ok)
-    accept = from_requests if from_requests is not None else accept_length_server
+    server_rep = accept_length_server if server_counters_reset else None
+    server_lifetime = None if server_counters_reset else accept_length_server
+    accept = from_requests if from_requests is not None else server_rep
     spec = _spec_records(ok)
     agrees = accept_length_agrees(
-        server=accept_length_server, requests=from_requests, tolerance=accept_length_tolerance
+        server=accept_length_server,
+        requests=from_requests,
+        tolerance=accept_length_tolerance,
+        server_before=None if server_counters_reset else accept_length_server_before,
     )
     return RepetitionMetrics(
         concurrency=concurrency,
@@ -410,7 +448,8 @@ def compute_repetition_metrics(
         spec_verify_ct=sum(r.spec_verify_ct for r in spec) if spec else None,  # type: ignore[misc]
         accept_length=accept,
         accept_length_requests=from_requests,
-        accept_length_server=accept_length_server,
+        accept_length_server=server_rep,
+        accept_length_server_lifetime=server_lifetime,
         spec_accept_length_meta=spec_accept_length_meta(ok),
         accepted_drafts_per_cycle=accepted_drafts_per_cycle(accept),
         cycle_ms=cycle_ms(ok),

@@ -286,7 +286,7 @@ async def arun_probe(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(new.model_dump_json(indent=2) + "\n", encoding="utf-8")
         result = ProbeResult(status="baseline_written", baseline_path=str(path), num_prompts=len(prompts), unit=None, mismatches=[])
-        logger.info("%s", result.message)
+        logger.debug("%s", result.message)
         return result
     unit, mismatches = compare_outputs(baseline=baseline.outputs, current=outputs)
     result = ProbeResult(
@@ -296,5 +296,5 @@ async def arun_probe(
         unit=unit,
         mismatches=mismatches,
     )
-    logger.info("%s", result.message)
+    logger.debug("%s", result.message)
     return result

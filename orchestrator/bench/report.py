@@ -119,7 +119,12 @@ class BenchResult(BaseModel):
     api: Literal["generate", "completions", "chat"] = Field(description="The API spoken.")
     model: str | None = Field(description="OpenAI model field sent, if any.")
     server: dict[str, Any] = Field(description="Selected /server_info fields (model, speculative settings).")
-    flush_cache_supported: bool = Field(description="Whether /flush_cache worked (server accept length needs it).")
+    flush_cache_supported: bool = Field(description="Whether /flush_cache worked (it resets the prefix cache).")
+    server_accept_length_scope: Literal["repetition", "lifetime"] | None = Field(
+        default=None,
+        description="What /server_info's avg_spec_accept_length covered: each repetition (counters reset by "
+        "/flush_cache, the reference engine), the server's lifetime (SGLang), or None (not reported).",
+    )
     settings: BenchSettings = Field(description="The settings used.")
     dataset: DatasetInfo = Field(description="The prompts sent.")
     warmup: WarmupInfo = Field(description="The warm-up requests.")
@@ -206,6 +211,8 @@ def summary_table(result: BenchResult) -> Table:
     row("tokens/chunk", "tokens_per_chunk", 2)
     row("accept_length (req)", "accept_length_requests", 3)
     row("accept_length (server)", "accept_length_server", 3)
+    if any(level.value("accept_length_server_lifetime") is not None for level in result.levels):
+        row("  server, lifetime mean", "accept_length_server_lifetime", 3)
     row("accepted drafts/cycle", "accepted_drafts_per_cycle", 3)
     row("cycle ms", "cycle_ms", 2)
     table.add_row("errors", *(str(level.num_errors) for level in result.levels))

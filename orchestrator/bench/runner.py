@@ -3,9 +3,11 @@
 
 The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where it reports each
 repetition to Ray Tune, so ASHA can stop a hopeless trial before the last repetition. The
-server-side accept length is only read when ``/flush_cache`` succeeded before the repetition:
-SGLang's counters are lifetime counters otherwise, and a number that cannot be attributed to
-the measured requests is reported as absent rather than as a misleading value.
+server's ``avg_spec_accept_length`` is read before and after each repetition. Where
+``/flush_cache`` reset it (the reference engine) the value after covers exactly the repetition;
+where it survives the flush (SGLang keeps lifetime totals) it is reported only as
+``accept_length_server_lifetime`` and used as a weaker cross-check, never as the repetition's
+figure: a number that cannot be attributed to the measured requests is not presented as one.
 
 Failed requests are counted, never fatal. What ends a run with :class:`BenchmarkError` is a
 server that cannot serve at all: unhealthy before the start, every warm-up request failing, or
@@ -168,6 +170,7 @@ async def arun_benchmark(
 
         items = _items(prompts)
         flush_supported = settings.flush_cache and info is not None
+        scope: Literal["repetition", "lifetime"] | None = None
         levels: list[LevelResult] = []
         for concurrency in settings.concurrency:
             repetitions: list[RepetitionMetrics] = []
@@ -176,21 +179,35 @@ async def arun_benchmark(
                 if flush_supported:
                     flushed = await srv.flush_cache(session, base_url, timeout_s=health_timeout_s)
                     if not flushed:
-                        logger.warning("/flush_cache failed: the server's accept length is not reported from now on")
+                        logger.warning("/flush_cache failed; not calling it again in this run")
                         flush_supported = False
+                before = after = None
+                if info is not None:
+                    before = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
                 result = await load(
                     items, concurrency, progress_for("measure", concurrency, repetition, len(items))
                 )
-                server_accept = None
-                if flushed:
-                    server_accept = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
+                if info is not None:
+                    after = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
+                # A value that survives /flush_cache means lifetime counters (SGLang): never this
+                # repetition's figure, but still a cross-check (see metrics.accept_length_agrees).
+                reset = flushed and before is None
+                if after is not None and scope is None:
+                    scope = "repetition" if reset else "lifetime"
+                    if scope == "lifetime":
+                        logger.info(
+                            "the server's avg_spec_accept_length is a lifetime mean (not reset by /flush_cache); "
+                            "accept_length comes from the per-request meta_info, the server's value is a cross-check"
+                        )
                 metrics = compute_repetition_metrics(
                     records=result.records,
                     duration_s=result.duration_s,
                     concurrency=concurrency,
                     repetition=repetition,
                     request_rate=settings.request_rate,
-                    accept_length_server=server_accept,
+                    accept_length_server=after,
+                    accept_length_server_before=before,
+                    server_counters_reset=reset,
                     accept_length_tolerance=settings.accept_length_tolerance,
                 )
                 if metrics.num_errors and (
@@ -224,6 +241,7 @@ async def arun_benchmark(
             model=model,
             server=srv.summarise_server_info(info),
             flush_cache_supported=flush_supported,
+            server_accept_length_scope=scope,
             settings=settings,
             dataset=DatasetInfo(
                 name=settings.dataset,
@@ -253,9 +271,12 @@ def _log_repetition(metrics: RepetitionMetrics) -> None:
         fmt(metrics.tokens_per_chunk, 2), metrics.num_errors,
     )
     if metrics.accept_length_mismatch:
+        server = metrics.accept_length_server
         logger.warning(
-            "concurrency %d rep %d: accept_length_mismatch: server %.3f vs per-request %.3f",
-            metrics.concurrency, metrics.repetition, metrics.accept_length_server, metrics.accept_length_requests,
+            "concurrency %d rep %d: accept_length_mismatch: server %.3f%s vs per-request %.3f",
+            metrics.concurrency, metrics.repetition,
+            server if server is not None else metrics.accept_length_server_lifetime,
+            "" if server is not None else " (lifetime mean)", metrics.accept_length_requests,
         )
     if metrics.num_errors:
         logger.warning(

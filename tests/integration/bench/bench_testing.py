@@ -31,7 +31,10 @@ class Behaviour:
 
     Attributes:
         accept_length: Tokens each verify cycle emits (bonus included): the truth.
-        reported_accept_length: What /server_info claims; None reports the truth.
+        reported_accept_length: What /server_info claims once there are verify cycles to report
+            (like SGLang, no value before that); None reports the truth.
+        reset_on_flush: /flush_cache resets the speculative counters (the reference engine); False
+            keeps lifetime totals, as SGLang does.
         speculative: Report spec_verify_ct / avg_spec_accept_length at all.
         native: Serve SGLang's native endpoints (False: a plain OpenAI server, 404 on them).
         fail_every: Every n-th generation request answers HTTP 500 (0: never).
@@ -46,6 +49,7 @@ class Behaviour:
 
     accept_length: int = 3
     reported_accept_length: float | None = None
+    reset_on_flush: bool = True
     speculative: bool = True
     native: bool = True
     fail_every: int = 0
@@ -188,12 +192,12 @@ class FakeServer:
 
     async def _server_info(self, request: web.Request) -> web.Response:
         c, b = self.counters, self.behaviour
-        if not b.speculative:
+        if not b.speculative or not c.verify_cycles:
             accept = None
         elif b.reported_accept_length is not None:
             accept = b.reported_accept_length
         else:
-            accept = c.decode_tokens / c.verify_cycles if c.verify_cycles else None
+            accept = c.decode_tokens / c.verify_cycles
         return web.json_response(
             {
                 "model_path": "fake-model",
@@ -208,7 +212,8 @@ class FakeServer:
     async def _flush(self, request: web.Request) -> web.Response:
         if self.counters.in_flight:
             return web.Response(status=400, text="Cache not flushed: there are running requests")
-        self.counters.decode_tokens = self.counters.verify_cycles = 0
+        if self.behaviour.reset_on_flush:
+            self.counters.decode_tokens = self.counters.verify_cycles = 0
         self.counters.flushes += 1
         return web.Response(text="Cache flushed.")
 

@@ -62,6 +62,7 @@ def test_token_counts_are_the_servers_and_chunks_carry_several(fake_server: Fake
         assert rep.accept_length_mismatch is False
         assert rep.cycle_ms is not None and rep.cycle_ms >= 0
     assert fake_server.counters.flushes == 4  # one per repetition
+    assert result.server_accept_length_scope == "repetition"
     assert fake_server.counters.max_in_flight <= 4
     assert not result.accept_length_mismatch
     assert result.metric("output_tokens", concurrency=4) == 12 * 16
@@ -78,6 +79,19 @@ def test_a_server_that_lies_about_accept_length_is_flagged(fake_server: FakeServ
     assert all(rep.accept_length_server == 4.5 for rep in level.repetitions)
     # the reported accept_length is the one computed from the measured requests
     assert level.value("accept_length") == pytest.approx(expected_accept_length(tokens=16, accept_length=3))
+
+
+def test_lifetime_counters_are_a_cross_check_not_the_repetitions_figure(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reset_on_flush = False  # SGLang: /flush_cache keeps the spec counters
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2]))
+    assert result.server_accept_length_scope == "lifetime"
+    expected = expected_accept_length(tokens=16, accept_length=3)
+    for rep in result.level(2).repetitions:
+        assert rep.accept_length_server is None  # not attributable to this repetition
+        assert rep.accept_length_server_lifetime == pytest.approx(expected)
+        assert rep.accept_length == pytest.approx(expected)  # from the requests
+        assert rep.accept_length_mismatch is False
+    assert not result.accept_length_mismatch
 
 
 def test_server_errors_are_counted_by_kind(fake_server: FakeServer) -> None:

@@ -59,6 +59,7 @@ def test_benchmark_accept_length_sources_agree(reference_engine) -> None:
     result = run_benchmark(base_url=reference_engine.url, settings=settings, on_repetition=seen.append)
     assert len(seen) == 4 and result.num_errors == 0
     assert result.flush_cache_supported and result.server["speculative_num_steps"] == 3
+    assert result.server_accept_length_scope == "repetition"  # the reference engine resets on flush
     for rep in seen:
         assert rep.output_tokens == rep.num_ok * OUTPUT_LEN == 8 * OUTPUT_LEN
         assert rep.accept_length_server is not None and rep.accept_length_requests is not None

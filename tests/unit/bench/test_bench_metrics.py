@@ -117,6 +117,21 @@ def test_accept_length_agreement() -> None:
     assert accept_length_agrees(server=3.0, requests=2.5, tolerance=0.1) is False
     assert accept_length_agrees(server=None, requests=2.5, tolerance=0.1) is None
     assert accept_length_agrees(server=2.5, requests=None, tolerance=0.1) is None
+    # lifetime counters: the mean after lies between the mean before and this repetition's
+    assert accept_length_agrees(server=2.7, requests=2.5, server_before=3.0, tolerance=0.1) is True
+    assert accept_length_agrees(server=3.2, requests=2.5, server_before=3.0, tolerance=0.1) is True  # slack
+    assert accept_length_agrees(server=3.6, requests=2.5, server_before=3.0, tolerance=0.1) is False
+    assert accept_length_agrees(server=1.9, requests=2.5, server_before=3.0, tolerance=0.1) is False
+
+
+def test_lifetime_server_value_is_never_the_repetitions_figure() -> None:
+    m = compute_repetition_metrics(
+        records=[A, B], duration_s=1.0, concurrency=1, repetition=0, request_rate=None,
+        accept_length_server=2.6, accept_length_server_before=2.8, server_counters_reset=False,
+        accept_length_tolerance=0.1,
+    )
+    assert m.accept_length_server is None and m.accept_length_server_lifetime == 2.6
+    assert m.accept_length == pytest.approx(2.5) and m.accept_length_mismatch is False
 
 
 def test_repetition_metrics_and_flat_names() -> None:
