@@ -12,7 +12,8 @@ fixed concurrency over HTTP (``/generate``, streaming) and reports:
 * ``accept_length``: the server's ``avg_spec_accept_length`` after ``/flush_cache`` (tokens per
   verify cycle, bonus included), cross-checked with the per-request aggregate
   ``sum(completion_tokens - 1) / sum(spec_verify_ct)``;
-* ``ttft_ms`` / ``tpot_ms`` medians (TPOT = (e2e - TTFT) / (tokens - 1)).
+* ``ttft_ms`` / ``tpot_ms`` medians (TPOT = (e2e - TTFT) / (tokens - 1));
+* ``greedy_outputs_equal_plain``: how many requests got token-for-token the plain output.
 
 JSON goes to stdout, progress to stderr. Needs only the standard library, torch and aiohttp,
 so it also runs on a GPU machine with nothing else installed::
@@ -121,6 +122,7 @@ class Server:
 
 @dataclass
 class Round:
+    outputs: dict[str, list[int]]
     output_tok_per_s: float
     completion_tokens: int
     verify_ct: int
@@ -175,7 +177,7 @@ async def one_request(session: aiohttp.ClientSession, url: str, prompt: str, max
     meta = last["meta_info"]
     n = meta["completion_tokens"]
     ttft = (first or end) - start
-    return {"tokens": n, "verify_ct": meta.get("spec_verify_ct", 0), "ttft_s": ttft,
+    return {"prompt": prompt, "output_ids": last["output_ids"], "tokens": n, "verify_ct": meta.get("spec_verify_ct", 0), "ttft_s": ttft,
             "tpot_s": (end - start - ttft) / (n - 1) if n > 1 else 0.0}
 
 
@@ -198,6 +200,7 @@ async def measure(url: str, *, concurrency: int, requests: int, max_new_tokens: 
         wall = time.perf_counter() - start
     tokens = sum(r["tokens"] for r in results)
     return Round(
+        outputs={r["prompt"]: r["output_ids"] for r in results},
         output_tok_per_s=tokens / wall,
         completion_tokens=tokens,
         verify_ct=sum(r["verify_ct"] for r in results),
@@ -288,6 +291,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "tpot_ms": round(statistics.median(x for r in rounds for x in r.tpot_ms), 3),
             }
             if config != "plain":
+                plain_out = results[conc]["plain"][0].outputs
+                same = sum(plain_out.get(p) == ids for p, ids in rounds[0].outputs.items())
+                row["greedy_outputs_equal_plain"] = f"{same}/{len(rounds[0].outputs)}"
                 steps, topk, draft = (int(x) for x in config.split(","))
                 verify = sum(r.verify_ct for r in rounds)
                 emitted = sum(r.completion_tokens - r.n_requests for r in rounds)

@@ -102,8 +102,8 @@ PRESETS: Mapping[str, ModelPreset] = {
             dtype="float64",
             seed=1234,
             draft_layers=1,
-            deep_residual_scale=0.15,
-            description="CPU preset: 8 layers x 128 wide, fp64, tiny enough for CI on 2 cores.",
+            deep_residual_scale=0.1,
+            description="CPU preset: 8 layers x 64 wide, fp64, tiny enough for CI on 2 cores.",
         ),
         ModelPreset(
             name="ref-small",
@@ -112,11 +112,11 @@ PRESETS: Mapping[str, ModelPreset] = {
             num_heads=8,
             intermediate_size=1536,
             context_length=4096,
-            dtype="float32",
+            dtype="float64",
             seed=1234,
             draft_layers=2,
-            deep_residual_scale=0.5,
-            description="Laptop / small-GPU preset: 12 layers x 512 wide, fp32.",
+            deep_residual_scale=0.1,
+            description="Laptop preset: 12 layers x 512 wide, fp64 (about 10x the compute of ref-tiny).",
         ),
         ModelPreset(
             name="ref-gpu-comm",
@@ -128,7 +128,7 @@ PRESETS: Mapping[str, ModelPreset] = {
             dtype="float32",
             seed=1234,
             draft_layers=4,
-            deep_residual_scale=0.5,
+            deep_residual_scale=0.045,
             default_max_running_requests=128,
             description=(
                 "GPU preset where TP all-reduce is a real share of a decode step: 64 layers x 2048 "

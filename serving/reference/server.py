@@ -86,7 +86,10 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
     preset = get_preset(args.model_path)
     metrics = ReferenceMetrics(model_name=args.served_model_name) if args.enable_metrics else None
     state = AppState(args=args, tokenizer=ByteTokenizer(vocab_size=preset.vocab_size), metrics=metrics)
-    runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
+    try:
+        runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
+    except TypeError:  # aiohttp < 3.9 has no shutdown_timeout on the runner
+        runner = web.AppRunner(build_app(state), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host=args.host, port=args.port)
     try:

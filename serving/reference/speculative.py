@@ -127,8 +127,9 @@ def _draft_general(
     leaf_tok, leaf_score = tokens, scores
     leaf_anc = torch.zeros(batch, k, scratch, dtype=torch.bool, device=device)
     leaf_anc[:, :, 0] = True
+    ar_k = torch.arange(k, device=device)
     if steps > 1:
-        leaf_anc[:, torch.arange(k), 1 + torch.arange(k)] = True
+        leaf_anc[:, ar_k, 1 + ar_k] = True
 
     for step in range(2, steps + 1):
         slots = 1 + (step - 2) * k + torch.arange(k, device=device)
@@ -153,7 +154,7 @@ def _draft_general(
         if step < steps:
             best = torch.topk(child_score, k, dim=-1).indices  # [B, K]
             leaf_anc = torch.gather(leaf_anc, 1, (best // k)[:, :, None].expand(batch, k, scratch)).clone()
-            leaf_anc[:, torch.arange(k), 1 + (step - 1) * k + torch.arange(k)] = True
+            leaf_anc[:, ar_k, 1 + (step - 1) * k + ar_k] = True
             leaf_tok = torch.gather(child_tok, 1, best)
             leaf_score = torch.gather(child_score, 1, best)
             leaf_idx = n_cand + best
