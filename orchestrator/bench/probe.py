@@ -48,11 +48,15 @@ _SNIPPET = 8  # tokens (or 24 characters) shown either side of a difference
 
 
 class ProbePrompt(BaseModel):
+    """A prompt as stored in the baseline (so later runs send exactly the same text)."""
+
     id: str
     text: str
 
 
 class ProbeOutput(BaseModel):
+    """One prompt's greedy output."""
+
     prompt_id: str
     output_ids: list[int] | None = Field(description="Generated token ids, where the server returns them.")
     text: str | None = Field(description="Generated text.")
