@@ -28,18 +28,19 @@ def reference_config(*, tp_size: int = 1, env: dict[str, str] | None = None, spe
     )
 
 
-def reference_engines_running() -> list[psutil.Process]:
-    """Every live process running the reference engine (server or TP worker), ours or not."""
+def processes_with_marker(marker: str) -> list[int]:
+    """PIDs of live processes whose start-up environment has SPECTUNE_TEST_MARKER=marker."""
+    wanted = f"SPECTUNE_TEST_MARKER={marker}".encode()
     found = []
-    for proc in psutil.process_iter(["cmdline", "name", "status"]):
+    for proc in psutil.process_iter(["status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            with open(f"/proc/{proc.pid}/environ", "rb") as handle:
+                if wanted in handle.read().split(b"\0"):
+                    found.append(proc.pid)
+        except (OSError, psutil.NoSuchProcess):
             continue
-        if "serving.reference" in text or "ref::tp" in text:
-            found.append(proc)
     return found
 
 
