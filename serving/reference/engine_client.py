@@ -91,6 +91,7 @@ class EngineClient:
         self._states: dict[str, RequestState] = {}
         self._flush_waiters: list[asyncio.Future[FlushDone]] = []
         self._tokens_total = 0
+        self.last_output_at = 0.0  # time.monotonic() of the last token batch from the workers
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -216,6 +217,7 @@ class EngineClient:
 
     def _on_message(self, msg: object) -> None:
         if isinstance(msg, TokenBatch):
+            self.last_output_at = time.monotonic()
             self.num_running_reqs = msg.num_running_reqs
             self.num_queue_reqs = msg.num_queue_reqs
             if self.metrics is not None:

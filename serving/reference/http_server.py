@@ -3,8 +3,9 @@
 Endpoints and fields follow ``sglang/srt/entrypoints/http_server.py``:
 
 * ``GET /health``: 200 once the server is ready and its workers are alive, else 503.
-* ``GET /health_generate``: 200 after a 1-token generation completes (20 s limit), else 503.
-  This is the readiness signal to poll.
+* ``GET /health_generate``: 200 after a 1-token generation completes, or once the engine is seen
+  emitting tokens for anyone (a full batch is healthy, as in SGLang); 503 after 20 s. This is the
+  readiness signal to poll.
 * ``GET /server_info`` (alias ``/get_server_info``): the resolved server args, scheduler info,
   ``internal_states: [{"avg_spec_accept_length": ..., ...}]`` and ``version``.
 * ``POST /generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream`` (SSE chunks
@@ -185,8 +186,11 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def health_generate(request: web.Request) -> web.Response:
+    """200 once a 1-token generation completes, or, as in SGLang, as soon as the engine is seen
+    producing tokens for anyone (a busy server is healthy even if the check waits in its queue)."""
     state = state_of(request)
-    if not state.healthy or state.client is None:
+    client = state.client
+    if not state.healthy or client is None:
         return web.Response(status=503)
     req = GenerateReq(
         rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
@@ -197,15 +201,27 @@ async def health_generate(request: web.Request) -> web.Response:
     )
 
     async def run() -> None:
-        async for _ in state.client.generate(req):  # type: ignore[union-attr]
+        async for _ in client.generate(req):
             pass
 
+    started = time.monotonic()
+    task = asyncio.ensure_future(run())
     try:
-        await asyncio.wait_for(run(), timeout=HEALTH_CHECK_TIMEOUT_S)
-    except (asyncio.TimeoutError, RuntimeError, OSError):
-        logger.error("health check failed: no token within %.0fs", HEALTH_CHECK_TIMEOUT_S)
-        return web.Response(status=503)
-    return web.Response(status=200)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.5)
+            if done:
+                if task.exception() is None:
+                    return web.Response(status=200)
+                break
+            if client.last_output_at > started:
+                return web.Response(status=200)
+            if time.monotonic() - started > HEALTH_CHECK_TIMEOUT_S:
+                break
+    finally:
+        if not task.done():
+            task.cancel()
+    logger.error("health check failed: no token within %.0fs", HEALTH_CHECK_TIMEOUT_S)
+    return web.Response(status=503)
 
 
 async def server_info(request: web.Request) -> web.Response:

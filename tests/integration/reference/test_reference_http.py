@@ -187,10 +187,38 @@ def test_metrics_use_sglang_names(spec_server: EngineProcess) -> None:
     assert generated >= 8
 
 
-def test_metrics_absent_without_flag(tmp_path: Path) -> None:
-    with running_server(log_dir=tmp_path) as engine:
-        assert http(engine, "/metrics")[0] == 404
-        _, info = http(engine, "/server_info")
-        assert info["speculative_algorithm"] is None
-        _, out = http(engine, "/generate", greedy("plain", 6))
-        assert "spec_verify_ct" not in out["meta_info"]
+@pytest.fixture(scope="module")
+def one_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """Plain decoding, no metrics, one request at a time."""
+    with running_server("--max-running-requests", "1", log_dir=tmp_path_factory.mktemp("ref-one")) as engine:
+        yield engine
+
+
+def test_metrics_absent_without_flag(one_slot_server: EngineProcess) -> None:
+    assert http(one_slot_server, "/metrics")[0] == 404
+    _, info = http(one_slot_server, "/server_info")
+    assert info["speculative_algorithm"] is None and info["max_running_requests"] == 1
+    _, out = http(one_slot_server, "/generate", greedy("plain", 6))
+    assert "spec_verify_ct" not in out["meta_info"]
+
+
+def test_health_generate_is_200_while_the_batch_is_full(one_slot_server: EngineProcess) -> None:
+    """The only slot is busy, so the health request waits in the queue; like SGLang, tokens
+    flowing for someone else prove the engine healthy."""
+    import json
+    import time
+    import urllib.request
+
+    body = {**greedy("keep busy", 1200), "stream": True}
+    req = urllib.request.Request(one_slot_server.url + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    sent_at = time.monotonic()
+    with urllib.request.urlopen(req, timeout=60) as stream:
+        assert stream.readline().startswith(b"data: ")
+        status, _ = http(one_slot_server, "/health_generate")
+        healthy_at = time.monotonic()
+        rest = stream.read().decode()
+    assert status == 200
+    chunks = [line[len("data: "):] for line in rest.splitlines() if line.startswith("data: {")]
+    busy_done_at = sent_at + json.loads(chunks[-1])["meta_info"]["e2e_latency"]
+    assert healthy_at < busy_done_at, "the health check waited for the busy request to finish"
