@@ -53,6 +53,21 @@ def prepare_environment(args: ServerArgs) -> dict[str, str]:
     return changed
 
 
+def _runner_options() -> dict[str, object]:
+    """Shut down fast, and cancel a handler whose client went away (its request is then aborted
+    in the engine, as SGLang does), where this aiohttp supports it."""
+    import inspect
+
+    from aiohttp import web_server
+
+    options: dict[str, object] = {}
+    if "shutdown_timeout" in inspect.signature(web.BaseRunner.__init__).parameters:
+        options["shutdown_timeout"] = 2.0
+    if "handler_cancellation" in inspect.signature(web_server.Server.__init__).parameters:
+        options["handler_cancellation"] = True
+    return options
+
+
 async def _warm_up(client: EngineClient) -> None:
     req = GenerateReq(
         rid="WARMUP",
@@ -86,10 +101,7 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
     preset = get_preset(args.model_path)
     metrics = ReferenceMetrics(model_name=args.served_model_name) if args.enable_metrics else None
     state = AppState(args=args, tokenizer=ByteTokenizer(vocab_size=preset.vocab_size), metrics=metrics)
-    try:
-        runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
-    except TypeError:  # aiohttp < 3.9 has no shutdown_timeout on the runner
-        runner = web.AppRunner(build_app(state), access_log=None)
+    runner = web.AppRunner(build_app(state), access_log=None, **_runner_options())
     await runner.setup()
     site = web.TCPSite(runner, host=args.host, port=args.port)
     try:

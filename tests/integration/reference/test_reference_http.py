@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import re
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -222,3 +222,24 @@ def test_health_generate_is_200_while_the_batch_is_full(one_slot_server: EngineP
     chunks = [line[len("data: "):] for line in rest.splitlines() if line.startswith("data: {")]
     busy_done_at = sent_at + json.loads(chunks[-1])["meta_info"]["e2e_latency"]
     assert healthy_at < busy_done_at, "the health check waited for the busy request to finish"
+
+
+def test_client_disconnect_aborts_the_request(spec_server: EngineProcess) -> None:
+    """A client that goes away mid-request frees its slot (the request is aborted in the engine)."""
+    import socket
+    import time
+
+    def aborted() -> float:
+        text = http(spec_server, "/metrics")[1]
+        return float(re.search(r'^sglang:num_aborted_requests_total\{model_name="ref-tiny"\} (\S+)$', text, re.M).group(1))
+
+    before = aborted()
+    body = json.dumps(greedy("abandon me", 1800)).encode()
+    with socket.create_connection(("127.0.0.1", spec_server.command.port)) as sock:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 20
+    while aborted() <= before:
+        assert time.monotonic() < deadline, "the abandoned request was never aborted"
+        time.sleep(0.05)  # polling interval
+    assert http(spec_server, "/flush_cache")[0] == 200
