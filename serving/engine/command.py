@@ -116,11 +116,10 @@ def engine_managed_env(config: EngineConfig) -> dict[str, str | None]:
     SGLang's ``_set_envs_and_config`` sets NCCL_CUMEM_ENABLE from ``--enable-symm-mem``,
     NCCL_NVLS_ENABLE from ``--enable-nccl-nvls`` / ``--enable-symm-mem`` and overwrites
     CUDA_DEVICE_MAX_CONNECTIONS (its value changed between SGLang versions, so only its presence
-    is expected: ``None``). They appear in the workers' environment, not in the server's own
-    start-up environment. The reference engine sets none of them.
+    is expected: ``None``); the reference engine does the same. They appear in the workers'
+    start-up environment, not in the server's own. spectune never sets them through the env (the
+    spec refuses it), so the engine's own rule applies.
     """
-    if config.kind != "sglang":
-        return {}
     symm_mem = bool(config.extra_args.get("enable_symm_mem"))
     nvls = bool(config.extra_args.get("enable_nccl_nvls"))
     return {

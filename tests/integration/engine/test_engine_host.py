@@ -43,6 +43,8 @@ def test_runtime_env_reaches_server_and_both_tp_workers(ray_cluster: dict, tmp_p
         roles = sorted(p["role"] for p in audit["processes"])
         assert roles.count("server") == 1 and roles.count("tp_worker") == 2, roles
         assert all(not p["missing"] and not p["mismatched"] for p in audit["processes"])
+        # What the engine sets itself before spawning workers is proven on the workers too.
+        assert set(audit["worker_expected"]) == {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS"}
         # Ray gave the actor two (logical) GPUs and the engine inherits them.
         assert len(started["cuda_visible_devices"].split(",")) == 2
         assert ray.get(host.health.remote())["healthy"]
