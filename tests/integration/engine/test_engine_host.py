@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -31,14 +33,27 @@ def _gone(pids: list[int], *, timeout_s: float) -> list[int]:
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def started(host: object) -> Iterator[dict]:
+    """Start the host's engine; afterwards always stop it (result under "stop") and kill the actor."""
+    import ray
+
+    result: dict = {}
+    try:
+        result.update(ray.get(host.start.remote()))  # type: ignore[attr-defined]
+        yield result
+    finally:
+        result["stop"] = ray.get(host.stop.remote())  # type: ignore[attr-defined]
+        ray.kill(host)
+
+
 def test_runtime_env_reaches_server_and_both_tp_workers(ray_cluster: dict, tmp_path: Path) -> None:
     import ray
 
     config = reference_config(tp_size=2, env=NCCL_ENV)
     host = create_engine_host(config, log_dir=tmp_path, start_timeout_s=120, label="trial-ok")
-    try:
-        started = ray.get(host.start.remote())
-        audit = started["audit"]
+    with started(host) as result:
+        audit = result["audit"]
         assert audit["ok"], audit
         roles = sorted(p["role"] for p in audit["processes"])
         assert roles.count("server") == 1 and roles.count("tp_worker") == 2, roles
@@ -46,13 +61,10 @@ def test_runtime_env_reaches_server_and_both_tp_workers(ray_cluster: dict, tmp_p
         # What the engine sets itself before spawning workers is proven on the workers too.
         assert set(audit["worker_expected"]) == {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS"}
         # Ray gave the actor two (logical) GPUs and the engine inherits them.
-        assert len(started["cuda_visible_devices"].split(",")) == 2
+        assert len(result["cuda_visible_devices"].split(",")) == 2
         assert ray.get(host.health.remote())["healthy"]
         pids = [p["pid"] for p in audit["processes"]]
-    finally:
-        stopped = ray.get(host.stop.remote())
-        ray.kill(host)
-    assert set(pids) <= set(stopped["stopped_pids"])
+    assert set(pids) <= set(result["stop"]["stopped_pids"])
     assert _gone(pids, timeout_s=30) == []
 
 
@@ -62,11 +74,8 @@ def test_variable_set_after_spawn_is_caught_naming_pids_and_variable(ray_cluster
 
     env = {**NCCL_ENV, "SPECTUNE_REFERENCE_FAULT": "late_env:NCCL_ALGO"}
     host = create_engine_host(reference_config(tp_size=2, env=env), log_dir=tmp_path, start_timeout_s=120)
-    try:
-        audit = ray.get(host.start.remote())["audit"]
-    finally:
-        ray.get(host.stop.remote())
-        ray.kill(host)
+    with started(host) as result:
+        audit = result["audit"]
     assert not audit["ok"]
     failing = [p for p in audit["processes"] if not p["ok"]]
     # Both TP workers (and any helper spawned in the same window, e.g. multiprocessing's
@@ -87,11 +96,8 @@ def test_driver_env_does_not_reach_the_engine(ray_cluster: dict, tmp_path: Path,
     host = ray.remote(EngineHost).options(**options).remote(
         config=config.model_dump(), log_dir=str(tmp_path), start_timeout_s=120
     )
-    try:
-        audit = ray.get(host.start.remote())["audit"]
-    finally:
-        ray.get(host.stop.remote())
-        ray.kill(host)
+    with started(host) as result:
+        audit = result["audit"]
     assert not audit["ok"]
     assert len(audit["processes"]) >= 3
     assert all(p["missing"] == ["NCCL_ALGO"] for p in audit["processes"])
@@ -120,10 +126,8 @@ def test_host_in_a_placement_group_bundle(ray_cluster: dict, tmp_path: Path) -> 
         placement_group=pg, bundle_index=1,
     )
     try:
-        started = ray.get(host.start.remote())
-        assert started["audit"]["ok"], started["audit"]
-        assert len(started["cuda_visible_devices"].split(",")) == 2
+        with started(host) as result:
+            assert result["audit"]["ok"], result["audit"]
+            assert len(result["cuda_visible_devices"].split(",")) == 2
     finally:
-        ray.get(host.stop.remote())
-        ray.kill(host)
         remove_placement_group(pg)
