@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from test_spec import BROKEN  # the same broken specs, checked through the CLI
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_SPEC = REPO / "experiments" / "reference-cpu.yaml"
@@ -92,3 +93,14 @@ def test_examples_list_and_copy(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "not overwriting" in again.output
     missing = runner.invoke(app, ["examples", "nope"])
     assert missing.exit_code == 2 and "reference-cpu.yaml" in missing.output
+
+
+@pytest.mark.parametrize(("case", "data", "field", "words"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_every_broken_spec_exits_2_naming_field(tmp_path: Path, case: str, data: dict, field: str, words: str) -> None:
+    """The spec cases of test_spec.py, through the command a user runs: exit 2, field named."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, f"{case}: {result.output}"
+    assert f"{field}:" in result.output, f"{case}: {field} not named in {result.output}"
+    assert "Traceback" not in result.output
