@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from pydantic import ValidationError
@@ -27,6 +28,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.summary import describe_spec
 from serving.engine.audit import audit_process_tree
 from serving.engine.command import build_command
+from serving.engine.nccl import danger_of
 
 __all__ = ["app", "main"]
 
@@ -46,15 +48,17 @@ SpecPath = Annotated[Path, typer.Argument(help="Sweep spec YAML (see experiments
 
 
 def _configure_logging(verbose: bool) -> None:
-    """Log spectune's own records to stderr; only the CLI configures logging."""
-    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
-    logger = logging.getLogger("spectune")
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    """Send spectune's own records (loggers ``orchestrator.*``, ``serving.*``) to stderr.
+
+    Only the CLI configures logging; records do not propagate to the root logger, so a host
+    application's (or Ray's) handlers don't print them twice.
+    """
+    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False, markup=False)
     for name in ("orchestrator", "serving"):
         module_logger = logging.getLogger(name)
         module_logger.handlers[:] = [handler]
         module_logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+        module_logger.propagate = False
 
 
 @app.callback()
@@ -70,10 +74,11 @@ def _load_spec(path: Path) -> SweepSpec:
         return SweepSpec.from_yaml(path)
     except SpecError as exc:
         err = Console(stderr=True)
-        err.print(f"[bold red]invalid spec[/] {path}:", highlight=False)
+        err.print(f"[bold red]invalid spec[/] {escape(str(path))}:", highlight=False)
         for problem in exc.problems:
-            where = f"[bold]{problem.field}[/]: " if problem.field else ""
-            err.print(f"  - {where}{problem.message}", highlight=False, markup=True, soft_wrap=True)
+            # field names and messages quote the user's YAML: never let it be read as markup
+            where = f"[bold]{escape(problem.field)}[/]: " if problem.field else ""
+            err.print(f"  - {where}{escape(problem.message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -89,7 +94,7 @@ def validate(
         typer.echo(json.dumps(summary, indent=2))
         return
     console = Console()
-    console.print(f"[bold green]valid[/] {spec}: sweep [bold]{sweep_spec.name}[/]", highlight=False)
+    console.print(f"[bold green]valid[/] {escape(str(spec))}: sweep [bold]{sweep_spec.name}[/]", highlight=False)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("dimension")
     table.add_column("values")
@@ -99,7 +104,7 @@ def validate(
     console.print(table)
     console.print(f"valid configurations: [bold]{summary['valid_configurations']}[/]", highlight=False)
     for key in ("engine", "objective", "benchmark", "budget", "tracking"):
-        console.print(f"{key:<10} {summary['text'][key]}", highlight=False, soft_wrap=True)
+        console.print(f"{key:<10} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
 
 
 def _not_yet(command: str, issue: str) -> None:
@@ -205,14 +210,21 @@ def engine_cmd(
         candidate = candidate_from_settings(sweep_spec, _pairs(settings or [], option="--set"))
         config = candidate.engine_config(sweep_spec)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        Console(stderr=True).print(f"[bold red]invalid configuration[/]: {_validation_message(exc)}", highlight=False)
+        Console(stderr=True).print(
+            f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}", highlight=False
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from None
     command = build_command(config, host=host, port=port, python="python")
     if as_json:
         typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
         return
+    err = Console(stderr=True)
     if candidate not in set(iter_candidates(sweep_spec)):
-        Console(stderr=True).print("note: this configuration is outside the spec's search space", highlight=False)
+        err.print("note: this configuration is outside the spec's search space", highlight=False)
+    for name, value in sorted(config.env.items()):
+        reason = danger_of(name, value)
+        if reason and not sweep_spec.search.is_allowed(name, value):
+            err.print(f"warning: {name}={value} is dangerous: {reason}", highlight=False, markup=False)
     typer.echo(command.shell())
 
 
@@ -260,7 +272,7 @@ def main() -> None:
     try:
         app()
     except SpectuneError as exc:  # anything not handled by a command: one clear line, no traceback
-        Console(stderr=True).print(f"[bold red]error[/]: {exc}", highlight=False)
+        Console(stderr=True).print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
         raise SystemExit(EXIT_FAILED) from None
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Literal
 
 from orchestrator.spec import SpeculativeSearch, SweepSpec
+from serving.engine import nccl
 from serving.engine.config import EngineConfig
 
 __all__ = [
@@ -150,7 +151,7 @@ def candidate_from_settings(spec: SweepSpec, settings: dict[str, str]) -> Candid
             if value.strip().lower() in ("default", "unset", ""):
                 env.pop(key, None)
             else:
-                env[key] = value.strip()
+                env[key] = nccl.normalise_value(key, value)  # EngineConfig checks the value itself
             continue
         name = _SETTING_ALIASES.get(key.replace("-", "_"))
         if name is None:

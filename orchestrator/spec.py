@@ -29,10 +29,10 @@ from pydantic import (
 from orchestrator.errors import SpecError, SpecProblem
 from serving.engine import nccl
 from serving.engine.config import (
-    MANAGED_FLAGS,
     EngineConfig,
     EngineKind,
     FlagValue,
+    managed_flag_field,
     normalise_flag_name,
     speculative_problem,
 )
@@ -68,6 +68,14 @@ OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
     "cycle_ms": "min",
 }
 """Metrics a sweep can optimise, with the direction that means "better"."""
+
+
+DANGEROUS_FLAGS: dict[str, str] = {
+    "enable_nccl_nvls": "turns on NVLink multicast (NCCL_NVLS_ENABLE=1); never do this on shared GPU machines",
+    "enable_symm_mem": "turns on NVLink multicast (recent SGLang sets NCCL_NVLS_ENABLE=1 with it); never do this "
+    "on shared GPU machines",
+}
+"""Engine flags spectune refuses unless ``search.allow_dangerous`` names them."""
 
 
 class _Model(BaseModel):
@@ -166,11 +174,13 @@ class EngineSpec(_Model):
         out = {}
         for raw, item in value.items():
             name = normalise_flag_name(str(raw))
-            if name in MANAGED_FLAGS:
+            owner = managed_flag_field(name)
+            if owner:
                 hint = {
                     "speculative_draft_model_path": "engine.draft_model_path",
                     "disable_custom_all_reduce": "search.all_reduce",
-                }.get(name, f"engine.{MANAGED_FLAGS[name]} or search.speculative")
+                    "(chosen at launch)": "nothing (spectune picks host and port at launch)",
+                }.get(owner, f"engine.{owner} or search.speculative")
                 raise ValueError(f"{raw!r} is set by spectune; use {hint} instead")
             out[name] = item
         return out
@@ -196,10 +206,6 @@ class EngineSpec(_Model):
             raise ValueError(
                 f"speculative_algorithm={self.speculative_algorithm} needs draft_model_path "
                 "(or set speculative_algorithm: null to run without speculation)"
-            )
-        if self.extra_args.get("enable_nccl_nvls"):
-            raise ValueError(
-                "extra_args.enable_nccl_nvls turns on NVLink multicast (NVLS); never do this on shared GPU machines"
             )
         return self
 
@@ -264,7 +270,8 @@ class SearchSpec(_Model):
     )
     allow_dangerous: list[str] = Field(
         default_factory=list,
-        description="Dangerous NCCL settings to allow anyway, as 'NAME=VALUE' or 'NAME' (all values).",
+        description="Dangerous settings to allow anyway: 'NCCL_X=VALUE', 'NCCL_X' (all values), or the engine flags "
+        "'enable_nccl_nvls' / 'enable_symm_mem'.",
     )
 
     @field_validator("all_reduce")
@@ -310,9 +317,12 @@ class SearchSpec(_Model):
         for item in value:
             name, _, setting = item.partition("=")
             name = name.strip()
+            if name in DANGEROUS_FLAGS and not setting:
+                out.append(name)
+                continue
             if name not in nccl.NCCL_VARIABLES or not nccl.NCCL_VARIABLES[name].dangerous:
-                dangerous_vars = sorted(n for n, v in nccl.NCCL_VARIABLES.items() if v.dangerous)
-                raise ValueError(f"{item!r}: only {', '.join(dangerous_vars)} have dangerous values")
+                dangerous = sorted([*(n for n, v in nccl.NCCL_VARIABLES.items() if v.dangerous), *DANGEROUS_FLAGS])
+                raise ValueError(f"{item!r}: only {', '.join(dangerous)} can be dangerous")
             out.append(f"{name}={nccl.normalise_value(name, setting)}" if setting else name)
         return out
 
@@ -376,7 +386,7 @@ class BenchmarkSpec(_Model):
         default=False,
         description="Allow tuning on random prompts (speculation looks better on them than on real text).",
     )
-    random_input_len: int = Field(default=128, ge=1, description="Prompt length (tokens) for random prompts.")
+    random_input_len: int = Field(default=128, ge=1, description="Prompt length (words) for random prompts.")
     num_prompts: int = Field(default=32, ge=1, le=100_000, description="Prompts per repetition and concurrency level.")
     output_len: int = Field(default=128, ge=1, le=65_536, description="max_new_tokens per request.")
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], description="Closed-loop concurrency levels.")
@@ -475,6 +485,9 @@ class SweepSpec(_Model):
                         f"search.nccl_env.{name}: {value!r} is dangerous ({reason}); remove it or add "
                         f"'{name}={value}' to search.allow_dangerous"
                     )
+        for flag, reason in DANGEROUS_FLAGS.items():
+            if engine.extra_args.get(flag) and flag not in search.allow_dangerous:
+                yield f"engine.extra_args.{flag}: {reason}; remove it or add '{flag}' to search.allow_dangerous"
         for name, value in engine.env.items():
             reason = nccl.danger_of(name, value)
             if reason and not search.is_allowed(name, value):

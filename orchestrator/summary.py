@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestrator.space import count_candidates, speculative_triples
 from orchestrator.spec import SweepSpec
+from serving.engine.audit import redact
 
 __all__ = ["describe_spec"]
 
@@ -64,7 +65,7 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
 
     bench = spec.benchmark
     slo = {k: v for k, v in spec.objective.slo.model_dump().items() if v is not None}
-    fixed_env = ", ".join(f"{k}={v}" for k, v in sorted(engine.env.items())) or "none"
+    fixed_env = ", ".join(f"{k}={redact(k, v)}" for k, v in sorted(engine.env.items())) or "none"
     text = {
         "engine": (
             f"{engine.kind} model={engine.model_path} tp={engine.tp_size} "

@@ -27,7 +27,7 @@ __all__ = [
     "role_of",
 ]
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)", re.I)
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH)", re.I)
 _TP_WORKER = re.compile(r"(scheduler|::tp\d|_tp\d|tp_?worker)", re.I)
 REDACTED = "<redacted>"
 

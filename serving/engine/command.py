@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from serving.engine.audit import redact
 from serving.engine.config import EngineConfig, FlagValue
 
 __all__ = ["EngineCommand", "build_command", "engine_managed_env", "render_flags"]
@@ -44,9 +45,15 @@ class EngineCommand:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def shell(self) -> str:
-        """One copy-pasteable shell line that reproduces this launch by hand."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+    def shell(self, *, redacted: bool = False) -> str:
+        """One copy-pasteable shell line that reproduces this launch by hand.
+
+        Args:
+            redacted: Replace the values of secret-looking variables (for logs).
+        """
+        env = " ".join(
+            f"{k}={shlex.quote(redact(k, v) if redacted else v)}" for k, v in sorted(self.env.items())
+        )
         cmd = " ".join(shlex.quote(a) for a in self.argv)
         return f"{env} {cmd}" if env else cmd
 
@@ -113,17 +120,20 @@ def build_command(
 def engine_managed_env(config: EngineConfig) -> dict[str, str | None]:
     """Variables the engine sets itself before spawning its TP workers, as the audit expects them.
 
-    SGLang's ``_set_envs_and_config`` sets NCCL_CUMEM_ENABLE from ``--enable-symm-mem``,
-    NCCL_NVLS_ENABLE from ``--enable-nccl-nvls`` / ``--enable-symm-mem`` and overwrites
-    CUDA_DEVICE_MAX_CONNECTIONS (its value changed between SGLang versions, so only its presence
-    is expected: ``None``); the reference engine does the same. They appear in the workers'
-    start-up environment, not in the server's own. spectune never sets them through the env (the
-    spec refuses it), so the engine's own rule applies.
+    SGLang's ``_set_envs_and_config`` (and the reference engine, which copies it) sets
+    NCCL_CUMEM_ENABLE from ``--enable-symm-mem`` and overwrites CUDA_DEVICE_MAX_CONNECTIONS (its
+    value changed between SGLang versions, so only its presence is expected: ``None``). How it
+    sets NCCL_NVLS_ENABLE with ``--enable-symm-mem`` differs between versions (recent ones set it
+    to 1, older ones left it alone), so it is only expected without symmetric memory, where every
+    version sets it from ``--enable-nccl-nvls``. spectune never sets these through the env (the
+    spec refuses it), so the engine's own rule applies. They appear in the workers' start-up
+    environment, not in the server's own.
     """
     symm_mem = bool(config.extra_args.get("enable_symm_mem"))
-    nvls = bool(config.extra_args.get("enable_nccl_nvls"))
-    return {
+    expected: dict[str, str | None] = {
         "NCCL_CUMEM_ENABLE": str(int(symm_mem)),
-        "NCCL_NVLS_ENABLE": str(int(nvls or symm_mem)),
         "CUDA_DEVICE_MAX_CONNECTIONS": None,
     }
+    if not symm_mem:
+        expected["NCCL_NVLS_ENABLE"] = str(int(bool(config.extra_args.get("enable_nccl_nvls"))))
+    return expected

@@ -19,6 +19,7 @@ __all__ = [
     "EngineKind",
     "FlagValue",
     "MANAGED_FLAGS",
+    "managed_flag_field",
     "normalise_flag_name",
     "speculative_problem",
     "tree_capacity",
@@ -29,23 +30,40 @@ FlagValue = Union[bool, int, float, str, list[Union[int, float, str]]]
 
 MANAGED_FLAGS: dict[str, str] = {
     "model_path": "model_path",
+    "model": "model_path",
     "tp_size": "tp_size",
     "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
     "host": "(chosen at launch)",
     "port": "(chosen at launch)",
     "speculative_algorithm": "speculative_algorithm",
+    "speculative_algo": "speculative_algorithm",
     "speculative_draft_model_path": "speculative_draft_model_path",
+    "speculative_draft_model": "speculative_draft_model_path",
     "speculative_num_steps": "speculative_num_steps",
     "speculative_eagle_topk": "speculative_eagle_topk",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "disable_custom_all_reduce": "disable_custom_all_reduce",
 }
-"""Engine flags spectune sets from typed fields; ``extra_args`` may not set them behind its back."""
+"""Engine flags (and SGLang's aliases of them) spectune sets from typed fields; ``extra_args`` may
+not set them behind its back: rendered later on the command line, they would win."""
 
 
 def normalise_flag_name(name: str) -> str:
     """``--speculative-num-steps`` / ``speculative-num-steps`` -> ``speculative_num_steps``."""
     return name.strip().lstrip("-").replace("-", "_")
+
+
+def managed_flag_field(name: str) -> str | None:
+    """The typed field that owns flag ``name`` (normalised), or None if ``extra_args`` may set it.
+
+    argparse accepts unambiguous prefixes of long options (SGLang's parser does), so a prefix of
+    a managed flag (``speculative_num_step``) is managed too.
+    """
+    if name in MANAGED_FLAGS:
+        return MANAGED_FLAGS[name]
+    owners = {field for flag, field in MANAGED_FLAGS.items() if len(name) >= 2 and flag.startswith(name)}
+    return owners.pop() if len(owners) == 1 else (", ".join(sorted(owners)) or None)
 
 
 def tree_capacity(*, num_steps: int, topk: int) -> int:
@@ -141,10 +159,9 @@ class EngineConfig(BaseModel):
         out: dict[str, object] = {}
         for raw, item in value.items():
             name = normalise_flag_name(str(raw))
-            if name in MANAGED_FLAGS:
-                raise ValueError(
-                    f"extra_args.{raw} is set by spectune; use the field {MANAGED_FLAGS[name]!r} instead"
-                )
+            owner = managed_flag_field(name)
+            if owner:
+                raise ValueError(f"extra_args.{raw} is set by spectune; use the field {owner!r} instead")
             out[name] = item
         return out
 

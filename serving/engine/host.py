@@ -81,7 +81,8 @@ class EngineHost:
         try:
             engine.wait_healthy()
         except BaseException:
-            self.stop()
+            self._engine = None
+            engine.stop_quietly()
             raise
         report = self._audit()
         if report.ok:
@@ -144,7 +145,7 @@ class EngineHost:
 def engine_host_options(
     config: EngineConfig,
     *,
-    num_gpus: int | None = None,
+    num_gpus: int,
     placement_group: PlacementGroup | None = None,
     bundle_index: int = -1,
 ) -> dict[str, Any]:
@@ -152,13 +153,14 @@ def engine_host_options(
 
     Args:
         config: The engine configuration; its ``env`` becomes the runtime_env's ``env_vars``.
-        num_gpus: GPUs to reserve (default: ``config.tp_size``).
+        num_gpus: GPUs to reserve: ``tp_size`` for a GPU engine, 0 for the CPU reference engine
+            (required: a wrong default either starves the engine or hangs a CPU-only cluster).
         placement_group: Reserve inside this placement group (the trial's), in ``bundle_index``.
         bundle_index: Bundle of the placement group holding the engine's GPUs.
     """
     options: dict[str, Any] = {
         "num_cpus": 0,
-        "num_gpus": config.tp_size if num_gpus is None else num_gpus,
+        "num_gpus": num_gpus,
         "runtime_env": {"env_vars": dict(config.env)},
         "max_restarts": 0,
     }
@@ -173,9 +175,9 @@ def create_engine_host(
     config: EngineConfig,
     *,
     log_dir: str | Path,
+    num_gpus: int,
     start_timeout_s: float = 600.0,
     label: str = "engine",
-    num_gpus: int | None = None,
     placement_group: PlacementGroup | None = None,
     bundle_index: int = -1,
 ) -> ray.actor.ActorHandle:

@@ -112,11 +112,12 @@ NCCL_VARIABLES: dict[str, NcclVariable] = {
 
 ENGINE_MANAGED_VARIABLES: dict[str, str] = {
     "NCCL_CUMEM_ENABLE": "SGLang sets it itself from --enable-symm-mem; use the engine flag enable_symm_mem",
-    "NCCL_NVLS_ENABLE": "SGLang sets it itself from --enable-nccl-nvls; use the engine flag enable_nccl_nvls "
-    "(and never enable NVLS on shared GPU machines)",
+    "NCCL_NVLS_ENABLE": "SGLang sets it itself from --enable-nccl-nvls / --enable-symm-mem (both turn on NVLink "
+    "multicast, which spectune only allows when named in search.allow_dangerous)",
     "CUDA_DEVICE_MAX_CONNECTIONS": "SGLang overwrites it in its workers; setting it has no effect",
+    "CUDA_VISIBLE_DEVICES": "Ray assigns the engine's GPUs from its num_gpus and sets it; use resources.gpus_per_trial",
 }
-"""Variables the engine sets itself: setting them in the environment is silently overridden."""
+"""Variables the engine (or Ray) sets itself: setting them in the environment is overridden or fights it."""
 
 
 def normalise_value(name: str, value: str) -> str:
@@ -181,7 +182,11 @@ def check_value(name: str, value: str) -> str | None:
 
 
 def danger_of(name: str, value: str) -> str | None:
-    """Say why ``name=value`` is dangerous, or ``None``. Assumes ``check_value`` passed."""
+    """Say why ``name=value`` is dangerous, or ``None``. Assumes ``check_value`` passed.
+
+    Token lists are judged by the set they leave enabled: ``NCCL_PROTO=^LL,Simple`` forces LL128
+    just as ``NCCL_PROTO=LL128`` does, while ``^LL128`` only removes it.
+    """
     var = NCCL_VARIABLES.get(name)
     if var is None or not var.dangerous:
         return None
@@ -189,10 +194,10 @@ def danger_of(name: str, value: str) -> str | None:
     if "*" in var.dangerous:
         return None if text == var.default else var.dangerous["*"]
     if var.kind == "tokens":
-        if text.startswith("^"):
-            return None  # excluding a dangerous token is the safe direction
-        for token in text.split(","):
-            reason = var.dangerous.get(token.strip().upper())
+        tokens = {t.strip().upper() for t in text.lstrip("^").split(",")}
+        enabled = {a.upper() for a in var.allowed} - tokens if text.startswith("^") else tokens
+        for token in sorted(enabled):
+            reason = var.dangerous.get(token)
             if reason:
                 return reason
         return None

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Callable, Mapping
 
 import psutil
 
@@ -55,13 +55,29 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    """Ask the kernel to SIGTERM the engine if the process that started it dies (e.g. a killed actor)."""
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to SIGTERM the engine if its launcher dies.
+
+    This is what stops an engine whose host actor was SIGKILLed (``ray.kill``), which runs no
+    finaliser. libc is resolved here, in the parent: between fork and exec the child of a
+    multi-threaded process must not load libraries. The signal follows the launching *thread*;
+    a synchronous Ray actor runs its methods on its main thread, which lives as long as the actor.
+    """
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except OSError:
-        pass
+        logger.warning("libc not found: an engine will not be stopped if its launcher is killed")
+        return None
+    sigterm = int(signal.SIGTERM)
+
+    def hook() -> None:  # runs in the child between fork and exec: no allocation-heavy work
+        prctl(_PR_SET_PDEATHSIG, sigterm)
+
+    return hook
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Health checks go straight to the engine, whatever http_proxy says."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,8 @@ class EngineProcess:
         self.die_with_parent = die_with_parent
         self._popen: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
-        self._known_pids: set[int] = set()
+        self._known: dict[int, psutil.Process] = {}
+        self._started_at = 0.0
 
     @classmethod
     def from_config(
@@ -153,7 +170,7 @@ class EngineProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         return cls(
             command=command,
-            log_path=log_dir / f"engine-{config.kind}-{chosen}.log",
+            log_path=log_dir / f"engine-{config.kind}-{chosen}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log",
             start_timeout_s=start_timeout_s,
             apply_env=apply_env,
             die_with_parent=die_with_parent,
@@ -201,7 +218,7 @@ class EngineProcess:
             env.update(self.command.env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self._log.write(f"$ {self.command.shell()}\n".encode())
+        self._log.write(f"$ {self.command.shell(redacted=True)}\n".encode())
         self._log.flush()
         try:
             self._popen = subprocess.Popen(
@@ -211,19 +228,21 @@ class EngineProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=_die_with_parent_hook() if self.die_with_parent else None,
             )
         except OSError as exc:
             self._log.close()
             self._log = None
             raise EngineLaunchError(f"cannot run {self.command.argv[0]}: {exc}") from None
-        self._known_pids = {self._popen.pid}
+        self._started_at = time.time()
+        self._known = {}
+        self._remember_tree()
         logger.info("engine starting: pid %d, %s, log %s", self._popen.pid, self.url, self.log_path)
 
     def _get(self, path: str, *, timeout_s: float) -> int:
         """HTTP GET status code of ``path`` (raises OSError if the server cannot be reached)."""
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
+            with _NO_PROXY.open(self.url + path, timeout=timeout_s) as response:
                 return int(response.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
@@ -288,36 +307,44 @@ class EngineProcess:
         return self._popen
 
     def _remember_tree(self) -> None:
-        """Note every descendant seen so far: after the server dies they are no longer its children."""
-        if self._popen is None:
+        """Note every process of the tree seen so far, as psutil objects.
+
+        After the server dies its workers are no longer its children, so they must be known from
+        before. psutil objects (not bare pids) are kept because they refuse to signal a pid that
+        has since been reused by an unrelated process.
+        """
+        if self._popen is None or self._popen.returncode is not None:
             return
         try:
-            children = psutil.Process(self._popen.pid).children(recursive=True)
+            server = psutil.Process(self._popen.pid)
+            tree = [server, *server.children(recursive=True)]
         except psutil.NoSuchProcess:
             return
-        self._known_pids.update(c.pid for c in children)
+        for proc in tree:
+            self._known.setdefault(proc.pid, proc)
 
     def _tree(self) -> list[psutil.Process]:
-        """Live processes of this engine: known pids, current descendants and the process group."""
+        """Live processes of this engine: those seen before, current descendants, its process group.
+
+        Group members are only counted if they started after the engine did, so a reused group
+        id cannot pull in unrelated processes.
+        """
         assert self._popen is not None
         self._remember_tree()
         group = self._popen.pid  # start_new_session: the server leads its own group
-        found: dict[int, psutil.Process] = {}
-        for pid in list(self._known_pids):
+        found = dict(self._known)
+        for proc in psutil.process_iter(["pid", "create_time"]):
             try:
-                found[pid] = psutil.Process(pid)
-            except psutil.NoSuchProcess:
-                continue
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                if os.getpgid(proc.pid) == group:
+                if proc.pid not in found and os.getpgid(proc.pid) == group and (
+                    proc.info["create_time"] or 0
+                ) >= self._started_at - 1.0:
                     found[proc.pid] = proc
             except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
                 continue
         alive = []
         for proc in found.values():
             try:
-                if proc.status() != psutil.STATUS_ZOMBIE or proc.pid == self._popen.pid:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
                     alive.append(proc)
             except psutil.NoSuchProcess:
                 continue
@@ -335,31 +362,33 @@ class EngineProcess:
         if self._popen is None:
             return StopReport(exit_code=None, escalated=False, stopped_pids=())
         popen = self._popen
+        server = popen.pid
         tree = self._tree()
-        seen = {p.pid for p in tree}
         escalated = False
-        if popen.poll() is None or len(tree) > 1:
-            logger.info("stopping engine pid %d (%d processes)", popen.pid, len(tree))
+        if tree:
+            logger.info("stopping engine pid %d (%d processes)", server, len(tree))
             self._signal_tree(tree, signal.SIGTERM)
             try:
                 popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-            remaining = [p for p in self._tree() if p.pid != popen.pid or popen.poll() is None]
-            _, still = psutil.wait_procs(remaining, timeout=max(0.1, grace_s / 3))
+            # The server is reaped through Popen (psutil would steal its exit code); the rest here.
+            others = [p for p in self._tree() if p.pid != server]
+            _, still = psutil.wait_procs(others, timeout=max(0.1, grace_s / 3))
             if still or popen.poll() is None:
                 escalated = True
+                stubborn = sorted(p.pid for p in still) + ([server] if popen.poll() is None else [])
                 logger.warning(
                     "engine pid %d did not stop within %.0f s of SIGTERM; sending SIGKILL to %s",
-                    popen.pid, grace_s, sorted(p.pid for p in still) or [popen.pid],
+                    server, grace_s, stubborn,
                 )
-                self._signal_tree([*still, *([psutil.Process(popen.pid)] if popen.poll() is None else [])], signal.SIGKILL)
+                self._signal_tree(self._tree(), signal.SIGKILL)
         try:
             exit_code = popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             exit_code = None
         leftovers = self._wait_gone(timeout_s=10)
-        seen.update(self._known_pids)
+        seen = set(self._known)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -373,18 +402,29 @@ class EngineProcess:
                     f"port {self.command.port} still accepts connections {port_timeout_s:g} s after the engine stopped"
                 )
             time.sleep(0.1)  # polling the port, not synchronisation
-        logger.info("engine pid %d stopped (exit code %s)", popen.pid, exit_code)
+        logger.info("engine pid %d stopped (exit code %s)", server, exit_code)
         return StopReport(exit_code=exit_code, escalated=escalated, stopped_pids=tuple(sorted(seen)))
 
-    def _signal_tree(self, tree: list[psutil.Process], sig: signal.Signals) -> None:
-        assert self._popen is not None
+    def stop_quietly(self) -> None:
+        """``stop()`` on a failure path: a problem while stopping is logged, never allowed to
+        replace the error (with its log tail) that is already on its way up."""
         try:
-            os.killpg(self._popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for proc in tree:  # descendants that left the group (setsid) too
+            self.stop()
+        except Exception:  # noqa: BLE001 - the original error matters more
+            logger.exception("engine on port %d: cleanup after a failed start also failed", self.command.port)
+
+    def _signal_tree(self, tree: list[psutil.Process], sig: signal.Signals) -> None:
+        """Signal the process group (while its leader is unreaped, so the id is still ours) and
+        every known process of the tree, including any that left the group (setsid)."""
+        assert self._popen is not None
+        if self._popen.poll() is None:
             try:
-                proc.send_signal(sig)
+                os.killpg(self._popen.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in tree:
+            try:
+                proc.send_signal(sig)  # psutil refuses if the pid now belongs to another process
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
 
@@ -394,13 +434,7 @@ class EngineProcess:
         server = self._popen.pid
         deadline = time.monotonic() + timeout_s
         while True:
-            live = []
-            for proc in self._tree():
-                try:
-                    if proc.pid != server and proc.status() != psutil.STATUS_ZOMBIE:
-                        live.append(proc)
-                except psutil.NoSuchProcess:
-                    continue
+            live = [p for p in self._tree() if p.pid != server]
             if not live:
                 return set()
             if time.monotonic() >= deadline:
@@ -415,7 +449,7 @@ class EngineProcess:
         try:
             self.wait_healthy()
         except BaseException:
-            self.stop()
+            self.stop_quietly()
             raise
         return self
 

@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser (SGLang's flag names; ``--help`` lists the presets)."""
     p = _Parser(
         prog="python -m serving.reference",
+        allow_abbrev=False,  # an abbreviation could silently set a flag spectune manages
         usage="%(prog)s --model-path PRESET [--tp-size N] [--speculative-algorithm EAGLE3 ...] [SGLang flags]",
         description=(
             "spectune's reference engine: a small speculative-decoding LLM server with "

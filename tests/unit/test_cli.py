@@ -104,3 +104,32 @@ def test_every_broken_spec_exits_2_naming_field(tmp_path: Path, case: str, data:
     assert result.exit_code == 2, f"{case}: {result.output}"
     assert f"{field}:" in result.output, f"{case}: {field} not named in {result.output}"
     assert "Traceback" not in result.output
+
+
+def test_markup_in_a_spec_is_printed_not_interpreted(tmp_path: Path) -> None:
+    path = tmp_path / "markup.yaml"
+    path.write_text('name: "[/x]"\nengine: {kind: sglang, "[/bold]": 1}\n')
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "engine.[/bold]: unknown key" in result.output and "'[/x]'" in result.output
+
+
+def test_engine_cmd_normalises_and_warns_about_danger() -> None:
+    result = runner.invoke(
+        app, ["engine-cmd", str(KIMI_SPEC), "--set", "NCCL_ALGO=ring", "--set", "NCCL_PROTO=LL128"], terminal_width=200
+    )
+    assert result.exit_code == 0, result.output
+    assert "NCCL_ALGO=Ring" in result.output
+    assert "warning: NCCL_PROTO=LL128 is dangerous" in result.output
+    plain = runner.invoke(app, ["engine-cmd", str(KIMI_SPEC), "--set", "NCCL_ALGO=ring"], terminal_width=200)
+    assert "outside the spec's search space" not in plain.output  # Ring is in the space, however spelled
+
+
+def test_validate_redacts_secret_env(tmp_path: Path) -> None:
+    data = yaml.safe_load(CPU_SPEC.read_text())
+    data["engine"]["env"] = {"HF_TOKEN": "hf_very_secret"}
+    path = tmp_path / "secret.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "hf_very_secret" not in result.output and "HF_TOKEN=<redacted>" in result.output

@@ -39,6 +39,7 @@ def test_documented_values_pass(name: str, value: str) -> None:
         ("NCCL_ALOG", "Ring", "unknown NCCL variable"),
         ("NCCL_CUMEM_ENABLE", "0", "--enable-symm-mem"),
         ("NCCL_NVLS_ENABLE", "0", "--enable-nccl-nvls"),
+        ("CUDA_VISIBLE_DEVICES", "0", "Ray assigns"),
     ],
 )
 def test_undocumented_values_are_named(name: str, value: str, words: str) -> None:
@@ -52,6 +53,9 @@ def test_undocumented_values_are_named(name: str, value: str, words: str) -> Non
         ("NCCL_PROTO", "LL128", True),
         ("NCCL_PROTO", "LL,LL128", True),
         ("NCCL_PROTO", "^LL128", False),  # excluding it is the safe direction
+        ("NCCL_PROTO", "^LL,Simple", True),  # ...but excluding the others forces it
+        ("NCCL_ALGO", "^Ring,Tree,CollnetDirect,CollnetChain,PAT,NVLSTree", True),
+        ("NCCL_ALGO", "^NVLS,NVLSTree", False),
         ("NCCL_PROTO", "Simple", False),
         ("NCCL_ALGO", "NVLSTree", True),
         ("NCCL_ALGO", "Ring", False),

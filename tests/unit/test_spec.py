@@ -91,6 +91,14 @@ BROKEN = [
      "search.nccl_env.NCCL_CUMEM_ENABLE", "enable-symm-mem"),
     ("SGLang-managed variable in fixed env", with_("engine.env", {"NCCL_NVLS_ENABLE": "1"}),
      "engine.env.NCCL_NVLS_ENABLE", "enable-nccl-nvls"),
+    ("NVLS through an exclusion list", with_("search.nccl_env", {"NCCL_PROTO": [None, "^LL,Simple"]}),
+     "search.nccl_env.NCCL_PROTO", "LL128"),
+    ("NVLS engine flag not allowed", with_("engine.extra_args", {"enable_nccl_nvls": True}),
+     "engine.extra_args.enable_nccl_nvls", "allow_dangerous"),
+    ("symmetric memory (NVLS) not allowed", with_("engine.extra_args", {"enable-symm-mem": True}),
+     "engine.extra_args.enable_symm_mem", "NVLink multicast"),
+    ("Ray-managed variable in fixed env", with_("engine.env", {"CUDA_VISIBLE_DEVICES": "0,1"}),
+     "engine.env.CUDA_VISIBLE_DEVICES", "Ray assigns"),
     ("NCCL space without the default", with_("search.nccl_env", {"NCCL_ALGO": ["Ring", "Tree"]}),
      "search.nccl_env.NCCL_ALGO", "default"),
     ("tree cannot hold the draft tokens", with_("search.speculative", {"num_steps": 1, "eagle_topk": 2, "num_draft_tokens": 8}),
@@ -144,6 +152,12 @@ def test_allow_dangerous_admits_exactly_the_named_value() -> None:
     data["search"]["allow_dangerous"] = ["NCCL_ALGO=NVLS"]
     with pytest.raises(SpecError, match="LL128"):
         SweepSpec.from_dict(data)
+
+
+def test_dangerous_engine_flags_pass_when_named() -> None:
+    data = with_("engine.extra_args", {"enable_symm_mem": True})
+    data["search"]["allow_dangerous"] = ["enable_symm_mem"]
+    assert SweepSpec.from_dict(data).engine.extra_args == {"enable_symm_mem": True}
 
 
 def test_yaml_errors_are_spec_errors(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_runtime_env_reaches_server_and_both_tp_workers(ray_cluster: dict, tmp_p
     import ray
 
     config = reference_config(tp_size=2, env=NCCL_ENV)
-    host = create_engine_host(config, log_dir=tmp_path, start_timeout_s=120, label="trial-ok")
+    host = create_engine_host(config, num_gpus=2, log_dir=tmp_path, start_timeout_s=120, label="trial-ok")
     with started(host) as result:
         audit = result["audit"]
         assert audit["ok"], audit
@@ -73,15 +73,20 @@ def test_variable_set_after_spawn_is_caught_naming_pids_and_variable(ray_cluster
     import ray
 
     env = {**NCCL_ENV, "SPECTUNE_REFERENCE_FAULT": "late_env:NCCL_ALGO"}
-    host = create_engine_host(reference_config(tp_size=2, env=env), log_dir=tmp_path, start_timeout_s=120)
+    host = create_engine_host(reference_config(tp_size=2, env=env), num_gpus=2, log_dir=tmp_path, start_timeout_s=120)
     with started(host) as result:
         audit = result["audit"]
+        # The truth, independently of the audit: the server's children named as TP ranks.
+        worker_pids = {
+            p.pid for p in psutil.Process(result["pid"]).children(recursive=True) if p.name().startswith("ref::tp")
+        }
     assert not audit["ok"]
     failing = [p for p in audit["processes"] if not p["ok"]]
     # Both TP workers (and any helper spawned in the same window, e.g. multiprocessing's
     # resource tracker) lack exactly NCCL_ALGO; the report names each pid.
-    assert [p["role"] for p in failing].count("tp_worker") == 2, failing
-    assert all(p["missing"] == ["NCCL_ALGO"] and p["pid"] > 0 for p in failing)
+    assert len(worker_pids) == 2
+    assert {p["pid"] for p in failing if p["role"] == "tp_worker"} == worker_pids, failing
+    assert all(p["missing"] == ["NCCL_ALGO"] for p in failing)
     server = next(p for p in audit["processes"] if p["role"] == "server")
     assert server["ok"]
 
@@ -92,7 +97,7 @@ def test_driver_env_does_not_reach_the_engine(ray_cluster: dict, tmp_path: Path,
 
     monkeypatch.setenv("NCCL_ALGO", "Tree")  # the driver's env, not the job's runtime_env
     config = reference_config(tp_size=2, env={"NCCL_ALGO": "Tree"})
-    options = {**engine_host_options(config), "runtime_env": {"env_vars": {}}}
+    options = {**engine_host_options(config, num_gpus=2), "runtime_env": {"env_vars": {}}}
     host = ray.remote(EngineHost).options(**options).remote(
         config=config.model_dump(), log_dir=str(tmp_path), start_timeout_s=120
     )
@@ -107,7 +112,7 @@ def test_killing_the_host_actor_takes_the_engine_down(ray_cluster: dict, tmp_pat
     """ray.kill SIGKILLs the actor (no __del__); the engine must still not outlive it."""
     import ray
 
-    host = create_engine_host(reference_config(tp_size=2), log_dir=tmp_path, start_timeout_s=120)
+    host = create_engine_host(reference_config(tp_size=2), num_gpus=2, log_dir=tmp_path, start_timeout_s=120)
     audit = ray.get(host.start.remote())["audit"]
     pids = [p["pid"] for p in audit["processes"]]
     assert pids and all(psutil.pid_exists(p) for p in pids)
@@ -122,7 +127,7 @@ def test_host_in_a_placement_group_bundle(ray_cluster: dict, tmp_path: Path) -> 
     pg = placement_group([{"CPU": 1}, {"GPU": 2}], strategy="PACK")
     ray.get(pg.ready(), timeout=60)
     host = create_engine_host(
-        reference_config(tp_size=2, env={"NCCL_DEBUG": "WARN"}), log_dir=tmp_path, start_timeout_s=120,
+        reference_config(tp_size=2, env={"NCCL_DEBUG": "WARN"}), num_gpus=2, log_dir=tmp_path, start_timeout_s=120,
         placement_group=pg, bundle_index=1,
     )
     try:
