@@ -6,9 +6,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of PyTorch is enough; installing it first keeps pip from pulling a CUDA build.
-# Elsewhere, point pip at PyTorch's CPU wheel index (PIP_EXTRA_INDEX_URL) if it would take CUDA.
-TORCH_SPEC ?= torch==2.13.0
+# The CPU build of PyTorch is enough; installing it first keeps pip from pulling a CUDA build
+# (see scripts/install_torch.sh; TORCH_INDEX_URL may name PyTorch's CPU wheel index).
+TORCH_VERSION ?= 2.13.0
 SPEC ?= experiments/reference-cpu.yaml
 PYTEST_ARGS ?=
 
@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION)
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
 
