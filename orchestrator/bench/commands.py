@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.bench.datasets import DatasetError, load_builtin
@@ -34,7 +35,8 @@ Url = Annotated[str, typer.Argument(help="Base URL of a running engine, e.g. htt
 
 
 def _fail(code: int, message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error[/]: {message}", highlight=False, soft_wrap=True)
+    # messages quote servers and model output ("[/INST]"): never let them be read as markup
+    Console(stderr=True).print(f"[bold red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -64,7 +66,9 @@ def bench(
     allow_random_prompts: Annotated[
         bool, typer.Option("--allow-random-prompts", help="Permit dataset random (flatters speculation).")
     ] = False,
-    random_input_len: Annotated[Optional[int], typer.Option(help="Words per random prompt.")] = None,
+    random_input_len: Annotated[
+        Optional[int], typer.Option(help="Words (not tokens) per random prompt; prompt_tokens in the result says how many tokens.")
+    ] = None,
     num_prompts: Annotated[Optional[int], typer.Option(help="Requests per repetition and level.")] = None,
     output_len: Annotated[Optional[int], typer.Option(help="max_new_tokens per request.")] = None,
     concurrency: Annotated[
@@ -158,18 +162,27 @@ def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
             for rep in level.repetitions:
                 for kind, count in rep.errors_by_kind.items():
                     kinds[kind] = kinds.get(kind, 0) + count
-        err.print(f"[yellow]{result.num_errors} of {result.num_requests} requests failed[/]: {kinds}", highlight=False)
+        err.print(
+            f"[yellow]{result.num_errors} of {result.num_requests} requests failed[/]: {escape(str(kinds))}",
+            highlight=False,
+        )
     if result.accept_length_mismatch:
         err.print(
             "[yellow]accept_length_mismatch[/]: /server_info and the per-request meta_info disagree beyond "
             f"{result.settings.accept_length_tolerance:.0%}; do not trust the server's accept length",
             highlight=False,
         )
+    elif result.accept_length_not_checkable:
+        err.print(
+            "[yellow]accept_length_not_checkable[/]: the server's lifetime accept length did not move and the "
+            "repetitions may have been too short for it to; it neither agrees nor disagrees",
+            highlight=False,
+        )
     if result.noisy:
         noisy = {lvl.concurrency: lvl.noisy_metrics for lvl in result.levels if lvl.noisy}
-        err.print(f"[yellow]noisy[/]: repetitions disagree: {noisy}", highlight=False)
+        err.print(f"[yellow]noisy[/]: repetitions disagree: {escape(str(noisy))}", highlight=False)
     if json_out is not None:
-        err.print(f"result written to {json_out}", highlight=False)
+        err.print(f"result written to {json_out}", highlight=False, markup=False)
 
 
 def probe(
@@ -205,9 +218,11 @@ def probe(
     if as_json:
         typer.echo(json.dumps({**result.model_dump(), "passed": result.passed, "message": result.message}, indent=2))
     else:
+        # the message quotes model output ("[/INST]", "[bold]"): escaped, never read as markup
         style = "green" if result.passed else "bold red"
-        Console().print(f"[{style}]{result.status}[/]: {result.message}", highlight=False, soft_wrap=True)
+        console = Console()
+        console.print(f"[{style}]{result.status}[/]: {escape(result.message)}", highlight=False, soft_wrap=True)
         for mismatch in result.mismatches[1:]:
-            Console().print(f"  {mismatch}", highlight=False, soft_wrap=True)
+            console.print(f"  {mismatch}", highlight=False, soft_wrap=True, markup=False)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)

@@ -116,7 +116,9 @@ def random_prompts(*, count: int, input_len: int, seed: int) -> list[Prompt]:
     """``count`` prompts of ``input_len`` random common English words each, from ``Random(seed)``.
 
     Words, not token ids: this works against any server without its tokenizer; the server's
-    ``prompt_tokens`` (recorded per request) says how long the prompts really were.
+    ``prompt_tokens`` (recorded per request) says how long the prompts really were in tokens.
+    ``BenchmarkSpec.random_input_len`` (and ``spectune bench --random-input-len``) is this
+    ``input_len``, so it is a number of words too.
     """
     rng = random.Random(seed)
     return [
@@ -145,7 +147,12 @@ def load_prompts(
     dataset_path: str | None = None,
     random_input_len: int = 128,
 ) -> list[Prompt]:
-    """``count`` prompts from the named source, in the seeded order of :func:`select_prompts`."""
+    """``count`` prompts from the named source, in the seeded order of :func:`select_prompts`.
+
+    ``random_input_len`` is a number of *words* (see :func:`random_prompts`), not tokens: about
+    that many tokens with a BPE vocabulary, several times more with a byte-level one. The
+    per-request ``prompt_tokens`` in the result is the server's count.
+    """
     if dataset == "builtin":
         return select_prompts(load_builtin(), count=count, seed=seed)
     if dataset == "sharegpt":

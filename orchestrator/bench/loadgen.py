@@ -9,7 +9,13 @@ the concurrency level).
 A request that fails (HTTP error, dropped stream, timeout, connection refused) becomes a record
 with ``error`` and ``error_kind``: a run with failures is still a run whose failures are counted.
 If the server stops accepting connections altogether, the generator stops sending (the rest are
-recorded as ``not_sent``) so a dead server ends a run in seconds, not after every timeout.
+recorded as ``not_sent``) so a dead server ends a run in seconds, not after every timeout. The
+same holds for a hung engine, which accepts connections but never answers: once ``hang_limit``
+requests in a row time out with none completing in between, the requests still in flight are
+abandoned, the rest are not sent, and :class:`LoadResult` says why (``hung``).
+
+Latency starts when a request was due: at its send in closed loop, at its scheduled arrival in
+open loop, so waiting for a slot under the concurrency cap counts as the queueing it is.
 
 The client must never be the bottleneck: SSE events are split and parsed with plain bytes
 operations, one ``json.loads`` per event (see ``benchmarks/loadgen_capacity.py``).
@@ -54,7 +60,8 @@ ErrorKind = Literal[
     "dropped_stream",  # the response ended before the request finished
     "server_error",  # the server reported an error inside a 200 response (SSE error event, abort)
     "bad_response",  # the response could not be understood
-    "not_sent",  # not sent: the server had stopped accepting connections
+    "not_sent",  # not sent: the server had stopped accepting connections, or looked hung
+    "abandoned",  # in flight when the run was stopped because the engine looked hung
 ]
 
 _PATHS: dict[str, str] = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -66,8 +73,20 @@ class RequestRecord(BaseModel):
     index: int = Field(description="Position of the request in its run.")
     prompt_id: str = Field(description="Id of the prompt sent.")
     sent_s: float | None = Field(default=None, description="When it was sent, seconds after the run started.")
-    ttft_ms: float | None = Field(default=None, description="Sent to first chunk carrying output (streamed only).")
-    e2e_ms: float | None = Field(default=None, description="Sent to last byte received.")
+    scheduled_s: float | None = Field(
+        default=None, description="Open loop: its scheduled arrival, seconds after the run started (None in closed loop)."
+    )
+    queue_delay_ms: float | None = Field(
+        default=None,
+        description="Open loop: scheduled arrival to sent (waiting for a slot under the concurrency cap); "
+        "included in ttft_ms and e2e_ms. None in closed loop.",
+    )
+    ttft_ms: float | None = Field(
+        default=None,
+        description="Start to first chunk carrying output (streamed only); the start is the send in closed "
+        "loop and the scheduled arrival in open loop.",
+    )
+    e2e_ms: float | None = Field(default=None, description="Start (as for ttft_ms) to last byte received.")
     num_chunks: int | None = Field(default=None, description="Streamed chunks that carried output.")
     output_tokens: int | None = Field(default=None, description="The server's completion_tokens.")
     prompt_tokens: int | None = Field(default=None, description="The server's prompt_tokens.")
@@ -103,10 +122,15 @@ class WorkItem:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """Records in request order plus the wall time of the whole load phase."""
+    """Records in request order plus the wall time of the whole load phase.
+
+    ``hung`` is set (to why) when the run was stopped early because the engine looked hung:
+    ``hang_limit`` requests in a row timed out with none completing in between.
+    """
 
     records: list[RequestRecord]
     duration_s: float
+    hung: str | None = None
 
 
 def endpoint_path(api: ApiKind) -> str:
@@ -355,6 +379,7 @@ async def send_request(
     timeout_s: float,
     keep_output: bool = False,
     run_start: float | None = None,
+    scheduled: float | None = None,
 ) -> RequestRecord:
     """Send one request and describe its outcome. Never raises for a request that went wrong.
 
@@ -370,11 +395,15 @@ async def send_request(
         timeout_s: Whole-request timeout, from send to last byte.
         keep_output: Keep the generated text (and token ids where the server sends them whole).
         run_start: ``perf_counter`` origin for ``sent_s``; defaults to the send time.
+        scheduled: ``perf_counter`` time the request was due (open loop: its scheduled arrival).
+            TTFT and e2e are measured from it, and ``queue_delay_ms`` = sent - scheduled; None
+            (closed loop) measures from the send.
     """
     payload = build_payload(api=api, text=item.text, sampling=sampling, stream=stream, model=model)
     url = base_url.rstrip("/") + _PATHS[api]
     t0 = time.perf_counter()
-    state = _Response(api, keep_output, t0)
+    start = t0 if scheduled is None else min(scheduled, t0)
+    state = _Response(api, keep_output, start)
     status: int | None = None
     fail: _Fail | None = None
     try:
@@ -407,12 +436,15 @@ async def send_request(
     except OSError as exc:
         fail = _Fail("connection", f"{type(exc).__name__}: {exc}")
     end = time.perf_counter()
+    origin = run_start if run_start is not None else t0
     return RequestRecord(
         index=index,
         prompt_id=item.prompt_id,
-        sent_s=t0 - (run_start if run_start is not None else t0),
+        sent_s=t0 - origin,
+        scheduled_s=None if scheduled is None else scheduled - origin,
+        queue_delay_ms=None if scheduled is None else (t0 - start) * 1000.0,
         ttft_ms=state.ttft_ms if stream else None,
-        e2e_ms=(end - t0) * 1000.0,
+        e2e_ms=(end - start) * 1000.0,
         num_chunks=state.num_chunks if stream else None,
         output_tokens=state.output_tokens,
         prompt_tokens=state.prompt_tokens,
@@ -429,22 +461,42 @@ async def send_request(
 
 
 class _Breaker:
-    """Stops a run once the server refuses every connection: ``limit`` connection errors in a
-    row with no success in between."""
+    """Stops a run once the server cannot serve at all.
 
-    def __init__(self, limit: int) -> None:
+    Refusing: ``limit`` connection errors in a row with no response in between (a dead server).
+    Hung: ``hang_limit`` timeouts in a row with no request completing in between (an engine that
+    accepts requests but never answers them). Any response that completed, even an HTTP error,
+    shows the server is alive and resets the hang count.
+    """
+
+    def __init__(self, limit: int, hang_limit: int) -> None:
         self.limit = limit
+        self.hang_limit = hang_limit
         self.consecutive = 0
+        self.timeouts = 0
 
     def note(self, record: RequestRecord) -> None:
-        if record.error_kind == "connection":
+        kind = record.error_kind
+        if kind == "connection":
             self.consecutive += 1
         elif record.error is None or record.status is not None:
             self.consecutive = 0
+        if kind == "timeout":
+            self.timeouts += 1
+        elif record.error is None or (record.status is not None and kind not in ("abandoned", "not_sent")):
+            self.timeouts = 0
+
+    @property
+    def refusing(self) -> bool:
+        return self.consecutive >= self.limit
+
+    @property
+    def hung(self) -> bool:
+        return self.timeouts >= self.hang_limit
 
     @property
     def open(self) -> bool:
-        return self.consecutive >= self.limit
+        return self.refusing or self.hung
 
 
 def _not_sent(index: int, item: WorkItem, reason: str) -> RequestRecord:
@@ -465,34 +517,71 @@ async def run_load(
     request_rate: float | None = None,
     seed: int = 0,
     keep_output: bool = False,
+    hang_limit: int | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
 ) -> LoadResult:
     """Send every item and return one record each, in item order.
 
     Closed loop (``request_rate`` None): ``concurrency`` workers, each sending its next request as
-    soon as its previous one finished. Open loop: arrivals at ``request_rate``/s with exponential
-    gaps drawn from ``random.Random(seed)`` (the same schedule every time), at most
-    ``concurrency`` in flight; latency is measured from the moment a request is actually sent.
+    soon as its previous one finished; latency is measured from the send. Open loop: arrivals at
+    ``request_rate``/s with exponential gaps drawn from ``random.Random(seed)`` (the same
+    schedule every time), at most ``concurrency`` in flight; latency is measured from each
+    request's *scheduled arrival*, so a request queued behind the cap has that wait in its TTFT
+    and e2e (and in ``queue_delay_ms``), as a user would.
 
     Args:
+        hang_limit: Timeouts in a row, with no request completing in between, after which the
+            engine is taken to be hung: requests in flight are abandoned (``abandoned``), the
+            rest are not sent (``not_sent``) and ``LoadResult.hung`` says why. Default:
+            ``max(2, concurrency)``, i.e. every slot timed out without anything finishing.
         on_record: Called with each record as it completes (progress bars, live logging).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if hang_limit is not None and hang_limit < 1:
+        raise ValueError(f"hang_limit must be >= 1, got {hang_limit}")
     records: list[RequestRecord | None] = [None] * len(items)
-    breaker = _Breaker(limit=max(3, min(concurrency, 16)))
+    breaker = _Breaker(limit=max(3, min(concurrency, 16)), hang_limit=hang_limit or max(2, concurrency))
+    in_flight: set[asyncio.Task] = set()
+    abandoned: set[asyncio.Task] = set()
     start = time.perf_counter()
 
-    async def one(index: int) -> None:
+    def stop_reason() -> str:
+        if breaker.hung:
+            return (
+                f"{base_url} looks hung: {breaker.timeouts} requests in a row got no complete response within "
+                f"{timeout_s:g} s and none completed in between"
+            )
+        return f"{base_url} refused {breaker.consecutive} connections in a row"
+
+    async def one(index: int, scheduled: float | None = None) -> None:
         item = items[index]
         if breaker.open:
-            record = _not_sent(index, item, f"not sent: {base_url} refused {breaker.consecutive} connections in a row")
+            record = _not_sent(index, item, f"not sent: {stop_reason()}")
         else:
-            record = await send_request(
+            task = asyncio.create_task(send_request(
                 session=session, base_url=base_url, api=api, item=item, index=index, sampling=sampling,
                 stream=stream, model=model, timeout_s=timeout_s, keep_output=keep_output, run_start=start,
-            )
+                scheduled=scheduled,
+            ))
+            in_flight.add(task)
+            try:
+                record = await task
+            except asyncio.CancelledError:
+                if task not in abandoned:
+                    raise
+                record = RequestRecord(
+                    index=index, prompt_id=item.prompt_id,
+                    scheduled_s=None if scheduled is None else scheduled - start,
+                    error=f"abandoned: {stop_reason()}", error_kind="abandoned",
+                )
+            finally:
+                in_flight.discard(task)
             breaker.note(record)
+            if breaker.hung and in_flight:
+                for other in list(in_flight):  # the engine is hung: stop waiting for the rest
+                    abandoned.add(other)
+                    other.cancel()
         records[index] = record
         if on_record is not None:
             on_record(record)
@@ -512,21 +601,21 @@ async def run_load(
         rng = random.Random(seed)
         gate = asyncio.Semaphore(concurrency)
 
-        async def gated(index: int) -> None:
+        async def gated(index: int, due: float) -> None:
             async with gate:
-                await one(index)
+                await one(index, scheduled=due)
 
         tasks = []
         due = start
         for index in range(len(items)):
             due += rng.expovariate(request_rate)
             delay = due - time.perf_counter()
-            if delay > 0:
+            if delay > 0 and not breaker.open:
                 await asyncio.sleep(delay)  # the arrival schedule itself, not synchronisation
-            tasks.append(asyncio.create_task(gated(index)))
+            tasks.append(asyncio.create_task(gated(index, due)))
         await asyncio.gather(*tasks)
     duration = time.perf_counter() - start
     done = [r for r in records if r is not None]
     if len(done) != len(items):  # pragma: no cover - every index is filled above
         raise RuntimeError("load generator lost records")
-    return LoadResult(records=done, duration_s=duration)
+    return LoadResult(records=done, duration_s=duration, hung=stop_reason() if breaker.hung else None)

@@ -7,6 +7,9 @@ Each function's docstring is its exact formula. Three rules hold throughout:
 * Failed requests (``error`` set) are excluded from latency and throughput and counted instead.
 * A speculative figure the server does not report is ``None`` (absent), never ``0``: a plain
   OpenAI server has no verify cycles, which is not the same as zero of them.
+* Latency starts when the request was due: when it was sent in closed loop, at its scheduled
+  arrival in open loop, so time spent queued behind the concurrency cap counts (``queue_delay_ms``
+  says how much of it was queueing).
 
 ``accept_length`` has three sources with different definitions (see DESIGN.md, "Accept length");
 the names below say which is which:
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +53,7 @@ __all__ = [
     "output_tok_per_s",
     "output_tokens",
     "percentile",
+    "queue_delay_ms",
     "request_per_s",
     "spec_accept_length_meta",
     "tokens_per_chunk",
@@ -195,14 +199,28 @@ def request_per_s(records: Sequence["RequestRecord"], duration_s: float) -> floa
 
 
 def ttft_ms(records: Iterable["RequestRecord"]) -> Distribution:
-    """Time to first token, per successful streamed request: arrival of the first chunk that
-    carries output minus the moment the request was sent, in ms."""
+    """Time to first token, per successful streamed request, in ms: arrival of the first chunk that
+    carries output minus the request's start.
+
+    The start is the moment the request was sent in closed loop, and its *scheduled arrival* in
+    open loop (``request_rate``): a request that waits for a free slot under the concurrency cap
+    is waiting in a queue, as a user would, so that wait (``queue_delay_ms``) is part of its TTFT.
+    """
     return Distribution.of(r.ttft_ms for r in ok_records(records) if r.ttft_ms is not None)
 
 
 def e2e_ms(records: Iterable["RequestRecord"]) -> Distribution:
-    """End-to-end latency per successful request: last byte received minus request sent, in ms."""
+    """End-to-end latency per successful request, in ms: last byte received minus the request's
+    start (sent in closed loop, scheduled arrival in open loop, as for :func:`ttft_ms`)."""
     return Distribution.of(r.e2e_ms for r in ok_records(records) if r.e2e_ms is not None)
+
+
+def queue_delay_ms(records: Iterable["RequestRecord"]) -> Distribution:
+    """Open loop only: sent minus scheduled arrival per successful request, in ms (the time spent
+    waiting for a slot under the concurrency cap, or for a late event loop). Already included in
+    :func:`ttft_ms` and :func:`e2e_ms`; reported so queueing can be told apart from serving.
+    Empty in closed loop, where requests have no schedule."""
+    return Distribution.of(r.queue_delay_ms for r in ok_records(records) if r.queue_delay_ms is not None)
 
 
 def tpot_ms(records: Iterable["RequestRecord"]) -> Distribution:
@@ -210,7 +228,8 @@ def tpot_ms(records: Iterable["RequestRecord"]) -> Distribution:
     (e2e_ms - ttft_ms) / (completion_tokens - 1), for requests with at least 2 tokens.
 
     Chunk-to-chunk gaps (ITL) are not used: under speculation one chunk carries several tokens,
-    so ITL per chunk overstates the per-token time.
+    so ITL per chunk overstates the per-token time. e2e and TTFT share their start, so an
+    open-loop queue delay cancels out here.
     """
     values = [
         (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1)
@@ -291,27 +310,73 @@ def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
     return decode / cycles if cycles else None
 
 
+_NO_MOVEMENT = 1e-9
+"""Relative change of the server's lifetime mean below which it counts as not having moved: far
+below what one repetition can move even a long-lived server's mean, far above float noise."""
+
+
 def accept_length_agrees(
-    *, server: float | None, requests: float | None, tolerance: float, server_before: float | None = None
+    *,
+    server: float | None,
+    requests: float | None,
+    tolerance: float,
+    server_before: float | None = None,
+    lifetime: bool = False,
+    decode_steps: int | None = None,
+    update_interval: int | None = None,
 ) -> bool | None:
-    """Whether the server's accept length is consistent with the per-request one.
+    """Whether the server's accept length is consistent with the per-request one: True (agrees),
+    False (mismatch) or None (not checkable).
 
-    Counters reset before the repetition (``server_before`` None): the server's value covers
-    exactly the measured requests, so it must match: |server - requests| <= tolerance * requests.
+    Let S = ``server`` (read after the repetition), R = ``requests``, B = ``server_before`` (read
+    just before it, after ``/flush_cache``) and slack = tolerance * |R|.
 
-    Lifetime counters (``server_before`` = the value read just before the repetition): the value
-    after it is a weighted mean of the earlier lifetime mean and this repetition's, so it must lie
-    between ``server_before`` and ``requests``, widened by tolerance * requests on both sides.
+    Counters reset before the repetition (``lifetime`` False): S covers exactly the measured
+    requests, so it must match: |S - R| <= slack.
 
-    ``None`` when the server's value or the per-request one is absent (nothing to cross-check),
-    so "not checked" is never mistaken for "agrees".
+    Lifetime counters (``lifetime`` True, SGLang): S is the cycle-weighted mean of everything the
+    server ever folded into its totals, i.e. B moved towards this repetition's mean by an unknown
+    weight (the server's earlier volume is unknown), so
+
+    * B None (nothing counted before): S covers this repetition, |S - R| <= slack as above;
+    * S outside [min(B, R) - slack, max(B, R) + slack]: mismatch;
+    * |B - R| <= slack: agrees (B already agreed; S need not move);
+    * otherwise S must have moved from B towards R: (S - B) * sign(R - B) > eps, where
+      eps = 1e-9 * max(1, |B|). Moving away beyond eps is a mismatch. Not moving at all is a
+      mismatch when the repetition had at least ``update_interval`` decode steps
+      (``decode_steps`` >= ``update_interval``: the server folded at least one interval of it into
+      its totals), and not checkable (None) when either is unknown or the repetition was shorter,
+      since the server may not have folded anything yet. A server that always reports the same
+      figure is therefore never "agrees".
+
+    Args:
+        decode_steps: A lower bound on the server's decode steps during the repetition: the most
+            verify cycles any one request had (each of a request's cycles is its own step).
+        update_interval: The server's ``decode_log_interval`` (steps between folds of its
+            counters into the lifetime totals), where it reports one.
+
+    ``None`` too when the server's value or the per-request one is absent (nothing to
+    cross-check), so "not checked" is never mistaken for "agrees".
     """
     if server is None or requests is None:
         return None
     slack = tolerance * abs(requests)
-    if server_before is None:
+    if not lifetime or server_before is None:
         return abs(server - requests) <= slack
-    return min(server_before, requests) - slack <= server <= max(server_before, requests) + slack
+    before = server_before
+    if not min(before, requests) - slack <= server <= max(before, requests) + slack:
+        return False
+    if abs(before - requests) <= slack:
+        return True
+    moved = (server - before) * (1.0 if requests > before else -1.0)
+    eps = _NO_MOVEMENT * max(1.0, abs(before))
+    if moved > eps:
+        return True
+    if moved < -eps:
+        return False
+    if decode_steps is not None and update_interval is not None and decode_steps >= update_interval:
+        return False
+    return None
 
 
 # --- one repetition ---------------------------------------------------------------------------
@@ -338,6 +403,11 @@ class RepetitionMetrics(BaseModel):
     ttft_ms: Distribution = Field(description="Time to first token per request (ms).")
     tpot_ms: Distribution = Field(description="(e2e - TTFT) / (tokens - 1) per request (ms).")
     e2e_ms: Distribution = Field(description="End-to-end latency per request (ms).")
+    queue_delay_ms: Distribution = Field(
+        default_factory=lambda: Distribution(count=0),
+        description="Open loop: scheduled arrival to send per request (ms), already inside ttft_ms and e2e_ms; "
+        "empty in closed loop.",
+    )
     tokens_per_chunk: float | None = Field(description="Tokens per streamed chunk (absent when not streamed).")
     spec_verify_ct: int | None = Field(description="sum(spec_verify_ct): verify cycles (absent without speculation).")
     accept_length: float | None = Field(
@@ -361,7 +431,14 @@ class RepetitionMetrics(BaseModel):
     accepted_drafts_per_cycle: float | None = Field(description="accept_length - 1.")
     cycle_ms: float | None = Field(description="sum(e2e - TTFT) / sum(spec_verify_ct) (ms per verify cycle).")
     accept_length_mismatch: bool | None = Field(
-        description="True if server and per-request accept lengths disagree beyond tolerance; None if not checkable."
+        description="True if server and per-request accept lengths disagree beyond tolerance; None if not "
+        "checked (see accept_length_check for why)."
+    )
+    accept_length_check: Literal["agrees", "mismatch", "not_checkable"] | None = Field(
+        default=None,
+        description="Outcome of the cross-check: agrees, mismatch, not_checkable (both figures present but the "
+        "server's lifetime counters did not move and the repetition may have been too short for them to), "
+        "or None when one of the two figures is absent.",
     )
 
     def flat(self) -> dict[str, float | None]:
@@ -383,7 +460,7 @@ class RepetitionMetrics(BaseModel):
             "accepted_drafts_per_cycle": self.accepted_drafts_per_cycle,
             "cycle_ms": self.cycle_ms,
         }
-        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_delay_ms"):
             dist: Distribution = getattr(self, name)
             out[f"{name}_mean"] = dist.mean
             out[f"{name}_p50"] = dist.median
@@ -403,6 +480,7 @@ def compute_repetition_metrics(
     accept_length_tolerance: float,
     accept_length_server_before: float | None = None,
     server_counters_reset: bool = True,
+    server_update_interval: int | None = None,
 ) -> RepetitionMetrics:
     """Every metric of one repetition from its records and the server's accept length.
 
@@ -412,6 +490,9 @@ def compute_repetition_metrics(
         server_counters_reset: Whether the server's counters were reset before the repetition
             (``/flush_cache`` succeeded and no value survived it); if not, the value read after is
             a lifetime mean and is reported as ``accept_length_server_lifetime``.
+        server_update_interval: The server's ``decode_log_interval`` (decode steps between folds
+            of its counters), where ``/server_info`` reports it; it decides whether lifetime
+            counters that did not move are a mismatch or not checkable.
     """
     ok = ok_records(records)
     errors = [r for r in records if r.error is not None]
@@ -426,7 +507,16 @@ def compute_repetition_metrics(
         requests=from_requests,
         tolerance=accept_length_tolerance,
         server_before=None if server_counters_reset else accept_length_server_before,
+        lifetime=not server_counters_reset,
+        decode_steps=max((r.spec_verify_ct for r in spec), default=None),  # type: ignore[type-var]
+        update_interval=server_update_interval,
     )
+    check: Literal["agrees", "mismatch", "not_checkable"] | None
+    if agrees is None:
+        both = accept_length_server is not None and from_requests is not None
+        check = "not_checkable" if both else None
+    else:
+        check = "agrees" if agrees else "mismatch"
     return RepetitionMetrics(
         concurrency=concurrency,
         repetition=repetition,
@@ -444,6 +534,7 @@ def compute_repetition_metrics(
         ttft_ms=ttft_ms(ok),
         tpot_ms=tpot_ms(ok),
         e2e_ms=e2e_ms(ok),
+        queue_delay_ms=queue_delay_ms(ok),
         tokens_per_chunk=tokens_per_chunk(ok),
         spec_verify_ct=sum(r.spec_verify_ct for r in spec) if spec else None,  # type: ignore[misc]
         accept_length=accept,
@@ -454,4 +545,5 @@ def compute_repetition_metrics(
         accepted_drafts_per_cycle=accepted_drafts_per_cycle(accept),
         cycle_ms=cycle_ms(ok),
         accept_length_mismatch=None if agrees is None else not agrees,
+        accept_length_check=check,
     )

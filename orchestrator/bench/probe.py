@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -186,6 +188,46 @@ def _read_baseline(path: Path) -> ProbeBaseline:
     return baseline
 
 
+def _write_new_baseline(path: Path, text: str) -> None:
+    """Publish ``text`` at ``path`` atomically, and only if no baseline is there.
+
+    The text goes to a temporary file in the same directory (same filesystem), is flushed to
+    disk, and is then hard-linked to ``path``: a link is created whole or not at all and, like
+    ``O_CREAT | O_EXCL``, fails if ``path`` already exists, so a reader never sees half a
+    baseline and a baseline written meanwhile by another probe is never replaced. Where the
+    filesystem has no hard links, ``os.replace`` after an existence check is used instead (atomic,
+    but it cannot close the race between the check and the rename).
+
+    Raises:
+        BenchmarkError: a baseline appeared at ``path`` while this probe ran, or it cannot be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    concurrent = BenchmarkError(
+        f"probe baseline {path} was created by someone else while this probe ran; not overwritten. "
+        "Run the probe again to compare with it, or delete it to take a new one"
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would hide the baseline from other users
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise concurrent from None
+        except OSError:  # no hard links here (some network and FAT filesystems)
+            if path.exists():
+                raise concurrent from None
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise BenchmarkError(f"probe baseline {path} cannot be written: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def run_probe(
     *,
     base_url: str,
@@ -195,6 +237,7 @@ def run_probe(
     api: Literal["auto", "generate", "completions", "chat"] = "auto",
     model: str | None = None,
     timeout_s: float = 300.0,
+    create_baseline: bool = True,
 ) -> ProbeResult:
     """Probe the server at ``base_url`` against the baseline at ``baseline_path``; blocking.
 
@@ -202,6 +245,13 @@ def run_probe(
     ``baseline_written``). Otherwise the baseline's own prompts, API and length are used, and the
     arguments ``num_prompts`` / ``max_new_tokens`` / ``api`` are ignored, so a comparison is
     always like for like.
+
+    Which configuration writes the baseline is the caller's decision, and it matters: whatever
+    server runs first against an empty path is trusted as the truth, corrupt or not. The sweep
+    writes the baseline from one designated safe configuration before trials are probed; probing
+    a trial with ``create_baseline=False`` makes a missing baseline an error rather than letting
+    that trial's output silently become the reference.
+    The write is atomic and never replaces a baseline that another probe wrote meanwhile.
 
     Args:
         base_url: ``http://host:port`` of a running server.
@@ -211,15 +261,19 @@ def run_probe(
         api: API for a new baseline (auto: native ``/generate`` if ``/server_info`` answers).
         model: OpenAI ``model`` field (default: the first id of ``/v1/models``).
         timeout_s: Per-request timeout.
+        create_baseline: Write a baseline when there is none (True: this server is trusted to
+            define correct output); False makes a missing baseline an error.
 
     Raises:
-        BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), or
-            the baseline file is unreadable.
+        BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), the
+            baseline file is unreadable, missing while ``create_baseline`` is False, or was
+            created by another probe while this one ran.
     """
     return asyncio.run(
         arun_probe(
             base_url=base_url, baseline_path=baseline_path, num_prompts=num_prompts,
             max_new_tokens=max_new_tokens, api=api, model=model, timeout_s=timeout_s,
+            create_baseline=create_baseline,
         )
     )
 
@@ -233,11 +287,17 @@ async def arun_probe(
     api: Literal["auto", "generate", "completions", "chat"] = "auto",
     model: str | None = None,
     timeout_s: float = 300.0,
+    create_baseline: bool = True,
 ) -> ProbeResult:
     """:func:`run_probe` for callers that already run an event loop."""
     base_url = base_url.rstrip("/")
     path = Path(baseline_path)
     baseline = _read_baseline(path) if path.exists() else None
+    if baseline is None and not create_baseline:
+        raise BenchmarkError(
+            f"probe baseline {path} does not exist; write it first from the configuration trusted to define "
+            "correct output (create_baseline=True)"
+        )
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         reason = await srv.check_health(session, base_url, timeout_s=min(timeout_s, 120.0))
         if reason is not None:
@@ -287,8 +347,7 @@ async def arun_probe(
             prompts=list(prompts),
             outputs=outputs,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(new.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _write_new_baseline(path, new.model_dump_json(indent=2) + "\n")
         result = ProbeResult(status="baseline_written", baseline_path=str(path), num_prompts=len(prompts), unit=None, mismatches=[])
         logger.debug("%s", result.message)
         return result

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.bench.metrics import Distribution, RepetitionMetrics
@@ -47,6 +48,11 @@ class LevelResult(BaseModel):
     accept_length_mismatch: bool = Field(
         description="Some repetition's server and per-request accept lengths disagreed beyond tolerance."
     )
+    accept_length_not_checkable: bool = Field(
+        default=False,
+        description="Some repetition's server accept length (a lifetime mean) could not be checked against the "
+        "per-request one: reported as such, never as agreeing.",
+    )
     noisy: bool = Field(description="Some noise metric's CV across repetitions exceeded the threshold.")
     noisy_metrics: list[str] = Field(description="Which metrics were too noisy, with their CV.")
 
@@ -68,7 +74,8 @@ def summarise_level(
 
     ``noisy``: CV (stdev / mean across repetitions) of any ``noise_metrics`` entry above
     ``noisy_cv_threshold``; one repetition cannot be judged, so it is never noisy.
-    ``accept_length_mismatch``: any repetition flagged (see ``metrics.accept_length_agrees``).
+    ``accept_length_mismatch``: any repetition flagged (see ``metrics.accept_length_agrees``);
+    ``accept_length_not_checkable``: any repetition whose cross-check could not be made.
     """
     names: list[str] = list(repetitions[0].flat()) if repetitions else []
     summary = {
@@ -87,6 +94,7 @@ def summarise_level(
         summary=summary,
         num_errors=sum(rep.num_errors for rep in repetitions),
         accept_length_mismatch=any(rep.accept_length_mismatch for rep in repetitions),
+        accept_length_not_checkable=any(rep.accept_length_check == "not_checkable" for rep in repetitions),
         noisy=bool(noisy),
         noisy_metrics=noisy,
     )
@@ -123,7 +131,8 @@ class BenchResult(BaseModel):
     server_accept_length_scope: Literal["repetition", "lifetime"] | None = Field(
         default=None,
         description="What /server_info's avg_spec_accept_length covered: each repetition (counters reset by "
-        "/flush_cache, the reference engine), the server's lifetime (SGLang), or None (not reported).",
+        "/flush_cache, the reference engine), the server's lifetime (SGLang, or any server whose flush was never "
+        "seen to clear them; also when only some repetitions were), or None (not reported).",
     )
     settings: BenchSettings = Field(description="The settings used.")
     dataset: DatasetInfo = Field(description="The prompts sent.")
@@ -132,6 +141,9 @@ class BenchResult(BaseModel):
     num_requests: int = Field(description="Measured requests over all levels and repetitions.")
     num_errors: int = Field(description="Failed measured requests.")
     accept_length_mismatch: bool = Field(description="Any level flagged accept_length_mismatch.")
+    accept_length_not_checkable: bool = Field(
+        default=False, description="Any level flagged accept_length_not_checkable."
+    )
     noisy: bool = Field(description="Any level flagged noisy.")
 
     def level(self, concurrency: int | None = None) -> LevelResult:
@@ -190,8 +202,9 @@ def summary_table(result: BenchResult) -> Table:
     """Metrics down, concurrency levels across: medians across repetitions (and the CV of
     throughput), "absent" where the server does not report a figure, then errors and flags."""
     table = Table(
-        title=f"spectune bench {result.base_url} ({result.api}, {result.dataset.name}, "
-        f"{result.settings.repetitions} rep)",
+        title=escape(
+            f"spectune bench {result.base_url} ({result.api}, {result.dataset.name}, {result.settings.repetitions} rep)"
+        ),
         header_style="bold",
     )
     table.add_column("metric")
@@ -208,6 +221,9 @@ def summary_table(result: BenchResult) -> Table:
     for label, name in (("TTFT ms", "ttft_ms"), ("TPOT ms", "tpot_ms"), ("e2e ms", "e2e_ms")):
         row(f"{label} p50", f"{name}_p50", 2 if name == "tpot_ms" else 1)
         row(f"{label} p99", f"{name}_p99", 2 if name == "tpot_ms" else 1)
+    if result.settings.request_rate is not None:
+        row("  queue delay ms p50", "queue_delay_ms_p50")
+        row("  queue delay ms p99", "queue_delay_ms_p99")
     row("tokens/chunk", "tokens_per_chunk", 2)
     row("accept_length (req)", "accept_length_requests", 3)
     row("accept_length (server)", "accept_length_server", 3)
@@ -221,6 +237,8 @@ def summary_table(result: BenchResult) -> Table:
         names = []
         if level.accept_length_mismatch:
             names.append("accept_length_mismatch")
+        elif level.accept_length_not_checkable:
+            names.append("accept_length_not_checkable")
         if level.noisy:
             names.append("noisy")
         flags.append(", ".join(names) or "-")

@@ -3,15 +3,20 @@
 
 The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where it reports each
 repetition to Ray Tune, so ASHA can stop a hopeless trial before the last repetition. The
-server's ``avg_spec_accept_length`` is read before and after each repetition. Where
-``/flush_cache`` reset it (the reference engine) the value after covers exactly the repetition;
-where it survives the flush (SGLang keeps lifetime totals) it is reported only as
-``accept_length_server_lifetime`` and used as a weaker cross-check, never as the repetition's
-figure: a number that cannot be attributed to the measured requests is not presented as one.
+server's ``avg_spec_accept_length`` is read after warm-up and before and after each repetition.
+Only where a flush was *seen* to clear a value (the reference engine) does the value after a
+repetition count as that repetition's figure. Where a value survives a flush (SGLang keeps
+lifetime totals), or no flush has yet been seen to clear one, it is reported only as
+``accept_length_server_lifetime`` and used as a weaker cross-check (it must move towards the
+per-request figure), never as the repetition's figure: a number that cannot be attributed to the
+measured requests is not presented as one. When the first repetition's flush met no value (no
+warm-up on a fresh server), the idle server is flushed once more after it to find out.
 
 Failed requests are counted, never fatal. What ends a run with :class:`BenchmarkError` is a
-server that cannot serve at all: unhealthy before the start, every warm-up request failing, or
-failing its health check after a repetition lost requests to connection errors.
+server that cannot serve at all: unhealthy before the start, every warm-up request failing, an
+engine that looks hung (requests time out in a row with none completing, see
+:func:`~orchestrator.bench.loadgen.run_load`), or failing its health check after a repetition
+lost requests to connection errors.
 """
 
 from __future__ import annotations
@@ -137,7 +142,8 @@ async def arun_benchmark(
             return await run_load(
                 session=session, base_url=base_url, api=api, items=items, concurrency=concurrency,
                 sampling=sampling, timeout_s=settings.request_timeout_s, stream=settings.stream, model=model,
-                request_rate=settings.request_rate, seed=settings.seed, on_record=progress,
+                request_rate=settings.request_rate, seed=settings.seed, hang_limit=settings.hung_after_timeouts,
+                on_record=progress,
             )
 
         def progress_for(phase: Literal["warmup", "measure"], concurrency: int, repetition: int, total: int):
@@ -151,6 +157,9 @@ async def arun_benchmark(
 
             return note
 
+        async def read_accept_length() -> float | None:
+            return srv.accept_length_from_info(await srv.get_server_info(session, base_url))
+
         warmup = WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={})
         if settings.warmup_requests:
             items = _items([prompts[i % len(prompts)] for i in range(settings.warmup_requests)])
@@ -160,6 +169,10 @@ async def arun_benchmark(
             warmup = WarmupInfo(
                 num_requests=len(items), num_errors=len(failed), errors_by_kind=error_counts(result.records)
             )
+            if result.hung is not None:
+                raise BenchmarkError(
+                    f"warm-up stopped: {result.hung} ({warmup.errors_by_kind}); is the engine stuck? its log should say where"
+                )
             if len(failed) == len(items):
                 raise BenchmarkError(
                     f"every warm-up request to {base_url} failed ({warmup.errors_by_kind}); "
@@ -170,7 +183,10 @@ async def arun_benchmark(
 
         items = _items(prompts)
         flush_supported = settings.flush_cache and info is not None
-        scope: Literal["repetition", "lifetime"] | None = None
+        update_interval = srv.decode_log_interval_from_info(info)
+        counters = _FlushEvidence()
+        last = await read_accept_length() if info is not None else None  # the value the next flush meets
+        scopes: set[str] = set()
         levels: list[LevelResult] = []
         for concurrency in settings.concurrency:
             repetitions: list[RepetitionMetrics] = []
@@ -183,22 +199,35 @@ async def arun_benchmark(
                         flush_supported = False
                 before = after = None
                 if info is not None:
-                    before = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
+                    before = await read_accept_length()
+                    if flushed:
+                        counters.saw_flush(value_before=last, value_after=before)
                 result = await load(
                     items, concurrency, progress_for("measure", concurrency, repetition, len(items))
                 )
                 if info is not None:
-                    after = srv.accept_length_from_info(await srv.get_server_info(session, base_url))
-                # A value that survives /flush_cache means lifetime counters (SGLang): never this
-                # repetition's figure, but still a cross-check (see metrics.accept_length_agrees).
-                reset = flushed and before is None
-                if after is not None and scope is None:
+                    after = last = await read_accept_length()
+                    if flushed and before is None and after is not None and not counters.decided and flush_supported:
+                        # Nothing was counted when this repetition's flush ran, so it showed nothing about
+                        # what a flush does to the counters: flush the idle server once more and look.
+                        if await srv.flush_cache(session, base_url, timeout_s=health_timeout_s):
+                            last = await read_accept_length()
+                            counters.saw_flush(value_before=after, value_after=last)
+                        else:
+                            logger.warning("/flush_cache failed; not calling it again in this run")
+                            flush_supported = False
+                # Only a flush seen to clear the counters makes the value after this repetition's figure;
+                # otherwise it is a lifetime mean (SGLang): a weaker cross-check, never the figure itself.
+                reset = flushed and before is None and counters.resets
+                if after is not None:
                     scope = "repetition" if reset else "lifetime"
-                    if scope == "lifetime":
+                    if scope == "lifetime" and "lifetime" not in scopes:
                         logger.info(
-                            "the server's avg_spec_accept_length is a lifetime mean (not reset by /flush_cache); "
-                            "accept_length comes from the per-request meta_info, the server's value is a cross-check"
+                            "the server's avg_spec_accept_length is a lifetime mean (not shown to be reset by "
+                            "/flush_cache); accept_length comes from the per-request meta_info, the server's value "
+                            "is a cross-check"
                         )
+                    scopes.add(scope)
                 metrics = compute_repetition_metrics(
                     records=result.records,
                     duration_s=result.duration_s,
@@ -208,8 +237,16 @@ async def arun_benchmark(
                     accept_length_server=after,
                     accept_length_server_before=before,
                     server_counters_reset=reset,
+                    server_update_interval=update_interval,
                     accept_length_tolerance=settings.accept_length_tolerance,
                 )
+                _log_repetition(metrics)
+                if result.hung is not None:
+                    raise BenchmarkError(
+                        f"stopped during concurrency {concurrency}, repetition {repetition}: {result.hung} "
+                        f"({metrics.num_ok} of {metrics.num_requests} requests completed: {metrics.errors_by_kind}); "
+                        "is the engine stuck? its log should say where"
+                    )
                 if metrics.num_errors and (
                     {"connection", "not_sent"} & set(metrics.errors_by_kind) or metrics.num_ok == 0
                 ):
@@ -218,7 +255,6 @@ async def arun_benchmark(
                         f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
                         f"({metrics.num_errors} of {metrics.num_requests} requests failed: {metrics.errors_by_kind})",
                     )
-                _log_repetition(metrics)
                 repetitions.append(metrics)
                 if on_repetition is not None:
                     on_repetition(metrics)
@@ -241,7 +277,7 @@ async def arun_benchmark(
             model=model,
             server=srv.summarise_server_info(info),
             flush_cache_supported=flush_supported,
-            server_accept_length_scope=scope,
+            server_accept_length_scope="lifetime" if "lifetime" in scopes else ("repetition" if scopes else None),
             settings=settings,
             dataset=DatasetInfo(
                 name=settings.dataset,
@@ -255,8 +291,38 @@ async def arun_benchmark(
             num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
             num_errors=sum(level.num_errors for level in levels),
             accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
+            accept_length_not_checkable=any(level.accept_length_not_checkable for level in levels),
             noisy=any(level.noisy for level in levels),
         )
+
+
+@dataclass
+class _FlushEvidence:
+    """What ``/flush_cache`` was seen to do to the server's accept-length counters.
+
+    A flush proves something only when a value was there before it: gone afterwards means the
+    counters reset (the reference engine); still there means lifetime totals (SGLang). Per-repetition
+    figures need a reset seen and no survival seen, ever.
+    """
+
+    reset_seen: bool = False
+    survival_seen: bool = False
+
+    def saw_flush(self, *, value_before: float | None, value_after: float | None) -> None:
+        if value_before is None:
+            return
+        if value_after is None:
+            self.reset_seen = True
+        else:
+            self.survival_seen = True
+
+    @property
+    def decided(self) -> bool:
+        return self.reset_seen or self.survival_seen
+
+    @property
+    def resets(self) -> bool:
+        return self.reset_seen and not self.survival_seen
 
 
 def _log_repetition(metrics: RepetitionMetrics) -> None:
@@ -277,6 +343,13 @@ def _log_repetition(metrics: RepetitionMetrics) -> None:
             metrics.concurrency, metrics.repetition,
             server if server is not None else metrics.accept_length_server_lifetime,
             "" if server is not None else " (lifetime mean)", metrics.accept_length_requests,
+        )
+    if metrics.accept_length_check == "not_checkable":
+        logger.warning(
+            "concurrency %d rep %d: accept length not checkable: the server's lifetime mean %.3f did not move towards "
+            "the per-request %.3f, and the repetition may have been too short for the server to fold its counters",
+            metrics.concurrency, metrics.repetition, metrics.accept_length_server_lifetime,
+            metrics.accept_length_requests,
         )
     if metrics.num_errors:
         logger.warning(

@@ -22,6 +22,7 @@ __all__ = [
     "SERVER_INFO_KEYS",
     "accept_length_from_info",
     "check_health",
+    "decode_log_interval_from_info",
     "detect_api",
     "flush_cache",
     "get_server_info",
@@ -40,6 +41,7 @@ SERVER_INFO_KEYS = (
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
     "disable_custom_all_reduce",
+    "decode_log_interval",
     "max_running_requests",
     "version",
 )
@@ -118,6 +120,14 @@ def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             values.append(float(value))
     return sum(values) / len(values) if values else None
+
+
+def decode_log_interval_from_info(info: dict[str, Any] | None) -> int | None:
+    """The server's ``decode_log_interval`` (decode steps between folds of its speculative counters
+    into the lifetime totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
+    report it among their server args; ``None`` where not reported."""
+    value = (info or {}).get("decode_log_interval")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def summarise_server_info(info: dict[str, Any] | None) -> dict[str, Any]:

@@ -48,6 +48,12 @@ class BenchSettings(BenchmarkSpec):
         "which a repetition is flagged accept_length_mismatch. The server samples its counter at "
         "decode-log intervals and counts tokens cut off by max_new_tokens, so a few percent is normal.",
     )
+    hung_after_timeouts: int | None = Field(
+        default=None,
+        ge=1,
+        description="End the run as hung once this many requests in a row time out (request_timeout_s) with "
+        "none completing in between; default: the concurrency level (at least 2), i.e. every slot timed out.",
+    )
     noisy_cv_threshold: float = Field(
         default=0.05, gt=0, description="A level is flagged noisy when a noise metric's CV across repetitions exceeds this."
     )

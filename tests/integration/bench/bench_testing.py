@@ -17,7 +17,7 @@ import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from aiohttp import web
 
@@ -35,11 +35,18 @@ class Behaviour:
             (like SGLang, no value before that); None reports the truth.
         reset_on_flush: /flush_cache resets the speculative counters (the reference engine); False
             keeps lifetime totals, as SGLang does.
+        decode_log_interval: Reported in /server_info like SGLang's server arg (None: not
+            reported). The fake folds a request's cycles into its totals when the request ends,
+            so 1 is the truth: any decoding at all moves the lifetime mean.
         speculative: Report spec_verify_ct / avg_spec_accept_length at all.
         native: Serve SGLang's native endpoints (False: a plain OpenAI server, 404 on them).
         fail_every: Every n-th generation request answers HTTP 500 (0: never).
         drop_every: Every n-th stream is cut after its first chunk (0: never).
         hang_every: Every n-th request never answers (0: never).
+        fail_text: The body of the HTTP 500 answers.
+        output_text: Generated text to return instead of the letters derived from the token ids
+            (non-streamed only; the native API then returns no output_ids, so text is compared).
+        on_request: Called (on the server's thread) as each generation request arrives.
         error_event_every: Every n-th stream sends SGLang's ``{"error": ...}`` event (0: never).
         die_after: After this many generation requests the server stops listening and drops
             every connection (None: never).
@@ -55,6 +62,10 @@ class Behaviour:
     fail_every: int = 0
     drop_every: int = 0
     hang_every: int = 0
+    fail_text: str = "fake internal error"
+    output_text: str | None = None
+    on_request: Callable[[], None] | None = None
+    decode_log_interval: int | None = 1
     error_event_every: int = 0
     die_after: int | None = None
     token_delay_s: float = 0.0
@@ -171,6 +182,8 @@ class FakeServer:
         c.requests += 1
         number = c.requests
         b = self.behaviour
+        if b.on_request is not None:
+            b.on_request()
         if self._dead or (b.die_after is not None and number > b.die_after):
             self._die(request)
             raise ConnectionResetError("fake server died")
@@ -179,7 +192,7 @@ class FakeServer:
             self._hangs.append(fut)
             await fut
         if b.fail_every and number % b.fail_every == 0:
-            raise web.HTTPInternalServerError(text="fake internal error")
+            raise web.HTTPInternalServerError(text=b.fail_text)
         return number
 
     # --- endpoints ---------------------------------------------------------------------------
@@ -206,6 +219,7 @@ class FakeServer:
                 "speculative_num_steps": 2 if b.speculative else None,
                 "internal_states": [{"last_gen_throughput": 0.0, "avg_spec_accept_length": accept}],
                 "version": "fake",
+                **({"decode_log_interval": b.decode_log_interval} if b.decode_log_interval is not None else {}),
             }
         )
 
@@ -243,6 +257,8 @@ class FakeServer:
                 meta_final["spec_accept_length"] = count / cycles if cycles else 1.0
             if not body.get("stream"):
                 self._account(count, cycles)
+                if b.output_text is not None:
+                    return web.json_response({"text": b.output_text, "meta_info": meta_final})
                 return web.json_response(
                     {"text": "".join(chr(97 + i % 26) for i in ids), "output_ids": ids, "meta_info": meta_final}
                 )
@@ -288,7 +304,7 @@ class FakeServer:
         ids = self._tokens(prompt, count)
         usage = {"prompt_tokens": len(prompt.encode()), "completion_tokens": count, "total_tokens": 0}
         if not body.get("stream"):
-            text = "".join(chr(97 + i % 26) for i in ids)
+            text = self.behaviour.output_text or "".join(chr(97 + i % 26) for i in ids)
             choice = {"index": 0, "finish_reason": "length"}
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
             return web.json_response({"id": f"cmpl-{number}", "choices": [choice], "usage": usage})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from bench_testing import FakeServer, expected_accept_length
@@ -19,7 +20,7 @@ from orchestrator.bench import BenchSettings, run_benchmark, run_probe
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics
-from orchestrator.bench.report import read_json
+from orchestrator.bench.report import read_json, summary_table
 from orchestrator.errors import BenchmarkError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -185,6 +186,10 @@ def test_open_loop_respects_the_concurrency_cap(fake_server: FakeServer) -> None
     )
     assert result.level(3).repetitions[0].num_ok == 12
     assert fake_server.counters.max_in_flight <= 3
+    assert result.level(3).repetitions[0].queue_delay_ms.count == 12
+    console = Console(record=True, width=200)
+    console.print(summary_table(result))
+    assert "queue delay ms p50" in console.export_text()
 
 
 def test_probe_writes_then_matches_then_names_the_difference(fake_server: FakeServer, tmp_path: Path) -> None:
@@ -242,3 +247,152 @@ def test_bench_command_dead_server_exits_1(unused_url: str) -> None:
     result = CliRunner().invoke(app, ["bench", unused_url, "--num-prompts", "2"])
     assert result.exit_code == 1
     assert "cannot connect" in result.output
+
+
+# --- the lifetime cross-check (SGLang keeps its counters across /flush_cache) -----------------
+
+
+def test_lying_server_with_lifetime_counters_is_flagged(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reset_on_flush = False
+    fake_server.behaviour.reported_accept_length = 4.5  # the truth is 3.0, and 4.5 never moves
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2]))
+    assert result.server_accept_length_scope == "lifetime"
+    reps = result.level(2).repetitions
+    assert all(rep.accept_length_server is None and rep.accept_length_server_lifetime == 4.5 for rep in reps)
+    assert all(rep.accept_length_mismatch is True and rep.accept_length_check == "mismatch" for rep in reps)
+    assert result.accept_length_mismatch
+
+
+def test_lifetime_counters_that_cannot_be_checked_are_reported_so(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reset_on_flush = False
+    fake_server.behaviour.reported_accept_length = 4.5
+    fake_server.behaviour.decode_log_interval = None  # no way to know whether the server folded anything
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2]))
+    reps = result.level(2).repetitions
+    assert all(rep.accept_length_check == "not_checkable" and rep.accept_length_mismatch is None for rep in reps)
+    assert result.accept_length_not_checkable and result.level(2).accept_length_not_checkable
+    assert not result.accept_length_mismatch  # not claimed either way
+
+
+def test_without_warmup_the_first_repetition_is_not_taken_for_a_per_repetition_figure(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reset_on_flush = False  # SGLang, fresh: nothing counted before repetition 0
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2], warmup_requests=0))
+    assert result.server_accept_length_scope == "lifetime"
+    expected = expected_accept_length(tokens=16, accept_length=3)
+    for rep in result.level(2).repetitions:
+        assert rep.accept_length_server is None
+        assert rep.accept_length_server_lifetime == pytest.approx(expected)
+        assert rep.accept_length_check == "agrees"
+
+
+def test_without_warmup_a_flush_seen_to_reset_makes_the_figure_per_repetition(fake_server: FakeServer) -> None:
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2], warmup_requests=0))
+    assert result.server_accept_length_scope == "repetition"
+    assert all(rep.accept_length_server is not None for rep in result.level(2).repetitions)
+    assert fake_server.counters.flushes == 2 + 1  # one per repetition, and one to see what a flush does
+
+
+def test_lying_server_without_warmup_is_flagged_from_the_first_repetition(fake_server: FakeServer) -> None:
+    fake_server.behaviour.reset_on_flush = False
+    fake_server.behaviour.reported_accept_length = 4.5
+    result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2], warmup_requests=0))
+    assert [rep.accept_length_check for rep in result.level(2).repetitions] == ["mismatch", "mismatch"]
+
+
+# --- a hung engine ---------------------------------------------------------------------------
+
+
+def test_hung_engine_stops_the_load_with_every_request_recorded(fake_server: FakeServer) -> None:
+    fake_server.behaviour.hang_every = 1  # accepts every request, answers none
+    result = _load(fake_server, items=20, concurrency=3, timeout_s=0.3, hang_limit=2)
+    assert result.hung is not None and "looks hung" in result.hung and "none completed in between" in result.hung
+    assert len(result.records) == 20 and [r.index for r in result.records] == list(range(20))
+    kinds = [r.error_kind for r in result.records]
+    assert kinds.count("timeout") >= 2 and set(kinds) <= {"timeout", "abandoned", "not_sent"}
+    # three sent at once; a fourth only if the first timeout came a moment before the second
+    assert kinds.count("not_sent") >= 16
+    assert result.duration_s < 2.0  # one timeout, not one per request
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_hung_engine_ends_the_benchmark_with_a_clear_error(fake_server: FakeServer, warmup: int) -> None:
+    fake_server.behaviour.hang_every = 1
+    where = "warm-up stopped" if warmup else "stopped during concurrency 1, repetition 0"
+    with pytest.raises(BenchmarkError, match=rf"{where}: http://127\.0\.0\.1:\d+ looks hung: 2 requests in a row"):
+        run_benchmark(base_url=fake_server.url,
+                      settings=_settings(concurrency=[1], warmup_requests=warmup, request_timeout_s=0.3))
+
+
+def test_open_loop_timeouts_also_trip_the_hang_breaker(fake_server: FakeServer) -> None:
+    fake_server.behaviour.hang_every = 1
+    result = _load(fake_server, items=10, concurrency=2, timeout_s=0.3, request_rate=1000.0)
+    assert result.hung is not None
+    kinds = [r.error_kind for r in result.records]
+    # two in flight time out; a third, let through if the first timed out a moment before the
+    # second, is abandoned (or times out in the same instant); the rest are never sent
+    assert set(kinds) <= {"timeout", "abandoned", "not_sent"} and kinds.count("not_sent") >= 7
+
+
+# --- open-loop latency includes queueing -----------------------------------------------------
+
+
+def test_open_loop_latency_counts_the_wait_behind_the_concurrency_cap(fake_server: FakeServer) -> None:
+    fake_server.behaviour.token_delay_s = 0.01  # 8 tokens = 4 chunks: at least 40 ms per request
+    result = _load(fake_server, items=5, concurrency=1, tokens=8, request_rate=1000.0)
+    records = result.records
+    assert all(r.error is None for r in records)
+    # all five arrive within a few ms; at concurrency 1 the k-th waits for the k before it
+    assert all(r.scheduled_s is not None and r.scheduled_s < 0.1 for r in records)
+    assert records[-1].queue_delay_ms >= 4 * 40 - 100
+    for r in records:
+        assert r.e2e_ms >= r.queue_delay_ms + 40 and r.ttft_ms >= r.queue_delay_ms
+    assert records[-1].e2e_ms >= records[0].e2e_ms + 3 * 40  # grows with the queue
+
+
+# --- probe: markup-safe output, baseline ownership -------------------------------------------
+
+
+def _cli():
+    import typer
+
+    app = typer.Typer()
+    app.command()(bench_command)
+    app.command()(probe_command)
+    return app
+
+
+def test_probe_mismatch_quoting_markup_like_text_is_printed(fake_server: FakeServer, tmp_path: Path) -> None:
+    fake_server.behaviour.native = False  # OpenAI completions: text is compared, and quoted
+    baseline = tmp_path / "b.json"
+    runner = CliRunner()
+    fake_server.behaviour.output_text = "A [/INST] [bold] end"
+    assert runner.invoke(_cli(), ["probe", fake_server.url, "--baseline", str(baseline), "--num-prompts", "2"]).exit_code == 0
+    fake_server.behaviour.output_text = "B [/INST] [bold] end"
+    mismatch = runner.invoke(_cli(), ["probe", fake_server.url, "--baseline", str(baseline)])
+    assert mismatch.exit_code == 1, mismatch.output
+    assert "mismatch" in mismatch.output and "'B [/INST] [bold] end'" in mismatch.output
+    assert "'A [/INST] [bold] end'" in mismatch.output
+    fake_server.behaviour.fail_every = 1
+    fake_server.behaviour.fail_text = "bad template [/INST] [bold]"
+    failed = runner.invoke(_cli(), ["probe", fake_server.url, "--baseline", str(baseline)])
+    assert failed.exit_code == 1 and "HTTP 500: bad template [/INST] [bold]" in failed.output
+
+
+def test_probe_never_overwrites_a_baseline_written_while_it_ran(fake_server: FakeServer, tmp_path: Path) -> None:
+    baseline = tmp_path / "b.json"
+
+    def someone_else_writes_it() -> None:
+        if not baseline.exists():
+            baseline.write_text('{"written": "by someone else"}')
+
+    fake_server.behaviour.on_request = someone_else_writes_it
+    with pytest.raises(BenchmarkError, match="created by someone else while this probe ran; not overwritten"):
+        run_probe(base_url=fake_server.url, baseline_path=baseline, num_prompts=2, max_new_tokens=4)
+    assert baseline.read_text() == '{"written": "by someone else"}'
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
+
+
+def test_probe_can_be_told_not_to_create_the_baseline(fake_server: FakeServer, tmp_path: Path) -> None:
+    with pytest.raises(BenchmarkError, match="does not exist; write it first"):
+        run_probe(base_url=fake_server.url, baseline_path=tmp_path / "b.json", create_baseline=False)
+    assert fake_server.counters.requests == 0 and not (tmp_path / "b.json").exists()

@@ -117,11 +117,35 @@ def test_accept_length_agreement() -> None:
     assert accept_length_agrees(server=3.0, requests=2.5, tolerance=0.1) is False
     assert accept_length_agrees(server=None, requests=2.5, tolerance=0.1) is None
     assert accept_length_agrees(server=2.5, requests=None, tolerance=0.1) is None
-    # lifetime counters: the mean after lies between the mean before and this repetition's
-    assert accept_length_agrees(server=2.7, requests=2.5, server_before=3.0, tolerance=0.1) is True
-    assert accept_length_agrees(server=3.2, requests=2.5, server_before=3.0, tolerance=0.1) is True  # slack
-    assert accept_length_agrees(server=3.6, requests=2.5, server_before=3.0, tolerance=0.1) is False
-    assert accept_length_agrees(server=1.9, requests=2.5, server_before=3.0, tolerance=0.1) is False
+    # counters reset: server_before plays no part
+    assert accept_length_agrees(server=3.0, requests=2.5, server_before=3.0, tolerance=0.1) is False
+    # lifetime counters: the mean after moved from the mean before towards this repetition's
+    lifetime = dict(requests=2.5, server_before=3.0, tolerance=0.1, lifetime=True)
+    assert accept_length_agrees(server=2.7, **lifetime) is True
+    assert accept_length_agrees(server=2.5, **lifetime) is True
+    assert accept_length_agrees(server=2.3, **lifetime) is True  # within slack of 2.5
+    assert accept_length_agrees(server=3.2, **lifetime) is False  # moved away from 2.5
+    assert accept_length_agrees(server=3.6, **lifetime) is False
+    assert accept_length_agrees(server=1.9, **lifetime) is False
+    # the lifetime mean already agreed: it need not move
+    assert accept_length_agrees(server=2.6, requests=2.5, server_before=2.6, tolerance=0.1, lifetime=True) is True
+    # nothing counted before: the lifetime mean after covers this repetition
+    assert accept_length_agrees(server=2.6, requests=2.5, server_before=None, tolerance=0.1, lifetime=True) is True
+    assert accept_length_agrees(server=4.5, requests=2.5, server_before=None, tolerance=0.1, lifetime=True) is False
+
+
+@pytest.mark.parametrize(("server", "requests"), [(4.5, 3.0), (0.92, 1.92)])
+def test_lifetime_counters_that_never_move_never_agree(server: float, requests: float) -> None:
+    """A server reporting the same wrong figure before and after is a mismatch once the repetition
+    spanned a fold of its counters, and "not checkable" otherwise: never "agrees"."""
+    same = dict(server=server, requests=requests, server_before=server, tolerance=0.1, lifetime=True)
+    assert accept_length_agrees(**same) is None  # fold interval unknown
+    assert accept_length_agrees(**same, decode_steps=39, update_interval=40) is None  # maybe no fold yet
+    assert accept_length_agrees(**same, decode_steps=40, update_interval=40) is False
+    # a change at float-noise level is no movement
+    almost = dict(same, server=server + (requests - server) * 1e-12)
+    assert accept_length_agrees(**almost, decode_steps=40, update_interval=40) is False
+    assert accept_length_agrees(**almost) is None
 
 
 def test_lifetime_server_value_is_never_the_repetitions_figure() -> None:
@@ -132,6 +156,35 @@ def test_lifetime_server_value_is_never_the_repetitions_figure() -> None:
     )
     assert m.accept_length_server is None and m.accept_length_server_lifetime == 2.6
     assert m.accept_length == pytest.approx(2.5) and m.accept_length_mismatch is False
+    assert m.accept_length_check == "agrees"
+
+
+def test_lifetime_server_value_that_did_not_move() -> None:
+    """A (4.5 before, 4.5 after) lifetime mean against 2.5 from the requests: A and B had 4 and
+    8 verify cycles, so the repetition had at least 8 decode steps."""
+    common = dict(records=[A, B], duration_s=1.0, concurrency=1, repetition=0, request_rate=None,
+                  accept_length_server=4.5, accept_length_server_before=4.5, server_counters_reset=False,
+                  accept_length_tolerance=0.1)
+    folded = compute_repetition_metrics(**common, server_update_interval=8)
+    assert folded.accept_length_mismatch is True and folded.accept_length_check == "mismatch"
+    unknown = compute_repetition_metrics(**common, server_update_interval=40)
+    assert unknown.accept_length_mismatch is None and unknown.accept_length_check == "not_checkable"
+    assert compute_repetition_metrics(**common).accept_length_check == "not_checkable"
+    # one source absent: nothing to check, which is not "not checkable"
+    absent = compute_repetition_metrics(**dict(common, accept_length_server=None))
+    assert absent.accept_length_check is None and absent.accept_length_mismatch is None
+
+
+def test_open_loop_queue_delay_is_reported_and_inside_the_latencies() -> None:
+    queued = [rec(0, output_tokens=11, ttft_ms=130.0, e2e_ms=330.0, queue_delay_ms=30.0),
+              rec(1, output_tokens=11, ttft_ms=110.0, e2e_ms=310.0, queue_delay_ms=10.0)]
+    m = compute_repetition_metrics(records=queued, duration_s=1.0, concurrency=1, repetition=0, request_rate=50.0,
+                                   accept_length_server=None, accept_length_tolerance=0.1)
+    assert m.queue_delay_ms.median == 20.0 and m.flat()["queue_delay_ms_p50"] == 20.0
+    assert m.tpot_ms.median == 20.0  # (e2e - TTFT) / 10: the shared start cancels out
+    closed = compute_repetition_metrics(records=[A, B], duration_s=1.0, concurrency=1, repetition=0,
+                                        request_rate=None, accept_length_server=None, accept_length_tolerance=0.1)
+    assert closed.queue_delay_ms.count == 0 and closed.flat()["queue_delay_ms_p50"] is None
 
 
 def test_repetition_metrics_and_flat_names() -> None:

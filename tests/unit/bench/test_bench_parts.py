@@ -10,9 +10,9 @@ import pytest
 from orchestrator import cli
 from orchestrator.bench import commands
 from orchestrator.bench.datasets import DatasetError, load_builtin, load_prompts, load_sharegpt, random_prompts
-from orchestrator.bench.loadgen import Sampling, _Fail, _Response, build_payload
+from orchestrator.bench.loadgen import RequestRecord, Sampling, _Breaker, _Fail, _Response, build_payload
 from orchestrator.bench.metrics import compute_repetition_metrics
-from orchestrator.bench.probe import ProbeOutput, compare_outputs
+from orchestrator.bench.probe import ProbeOutput, _write_new_baseline, compare_outputs
 from orchestrator.bench.report import BenchResult, DatasetInfo, WarmupInfo, read_json, summarise_level, write_json
 from orchestrator.bench.server import accept_length_from_info, summarise_server_info
 from orchestrator.bench.settings import BenchSettings
@@ -86,6 +86,25 @@ def test_payloads_use_each_apis_field_names() -> None:
     assert completions["prompt"] == "hi" and "model" not in completions and "stream_options" not in completions
 
 
+def test_breaker_trips_on_timeouts_in_a_row_with_nothing_completing() -> None:
+    def record(kind: str | None, status: int | None = None) -> RequestRecord:
+        return RequestRecord(index=0, prompt_id="p", error=None if kind is None else "x", error_kind=kind, status=status)
+
+    breaker = _Breaker(limit=3, hang_limit=2)
+    breaker.note(record("timeout", status=200))  # timed out mid-stream
+    breaker.note(record(None))  # something completed: the engine is alive
+    breaker.note(record("timeout"))
+    breaker.note(record("http_5xx", status=500))  # an answer, even an error, is not a hang
+    breaker.note(record("timeout"))
+    assert not breaker.open
+    breaker.note(record("timeout"))
+    assert breaker.hung and breaker.open and not breaker.refusing
+    refused = _Breaker(limit=3, hang_limit=2)
+    for _ in range(3):
+        refused.note(record("connection"))
+    assert refused.refusing and not refused.hung
+
+
 # --- datasets ---------------------------------------------------------------------------------
 
 
@@ -124,6 +143,17 @@ def test_random_prompts_have_the_asked_length() -> None:
     prompts = random_prompts(count=3, input_len=50, seed=0)
     assert all(len(p.text.split()) == 50 for p in prompts)
     assert prompts == random_prompts(count=3, input_len=50, seed=0)
+
+
+def test_random_input_len_is_words_everywhere_it_is_described() -> None:
+    """random_prompts counts words; the spec field, the settings and the CLI option must say so."""
+    import typing
+
+    assert "(words)" in BenchSettings.model_fields["random_input_len"].description
+    option = typing.get_type_hints(commands.bench, include_extras=True)["random_input_len"].__metadata__[0]
+    assert option.help.startswith("Words (not tokens) per random prompt")
+    prompts = load_prompts(dataset="random", count=2, seed=0, random_input_len=7)
+    assert [len(p.text.split()) for p in prompts] == [7, 7]
 
 
 # --- settings ---------------------------------------------------------------------------------
@@ -213,6 +243,16 @@ def test_probe_falls_back_to_text() -> None:
     assert unit == "char" and mismatches[0].position == 6
 
 
+def test_baseline_write_is_atomic_and_never_replaces_one_written_meanwhile(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "baseline.json"
+    _write_new_baseline(path, '{"ours": 1}\n')
+    assert path.read_text() == '{"ours": 1}\n' and (path.stat().st_mode & 0o777) == 0o644
+    with pytest.raises(BenchmarkError, match="created by someone else while this probe ran; not overwritten"):
+        _write_new_baseline(path, '{"later": 2}\n')
+    assert path.read_text() == '{"ours": 1}\n'
+    assert sorted(p.name for p in path.parent.iterdir()) == ["baseline.json"]  # no temporary file left
+
+
 # --- server info ------------------------------------------------------------------------------
 
 
@@ -224,6 +264,12 @@ def test_accept_length_from_server_info() -> None:
     assert accept_length_from_info({"avg_spec_accept_length": 1.5}) == 1.5  # older SGLang
     assert accept_length_from_info(None) is None
     assert summarise_server_info({"model_path": "m", "random": 1}) == {"model_path": "m"}
+
+
+def test_error_messages_quoting_model_output_are_not_read_as_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    exit_ = commands._fail(commands.EXIT_FAILED, "HTTP 500: [/INST] then [bold]x[/bold] and a \\")
+    assert exit_.exit_code == commands.EXIT_FAILED
+    assert "error: HTTP 500: [/INST] then [bold]x[/bold] and a \\" in capsys.readouterr().err
 
 
 def test_commands_share_the_cli_exit_codes() -> None:
