@@ -27,24 +27,13 @@ import psutil
 from serving.engine.command import EngineCommand, build_command
 from serving.engine.config import EngineConfig
 from serving.errors import EngineLaunchError, EngineNotReady, SpectuneError
+from serving.ports import free_port
 
 __all__ = ["EngineHealth", "EngineProcess", "StopReport", "free_port"]
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (bind to 0, read it, release it).
-
-    SGLang needs its port on the command line, so the port is chosen here and recorded; the small
-    window before the engine binds it is the same one SGLang's own test utilities accept.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -11,29 +11,22 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import socket
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Sequence
 
+from serving.ports import free_port
 from serving.reference.protocol import Shutdown, WorkerFailed, WorkerReady
 from serving.reference.server_args import ServerArgs
 from serving.reference.tp_worker import WorkerConfig, run_worker
 
-__all__ = ["WorkerGroup", "WorkerStartError", "free_port"]
+__all__ = ["WorkerGroup", "WorkerStartError"]
 
 logger = logging.getLogger(__name__)
 
 
 class WorkerStartError(RuntimeError):
     """A worker died or reported a failure before it was ready."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now (bind to 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class WorkerGroup:

@@ -18,7 +18,8 @@ import aiohttp
 import psutil
 
 from serving.engine.command import EngineCommand
-from serving.engine.process import EngineProcess, free_port
+from serving.engine.process import EngineProcess
+from serving.ports import free_port
 
 PRESET = "ref-tiny"
 
