@@ -187,18 +187,8 @@ class EngineSpec(_Model):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        out = {}
-        for name, item in value.items():
-            if isinstance(item, (bool, list, dict)) or item is None:
-                raise ValueError(f"{name}: must be a string or number, got {item!r}")
-            problem = nccl.check_value(str(name), str(item))
-            if problem:
-                raise ValueError(f"{name}: {problem}")
-            out[str(name)] = nccl.normalise_value(str(name), str(item))
-        return out
+    def _env(cls, value: object) -> object:
+        return nccl.validated_env(value)
 
     @model_validator(mode="after")
     def _draft(self) -> "EngineSpec":

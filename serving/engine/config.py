@@ -167,19 +167,8 @@ class EngineConfig(BaseModel):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _check_env(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            return value
-        out: dict[str, str] = {}
-        for name, item in value.items():
-            if isinstance(item, bool) or item is None or isinstance(item, (list, dict)):
-                raise ValueError(f"env.{name} must be a string or number, got {item!r}")
-            text = str(item)
-            problem = nccl.check_value(str(name), text)
-            if problem:
-                raise ValueError(f"env.{name}: {problem}")
-            out[str(name)] = nccl.normalise_value(str(name), text)
-        return out
+    def _env(cls, value: object) -> object:
+        return nccl.validated_env(value)
 
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":

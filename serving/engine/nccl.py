@@ -22,6 +22,7 @@ __all__ = [
     "check_value",
     "danger_of",
     "normalise_value",
+    "validated_env",
 ]
 
 ValueKind = Literal["tokens", "choice", "int", "string"]
@@ -202,3 +203,25 @@ def danger_of(name: str, value: str) -> str | None:
                 return reason
         return None
     return var.dangerous.get(text.upper())
+
+
+def validated_env(env: object) -> object:
+    """Check and normalise an ``{NAME: value}`` environment mapping (a pydantic "before" hook).
+
+    Values must be strings or numbers; each is checked with ``check_value`` and spelled
+    canonically. Non-mappings are returned unchanged for pydantic to reject with its own message.
+
+    Raises:
+        ValueError: ``"NAME: what is wrong"`` for the first bad entry.
+    """
+    if not isinstance(env, dict):
+        return env
+    out: dict[str, str] = {}
+    for name, item in env.items():
+        if isinstance(item, (bool, list, dict)) or item is None:
+            raise ValueError(f"{name}: must be a string or number, got {item!r}")
+        problem = check_value(str(name), str(item))
+        if problem:
+            raise ValueError(f"{name}: {problem}")
+        out[str(name)] = normalise_value(str(name), str(item))
+    return out
