@@ -6,20 +6,19 @@ Exit codes: 0 success, 1 the command ran and failed (e.g. an audit found a misma
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import shutil
-import importlib.util
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 from rich.table import Table
-
-from pydantic import ValidationError
 
 from orchestrator.bench import commands as bench_commands
 from orchestrator.errors import SpecError, SpectuneError
