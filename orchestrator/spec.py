@@ -32,9 +32,8 @@ from serving.engine.config import (
     EngineConfig,
     EngineKind,
     FlagValue,
-    managed_flag_field,
-    normalise_flag_name,
     speculative_problem,
+    validated_extra_args,
 )
 
 __all__ = [
@@ -145,6 +144,15 @@ def _check_dimension(dim: IntDimension, *, minimum: int, name: str) -> IntDimens
     return dim
 
 
+def _spec_field_for(owner: str) -> str:
+    """Where in a spec the user sets what engine field ``owner`` holds."""
+    return {
+        "speculative_draft_model_path": "engine.draft_model_path",
+        "disable_custom_all_reduce": "search.all_reduce",
+        "(chosen at launch)": "nothing (spectune picks host and port at launch)",
+    }.get(owner, f"engine.{owner} or search.speculative")
+
+
 class EngineSpec(_Model):
     """The part of the engine configuration every trial shares."""
 
@@ -169,21 +177,7 @@ class EngineSpec(_Model):
     @field_validator("extra_args", mode="before")
     @classmethod
     def _flags(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        out = {}
-        for raw, item in value.items():
-            name = normalise_flag_name(str(raw))
-            owner = managed_flag_field(name)
-            if owner:
-                hint = {
-                    "speculative_draft_model_path": "engine.draft_model_path",
-                    "disable_custom_all_reduce": "search.all_reduce",
-                    "(chosen at launch)": "nothing (spectune picks host and port at launch)",
-                }.get(owner, f"engine.{owner} or search.speculative")
-                raise ValueError(f"{raw!r} is set by spectune; use {hint} instead")
-            out[name] = item
-        return out
+        return validated_extra_args(value, use_instead=_spec_field_for)
 
     @field_validator("env", mode="before")
     @classmethod

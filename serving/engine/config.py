@@ -8,7 +8,7 @@ chosen by whoever owns the machine, at launch.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,7 @@ __all__ = [
     "normalise_flag_name",
     "speculative_problem",
     "tree_capacity",
+    "validated_extra_args",
 ]
 
 EngineKind = Literal["sglang", "reference"]
@@ -64,6 +65,31 @@ def managed_flag_field(name: str) -> str | None:
         return MANAGED_FLAGS[name]
     owners = {field for flag, field in MANAGED_FLAGS.items() if len(name) >= 2 and flag.startswith(name)}
     return owners.pop() if len(owners) == 1 else (", ".join(sorted(owners)) or None)
+
+
+def validated_extra_args(flags: object, *, use_instead: Callable[[str], str]) -> object:
+    """Normalise ``extra_args`` flag names, refusing any that spectune sets from a typed field.
+
+    A pydantic "before" hook shared by the spec and EngineConfig; only the hint differs.
+
+    Args:
+        flags: ``{flag: value}`` as written by the user (non-mappings are returned unchanged, for
+            pydantic to reject with its own message).
+        use_instead: Owner field -> what the user should set instead, for the error message.
+
+    Raises:
+        ValueError: ``"'<flag>' is set by spectune; use <hint> instead"``.
+    """
+    if not isinstance(flags, dict):
+        return flags
+    out: dict[str, object] = {}
+    for raw, item in flags.items():
+        name = normalise_flag_name(str(raw))
+        owner = managed_flag_field(name)
+        if owner:
+            raise ValueError(f"{raw!r} is set by spectune; use {use_instead(owner)} instead")
+        out[name] = item
+    return out
 
 
 def tree_capacity(*, num_steps: int, topk: int) -> int:
@@ -154,16 +180,7 @@ class EngineConfig(BaseModel):
     @field_validator("extra_args", mode="before")
     @classmethod
     def _normalise_extra_args(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            return value
-        out: dict[str, object] = {}
-        for raw, item in value.items():
-            name = normalise_flag_name(str(raw))
-            owner = managed_flag_field(name)
-            if owner:
-                raise ValueError(f"extra_args.{raw} is set by spectune; use the field {owner!r} instead")
-            out[name] = item
-        return out
+        return validated_extra_args(value, use_instead=lambda owner: f"the field {owner!r}")
 
     @field_validator("env", mode="before")
     @classmethod
