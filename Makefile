@@ -14,17 +14,21 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test clean
 
+# pip's and setuptools' chatter goes to $(VENV)/install.log; it is shown only if the install fails.
 $(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
-	touch $@
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "spectune: installing into $(VENV) (first run or pyproject.toml changed; log: $(VENV)/install.log)"
+	@{ $(BIN)/python -m pip install --quiet --upgrade pip \
+	   && scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION) \
+	   && $(BIN)/python -m pip install --quiet -e ".[test]"; } > $(VENV)/install.log 2>&1 \
+	 || { tail -n 40 $(VENV)/install.log; echo "spectune: install failed; full log: $(VENV)/install.log"; exit 1; }
+	@touch $@
 
 install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/spectune validate $(SPEC)
+	$(BIN)/spectune sweep $(SPEC)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

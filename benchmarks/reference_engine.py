@@ -49,6 +49,10 @@ import aiohttp
 logger = logging.getLogger("benchmarks.reference_engine")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from serving.waiting import wait_until  # noqa: E402  (the repository's one bounded poll loop)
+
 DEFAULT_CONFIGS = ["plain", "2,1,3", "3,1,4", "4,1,5", "3,2,6", "5,4,8"]
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -89,20 +93,24 @@ class Server:
         logger.info("started %s: %s (log %s)", self.name, " ".join(argv[3:]), self.log_path)
 
     def wait_healthy(self, timeout_s: float) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+        """Until /health_generate answers 200; an exit or the deadline raises with the log tail."""
+        proc = self.proc
+        assert proc is not None
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {proc.returncode}:\n{self.tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/health_generate", timeout=30) as resp:
-                    if resp.status == 200:
-                        return
+                    return resp.status == 200
             except (OSError, urllib.error.HTTPError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not healthy after {timeout_s:.0f}s:\n{self.tail()}")
-            time.sleep(0.25)  # health polling interval
+                return False
+
+        try:
+            wait_until(healthy, timeout_s=timeout_s, what=f"{self.name} to become healthy", poll_s=0.25,
+                       detail=self.tail)
+        except TimeoutError as exc:
+            raise RuntimeError(str(exc)) from None
 
     def tail(self, lines: int = 30) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -22,18 +22,19 @@ from rich.table import Table
 
 from orchestrator.bench import commands as bench_commands
 from orchestrator.errors import SpecError, SpectuneError
-from orchestrator.space import candidate_from_settings, iter_candidates
+from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NOT_IMPLEMENTED
+from orchestrator.space import candidate_from_settings
 from orchestrator.spec import SweepSpec
 from orchestrator.summary import describe_spec
+from orchestrator.validation import validation_problems
 from serving.engine.audit import audit_process_tree
 from serving.engine.command import build_command
+from serving.engine.config import EngineConfig
 from serving.engine.nccl import danger_of
+from serving.redaction import REDACTED, is_secret, redacted_env
 
 __all__ = ["app", "main"]
 
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_NOT_IMPLEMENTED = 3
 
 app = typer.Typer(
     name="spectune",
@@ -67,17 +68,25 @@ def _root(
     _configure_logging(verbose)
 
 
+MAX_SHOWN_PROBLEMS = 100
+"""The most problems of one spec printed; a generated file can have thousands, and the first
+hundred say what is wrong (the rest are counted)."""
+
+
 def _load_spec(path: Path) -> SweepSpec:
-    """Load a spec or exit 2 with every problem listed."""
+    """Load a spec or exit 2 with its problems listed (the first ``MAX_SHOWN_PROBLEMS``)."""
     try:
         return SweepSpec.from_yaml(path)
     except SpecError as exc:
         err = Console(stderr=True)
         err.print(f"[bold red]invalid spec[/] {escape(str(path))}:", highlight=False)
-        for problem in exc.problems:
+        for problem in exc.problems[:MAX_SHOWN_PROBLEMS]:
             # field names and messages quote the user's YAML: never let it be read as markup
             where = f"[bold]{escape(problem.field)}[/]: " if problem.field else ""
             err.print(f"  - {where}{escape(problem.message)}", highlight=False, soft_wrap=True)
+        hidden = len(exc.problems) - MAX_SHOWN_PROBLEMS
+        if hidden > 0:
+            err.print(f"  ... and {hidden} more problem{'s' if hidden != 1 else ''}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -114,16 +123,129 @@ def _not_yet(command: str, issue: str) -> None:
 
 
 @app.command()
-def sweep(spec: SpecPath) -> None:
-    """Run a tuning sweep on Ray (Ray Tune + Optuna), one MLflow run per trial."""
-    _load_spec(spec)
-    _not_yet("sweep", "the sweep issue")
+def sweep(
+    spec: Annotated[
+        Optional[Path], typer.Argument(help="Sweep spec YAML (see experiments/); omit with --resume.", show_default=False)
+    ] = None,
+    results_dir: Annotated[
+        Optional[str],
+        typer.Option("--results-dir", help="Where results go (default: the spec's results_dir; under `ray job submit "
+                     "--working-dir` a relative one goes to ~/spectune-results, see the README)."),
+    ] = None,
+    resume: Annotated[
+        Optional[Path],
+        typer.Option("--resume", help="Finish the interrupted sweep in this results directory (its spec.yaml is used)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the baselines and first trials with their exact engine commands and "
+                           "env; no Ray, no GPUs, nothing started."),
+    ] = False,
+    first: Annotated[int, typer.Option("--first", min=0, max=100, help="Proposed trials shown by --dry-run.")] = 3,
+    address: Annotated[
+        Optional[str], typer.Option("--address", help="Ray cluster to use (default: the running one, else a new local one).")
+    ] = None,
+) -> None:
+    """Run a tuning sweep on Ray (Ray Tune + Optuna), one MLflow run per trial.
+
+    Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input.
+    """
+    from orchestrator.spec_file import read_spec_file
+    from orchestrator.sweep import dry_run as show_dry_run
+    from orchestrator.sweep import run_sweep
+
+    if resume is not None:
+        if spec is None:
+            spec = resume / "spec.yaml"
+        results_dir = str(resume)
+    if spec is None:
+        Console(stderr=True).print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    sweep_spec = _load_spec(spec)
+    if dry_run:
+        show_dry_run(sweep_spec, first=first)
+        return
+    try:
+        outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
+                            resume=resume is not None)
+    except FileNotFoundError as exc:
+        Console(stderr=True).print(f"[bold red]cannot resume[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
-def serve(best: Annotated[Path, typer.Argument(help="A best-config YAML written by a sweep.")]) -> None:
-    """Serve a configuration with Ray Serve behind an OpenAI-compatible endpoint."""
-    _not_yet("serve", "the Serve issue")
+def serve(
+    config: Annotated[
+        Path, typer.Argument(help="An engine config YAML: a sweep's best.yaml, optionally with a serve: block.",
+                             show_default=False)
+    ],
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1; 0.0.0.0 exposes it).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="HTTP port of the endpoint (default 8000).")] = None,
+    num_replicas: Annotated[
+        Optional[int], typer.Option("--num-replicas", help="Replicas, each with its own engine and GPUs.")
+    ] = None,
+    autoscaling_config: Annotated[
+        Optional[str], typer.Option("--autoscaling-config", help="Ray Serve autoscaling_config as JSON, passed through.")
+    ] = None,
+    gpus_per_replica: Annotated[
+        Optional[int], typer.Option("--gpus-per-replica", help="GPUs per replica (default: tp_size for SGLang, 0 for the reference engine).")
+    ] = None,
+    ingress: Annotated[
+        Optional[str], typer.Option(help="haproxy (default, faster) or proxy; only when spectune starts Ray itself.")
+    ] = None,
+    api_key: Annotated[
+        Optional[str], typer.Option("--api-key", help="Require this key from clients (default: $SPECTUNE_API_KEY; none if unset).",
+                                    show_default=False)
+    ] = None,
+    address: Annotated[
+        Optional[str], typer.Option("--address", help="Join this Ray cluster (default: start a local one).")
+    ] = None,
+    app_name: Annotated[Optional[str], typer.Option("--app-name", help="Serve application name (default spectune).")] = None,
+    route_prefix: Annotated[Optional[str], typer.Option("--route-prefix", help="Mount path (default /).")] = None,
+    emit_serve_config: Annotated[
+        Optional[Path], typer.Option("--emit-serve-config", help="Write a Serve config file (serve deploy / ray job "
+                                     "submit) instead of serving.", show_default=False)
+    ] = None,
+) -> None:
+    """Serve a configuration with Ray Serve behind an OpenAI-compatible endpoint (until Ctrl-C).
+
+    Exit 0 after a clean stop (or with the file written), 1 if the application failed to start
+    (e.g. an engine failed its env audit), 2 for an invalid config or option.
+    """
+    from serving.serve.ingress import key_digest
+    from serving.serve.options import API_KEY_ENV, ServeConfigError, load_serve_file
+
+    err = Console(stderr=True)
+    overrides: dict = {"host": host, "port": port, "num_replicas": num_replicas, "gpus_per_replica": gpus_per_replica,
+                       "ingress": ingress, "app_name": app_name, "route_prefix": route_prefix}
+    if autoscaling_config is not None:
+        try:
+            overrides["autoscaling_config"] = json.loads(autoscaling_config)
+        except ValueError as exc:
+            err.print(f"--autoscaling-config: not valid JSON ({escape(str(exc))})", highlight=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        engine_config, options = load_serve_file(config, overrides={k: v for k, v in overrides.items() if v is not None})
+    except ServeConfigError as exc:
+        err.print(f"[bold red]invalid serve config[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    key = api_key or API_KEY_ENV.get() or None
+    if emit_serve_config is not None:
+        from serving.app import serve_config_file
+
+        emit_serve_config.write_text(
+            serve_config_file(engine_config, options, api_key_sha256=key_digest(key) if key else None), encoding="utf-8"
+        )
+        typer.echo(f"wrote {emit_serve_config}: serve deploy {emit_serve_config}")
+        return
+    from serving.serve.runner import ServeStartError, run_foreground
+
+    try:
+        run_foreground(engine_config, options, api_key=key, address=address,
+                       on_ready=lambda ready: typer.echo(ready.line()))
+    except ServeStartError as exc:
+        err.print(f"[bold red]serve failed[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED) from None
 
 
 app.command(name="bench")(bench_commands.bench)
@@ -144,7 +266,9 @@ def _pairs(items: list[str], *, option: str) -> dict[str, str]:
 
 @app.command()
 def audit(
-    pid: Annotated[int, typer.Option("--pid", help="PID of the engine's server process (the one launched).")],
+    pid: Annotated[
+        int, typer.Option("--pid", min=1, help="PID of the engine's server process (the one launched).")
+    ],
     expect: Annotated[
         Optional[list[str]],
         typer.Option("--expect", help="NAME=VALUE every process must carry (repeatable); NAME= for any value."),
@@ -184,8 +308,14 @@ def audit(
 
 def _validation_message(exc: ValueError) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        return "; ".join(str(p) for p in validation_problems(exc, model=EngineConfig))
     return str(exc)
+
+
+def _shown(config: EngineConfig) -> EngineConfig:
+    """``config`` for printing: secret-looking env values and string flags replaced (``serving.redaction``)."""
+    flags = {k: REDACTED if is_secret(k) and isinstance(v, str) else v for k, v in config.extra_args.items()}
+    return config.model_copy(update={"env": redacted_env(config.env), "extra_args": flags})
 
 
 @app.command(name="engine-cmd")
@@ -202,8 +332,19 @@ def engine_cmd(
     host: Annotated[str, typer.Option(help="Address the engine binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port the engine listens on.")] = 30000,
     as_json: Annotated[bool, typer.Option("--json", help="Print argv and env as JSON.")] = False,
+    show_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--show-secrets",
+            help="Print secret-looking values (HF_TOKEN, *_KEY, *PASSWORD*, ...) instead of <redacted>.",
+        ),
+    ] = False,
 ) -> None:
-    """Print the exact engine command and environment of one configuration, to reproduce a trial by hand."""
+    """Print the exact engine command and environment of one configuration, to reproduce a trial by hand.
+
+    Secret-looking values (engine.env HF_TOKEN, *_KEY, *PASSWORD*, ... and such string flags) print
+    as <redacted> unless --show-secrets is given.
+    """
     sweep_spec = _load_spec(spec)
     try:
         candidate = candidate_from_settings(sweep_spec, _pairs(settings or [], option="--set"))
@@ -213,12 +354,12 @@ def engine_cmd(
             f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}", highlight=False
         )
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    command = build_command(config, host=host, port=port, python="python")
+    command = build_command(config if show_secrets else _shown(config), host=host, port=port, python="python")
     if as_json:
         typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
         return
     err = Console(stderr=True)
-    if candidate not in set(iter_candidates(sweep_spec)):
+    if candidate not in sweep_spec.space():  # membership is computed, the space is never listed
         err.print("note: this configuration is outside the spec's search space", highlight=False)
     for name, value in sorted(config.env.items()):
         reason = danger_of(name, value)

@@ -7,13 +7,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serving.errors import EngineConfigError, EngineLaunchError, EngineNotReady, SpectuneError
+from serving.errors import (
+    ENGINE_ERROR_REASONS,
+    EngineAlreadyStarted,
+    EngineConfigError,
+    EngineDied,
+    EngineError,
+    EngineLaunchError,
+    EngineNotReady,
+    EngineStartTimeout,
+    EngineStopError,
+    SpectuneError,
+)
 
 __all__ = [
     "BenchmarkError",
+    "ENGINE_ERROR_REASONS",
+    "EngineAlreadyStarted",
     "EngineConfigError",
+    "EngineDied",
+    "EngineError",
     "EngineLaunchError",
     "EngineNotReady",
+    "EngineStartTimeout",
+    "EngineStopError",
     "SpecError",
     "SpecProblem",
     "SpectuneError",

@@ -1,29 +1,58 @@
-"""The search space of a sweep: which engine configurations are valid candidates.
+"""The search space of a sweep: which engine configurations are valid candidates, and how many.
 
 SGLang's speculative rules make the space conditional: with top-k 1 the number of draft tokens is
 fixed by the number of steps, and with a larger top-k only as many draft tokens as the tree holds
-make sense. This module enumerates exactly the valid points, so ``spectune validate`` can count
-them and the sweep never proposes a configuration SGLang would reject or silently rewrite.
+make sense. This module is the one place that says which points are valid. It never lists a
+space to count it: for each (num_steps, eagle_topk) the valid draft counts are a prefix of the
+sorted draft values (those up to the tree's capacity + 1), found by bisection, and the all-reduce
+and NCCL dimensions multiply. So ``spectune validate`` counts any space at once, a define-by-run
+search asks ``steps_choices`` / ``topk_choices`` / ``draft_choices`` for what it may suggest, and
+iteration (lazy) and membership agree with the count.
+
+``orchestrator.spec`` builds these objects (``SweepSpec.space()``, ``SpeculativeSearch.space()``)
+and refuses an empty or oversized space with ``space_problems``; this module does not import the
+spec, so data flows one way.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from typing import Iterator, Literal, Mapping, Optional, Protocol
 
-from orchestrator.spec import SpeculativeSearch, SweepSpec
 from serving.engine import nccl
 from serving.engine.config import EngineConfig
+from serving.speculative_rules import (
+    MAX_EAGLE_TOPK,
+    MAX_NUM_DRAFT_TOKENS,
+    MAX_NUM_STEPS,
+    chain_num_draft_tokens,
+    tree_capacity,
+)
 
 __all__ = [
+    "AUTO",
+    "AUTO_ONLY",
     "Candidate",
+    "MAX_CONFIGURATIONS",
+    "SearchSpace",
+    "SpeculativeSpace",
     "SpeculativeTriple",
     "candidate_from_settings",
     "count_candidates",
     "iter_candidates",
+    "space_problems",
     "speculative_triples",
 ]
+
+MAX_CONFIGURATIONS = 1_000_000
+"""The largest space a spec may define (speculative x all-reduce x NCCL points).
+
+A sweep runs tens of trials, so a million candidates is already far more than it can try; a space
+beyond it is a typo (a range to 1000, a long NCCL list) and is refused, naming the dimensions."""
+
+AllReduce = Literal["custom", "nccl"]
 
 
 @dataclass(frozen=True, order=True)
@@ -49,18 +78,113 @@ class SpeculativeTriple:
 AUTO = SpeculativeTriple(None, None, None)
 
 
+def _sorted_in(name: str, values: tuple[int, ...], low: int, high: int) -> None:
+    if list(values) != sorted(set(values)):
+        raise ValueError(f"{name} must be sorted and without repeats, got {values}")
+    if values and not (low <= values[0] and values[-1] <= high):
+        raise ValueError(f"{name} values must lie in [{low}, {high}], got {values[0]}..{values[-1]}")
+
+
+@dataclass(frozen=True)
+class SpeculativeSpace:
+    """The valid (num_steps, eagle_topk, num_draft_tokens) points of a search, never listed to be counted.
+
+    Attributes:
+        num_steps: Candidate step counts, sorted, without repeats.
+        eagle_topk: Candidate top-k values, sorted, without repeats.
+        num_draft_tokens: Candidate draft counts for top-k > 1, sorted (top-k 1 is a chain and
+            derives its draft count from the steps).
+        include_auto: Whether SGLang's own choice (all three unset) is a point too.
+
+    With no steps or top-k values the space holds at most the auto point (a spec that does not
+    search the speculative numbers).
+    """
+
+    num_steps: tuple[int, ...] = ()
+    eagle_topk: tuple[int, ...] = ()
+    num_draft_tokens: tuple[int, ...] = ()
+    include_auto: bool = False
+
+    def __post_init__(self) -> None:
+        # Validated specs always satisfy this; the check keeps the arithmetic below honest for
+        # spaces made by hand (a define-by-run search, a test).
+        _sorted_in("num_steps", self.num_steps, 1, MAX_NUM_STEPS)
+        _sorted_in("eagle_topk", self.eagle_topk, 1, MAX_EAGLE_TOPK)
+        _sorted_in("num_draft_tokens", self.num_draft_tokens, 2, MAX_NUM_DRAFT_TOKENS)
+
+    def draft_choices(self, *, num_steps: int, eagle_topk: int) -> tuple[int, ...]:
+        """The draft counts SGLang accepts with these steps and top-k, in ascending order.
+
+        Top-k 1 is a chain: exactly ``num_steps + 1``. Otherwise each candidate draft count ``d``
+        with ``d - 1 <= tree_capacity`` (a prefix of the sorted values).
+        """
+        if eagle_topk == 1:
+            return (chain_num_draft_tokens(num_steps),)
+        most = tree_capacity(num_steps=num_steps, topk=eagle_topk) + 1
+        return self.num_draft_tokens[: bisect_right(self.num_draft_tokens, most)]
+
+    def topk_choices(self, *, num_steps: int) -> tuple[int, ...]:
+        """The top-k values that have at least one valid draft count with these steps."""
+        return tuple(k for k in self.eagle_topk if self.draft_choices(num_steps=num_steps, eagle_topk=k))
+
+    def steps_choices(self) -> tuple[int, ...]:
+        """The step counts that have at least one valid (top-k, draft count)."""
+        return tuple(s for s in self.num_steps if self.topk_choices(num_steps=s))
+
+    def __len__(self) -> int:
+        """How many points (auto included): at most 64 x 64 bisections, whatever the draft values."""
+        pairs = sum(
+            len(self.draft_choices(num_steps=s, eagle_topk=k)) for s in self.num_steps for k in self.eagle_topk
+        )
+        return pairs + (1 if self.include_auto else 0)
+
+    def __iter__(self) -> Iterator[SpeculativeTriple]:
+        """Every point, lazily: auto first, then by steps, top-k, draft count."""
+        if self.include_auto:
+            yield AUTO
+        for steps in self.num_steps:
+            for topk in self.eagle_topk:
+                for draft in self.draft_choices(num_steps=steps, eagle_topk=topk):
+                    yield SpeculativeTriple(steps, topk, draft)
+
+    def __contains__(self, triple: object) -> bool:
+        if not isinstance(triple, SpeculativeTriple):
+            return False
+        if triple == AUTO:
+            return self.include_auto
+        steps, topk, draft = triple.num_steps, triple.eagle_topk, triple.num_draft_tokens
+        if steps not in self.num_steps or topk not in self.eagle_topk or draft is None:
+            return False
+        assert steps is not None and topk is not None
+        return draft in self.draft_choices(num_steps=steps, eagle_topk=topk)
+
+    def values_used(self) -> tuple[list[int], list[int], list[int]]:
+        """The steps, top-k and draft values that appear in at least one point (auto aside)."""
+        steps = list(self.steps_choices())
+        topks = sorted({k for s in steps for k in self.topk_choices(num_steps=s)})
+        drafts: set[int] = set()
+        for s in steps:
+            for k in self.topk_choices(num_steps=s):
+                drafts.update(self.draft_choices(num_steps=s, eagle_topk=k))
+        return steps, topks, sorted(drafts)
+
+
+AUTO_ONLY = SpeculativeSpace(include_auto=True)
+"""The speculative space of a spec that does not search the numbers (or does not speculate)."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One point of the search space."""
 
     speculative: SpeculativeTriple
-    all_reduce: Literal["custom", "nccl"] = "custom"
+    all_reduce: AllReduce = "custom"
     nccl_env: dict[str, str] = field(default_factory=dict)
 
     def __hash__(self) -> int:
         return hash((self.speculative, self.all_reduce, tuple(sorted(self.nccl_env.items()))))
 
-    def engine_config(self, spec: SweepSpec) -> EngineConfig:
+    def engine_config(self, spec: "EngineTemplate") -> EngineConfig:
         """This point as a full EngineConfig (the spec's engine template plus this candidate).
 
         Raises:
@@ -76,41 +200,132 @@ class Candidate:
         )
 
 
-def speculative_triples(search: SpeculativeSearch) -> list[SpeculativeTriple]:
-    """Every valid speculative combination of ``search`` (auto included if asked for)."""
-    return [SpeculativeTriple(*triple) for triple in search.triples()]
+@dataclass(frozen=True)
+class SearchSpace:
+    """Every configuration a sweep may try: speculative points x all-reduce paths x NCCL points.
+
+    Attributes:
+        speculative: The speculative points.
+        all_reduce: The all-reduce paths, in the spec's order.
+        nccl_env: NCCL variable -> its choices (``None`` = unset, NCCL's default), in the spec's order.
+    """
+
+    speculative: SpeculativeSpace = AUTO_ONLY
+    all_reduce: tuple[AllReduce, ...] = ("custom",)
+    nccl_env: Mapping[str, tuple[Optional[str], ...]] = field(default_factory=dict)
+
+    def dimension_sizes(self) -> dict[str, int]:
+        """Points per dimension: ``speculative``, ``all_reduce`` and each NCCL variable (sorted)."""
+        sizes = {"speculative": len(self.speculative), "all_reduce": len(self.all_reduce)}
+        sizes.update({name: len(self.nccl_env[name]) for name in sorted(self.nccl_env)})
+        return sizes
+
+    def __len__(self) -> int:
+        """How many configurations: the product of the dimension sizes (nothing is listed)."""
+        return math.prod(self.dimension_sizes().values())
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """Every configuration, lazily, in a stable order (speculative, all-reduce, NCCL by name)."""
+        names = sorted(self.nccl_env)
+
+        def nccl_points(i: int, chosen: dict[str, str]) -> Iterator[dict[str, str]]:
+            if i == len(names):
+                yield dict(chosen)
+                return
+            for value in self.nccl_env[names[i]]:
+                nxt = dict(chosen)
+                if value is not None:
+                    nxt[names[i]] = value
+                yield from nccl_points(i + 1, nxt)
+
+        for triple in self.speculative:
+            for all_reduce in self.all_reduce:
+                for env in nccl_points(0, {}):
+                    yield Candidate(triple, all_reduce, env)
+
+    def __contains__(self, candidate: object) -> bool:
+        """Whether ``candidate`` is one of the points (as ``candidate in set(self)``, without the set)."""
+        if not isinstance(candidate, Candidate):
+            return False
+        if candidate.speculative not in self.speculative or candidate.all_reduce not in self.all_reduce:
+            return False
+        if not set(candidate.nccl_env) <= set(self.nccl_env):
+            return False
+        return all(candidate.nccl_env.get(name) in choices for name, choices in self.nccl_env.items())
 
 
-def _triples_of(spec: SweepSpec) -> list[SpeculativeTriple]:
-    if spec.engine.speculative_algorithm is None or spec.search.speculative is None:
-        return [AUTO]  # non-speculative, or speculative with SGLang's auto choice only
-    return speculative_triples(spec.search.speculative)
+def space_problems(space: SearchSpace) -> Iterator[str]:
+    """Why a spec may not use ``space``, each as ``"field: message"``: empty, or beyond the bound."""
+    speculative = len(space.speculative)
+    if speculative == 0:
+        yield (
+            "search.speculative: no combination of num_steps, eagle_topk and num_draft_tokens satisfies "
+            "SGLang's rules (num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2)"
+        )
+        return
+    if speculative > MAX_CONFIGURATIONS:
+        yield (
+            f"search.speculative: {speculative:,} valid (num_steps, eagle_topk, num_draft_tokens) combinations; "
+            f"at most {MAX_CONFIGURATIONS:,} configurations are allowed: narrow the ranges"
+        )
+        return
+    total = len(space)
+    if total > MAX_CONFIGURATIONS:
+        sizes = space.dimension_sizes()
+        largest = max(sizes, key=lambda name: sizes[name])
+        product = " x ".join(f"{name} {size:,}" for name, size in sizes.items())
+        yield (
+            f"search: {total:,} configurations ({product}); at most {MAX_CONFIGURATIONS:,} are allowed: "
+            f"narrow the largest dimension, {largest}"
+        )
 
 
-def count_candidates(spec: SweepSpec) -> int:
-    """How many distinct configurations the spec's space holds."""
-    nccl_points = math.prod(len(choices) for choices in spec.search.nccl_env.values())
-    return len(_triples_of(spec)) * len(spec.search.all_reduce) * nccl_points
+# --- what this module needs of a spec (orchestrator.spec.SweepSpec, which imports this module) ---
 
 
-def iter_candidates(spec: SweepSpec) -> Iterator[Candidate]:
-    """Every configuration of the space, in a stable order (speculative, all-reduce, NCCL)."""
-    names = sorted(spec.search.nccl_env)
+class EngineTemplate(Protocol):
+    """A spec that turns one point into an EngineConfig (``SweepSpec.engine_config``)."""
 
-    def nccl_points(i: int, chosen: dict[str, str]) -> Iterator[dict[str, str]]:
-        if i == len(names):
-            yield dict(chosen)
-            return
-        for value in spec.search.nccl_env[names[i]]:
-            nxt = dict(chosen)
-            if value is not None:
-                nxt[names[i]] = value
-            yield from nccl_points(i + 1, nxt)
+    def engine_config(
+        self,
+        *,
+        num_steps: int | None,
+        topk: int | None,
+        num_draft_tokens: int | None,
+        all_reduce: AllReduce = "custom",
+        nccl_env: dict[str, str] | None = None,
+    ) -> EngineConfig: ...
 
-    for triple in _triples_of(spec):
-        for all_reduce in spec.search.all_reduce:
-            for env in nccl_points(0, {}):
-                yield Candidate(triple, all_reduce, env)
+
+class HasSearchSpace(Protocol):
+    """A spec with a search space (``SweepSpec.space``)."""
+
+    def space(self) -> SearchSpace: ...
+
+
+class HasSpeculativeSpace(Protocol):
+    """A speculative search section (``SpeculativeSearch.space``)."""
+
+    def space(self) -> SpeculativeSpace: ...
+
+
+def speculative_triples(search: HasSpeculativeSpace) -> list[SpeculativeTriple]:
+    """Every valid speculative combination of ``search`` (auto included if asked for).
+
+    Lists the points: for a spec's space (bounded by ``MAX_CONFIGURATIONS``) or a small search;
+    count with ``len(search.space())``.
+    """
+    return list(search.space())
+
+
+def count_candidates(spec: HasSearchSpace) -> int:
+    """How many distinct configurations the spec's space holds (counted, not listed)."""
+    return len(spec.space())
+
+
+def iter_candidates(spec: HasSearchSpace) -> Iterator[Candidate]:
+    """Every configuration of the space, lazily, in a stable order (speculative, all-reduce, NCCL)."""
+    return iter(spec.space())
 
 
 _SETTING_ALIASES = {
@@ -127,7 +342,7 @@ _SETTING_ALIASES = {
 }
 
 
-def candidate_from_settings(spec: SweepSpec, settings: dict[str, str]) -> Candidate:
+def candidate_from_settings(spec: HasSearchSpace, settings: dict[str, str]) -> Candidate:
     """One point of the space, from ``key=value`` settings over the space's first point.
 
     Keys: ``num_steps``, ``eagle_topk``, ``num_draft_tokens`` (or their SGLang names),
@@ -139,7 +354,8 @@ def candidate_from_settings(spec: SweepSpec, settings: dict[str, str]) -> Candid
     Raises:
         ValueError: an unknown key or a value that is not a number where one is needed.
     """
-    first = next(iter_candidates(spec))
+    space = spec.space()
+    first = next(iter(space))
     triple = first.speculative
     steps, topk, draft = triple.num_steps, triple.eagle_topk, triple.num_draft_tokens
     all_reduce = first.all_reduce
@@ -147,7 +363,7 @@ def candidate_from_settings(spec: SweepSpec, settings: dict[str, str]) -> Candid
     given: set[str] = set()
     for raw_key, value in settings.items():
         key = raw_key.strip()
-        if key.startswith("NCCL_") or key in spec.search.nccl_env:
+        if key.startswith("NCCL_") or key in space.nccl_env:
             if value.strip().lower() in ("default", "unset", ""):
                 env.pop(key, None)
             else:

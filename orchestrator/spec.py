@@ -1,22 +1,21 @@
 """SweepSpec: the validated YAML that says what to tune, how to measure it and within what budget.
 
-A spec is checked completely before anything starts: unknown keys, wrong types, NCCL values NCCL
+A spec is checked completely before anything starts: unknown keys, wrong types (strictly: no
+``true`` for a number, no number for a string), numbers beyond each field's bound, NCCL values NCCL
 does not document, dangerous NCCL values that were not allowed by name, variables SGLang manages
-itself, and SGLang's speculative rules. Every problem names its field, the value and what is
-allowed. Loading has no side effects (no ports, no GPUs, no files written).
+itself, SGLang's speculative rules, and a search space that is empty or too large to sweep
+(counted by ``orchestrator.space``, never listed). Every problem names its field, the value and
+what is allowed. Loading has no side effects (no ports, no GPUs, no files written); reading the
+file itself (encoding, size, duplicate keys) is ``orchestrator.spec_file``'s job.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
-import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
@@ -26,21 +25,30 @@ from pydantic import (
     model_validator,
 )
 
+# The benchmark section and the metric table live beside the code that reads and produces them
+# (orchestrator/bench); they are imported here, and re-exported, for the spec and its importers.
+from orchestrator.bench.metrics import OBJECTIVE_METRICS
+from orchestrator.bench.settings import BenchmarkSpec
 from orchestrator.errors import SpecError, SpecProblem
+from orchestrator.space import SearchSpace, SpeculativeSpace, space_problems
+from orchestrator.spec_file import read_spec_file, yaml_data
+from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
-from serving.engine.config import (
-    EngineConfig,
-    EngineKind,
-    FlagValue,
-    speculative_problem,
-    validated_extra_args,
-)
+from serving.engine.config import EngineConfig, EngineKind, FlagValue, validated_extra_args
+from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
 __all__ = [
     "BenchmarkSpec",
     "BudgetSpec",
+    "EarlyStoppingSpec",
+    "ProbeSpec",
     "EngineSpec",
     "IntRange",
+    "MAX_CHOICES",
+    "MAX_CONCURRENCY",
+    "MAX_DURATION_S",
+    "MAX_PARALLEL_TRIALS",
+    "MAX_RESOURCES",
     "ObjectiveSpec",
     "ResourcesSpec",
     "SearchSpec",
@@ -54,21 +62,6 @@ __all__ = [
 DEFAULT_VALUE_WORDS = ("default", "unset")
 """Spellings (besides YAML null) of "leave this variable unset: NCCL's own choice"."""
 
-OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
-    "output_tok_per_s": "max",
-    "request_per_s": "max",
-    "accept_length": "max",
-    "ttft_ms_p50": "min",
-    "ttft_ms_p99": "min",
-    "tpot_ms_p50": "min",
-    "tpot_ms_p99": "min",
-    "e2e_ms_p50": "min",
-    "e2e_ms_p99": "min",
-    "cycle_ms": "min",
-}
-"""Metrics a sweep can optimise, with the direction that means "better"."""
-
-
 DANGEROUS_FLAGS: dict[str, str] = {
     "enable_nccl_nvls": "turns on NVLink multicast (NCCL_NVLS_ENABLE=1); never do this on shared GPU machines",
     "enable_symm_mem": "turns on NVLink multicast (recent SGLang sets NCCL_NVLS_ENABLE=1 with it); never do this "
@@ -77,8 +70,28 @@ DANGEROUS_FLAGS: dict[str, str] = {
 """Engine flags spectune refuses unless ``search.allow_dangerous`` names them."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MAX_CHOICES = 1024
+"""The most values one list in a spec may hold (a speculative dimension, an NCCL variable's choices).
+
+Far more than a sweep can try, and enough to spell any speculative dimension out in full (the
+largest, num_draft_tokens, has 1023 values); a longer list is a generated mistake."""
+
+MAX_DURATION_S = 30 * 24 * 3600.0
+"""The longest time limit or timeout a spec may set (30 days): beyond any sweep, and small enough for
+every timer (``threading``/``asyncio`` refuse timeouts past about 292 years)."""
+
+MAX_CONCURRENCY = 10_000
+"""The highest concurrency level an objective may name (far above SGLang's 48-request speculative cap)."""
+
+MAX_PARALLEL_TRIALS = 1024
+"""The most trials a sweep may run at once (each owns an engine and its GPUs)."""
+
+MAX_RESOURCES = 1024
+"""The most GPUs or CPUs one trial may reserve (a trial runs one engine on one node)."""
+
+
+class _Model(StrictModel):
+    """Every section of a spec: strict types, unknown keys refused, immutable."""
 
 
 class IntRange(_Model):
@@ -95,35 +108,78 @@ class IntRange(_Model):
         return self
 
     def values(self) -> list[int]:
-        """Every value in the range."""
+        """Every value in the range (bounded by the dimension's limits before this is called)."""
         return list(range(self.low, self.high + 1, self.step))
 
 
-def _parse_dimension(value: Any) -> "int | list[int] | IntRange":
-    """Accept a number, a list of numbers or ``{low, high[, step]}``, with one clear error otherwise."""
-    if isinstance(value, IntRange):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"must be a number, a list of numbers or {{low, high}}, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return list(value)
-    if isinstance(value, dict):
-        return IntRange.model_validate(value)
-    raise ValueError(f"must be a number, a list of numbers or {{low, high}}, got {value!r}")
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-IntDimension = Annotated[
-    Union[int, list[int], IntRange],
-    PlainValidator(_parse_dimension),
-    PlainSerializer(lambda v: v.model_dump() if isinstance(v, IntRange) else v),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}},
-                              {"type": "object", "properties": {"low": {"type": "integer"},
-                                                                "high": {"type": "integer"},
-                                                                "step": {"type": "integer"}}}]}),
-]
-"""A fixed value, a list of choices, or a range."""
+def _dimension_parser(*, low: int, high: int) -> Any:
+    """The validator of one speculative dimension whose values must lie in ``[low, high]``.
+
+    Accepts a number, a list of numbers or ``{low, high[, step]}``; bounds are checked on the
+    numbers as written (a range's ends), so ``{low: 1, high: 10**30}`` is refused without being
+    listed.
+    """
+    allowed = f"a number, a list of numbers or {{low, high}} with values in [{low}, {high}]"
+
+    def outside(value: int) -> bool:
+        return not low <= value <= high
+
+    def parse(value: Any) -> "int | list[int] | IntRange":
+        if isinstance(value, dict):
+            try:
+                value = IntRange.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError("\n".join(str(p) for p in validation_problems(exc, model=IntRange))) from None
+        if isinstance(value, IntRange):
+            ends = [f"{name}={getattr(value, name)}" for name in ("low", "high") if outside(getattr(value, name))]
+            if ends:
+                verb = "is" if len(ends) == 1 else "are"
+                raise ValueError(f"{' and '.join(ends)} {verb} outside [{low}, {high}]")
+            return value
+        if _is_int(value):
+            if outside(value):
+                raise ValueError(f"{short_repr(value)} is outside [{low}, {high}]")
+            return value
+        if isinstance(value, list) and value and all(_is_int(v) for v in value):
+            if len(value) > MAX_CHOICES:
+                raise ValueError(f"{len(value)} values; at most {MAX_CHOICES} are allowed")
+            bad = [v for v in value if outside(v)]
+            if bad:
+                raise ValueError(f"{short_repr(bad[0])} is outside [{low}, {high}]")
+            return list(value)
+        raise ValueError(f"must be {allowed}, got {short_repr(value)}")
+
+    return parse
+
+
+def _dimension(*, low: int, high: int) -> Any:
+    """An integer dimension type: a fixed value, a list of choices, or a range, in ``[low, high]``."""
+    number = {"type": "integer", "minimum": low, "maximum": high}
+    return Annotated[
+        Union[int, list[int], IntRange],
+        PlainValidator(_dimension_parser(low=low, high=high)),
+        PlainSerializer(lambda v: v.model_dump() if isinstance(v, IntRange) else v),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    number,
+                    {"type": "array", "items": number, "minItems": 1, "maxItems": MAX_CHOICES},
+                    {"type": "object", "properties": {"low": number, "high": number, "step": {"type": "integer"}}},
+                ]
+            }
+        ),
+    ]
+
+
+StepsDimension = _dimension(low=1, high=MAX_NUM_STEPS)
+TopkDimension = _dimension(low=1, high=MAX_EAGLE_TOPK)
+DraftDimension = _dimension(low=2, high=MAX_NUM_DRAFT_TOKENS)
+IntDimension = Union[int, list[int], IntRange]
+"""A fixed value, a list of choices, or a range (validated per dimension by the types above)."""
 
 
 def dimension_values(dim: IntDimension) -> list[int]:
@@ -133,15 +189,6 @@ def dimension_values(dim: IntDimension) -> list[int]:
     if isinstance(dim, int):
         return [dim]
     return sorted(set(dim))
-
-
-def _check_dimension(dim: IntDimension, *, minimum: int, name: str) -> IntDimension:
-    values = dimension_values(dim)
-    if not values:
-        raise ValueError(f"{name} has no values; give a number, a list or {{low, high}}")
-    if values[0] < minimum:
-        raise ValueError(f"{name} values must be >= {minimum}, got {values[0]}")
-    return dim
 
 
 def _spec_field_for(owner: str) -> str:
@@ -201,11 +248,16 @@ class SpeculativeSearch(_Model):
     (derived, not searched); for larger top-k, draft-token values the tree cannot hold are skipped.
     """
 
-    num_steps: IntDimension = Field(description="--speculative-num-steps values.")
-    eagle_topk: IntDimension = Field(default=1, description="--speculative-eagle-topk values.")
-    num_draft_tokens: IntDimension | None = Field(
+    num_steps: StepsDimension = Field(
+        description=f"--speculative-num-steps values, in [1, {MAX_NUM_STEPS}]."
+    )
+    eagle_topk: TopkDimension = Field(
+        default=1, description=f"--speculative-eagle-topk values, in [1, {MAX_EAGLE_TOPK}]."
+    )
+    num_draft_tokens: Optional[DraftDimension] = Field(
         default=None,
-        description="--speculative-num-draft-tokens values for top-k > 1 (derived for top-k 1).",
+        description=f"--speculative-num-draft-tokens values for top-k > 1, in [2, {MAX_NUM_DRAFT_TOKENS}] "
+        "(derived for top-k 1).",
     )
     include_auto: bool = Field(
         default=False, description="Also try SGLang's own choice (all three numbers unset)."
@@ -213,29 +265,52 @@ class SpeculativeSearch(_Model):
 
     @model_validator(mode="after")
     def _dimensions(self) -> "SpeculativeSearch":
-        _check_dimension(self.num_steps, minimum=1, name="num_steps")
-        _check_dimension(self.eagle_topk, minimum=1, name="eagle_topk")
-        if self.num_draft_tokens is not None:
-            _check_dimension(self.num_draft_tokens, minimum=2, name="num_draft_tokens")
-        elif any(k > 1 for k in dimension_values(self.eagle_topk)):
+        if self.num_draft_tokens is None and any(k > 1 for k in dimension_values(self.eagle_topk)):
             raise ValueError("num_draft_tokens is required when eagle_topk has values above 1")
         return self
 
-    def triples(self) -> list[tuple[int | None, int | None, int | None]]:
-        """Every valid (num_steps, eagle_topk, num_draft_tokens), with (None, None, None) for auto.
+    def space(self) -> SpeculativeSpace:
+        """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``).
 
         Top-k 1 derives draft = steps + 1 (the draft dimension does not apply to chains); larger
-        top-k values take each draft value the tree can hold (SGLang's rules, see
-        ``serving.engine.config.speculative_problem``).
+        top-k values take each draft value the tree can hold (SGLang's rules).
         """
-        found: list[tuple[int | None, int | None, int | None]] = [(None, None, None)] if self.include_auto else []
-        draft_values = dimension_values(self.num_draft_tokens) if self.num_draft_tokens is not None else []
-        for steps in dimension_values(self.num_steps):
-            for topk in dimension_values(self.eagle_topk):
-                for draft in [steps + 1] if topk == 1 else draft_values:
-                    if speculative_problem(num_steps=steps, topk=topk, num_draft_tokens=draft) is None:
-                        found.append((steps, topk, draft))
-        return found
+        drafts = dimension_values(self.num_draft_tokens) if self.num_draft_tokens is not None else []
+        return SpeculativeSpace(
+            num_steps=tuple(dimension_values(self.num_steps)),
+            eagle_topk=tuple(dimension_values(self.eagle_topk)),
+            num_draft_tokens=tuple(drafts),
+            include_auto=self.include_auto,
+        )
+
+
+def _nccl_choice(value: Any) -> "str | int | None":
+    """One NCCL value as written: a string, an integer, or null (NCCL's default); never a boolean."""
+    if value is None or isinstance(value, str) or _is_int(value):
+        return value
+    raise ValueError(f"must be a string, an integer or null (NCCL's default), got {short_repr(value)}")
+
+
+NcclChoice = Annotated[
+    Union[str, int, None],
+    PlainValidator(_nccl_choice),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}),
+]
+"""One value an NCCL variable may take in the search (checked against NCCL's own set later)."""
+
+
+class EarlyStoppingSpec(_Model):
+    """ASHA over benchmark repetitions: a trial clearly behind the others after ``grace_repetitions``
+    is stopped (it is then recorded as early_stopped and can never be the best). Baselines are
+    never stopped."""
+
+    enabled: bool = Field(default=True, description="Stop hopeless trials early (Ray Tune's ASHAScheduler).")
+    grace_repetitions: int = Field(
+        default=1, ge=1, le=100, description="Repetitions every trial runs before it may be stopped."
+    )
+    reduction_factor: float = Field(
+        default=2.0, gt=1, le=16, description="ASHA's reduction factor: keep the best 1/factor at each rung."
+    )
 
 
 class SearchSpec(_Model):
@@ -248,7 +323,7 @@ class SearchSpec(_Model):
         default_factory=lambda: ["custom"],
         description="'custom' = SGLang's custom all-reduce (default); 'nccl' adds --disable-custom-all-reduce.",
     )
-    nccl_env: dict[str, list[Union[str, int, None]]] = Field(
+    nccl_env: dict[str, Annotated[list[NcclChoice], Field(max_length=MAX_CHOICES)]] = Field(
         default_factory=dict,
         description="NCCL variable -> values to try; null or 'default' means unset (NCCL's own choice).",
     )
@@ -256,6 +331,12 @@ class SearchSpec(_Model):
         default_factory=list,
         description="Dangerous settings to allow anyway: 'NCCL_X=VALUE', 'NCCL_X' (all values), or the engine flags "
         "'enable_nccl_nvls' / 'enable_symm_mem'.",
+    )
+    seed: int = Field(
+        default=0, ge=0, le=2**32 - 1, description="Seed of the sampler: the same spec and seed propose the same trials."
+    )
+    early_stopping: EarlyStoppingSpec = Field(
+        default_factory=EarlyStoppingSpec, description="Stop hopeless trials after a few repetitions (ASHA)."
     )
 
     @field_validator("all_reduce")
@@ -285,12 +366,12 @@ class SearchSpec(_Model):
                 normalised.append(nccl.normalise_value(name, str(choice)))
             if None not in normalised:
                 raise ValueError(
-                    f"{name}: the choices {choices} leave out NCCL's default; add null (or 'default') — "
+                    f"{name}: the choices {short_repr(choices)} leave out NCCL's default; add null (or 'default') — "
                     "NCCL's default is often the best, and a forced setting must beat it measurably. "
                     "To force one value for every trial, put it in engine.env instead"
                 )
             if len(set(normalised)) != len(normalised):
-                raise ValueError(f"{name}: repeated values in {choices}")
+                raise ValueError(f"{name}: repeated values in {short_repr(choices)}")
             out[name] = normalised
         return out
 
@@ -331,7 +412,10 @@ class ObjectiveSpec(_Model):
         default=None, description="max or min; defaults to the metric's natural direction."
     )
     concurrency: int | None = Field(
-        default=None, ge=1, description="Concurrency level whose result is the objective (default: the highest)."
+        default=None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Concurrency level whose result is the objective (default: the highest).",
     )
     slo: SloSpec = Field(default_factory=SloSpec, description="Optional latency limits.")
 
@@ -341,7 +425,7 @@ class ObjectiveSpec(_Model):
         if value not in OBJECTIVE_METRICS:
             close = difflib.get_close_matches(value, OBJECTIVE_METRICS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown metric {value!r}{hint}; allowed: {', '.join(OBJECTIVE_METRICS)}")
+            raise ValueError(f"unknown metric {short_repr(value)}{hint}; allowed: {', '.join(OBJECTIVE_METRICS)}")
         return value
 
     @model_validator(mode="after")
@@ -359,68 +443,40 @@ class ObjectiveSpec(_Model):
         return self.mode or OBJECTIVE_METRICS[self.metric]
 
 
-class BenchmarkSpec(_Model):
-    """How each trial is measured (see orchestrator/bench for the metric definitions)."""
-
-    dataset: Literal["builtin", "sharegpt", "random"] = Field(
-        default="builtin", description="Prompt source: the shipped prompt set, a ShareGPT JSON file, or random."
-    )
-    dataset_path: str | None = Field(default=None, description="Path of the ShareGPT-format JSON file.")
-    allow_random_prompts: bool = Field(
-        default=False,
-        description="Allow tuning on random prompts (speculation looks better on them than on real text).",
-    )
-    random_input_len: int = Field(default=128, ge=1, description="Prompt length (words) for random prompts.")
-    num_prompts: int = Field(default=32, ge=1, le=100_000, description="Prompts per repetition and concurrency level.")
-    output_len: int = Field(default=128, ge=1, le=65_536, description="max_new_tokens per request.")
-    concurrency: list[int] = Field(default_factory=lambda: [1, 8], description="Closed-loop concurrency levels.")
-    request_rate: float | None = Field(default=None, gt=0, description="Open-loop requests/s (instead of closed loop).")
-    warmup_requests: int = Field(default=4, ge=0, description="Requests sent and discarded before measuring.")
-    repetitions: int = Field(default=3, ge=1, le=100, description="Measured repetitions per concurrency level.")
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
-    seed: int = Field(default=0, ge=0, description="Sampling and prompt-selection seed.")
-    request_timeout_s: float = Field(default=300.0, gt=0, description="Per-request timeout.")
-
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("give at least one concurrency level")
-        if any(c < 1 for c in value):
-            raise ValueError(f"concurrency levels must be >= 1, got {value}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"repeated concurrency levels in {value}")
-        return sorted(value)
-
-    @model_validator(mode="after")
-    def _dataset(self) -> "BenchmarkSpec":
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset: sharegpt needs dataset_path (a ShareGPT-format JSON file)")
-        if self.dataset != "sharegpt" and self.dataset_path:
-            raise ValueError(f"dataset_path is only used with dataset: sharegpt (dataset is {self.dataset})")
-        if self.dataset == "random" and not self.allow_random_prompts:
-            raise ValueError(
-                "dataset: random is refused for tuning (speculation looks better on random prompts than on "
-                "real text); use builtin or sharegpt, or set allow_random_prompts: true"
-            )
-        return self
-
-
 class BudgetSpec(_Model):
     """How much the sweep may spend."""
 
     num_trials: int = Field(default=20, ge=1, le=10_000, description="Trials to run in total.")
-    max_concurrent_trials: int = Field(default=1, ge=1, description="Trials running at once (each owns its GPUs).")
-    time_limit_s: float | None = Field(default=None, gt=0, description="Stop starting trials after this many seconds.")
-    trial_timeout_s: float = Field(default=3600.0, gt=0, description="A trial running longer is stopped and failed.")
-    engine_start_timeout_s: float = Field(default=1800.0, gt=0, description="Time an engine may take to become healthy.")
+    max_concurrent_trials: int = Field(
+        default=1, ge=1, le=MAX_PARALLEL_TRIALS, description="Trials running at once (each owns its GPUs)."
+    )
+    time_limit_s: float | None = Field(
+        default=None, gt=0, le=MAX_DURATION_S, description="Stop starting trials after this many seconds."
+    )
+    trial_timeout_s: float = Field(
+        default=3600.0, gt=0, le=MAX_DURATION_S, description="A trial running longer is stopped and failed."
+    )
+    engine_start_timeout_s: float = Field(
+        default=1800.0, gt=0, le=MAX_DURATION_S, description="Time an engine may take to become healthy."
+    )
 
 
 class ResourcesSpec(_Model):
     """What one trial reserves from Ray."""
 
-    gpus_per_trial: int | None = Field(default=None, ge=0, description="GPUs per trial (default: engine.tp_size).")
-    cpus_per_trial: float = Field(default=1.0, gt=0, description="CPUs for the trial's driver bundle.")
+    gpus_per_trial: int | None = Field(
+        default=None, ge=0, le=MAX_RESOURCES, description="GPUs per trial (default: engine.tp_size)."
+    )
+    cpus_per_trial: float = Field(
+        default=1.0, gt=0, le=MAX_RESOURCES, description="CPUs for the trial's driver bundle."
+    )
+
+
+class ProbeSpec(_Model):
+    """The correctness probe every trial passes before it is benchmarked."""
+
+    num_prompts: int = Field(default=8, ge=1, le=64, description="Built-in prompts sent greedily, one at a time.")
+    max_new_tokens: int = Field(default=32, ge=1, le=4096, description="Greedy tokens compared per prompt.")
 
 
 class TrackingSpec(_Model):
@@ -443,6 +499,7 @@ class SweepSpec(_Model):
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec, description="How each trial is measured.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="How much the sweep may spend.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="What one trial reserves.")
+    probe: ProbeSpec = Field(default_factory=ProbeSpec, description="The correctness probe of every trial.")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Where results go.")
     results_dir: str = Field(default="results", description="Directory for results, best config and the MLflow DB.")
 
@@ -483,12 +540,7 @@ class SweepSpec(_Model):
             yield "search.all_reduce: 'nccl' only matters with engine.tp_size > 1 (one rank has no all-reduce)"
         if search.nccl_env and engine.tp_size == 1:
             yield "search.nccl_env: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
-        if search.speculative is not None:
-            if not search.speculative.triples():
-                yield (
-                    "search.speculative: no combination of num_steps, eagle_topk and num_draft_tokens satisfies "
-                    "SGLang's rules (num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2)"
-                )
+        yield from space_problems(self.space())  # empty, or beyond the bound (counted, never listed)
         level = self.objective.concurrency
         if level is not None and level not in self.benchmark.concurrency:
             yield f"objective.concurrency: {level} is not one of benchmark.concurrency {self.benchmark.concurrency}"
@@ -502,6 +554,23 @@ class SweepSpec(_Model):
             )
 
     # --- resolved values -------------------------------------------------------------------
+
+    def space(self) -> SearchSpace:
+        """Every configuration the sweep may try (see ``orchestrator.space``; counted, never listed).
+
+        Without speculation, or without ``search.speculative``, the speculative dimension is the
+        one point where SGLang chooses (or speculation is off).
+        """
+        speculative = self.search.speculative
+        if self.engine.speculative_algorithm is None or speculative is None:
+            numbers = SpeculativeSpace(include_auto=True)
+        else:
+            numbers = speculative.space()
+        return SearchSpace(
+            speculative=numbers,
+            all_reduce=tuple(self.search.all_reduce),
+            nccl_env={name: tuple(choices) for name, choices in self.search.nccl_env.items()},
+        )
 
     @property
     def objective_concurrency(self) -> int:
@@ -564,28 +633,15 @@ class SweepSpec(_Model):
         """Load and validate a spec file.
 
         Raises:
-            SpecError: with every problem found, each naming its field.
+            SpecError: with every problem found, each naming its field (or the file, when it
+                cannot be read as UTF-8 YAML text: see ``orchestrator.spec_file``).
         """
-        source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpecError([SpecProblem("", f"cannot read {source}: {exc.strerror or exc}")], source=source) from None
-        return cls.from_yaml_text(text, source=source)
+        return cls.from_yaml_text(read_spec_file(path), source=str(path))
 
     @classmethod
     def from_yaml_text(cls, text: str, *, source: str = "<string>") -> "SweepSpec":
-        """Validate a spec given as YAML text (see ``from_yaml``)."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError([SpecProblem("", f"not valid YAML: {exc}")], source=source) from None
-        if not isinstance(data, dict):
-            raise SpecError(
-                [SpecProblem("", f"the top level must be a mapping of sections, got {type(data).__name__}")],
-                source=source,
-            )
-        return cls.from_dict(data, source=source)
+        """Validate a spec given as YAML text (see ``from_yaml``; duplicate keys are refused)."""
+        return cls.from_dict(yaml_data(text, source=source), source=source)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> "SweepSpec":
@@ -593,54 +649,4 @@ class SweepSpec(_Model):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(_problems_of(exc, data), source=source) from None
-
-
-_SUBFIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): (.*)$")
-
-
-def _problems_of(exc: ValidationError, data: dict[str, Any]) -> list[SpecProblem]:
-    """Turn pydantic's errors into one readable problem per field (union noise collapsed)."""
-    problems: list[SpecProblem] = []
-    seen: set[tuple[str, str]] = set()
-    for error in exc.errors():
-        loc = [str(part) for part in error["loc"]]
-        # Union arms (nccl_env's str | int | None) add their type name to loc; keep the user's path.
-        loc = [p for p in loc if p not in ("str", "int", "none")]
-        field = ".".join(loc)
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            key = loc[-1] if loc else ""
-            allowed = _allowed_keys(loc[:-1])
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            message = f"unknown key{hint}; allowed here: {', '.join(allowed)}"
-        elif "input" in error and error["type"] not in ("missing", "value_error", "assertion_error"):
-            message = f"{message} (got {error['input']!r})"
-        for line in message.split("\n"):
-            # Validators name a sub-field as "sub.field: message"; move it into the path.
-            where = field
-            match = _SUBFIELD.match(line)
-            if match:
-                where = ".".join(p for p in (field, match.group(1)) if p)
-                line = match.group(2)
-            if (where, line) not in seen:
-                seen.add((where, line))
-                problems.append(SpecProblem(where, line))
-    return problems
-
-
-def _allowed_keys(path: list[str]) -> list[str]:
-    """Field names of the model found at ``path`` inside SweepSpec (for 'did you mean')."""
-    model: type[BaseModel] = SweepSpec
-    for part in path:
-        field = model.model_fields.get(part)
-        if field is None:
-            return []
-        annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
-        if not nested:
-            return []
-        model = nested[0]
-    return list(model.model_fields)
+            raise SpecError(validation_problems(exc, model=cls), source=source) from None

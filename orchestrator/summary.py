@@ -6,10 +6,10 @@ Kept apart from the CLI so the summary can be logged by the sweep and tested wit
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from orchestrator.space import count_candidates, speculative_triples
 from orchestrator.spec import SweepSpec
-from serving.engine.audit import redact
+from serving.redaction import REDACTED, redact
 
 __all__ = ["describe_spec"]
 
@@ -30,6 +30,23 @@ def _span(values: list[int]) -> str:
     return ", ".join(runs)
 
 
+def _shown_uri(uri: str) -> str:
+    """``uri`` with the password of its user part hidden (``postgresql://me:<redacted>@db/mlflow``).
+
+    Secret-looking variables are redacted by name (``serving.redaction``); a tracking URI carries
+    its secret in the value, so it is redacted by position instead.
+    """
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None:
+            return uri
+    except ValueError:  # not a URL (a bad port, say): shown as written, nothing to find in it
+        return uri
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{REDACTED}@{host}"))
+
+
 def describe_spec(spec: SweepSpec) -> dict[str, Any]:
     """Summarise the space and settings of ``spec``.
 
@@ -39,21 +56,20 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
     """
     dimensions: list[dict[str, Any]] = []
     engine = spec.engine
+    space = spec.space()
     if engine.speculative_algorithm is None:
         dimensions.append({"name": "speculative", "values": "off", "count": 1})
     elif spec.search.speculative is None:
         dimensions.append({"name": "speculative", "values": "SGLang auto choice", "count": 1})
     else:
-        triples = [t for t in speculative_triples(spec.search.speculative) if not t.is_auto]
-        steps = sorted({t.num_steps for t in triples if t.num_steps is not None})
-        topks = sorted({t.eagle_topk for t in triples if t.eagle_topk is not None})
-        drafts = sorted({t.num_draft_tokens for t in triples if t.num_draft_tokens is not None})
-        auto = " + auto" if spec.search.speculative.include_auto else ""
+        numbers = space.speculative  # counted and summarised without listing its points
+        steps, topks, drafts = numbers.values_used()
+        auto = " + auto" if numbers.include_auto else ""
         dimensions.append(
             {
                 "name": "speculative (steps, topk, draft)",
                 "values": f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}{auto}",
-                "count": len(triples) + (1 if auto else 0),
+                "count": len(numbers),
             }
         )
     dimensions.append(
@@ -87,11 +103,11 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             f"{spec.gpus_per_trial} GPU(s) + {spec.resources.cpus_per_trial} CPU(s) each"
             + (f", stop after {spec.budget.time_limit_s:g} s" if spec.budget.time_limit_s else "")
         ),
-        "tracking": f"MLflow {spec.mlflow_uri()} experiment {spec.experiment_name!r}",
+        "tracking": f"MLflow {_shown_uri(spec.mlflow_uri())} experiment {spec.experiment_name!r}",
     }
     return {
         "name": spec.name,
         "dimensions": dimensions,
-        "valid_configurations": count_candidates(spec),
+        "valid_configurations": len(space),
         "text": text,
     }

@@ -111,9 +111,12 @@ ENV = Registry(
             "paths of whatever launches it. One of: 'crash_on_start' (exit 1 before serving), "
             "'hang_on_start' (spawn the workers, then never become healthy), "
             "'die_after_tokens:N' (the server process exits hard once it has emitted N tokens in "
-            "total), 'late_env:NAME[,NAME...]' (hide those variables from the TP workers: they are "
-            "popped from os.environ while the workers are spawned and restored afterwards). "
-            "Empty: no fault."
+            "total; 'die_after_tokens:N@NAME=VALUE' only where the server's environment has "
+            "NAME=VALUE), 'late_env:NAME[,NAME...]' (hide those variables from the TP workers: they are "
+            "popped from os.environ while the workers are spawned and restored afterwards), "
+            "'corrupt_allreduce_when:NAME=VALUE' (TP workers whose own environment has NAME=VALUE "
+            "perturb every all-reduce result: outputs change, the server stays healthy). ';' "
+            "combines switches. Empty: no fault."
         ),
     ),
     EnvVar(
@@ -124,6 +127,26 @@ ENV = Registry(
             "Intra-op torch threads per reference-engine TP worker. 0 (default) means 1: the "
             "reference models' kernels are tiny, and on a 2-core machine two OpenMP threads per "
             "worker decoded ~10x slower than one; TP ranks are the way to use more cores."
+        ),
+    ),
+    EnvVar(
+        name="SPECTUNE_SWEEP_FAULT",
+        parse=str,
+        default="",
+        doc=(
+            "Fault switch of the sweep's trials, for tests of the env audit: "
+            "'env_in_driver_only:NAME' sets NAME in the trial process's own environment (\"the "
+            "driver's shell\") instead of the engine host's runtime_env, so the variable never "
+            "reaches the engine and the audit must fail the trial (reason env_audit). Empty: no fault."
+        ),
+    ),
+    EnvVar(
+        name="SPECTUNE_RESULTS_ROOT",
+        parse=str,
+        default="",
+        doc=(
+            "Where a sweep run by `ray job submit --working-dir` puts a relative results_dir (the "
+            "job's working directory is a temporary copy): default ~/spectune-results."
         ),
     ),
 )

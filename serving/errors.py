@@ -2,11 +2,47 @@
 
 They live in ``serving`` (the lower layer) so that engine code can raise them without importing
 ``orchestrator``; ``orchestrator.errors`` re-exports them next to its own.
+
+Every engine failure is an ``EngineError`` with a machine-readable ``reason``, so the sweep can
+turn it into a failed trial with a reason tag without parsing messages. One class per reason:
+
+=================  ======================  ====================================================
+``reason``         class                   when
+=================  ======================  ====================================================
+``launch_failed``  ``EngineLaunchError``   the program cannot be run, or the engine exited
+                                           before it was ever healthy (bad flag, crash on start)
+``timeout``        ``EngineStartTimeout``  still running, but not healthy by ``wait_healthy``'s
+                   (an EngineLaunchError)  deadline (hang on start); the engine is left running
+``died``           ``EngineDied``          the engine exited after it had been healthy
+``not_healthy``    ``EngineNotReady``      asked to serve while not started, or alive but
+                                           failing its health check
+``stop_failed``    ``EngineStopError``     a process or the port survived ``stop()``
+=================  ======================  ====================================================
+
+``EngineStartTimeout`` is an ``EngineLaunchError`` because to a caller both mean "this engine
+never came up": ``except EngineLaunchError`` catches both, ``reason`` tells them apart.
+
+The errors cross Ray actor boundaries (an EngineHost raises them in its actor), so each pickles
+with its attributes (``__reduce__``; an exception with keyword-only ``__init__`` arguments does
+not survive default pickling).
 """
 
 from __future__ import annotations
 
-__all__ = ["SpectuneError", "EngineConfigError", "EngineLaunchError", "EngineNotReady"]
+from typing import Any
+
+__all__ = [
+    "ENGINE_ERROR_REASONS",
+    "EngineAlreadyStarted",
+    "EngineConfigError",
+    "EngineDied",
+    "EngineError",
+    "EngineLaunchError",
+    "EngineNotReady",
+    "EngineStartTimeout",
+    "EngineStopError",
+    "SpectuneError",
+]
 
 
 class SpectuneError(Exception):
@@ -14,17 +50,33 @@ class SpectuneError(Exception):
 
 
 class EngineConfigError(SpectuneError, ValueError):
-    """An engine configuration breaks a rule of the engine (e.g. SGLang's speculative rules)."""
+    """An engine configuration breaks a rule of the engine (e.g. SGLang's speculative rules).
 
-
-class EngineLaunchError(SpectuneError):
-    """The engine process exited or never became healthy.
-
-    Carries the exit code (``None`` if it was still running and had to be killed) and the tail of
-    its log, because the reason an engine died is almost always in the last lines it printed.
+    A ``ValueError``, so that raised inside an ``EngineConfig`` validator pydantic reports it as
+    a validation error of the model, next to every other problem of the same config.
     """
 
+
+def _rebuild(cls: type["EngineError"], message: str, fields: dict[str, Any]) -> "EngineError":
+    return cls(message, **fields)
+
+
+class EngineError(SpectuneError):
+    """An engine failed; ``reason`` says how (see the module docstring for the mapping).
+
+    Attributes:
+        reason: One of ``ENGINE_ERROR_REASONS``, fixed per class.
+        message: The message without the log tail.
+        exit_code: The engine's exit code (negative: killed by that signal); ``None`` if it was
+            still running or never started.
+        log_tail: The last lines of the engine log, because the reason an engine failed is almost
+            always in the last lines it printed. Appended to ``str(error)``.
+    """
+
+    reason: str = ""
+
     def __init__(self, message: str, *, exit_code: int | None = None, log_tail: str = "") -> None:
+        self.message = message
         self.exit_code = exit_code
         self.log_tail = log_tail
         full = message
@@ -32,6 +84,74 @@ class EngineLaunchError(SpectuneError):
             full += "\n--- last lines of the engine log ---\n" + log_tail.rstrip()
         super().__init__(full)
 
+    def _fields(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this error (subclasses add theirs)."""
+        return {"exit_code": self.exit_code, "log_tail": self.log_tail}
 
-class EngineNotReady(SpectuneError):
-    """A request was made to an engine that is not (or no longer) healthy."""
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self._fields()))
+
+
+class EngineLaunchError(EngineError):
+    """The engine could not be run, or exited before it was ever healthy (``launch_failed``)."""
+
+    reason = "launch_failed"
+
+
+class EngineStartTimeout(EngineLaunchError):
+    """The engine runs but was not healthy by the deadline (``timeout``); it is left running."""
+
+    reason = "timeout"
+
+
+class EngineDied(EngineError):
+    """The engine exited after it had been healthy (``died``)."""
+
+    reason = "died"
+
+
+class EngineNotReady(EngineError):
+    """A request was made to an engine that is not (or no longer) healthy (``not_healthy``)."""
+
+    reason = "not_healthy"
+
+
+class EngineStopError(EngineError):
+    """Processes of the engine or its port survived ``stop()`` (``stop_failed``).
+
+    Attributes:
+        survivors: Pids still alive after SIGKILL (empty if only the port stayed open).
+        port: The port that still accepts connections, or ``None``.
+    """
+
+    reason = "stop_failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        survivors: tuple[int, ...] = (),
+        port: int | None = None,
+        exit_code: int | None = None,
+        log_tail: str = "",
+    ) -> None:
+        self.survivors = tuple(survivors)
+        self.port = port
+        super().__init__(message, exit_code=exit_code, log_tail=log_tail)
+
+    def _fields(self) -> dict[str, Any]:
+        return {**super()._fields(), "survivors": self.survivors, "port": self.port}
+
+
+ENGINE_ERROR_REASONS: tuple[str, ...] = tuple(
+    cls.reason for cls in (EngineLaunchError, EngineStartTimeout, EngineDied, EngineNotReady, EngineStopError)
+)
+"""Every ``reason`` an EngineError can carry (what the sweep maps to trial reasons)."""
+
+
+class EngineAlreadyStarted(SpectuneError, RuntimeError):
+    """``start()`` was called on an engine (or host) that is already running.
+
+    A mistake of the caller, not a failure of the engine, so not an ``EngineError``: it has no
+    trial reason.
+    """

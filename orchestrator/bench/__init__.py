@@ -2,26 +2,63 @@
 
 The sweep uses two calls: :func:`run_benchmark` (settings from the spec's ``benchmark`` section,
 one callback per repetition) and :func:`run_probe` (greedy outputs against a stored baseline).
+A run that fails after measuring something raises :class:`BenchmarkAborted`, whose ``partial``
+result holds what was measured and says why it stopped.
+
+The names below are imported on first use (PEP 562): ``orchestrator.spec`` imports this
+package's settings and metric table, and loading a spec must not pull in the HTTP client.
 """
 
-from orchestrator.bench.metrics import Distribution, RepetitionMetrics
-from orchestrator.bench.probe import ProbeMismatch, ProbeResult, run_probe
-from orchestrator.bench.report import BenchResult, LevelResult, read_json, write_json
-from orchestrator.bench.runner import ProgressUpdate, arun_benchmark, run_benchmark
-from orchestrator.bench.settings import BenchSettings
+from __future__ import annotations
 
-__all__ = [
-    "BenchResult",
-    "BenchSettings",
-    "Distribution",
-    "LevelResult",
-    "ProbeMismatch",
-    "ProbeResult",
-    "ProgressUpdate",
-    "RepetitionMetrics",
-    "arun_benchmark",
-    "read_json",
-    "run_benchmark",
-    "run_probe",
-    "write_json",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_WHERE = {
+    "BenchFailure": "report",
+    "BenchResult": "report",
+    "BenchSettings": "settings",
+    "BenchmarkAborted": "report",
+    "Distribution": "metrics",
+    "LevelResult": "report",
+    "ProbeBaselineError": "probe",
+    "ProbeMismatch": "probe",
+    "ProbeResult": "probe",
+    "ProgressUpdate": "runner",
+    "RepetitionMetrics": "metrics",
+    "arun_benchmark": "runner",
+    "read_json": "report",
+    "run_benchmark": "runner",
+    "run_probe": "probe",
+    "write_json": "report",
+}
+"""Each public name and the module of this package that defines it."""
+
+__all__ = list(_WHERE)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from orchestrator.bench.metrics import Distribution, RepetitionMetrics
+    from orchestrator.bench.probe import ProbeBaselineError, ProbeMismatch, ProbeResult, run_probe
+    from orchestrator.bench.report import (
+        BenchFailure,
+        BenchmarkAborted,
+        BenchResult,
+        LevelResult,
+        read_json,
+        write_json,
+    )
+    from orchestrator.bench.runner import ProgressUpdate, arun_benchmark, run_benchmark
+    from orchestrator.bench.settings import BenchSettings
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}; it exports {', '.join(__all__)}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,8 +1,8 @@
 """The ``spectune bench`` and ``spectune probe`` commands: parse options, call the library, show it.
 
-Registered on the CLI app in ``orchestrator.cli``. Exit codes follow the CLI's convention: 0
-success, 1 the command ran and failed (a dead server, a probe mismatch), 2 bad input (invalid
-options, an invalid spec, an unreadable dataset).
+Registered on the CLI app in ``orchestrator.cli``. Exit codes are the CLI's
+(``orchestrator.exit_codes``): 0 success, 1 the command ran and failed (a dead server, a probe
+mismatch), 2 bad input (invalid options, an invalid spec, an unreadable dataset or baseline).
 """
 
 from __future__ import annotations
@@ -18,18 +18,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.bench.datasets import DatasetError, load_builtin
-from orchestrator.bench.probe import run_probe
-from orchestrator.bench.report import BenchResult, summary_table, write_json
+from orchestrator.bench.probe import ProbeBaselineError, run_probe
+from orchestrator.bench.report import BenchmarkAborted, BenchResult, summary_table, write_json
 from orchestrator.bench.runner import ProgressUpdate, run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError, SpecError
+from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec import SweepSpec
+from orchestrator.validation import validation_problems
 
 __all__ = ["bench", "probe"]
-
-# The convention documented at the top of orchestrator/cli.py (tests check they agree).
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 Url = Annotated[str, typer.Argument(help="Base URL of a running engine, e.g. http://127.0.0.1:30000.", show_default=False)]
 
@@ -98,7 +96,8 @@ def bench(
 ) -> None:
     """Benchmark a running engine (SGLang, the reference engine, or any OpenAI server).
 
-    Exit 0 when the run completed (failed requests and flags are reported), 1 when it could not.
+    Exit 0 when the run completed (failed requests and flags are reported), 1 when it could not;
+    a run that stopped part-way still writes what it measured to --json-out (status failed).
 
     Settings come from --spec's benchmark section (or the defaults), overridden by options.
     """
@@ -120,10 +119,7 @@ def bench(
     try:
         settings = BenchSettings.model_validate({**base, **overrides})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
+        problems = "; ".join(str(p) for p in validation_problems(exc, model=BenchSettings))
         raise _fail(EXIT_BAD_INPUT, f"invalid benchmark settings: {problems}") from None
 
     err = Console(stderr=True)
@@ -143,11 +139,32 @@ def bench(
             result = run_benchmark(base_url=url, settings=settings, on_progress=on_progress)
     except DatasetError as exc:
         raise _fail(EXIT_BAD_INPUT, str(exc)) from None
+    except BenchmarkAborted as exc:
+        raise _fail(EXIT_FAILED, _keep_partial(exc.partial, json_out=json_out, as_json=as_json)) from None
     except BenchmarkError as exc:
         raise _fail(EXIT_FAILED, str(exc)) from None
     if json_out is not None:
-        write_json(result, json_out)
+        _write(result, json_out)
     _show(result, as_json=as_json, json_out=json_out)
+
+
+def _write(result: BenchResult, path: Path) -> None:
+    try:
+        write_json(result, path)
+    except OSError as exc:
+        raise _fail(EXIT_FAILED, f"--json-out {path}: cannot write the result: {exc}") from None
+
+
+def _keep_partial(partial: BenchResult, *, json_out: Path | None, as_json: bool) -> str:
+    """Write (and with --json print) what a failed run measured; returns the error message to show."""
+    assert partial.failure is not None
+    if as_json:
+        typer.echo(partial.model_dump_json(indent=2))
+    kept = f"{partial.num_repetitions} finished repetition{'s' if partial.num_repetitions != 1 else ''}"
+    if json_out is None:
+        return f"{partial.failure.reason} (measured before it stopped: {kept}; --json-out keeps them)"
+    _write(partial, json_out)
+    return f"{partial.failure.reason} (what was measured, {kept}, is in {json_out} with status failed)"
 
 
 def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
@@ -199,7 +216,8 @@ def probe(
 ) -> None:
     """Compare a running engine's greedy outputs with a stored baseline, token for token.
 
-    The first run writes the baseline. Exit 0 on a match, 1 on a mismatch (naming the first one).
+    The first run writes the baseline. Exit 0 on a match, 1 on a mismatch (naming the first one)
+    or when the server cannot be probed, 2 when the baseline file cannot be used.
     """
     if api not in ("auto", "generate", "completions", "chat"):
         raise _fail(EXIT_BAD_INPUT, f"--api {api!r}: use auto, generate, completions or chat")
@@ -213,6 +231,8 @@ def probe(
             base_url=url, baseline_path=baseline, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
             api=api, model=model, timeout_s=timeout,  # type: ignore[arg-type]
         )
+    except ProbeBaselineError as exc:
+        raise _fail(EXIT_BAD_INPUT, str(exc)) from None
     except BenchmarkError as exc:
         raise _fail(EXIT_FAILED, str(exc)) from None
     if as_json:

@@ -25,14 +25,20 @@ the names below say which is which:
 * ``spec_accept_length_meta`` = sum(completion_tokens) / sum(spec_verify_ct): the aggregate of
   SGLang's per-request ``meta_info.spec_accept_length``, which also counts the prefill token and
   is therefore a little higher. Reported for comparison with SGLang's own tools, never compared.
+
+:data:`METRICS` names every scalar a repetition yields (how it is read, and for those a sweep may
+optimise, which way is better); the flat names of results, their summaries and
+:data:`OBJECTIVE_METRICS` (which ``orchestrator.spec`` imports) all come from that one table.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Literal, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,7 +46,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.bench.loadgen import RequestRecord
 
 __all__ = [
+    "METRICS",
+    "OBJECTIVE_METRICS",
     "Distribution",
+    "Metric",
     "RepetitionMetrics",
     "accept_length_agrees",
     "accept_length_requests",
@@ -56,17 +65,27 @@ __all__ = [
     "queue_delay_ms",
     "request_per_s",
     "spec_accept_length_meta",
+    "t975",
     "tokens_per_chunk",
     "tpot_ms",
     "ttft_ms",
 ]
 
-# Two-sided 95% Student-t quantiles t(0.975, df) for df = 1..30; df > 30 uses the normal 1.96.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)
+
+@functools.lru_cache(maxsize=None)
+def t975(df: int) -> float:
+    """The two-sided 95% Student-t quantile t(0.975, df), exact (``scipy.stats.t.ppf``).
+
+    Exact for every df: a table that stops at df = 30 and then uses the normal 1.96 makes the
+    interval too narrow for 31-120 samples (t(0.975, 60) = 2.000). scipy.stats is imported here,
+    on first use, because it takes over a second to import and loading a spec (which imports this
+    module for the metric names) must stay quick.
+    """
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -138,8 +157,7 @@ class Distribution(BaseModel):
         }
         if n >= 2:
             stdev = statistics.stdev(data)
-            t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-            half = t * stdev / math.sqrt(n)
+            half = t975(n - 1) * stdev / math.sqrt(n)
             fields.update(
                 stdev=stdev,
                 cv=stdev / abs(mean) if mean != 0 else None,
@@ -444,29 +462,74 @@ class RepetitionMetrics(BaseModel):
     def flat(self) -> dict[str, float | None]:
         """Scalar metrics by name (``ttft_ms_p50``, ``output_tok_per_s``, ...), for objectives and MLflow.
 
-        Contains every name in ``orchestrator.spec.OBJECTIVE_METRICS``; absent values stay None.
+        One entry per name of :data:`METRICS`, in its order; absent values stay None.
         """
-        out: dict[str, float | None] = {
-            "output_tok_per_s": self.output_tok_per_s,
-            "request_per_s": self.request_per_s,
-            "output_tokens": None if self.output_tokens is None else float(self.output_tokens),
-            "num_errors": float(self.num_errors),
-            "error_rate": self.num_errors / self.num_requests if self.num_requests else None,
-            "tokens_per_chunk": self.tokens_per_chunk,
-            "accept_length": self.accept_length,
-            "accept_length_requests": self.accept_length_requests,
-            "accept_length_server": self.accept_length_server,
-            "accept_length_server_lifetime": self.accept_length_server_lifetime,
-            "accepted_drafts_per_cycle": self.accepted_drafts_per_cycle,
-            "cycle_ms": self.cycle_ms,
-        }
-        for name in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_delay_ms"):
-            dist: Distribution = getattr(self, name)
-            out[f"{name}_mean"] = dist.mean
-            out[f"{name}_p50"] = dist.median
-            out[f"{name}_p90"] = dist.p90
-            out[f"{name}_p99"] = dist.p99
-        return out
+        return {name: metric.read(self) for name, metric in METRICS.items()}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One scalar metric: how it is read from a repetition, and which way is better.
+
+    A level's figure is always the median across its repetitions of ``read`` (see
+    ``report.LevelResult.value``), so this table is all a consumer needs to know about a name.
+
+    Attributes:
+        read: The repetition's value (None: absent, e.g. no speculation).
+        direction: ``max`` or ``min`` for a metric a sweep can optimise; None for one that is
+            reported only (counts, the server's cross-check figures, percentiles not offered).
+    """
+
+    read: Callable[[RepetitionMetrics], float | None]
+    direction: Literal["max", "min"] | None = None
+
+
+def _count(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _latency(name: str, *, objective: bool = True) -> dict[str, Metric]:
+    """``{name}_mean``, ``_p50``, ``_p90``, ``_p99`` of one per-request distribution. With
+    ``objective``, p50 and p99 can be optimised (lower is better); mean and p90 are reported only."""
+    better: Literal["min"] | None = "min" if objective else None
+
+    def stat(field: str) -> Callable[[RepetitionMetrics], float | None]:
+        return lambda rep: getattr(getattr(rep, name), field)
+
+    return {
+        f"{name}_mean": Metric(stat("mean")),
+        f"{name}_p50": Metric(stat("median"), better),
+        f"{name}_p90": Metric(stat("p90")),
+        f"{name}_p99": Metric(stat("p99"), better),
+    }
+
+
+METRICS: dict[str, Metric] = {
+    "output_tok_per_s": Metric(lambda rep: rep.output_tok_per_s, "max"),
+    "request_per_s": Metric(lambda rep: rep.request_per_s, "max"),
+    "output_tokens": Metric(lambda rep: _count(rep.output_tokens)),
+    "num_errors": Metric(lambda rep: float(rep.num_errors)),
+    "error_rate": Metric(lambda rep: rep.num_errors / rep.num_requests if rep.num_requests else None),
+    "tokens_per_chunk": Metric(lambda rep: rep.tokens_per_chunk),
+    "accept_length": Metric(lambda rep: rep.accept_length, "max"),
+    "accept_length_requests": Metric(lambda rep: rep.accept_length_requests),
+    "accept_length_server": Metric(lambda rep: rep.accept_length_server),
+    "accept_length_server_lifetime": Metric(lambda rep: rep.accept_length_server_lifetime),
+    "accepted_drafts_per_cycle": Metric(lambda rep: rep.accepted_drafts_per_cycle),
+    **_latency("ttft_ms"),
+    **_latency("tpot_ms"),
+    **_latency("e2e_ms"),
+    **_latency("queue_delay_ms", objective=False),  # already inside ttft_ms and e2e_ms
+    "cycle_ms": Metric(lambda rep: rep.cycle_ms, "min"),
+}
+"""Every scalar metric of a repetition, by name: the one table behind ``RepetitionMetrics.flat()``,
+a level's summary and ``BenchResult.flat()``, and (through :data:`OBJECTIVE_METRICS`) what a
+sweep may optimise."""
+
+OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
+    name: metric.direction for name, metric in METRICS.items() if metric.direction is not None
+}
+"""Metrics a sweep can optimise, with the direction that means "better" (derived from :data:`METRICS`)."""
 
 
 def compute_repetition_metrics(

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -28,12 +27,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.bench import server as srv
 from orchestrator.bench.datasets import load_builtin
+from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
 from orchestrator.errors import BenchmarkError
 
 __all__ = [
     "PROBE_SCHEMA_VERSION",
     "ProbeBaseline",
+    "ProbeBaselineError",
     "ProbeMismatch",
     "ProbeOutput",
     "ProbePrompt",
@@ -47,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 PROBE_SCHEMA_VERSION = "spectune.probe/1"
 _SNIPPET = 8  # tokens (or 24 characters) shown either side of a difference
+
+
+class ProbeBaselineError(BenchmarkError):
+    """The baseline file cannot be used: unreadable, not JSON, another schema, inconsistent, or
+    missing where it must exist. Bad input, not a verdict on the server: nothing was compared."""
 
 
 class ProbePrompt(BaseModel):
@@ -172,28 +178,34 @@ def compare_outputs(
 
 
 def _read_baseline(path: Path) -> ProbeBaseline:
+    """The stored baseline at ``path``.
+
+    Raises:
+        ProbeBaselineError: it cannot be read, is not JSON, has another schema version, does not
+            validate, or has a different number of prompts and outputs.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise BenchmarkError(f"probe baseline {path} cannot be read: {exc}; delete it to take a new one") from None
+        raise ProbeBaselineError(f"probe baseline {path} cannot be read: {exc}; delete it to take a new one") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != PROBE_SCHEMA_VERSION:
-        raise BenchmarkError(f"probe baseline {path}: schema_version {version!r} is not {PROBE_SCHEMA_VERSION!r}")
+        raise ProbeBaselineError(f"probe baseline {path}: schema_version {version!r} is not {PROBE_SCHEMA_VERSION!r}")
     try:
         baseline = ProbeBaseline.model_validate(data)
     except ValidationError as exc:
-        raise BenchmarkError(f"probe baseline {path} is not valid: {exc}") from None
+        raise ProbeBaselineError(f"probe baseline {path} is not valid: {exc}") from None
     if len(baseline.prompts) != len(baseline.outputs):
-        raise BenchmarkError(f"probe baseline {path}: {len(baseline.prompts)} prompts but {len(baseline.outputs)} outputs")
+        raise ProbeBaselineError(f"probe baseline {path}: {len(baseline.prompts)} prompts but {len(baseline.outputs)} outputs")
     return baseline
 
 
 def _write_new_baseline(path: Path, text: str) -> None:
     """Publish ``text`` at ``path`` atomically, and only if no baseline is there.
 
-    The text goes to a temporary file in the same directory (same filesystem), is flushed to
-    disk, and is then hard-linked to ``path``: a link is created whole or not at all and, like
-    ``O_CREAT | O_EXCL``, fails if ``path`` already exists, so a reader never sees half a
+    The text is staged beside ``path`` (:func:`~orchestrator.bench.files.staged_file`: same
+    filesystem, on disk) and then hard-linked to ``path``: a link is created whole or not at all
+    and, like ``O_CREAT | O_EXCL``, fails if ``path`` already exists, so a reader never sees half a
     baseline and a baseline written meanwhile by another probe is never replaced. Where the
     filesystem has no hard links, ``os.replace`` after an existence check is used instead (atomic,
     but it cannot close the race between the check and the rename).
@@ -201,31 +213,22 @@ def _write_new_baseline(path: Path, text: str) -> None:
     Raises:
         BenchmarkError: a baseline appeared at ``path`` while this probe ran, or it cannot be written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
     concurrent = BenchmarkError(
         f"probe baseline {path} was created by someone else while this probe ran; not overwritten. "
         "Run the probe again to compare with it, or delete it to take a new one"
     )
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would hide the baseline from other users
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise concurrent from None
-        except OSError:  # no hard links here (some network and FAT filesystems)
-            if path.exists():
+        with staged_file(path, text) as tmp:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
                 raise concurrent from None
-            os.replace(tmp, path)
+            except OSError:  # no hard links here (some network and FAT filesystems)
+                if path.exists():
+                    raise concurrent from None
+                os.replace(tmp, path)
     except OSError as exc:
         raise BenchmarkError(f"probe baseline {path} cannot be written: {exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def run_probe(
@@ -265,9 +268,10 @@ def run_probe(
             define correct output); False makes a missing baseline an error.
 
     Raises:
-        BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), the
-            baseline file is unreadable, missing while ``create_baseline`` is False, or was
-            created by another probe while this one ran.
+        ProbeBaselineError: the baseline file is unreadable or invalid, or missing while
+            ``create_baseline`` is False (bad input: nothing was compared).
+        BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), or
+            the baseline was created by another probe while this one ran.
     """
     return asyncio.run(
         arun_probe(
@@ -294,7 +298,7 @@ async def arun_probe(
     path = Path(baseline_path)
     baseline = _read_baseline(path) if path.exists() else None
     if baseline is None and not create_baseline:
-        raise BenchmarkError(
+        raise ProbeBaselineError(
             f"probe baseline {path} does not exist; write it first from the configuration trusted to define "
             "correct output (create_baseline=True)"
         )

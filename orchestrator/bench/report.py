@@ -3,6 +3,14 @@
 The JSON schema is named by ``schema_version``; readers refuse a version they do not know rather
 than misreading it. Every number has its unit in its name, and absent speculative figures are
 ``null``, never ``0``.
+
+A run whose server failed part-way is still a result: ``status`` is ``failed``, ``failure`` says
+where and why, and ``levels`` hold the repetitions that finished. The runner raises
+:class:`BenchmarkAborted` with that result attached, so a CLI can write it and a sweep can record
+what was measured of a trial whose engine died.
+
+Schema versions: ``spectune.bench/2`` added ``status`` and ``failure``; a ``spectune.bench/1``
+document (always a completed run) is read as a ``/2`` one with status ``ok``.
 """
 
 from __future__ import annotations
@@ -12,17 +20,21 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.bench.metrics import Distribution, RepetitionMetrics
+from orchestrator.bench.files import write_atomic
+from orchestrator.bench.metrics import METRICS, Distribution, RepetitionMetrics
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 
 __all__ = [
     "BENCH_SCHEMA_VERSION",
+    "READABLE_SCHEMA_VERSIONS",
+    "BenchFailure",
     "BenchResult",
+    "BenchmarkAborted",
     "DatasetInfo",
     "LevelResult",
     "WarmupInfo",
@@ -32,7 +44,11 @@ __all__ = [
     "write_json",
 ]
 
-BENCH_SCHEMA_VERSION = "spectune.bench/1"
+BENCH_SCHEMA_VERSION = "spectune.bench/2"
+"""The schema :func:`write_json` writes."""
+
+READABLE_SCHEMA_VERSIONS = ("spectune.bench/1", BENCH_SCHEMA_VERSION)
+"""The schemas :func:`read_json` reads: /1 lacks ``status`` and ``failure`` (it was always a completed run)."""
 
 
 class LevelResult(BaseModel):
@@ -57,7 +73,14 @@ class LevelResult(BaseModel):
     noisy_metrics: list[str] = Field(description="Which metrics were too noisy, with their CV.")
 
     def value(self, metric: str) -> float | None:
-        """The median across repetitions of ``metric`` (a key of ``RepetitionMetrics.flat()``)."""
+        """The level's figure for ``metric``: the median across repetitions of its per-repetition
+        value (``metrics.METRICS[metric].read``); None where no repetition had one.
+
+        Raises:
+            KeyError: ``metric`` is not a name of ``metrics.METRICS`` (a typo is not an absent value).
+        """
+        if metric not in METRICS:
+            raise KeyError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
         dist = self.summary.get(metric)
         return None if dist is None else dist.median
 
@@ -77,10 +100,10 @@ def summarise_level(
     ``accept_length_mismatch``: any repetition flagged (see ``metrics.accept_length_agrees``);
     ``accept_length_not_checkable``: any repetition whose cross-check could not be made.
     """
-    names: list[str] = list(repetitions[0].flat()) if repetitions else []
+    flats = [rep.flat() for rep in repetitions]
     summary = {
-        name: Distribution.of(v for rep in repetitions if (v := rep.flat()[name]) is not None and math.isfinite(v))
-        for name in names
+        name: Distribution.of(v for flat in flats if (v := flat[name]) is not None and math.isfinite(v))
+        for name in (METRICS if repetitions else ())
     }
     noisy = []
     for name in noise_metrics:
@@ -118,10 +141,31 @@ class WarmupInfo(BaseModel):
     errors_by_kind: dict[str, int]
 
 
-class BenchResult(BaseModel):
-    """One benchmark run against one server: what ``run_benchmark`` returns and ``bench --json-out`` writes."""
+class BenchFailure(BaseModel):
+    """Why and where a run stopped before its end (``BenchResult.status`` ``failed``)."""
 
-    schema_version: Literal["spectune.bench/1"] = Field(default=BENCH_SCHEMA_VERSION, description="JSON schema name.")
+    phase: Literal["warmup", "measure"] = Field(description="warmup: before anything was measured; measure: during a repetition.")
+    concurrency: int | None = Field(description="The level that was running (None in warm-up).")
+    repetition: int | None = Field(description="The repetition that was running, from 0 (None in warm-up).")
+    reason: str = Field(description="What went wrong, in words (the BenchmarkError's message).")
+    repetition_metrics: RepetitionMetrics | None = Field(
+        default=None,
+        description="The failed repetition as far as it got (its errors by kind say how); never part of levels.",
+    )
+
+
+class BenchResult(BaseModel):
+    """One benchmark run against one server: what ``run_benchmark`` returns and ``bench --json-out`` writes.
+
+    A run that failed part-way (``status`` ``failed``) holds only the repetitions that finished;
+    ``failure`` says where it stopped and why.
+    """
+
+    schema_version: Literal["spectune.bench/2"] = Field(default=BENCH_SCHEMA_VERSION, description="JSON schema name.")
+    status: Literal["ok", "failed"] = Field(
+        default="ok", description="ok: every level and repetition ran; failed: the run stopped early (see failure)."
+    )
+    failure: BenchFailure | None = Field(default=None, description="Where and why the run stopped (status failed).")
     created_at: str = Field(description="UTC time the run finished (ISO 8601).")
     base_url: str = Field(description="The server measured.")
     api: Literal["generate", "completions", "chat"] = Field(description="The API spoken.")
@@ -146,8 +190,28 @@ class BenchResult(BaseModel):
     )
     noisy: bool = Field(description="Any level flagged noisy.")
 
+    @model_validator(mode="after")
+    def _status_matches_failure(self) -> "BenchResult":
+        if (self.status == "failed") != (self.failure is not None):
+            raise ValueError(
+                f"status={self.status!r} with failure={'set' if self.failure else 'None'}: a failed run states its "
+                "failure, a completed one has none"
+            )
+        return self
+
+    @property
+    def num_repetitions(self) -> int:
+        """Repetitions measured to the end, over all levels."""
+        return sum(len(level.repetitions) for level in self.levels)
+
     def level(self, concurrency: int | None = None) -> LevelResult:
-        """The level at ``concurrency`` (default: the highest measured)."""
+        """The level at ``concurrency`` (default: the highest measured).
+
+        Raises:
+            KeyError: that level was not measured (a failed run may have measured none).
+        """
+        if not self.levels:
+            raise KeyError(f"no concurrency level was measured ({self.failure.reason if self.failure else 'no levels'})")
         if concurrency is None:
             return self.levels[-1]
         for level in self.levels:
@@ -161,33 +225,63 @@ class BenchResult(BaseModel):
         return self.level(concurrency).value(name)
 
     def flat(self) -> dict[str, float]:
-        """``c{concurrency}.{metric}`` -> median across repetitions, present values only (MLflow-ready)."""
+        """``c{concurrency}.{metric}`` -> the level's figure (``LevelResult.value``) for every name of
+        ``metrics.METRICS``, present values only (MLflow-ready)."""
         out: dict[str, float] = {}
         for level in self.levels:
-            for name, dist in level.summary.items():
-                if dist.median is not None:
-                    out[f"c{level.concurrency}.{name}"] = dist.median
+            for name in METRICS:
+                value = level.value(name)
+                if value is not None:
+                    out[f"c{level.concurrency}.{name}"] = value
         return out
 
 
+class BenchmarkAborted(BenchmarkError):
+    """The server failed part-way through a run; ``partial`` is what was measured up to then.
+
+    ``partial.status`` is ``failed`` and ``partial.failure`` says where and why; its levels hold
+    the repetitions that finished (possibly none). The message is the failure's reason.
+    """
+
+    def __init__(self, partial: BenchResult) -> None:
+        if partial.failure is None:
+            raise ValueError("BenchmarkAborted needs a failed result (partial.failure is None)")
+        super().__init__(partial.failure.reason)
+        self.partial = partial
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from the result, not from the message: Ray pickles what a trial raises.
+        return (type(self), (self.partial,))
+
+
 def write_json(result: BenchResult, path: str | Path) -> Path:
-    """Write ``result`` as indented JSON; returns the path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return target
+    """Write ``result`` as indented JSON, atomically (a reader sees the old file or the whole new
+    one, never half of it); returns the path.
+
+    Raises:
+        OSError: the file cannot be written (``path`` is then unchanged).
+    """
+    return write_atomic(path, result.model_dump_json(indent=2) + "\n")
 
 
 def read_json(path: str | Path) -> BenchResult:
-    """Read a result written by :func:`write_json`, refusing other schema versions."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != BENCH_SCHEMA_VERSION:
-        raise BenchmarkError(f"{path}: schema_version {version!r} is not {BENCH_SCHEMA_VERSION!r}")
+    """Read a result written by :func:`write_json` (any of :data:`READABLE_SCHEMA_VERSIONS`),
+    refusing other schema versions. A ``/1`` document is returned as a ``/2`` result with status ``ok``.
+
+    Raises:
+        BenchmarkError: the file cannot be read, is not JSON, has another schema version, or does not validate.
+    """
     try:
-        return BenchResult.model_validate(data)
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchmarkError(f"{path}: cannot be read as a benchmark result: {exc}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in READABLE_SCHEMA_VERSIONS:
+        raise BenchmarkError(f"{path}: schema_version {version!r} is not one of {', '.join(READABLE_SCHEMA_VERSIONS)}")
+    try:
+        return BenchResult.model_validate({**data, "schema_version": BENCH_SCHEMA_VERSION})
     except ValidationError as exc:
-        raise BenchmarkError(f"{path}: not a valid {BENCH_SCHEMA_VERSION} result: {exc}") from None
+        raise BenchmarkError(f"{path}: not a valid {version} result: {exc}") from None
 
 
 def _num(value: float | None, digits: int = 1) -> str:

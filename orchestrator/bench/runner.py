@@ -12,20 +12,22 @@ per-request figure), never as the repetition's figure: a number that cannot be a
 measured requests is not presented as one. When the first repetition's flush met no value (no
 warm-up on a fresh server), the idle server is flushed once more after it to find out.
 
-Failed requests are counted, never fatal. What ends a run with :class:`BenchmarkError` is a
-server that cannot serve at all: unhealthy before the start, every warm-up request failing, an
-engine that looks hung (requests time out in a row with none completing, see
+Failed requests are counted, never fatal. What ends a run is a server that cannot serve at all:
+unhealthy before the start (:class:`BenchmarkError`), or, once started, every warm-up request
+failing, an engine that looks hung (requests time out in a row with none completing, see
 :func:`~orchestrator.bench.loadgen.run_load`), or failing its health check after a repetition
-lost requests to connection errors.
+lost requests to connection errors. Those raise :class:`~orchestrator.bench.report.BenchmarkAborted`
+carrying what was measured until then (status ``failed``, where and why), so the repetitions that
+finished are not lost with the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import aiohttp
 
@@ -33,7 +35,15 @@ from orchestrator.bench import server as srv
 from orchestrator.bench.datasets import Prompt, load_prompts
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics, compute_repetition_metrics, error_counts
-from orchestrator.bench.report import BenchResult, DatasetInfo, LevelResult, WarmupInfo, summarise_level
+from orchestrator.bench.report import (
+    BenchFailure,
+    BenchmarkAborted,
+    BenchResult,
+    DatasetInfo,
+    LevelResult,
+    WarmupInfo,
+    summarise_level,
+)
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 
@@ -78,7 +88,9 @@ def run_benchmark(
         ``accept_length_mismatch`` / ``noisy`` flags.
 
     Raises:
-        BenchmarkError: the server cannot serve (unreachable, unhealthy, died mid-run), or the
+        BenchmarkAborted: the server failed once the run had started (every warm-up request
+            failed, it looks hung, or it died mid-run); ``partial`` holds what was measured.
+        BenchmarkError: the server cannot serve at the start (unreachable, unhealthy), or the
             dataset cannot be read (``DatasetError``, a subclass).
     """
     return asyncio.run(
@@ -94,6 +106,83 @@ async def _ensure_healthy(session: aiohttp.ClientSession, base_url: str, timeout
 
 def _items(prompts: list[Prompt]) -> list[WorkItem]:
     return [WorkItem(prompt_id=p.id, text=p.text) for p in prompts]
+
+
+@dataclass
+class _Measured:
+    """What a run has measured so far: all that its result, complete or partial, is built from."""
+
+    base_url: str
+    settings: BenchSettings
+    prompts: list[Prompt]
+    api: ApiKind
+    model: str | None
+    info: dict[str, Any] | None
+    flush_supported: bool
+    warmup: WarmupInfo = field(default_factory=lambda: WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={}))
+    scopes: set[str] = field(default_factory=set)
+    levels: list[LevelResult] = field(default_factory=list)
+    running: list[RepetitionMetrics] = field(default_factory=list)
+    """The finished repetitions of the level now running."""
+
+    def _level(self, concurrency: int, repetitions: list[RepetitionMetrics]) -> LevelResult:
+        return summarise_level(
+            concurrency=concurrency,
+            request_rate=self.settings.request_rate,
+            repetitions=repetitions,
+            noise_metrics=self.settings.noise_metrics,
+            noisy_cv_threshold=self.settings.noisy_cv_threshold,
+        )
+
+    def finish_level(self, concurrency: int) -> LevelResult:
+        level = self._level(concurrency, self.running)
+        self.levels.append(level)
+        self.running = []
+        return level
+
+    def aborted(
+        self, reason: str, *, concurrency: int | None = None, repetition: int | None = None,
+        metrics: RepetitionMetrics | None = None,
+    ) -> BenchmarkAborted:
+        """The error that ends the run here, carrying what was measured up to now."""
+        failure = BenchFailure(
+            phase="warmup" if concurrency is None else "measure", concurrency=concurrency, repetition=repetition,
+            reason=reason, repetition_metrics=metrics,
+        )
+        return BenchmarkAborted(self.result(failure))
+
+    def result(self, failure: BenchFailure | None = None) -> BenchResult:
+        """The result: every finished level, and for a failed run also the running level's finished repetitions."""
+        levels = list(self.levels)
+        if failure is not None and failure.concurrency is not None and self.running:
+            levels.append(self._level(failure.concurrency, self.running))
+        scopes, prompts = self.scopes, self.prompts
+        return BenchResult(
+            status="ok" if failure is None else "failed",
+            failure=failure,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            base_url=self.base_url,
+            api=self.api,
+            model=self.model,
+            server=srv.summarise_server_info(self.info),
+            flush_cache_supported=self.flush_supported,
+            server_accept_length_scope="lifetime" if "lifetime" in scopes else ("repetition" if scopes else None),
+            settings=self.settings,
+            dataset=DatasetInfo(
+                name=self.settings.dataset,
+                path=self.settings.dataset_path,
+                num_prompts=len(prompts),
+                distinct_prompts=len({p.id for p in prompts}),
+                mean_prompt_chars=sum(len(p.text) for p in prompts) / len(prompts),
+            ),
+            warmup=self.warmup,
+            levels=levels,
+            num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
+            num_errors=sum(level.num_errors for level in levels),
+            accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
+            accept_length_not_checkable=any(level.accept_length_not_checkable for level in levels),
+            noisy=any(level.noisy for level in levels),
+        )
 
 
 async def arun_benchmark(
@@ -137,6 +226,10 @@ async def arun_benchmark(
             settings.concurrency, settings.repetitions, settings.warmup_requests, settings.temperature,
             settings.seed, f" request_rate={settings.request_rate:g}/s" if settings.request_rate else "",
         )
+        run = _Measured(
+            base_url=base_url, settings=settings, prompts=prompts, api=api, model=model, info=info,
+            flush_supported=settings.flush_cache and info is not None,
+        )
 
         async def load(items: list[WorkItem], concurrency: int, progress: Callable[[RequestRecord], None]) -> LoadResult:
             return await run_load(
@@ -160,43 +253,42 @@ async def arun_benchmark(
         async def read_accept_length() -> float | None:
             return srv.accept_length_from_info(await srv.get_server_info(session, base_url))
 
-        warmup = WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={})
+        async def flush() -> bool:
+            """Flush the idle server; the first failure is logged once and ends flushing for this run."""
+            reason = await srv.flush_cache(session, base_url, timeout_s=health_timeout_s)
+            if reason is not None:
+                logger.warning("/flush_cache failed, not calling it again in this run: %s", reason)
+                run.flush_supported = False
+            return reason is None
+
         if settings.warmup_requests:
             items = _items([prompts[i % len(prompts)] for i in range(settings.warmup_requests)])
             concurrency = min(max(settings.concurrency), len(items))
             result = await load(items, concurrency, progress_for("warmup", concurrency, 0, len(items)))
             failed = [r for r in result.records if r.error is not None]
-            warmup = WarmupInfo(
+            run.warmup = WarmupInfo(
                 num_requests=len(items), num_errors=len(failed), errors_by_kind=error_counts(result.records)
             )
             if result.hung is not None:
-                raise BenchmarkError(
-                    f"warm-up stopped: {result.hung} ({warmup.errors_by_kind}); is the engine stuck? its log should say where"
+                raise run.aborted(
+                    f"warm-up stopped: {result.hung} ({run.warmup.errors_by_kind}); is the engine stuck? "
+                    "its log should say where"
                 )
             if len(failed) == len(items):
-                raise BenchmarkError(
-                    f"every warm-up request to {base_url} failed ({warmup.errors_by_kind}); "
+                raise run.aborted(
+                    f"every warm-up request to {base_url} failed ({run.warmup.errors_by_kind}); "
                     f"first: {failed[0].error_kind}: {failed[0].error}"
                 )
             if failed:
-                logger.warning("%d of %d warm-up requests failed: %s", len(failed), len(items), warmup.errors_by_kind)
+                logger.warning("%d of %d warm-up requests failed: %s", len(failed), len(items), run.warmup.errors_by_kind)
 
         items = _items(prompts)
-        flush_supported = settings.flush_cache and info is not None
         update_interval = srv.decode_log_interval_from_info(info)
         counters = _FlushEvidence()
         last = await read_accept_length() if info is not None else None  # the value the next flush meets
-        scopes: set[str] = set()
-        levels: list[LevelResult] = []
         for concurrency in settings.concurrency:
-            repetitions: list[RepetitionMetrics] = []
             for repetition in range(settings.repetitions):
-                flushed = False
-                if flush_supported:
-                    flushed = await srv.flush_cache(session, base_url, timeout_s=health_timeout_s)
-                    if not flushed:
-                        logger.warning("/flush_cache failed; not calling it again in this run")
-                        flush_supported = False
+                flushed = await flush() if run.flush_supported else False
                 before = after = None
                 if info is not None:
                     before = await read_accept_length()
@@ -207,27 +299,24 @@ async def arun_benchmark(
                 )
                 if info is not None:
                     after = last = await read_accept_length()
-                    if flushed and before is None and after is not None and not counters.decided and flush_supported:
+                    if flushed and before is None and after is not None and not counters.decided and run.flush_supported:
                         # Nothing was counted when this repetition's flush ran, so it showed nothing about
                         # what a flush does to the counters: flush the idle server once more and look.
-                        if await srv.flush_cache(session, base_url, timeout_s=health_timeout_s):
+                        if await flush():
                             last = await read_accept_length()
                             counters.saw_flush(value_before=after, value_after=last)
-                        else:
-                            logger.warning("/flush_cache failed; not calling it again in this run")
-                            flush_supported = False
                 # Only a flush seen to clear the counters makes the value after this repetition's figure;
                 # otherwise it is a lifetime mean (SGLang): a weaker cross-check, never the figure itself.
                 reset = flushed and before is None and counters.resets
                 if after is not None:
                     scope = "repetition" if reset else "lifetime"
-                    if scope == "lifetime" and "lifetime" not in scopes:
+                    if scope == "lifetime" and "lifetime" not in run.scopes:
                         logger.info(
                             "the server's avg_spec_accept_length is a lifetime mean (not shown to be reset by "
                             "/flush_cache); accept_length comes from the per-request meta_info, the server's value "
                             "is a cross-check"
                         )
-                    scopes.add(scope)
+                    run.scopes.add(scope)
                 metrics = compute_repetition_metrics(
                     records=result.records,
                     duration_s=result.duration_s,
@@ -240,60 +329,32 @@ async def arun_benchmark(
                     server_update_interval=update_interval,
                     accept_length_tolerance=settings.accept_length_tolerance,
                 )
-                _log_repetition(metrics)
                 if result.hung is not None:
-                    raise BenchmarkError(
+                    raise run.aborted(
                         f"stopped during concurrency {concurrency}, repetition {repetition}: {result.hung} "
                         f"({metrics.num_ok} of {metrics.num_requests} requests completed: {metrics.errors_by_kind}); "
-                        "is the engine stuck? its log should say where"
+                        "is the engine stuck? its log should say where",
+                        concurrency=concurrency, repetition=repetition, metrics=metrics,
                     )
                 if metrics.num_errors and (
                     {"connection", "not_sent"} & set(metrics.errors_by_kind) or metrics.num_ok == 0
                 ):
-                    await _ensure_healthy(
-                        session, base_url, health_timeout_s,
-                        f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
-                        f"({metrics.num_errors} of {metrics.num_requests} requests failed: {metrics.errors_by_kind})",
-                    )
-                repetitions.append(metrics)
+                    reason = await srv.check_health(session, base_url, timeout_s=health_timeout_s)
+                    if reason is not None:
+                        raise run.aborted(
+                            f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
+                            f"({metrics.num_errors} of {metrics.num_requests} requests failed: "
+                            f"{metrics.errors_by_kind}): {reason}",
+                            concurrency=concurrency, repetition=repetition, metrics=metrics,
+                        )
+                _log_repetition(metrics)
+                run.running.append(metrics)
                 if on_repetition is not None:
                     on_repetition(metrics)
-            levels.append(
-                summarise_level(
-                    concurrency=concurrency,
-                    request_rate=settings.request_rate,
-                    repetitions=repetitions,
-                    noise_metrics=settings.noise_metrics,
-                    noisy_cv_threshold=settings.noisy_cv_threshold,
-                )
-            )
-            if levels[-1].noisy:
-                logger.warning("concurrency %d is noisy: %s", concurrency, ", ".join(levels[-1].noisy_metrics))
-        distinct = len({p.id for p in prompts})
-        return BenchResult(
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            base_url=base_url,
-            api=api,
-            model=model,
-            server=srv.summarise_server_info(info),
-            flush_cache_supported=flush_supported,
-            server_accept_length_scope="lifetime" if "lifetime" in scopes else ("repetition" if scopes else None),
-            settings=settings,
-            dataset=DatasetInfo(
-                name=settings.dataset,
-                path=settings.dataset_path,
-                num_prompts=len(prompts),
-                distinct_prompts=distinct,
-                mean_prompt_chars=sum(len(p.text) for p in prompts) / len(prompts),
-            ),
-            warmup=warmup,
-            levels=levels,
-            num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
-            num_errors=sum(level.num_errors for level in levels),
-            accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
-            accept_length_not_checkable=any(level.accept_length_not_checkable for level in levels),
-            noisy=any(level.noisy for level in levels),
-        )
+            level = run.finish_level(concurrency)
+            if level.noisy:
+                logger.warning("concurrency %d is noisy: %s", concurrency, ", ".join(level.noisy_metrics))
+        return run.result()
 
 
 @dataclass

@@ -137,13 +137,15 @@ def summarise_server_info(info: dict[str, Any] | None) -> dict[str, Any]:
     return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
 
 
-async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> bool:
-    """Reset the server's caches and speculative counters; ``True`` once flushed.
+async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> str | None:
+    """Reset the server's caches and speculative counters: ``None`` once flushed, else why not
+    (one line naming the URL). Logs nothing: the caller decides what a failed flush means.
 
     SGLang refuses (HTTP 400) while requests are still running, e.g. the tail of the previous
-    repetition being aborted; that is retried with a growing pause until ``timeout_s``. ``False``
-    where the endpoint is not served (a plain OpenAI server) or the server never became idle —
-    then the server's lifetime counters cannot be attributed to one repetition.
+    repetition being aborted; that is retried with a growing pause until ``timeout_s``. A reason
+    is returned where the endpoint is not served (a plain OpenAI server), the request failed, or
+    the server never became idle — then the server's lifetime counters cannot be attributed to
+    one repetition.
     """
     url = base_url.rstrip("/") + "/flush_cache"
     deadline = time.monotonic() + timeout_s
@@ -154,16 +156,13 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_
                 status = resp.status
                 body = (await resp.text(errors="replace"))[:200]
         except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
-            logger.warning("POST %s failed: %s", url, exc)
-            return False
+            return f"POST {url} failed: {type(exc).__name__}: {exc}"
         if status == 200:
-            return True
+            return None
         if status in (404, 405):
-            logger.debug("%s is not served (HTTP %s)", url, status)
-            return False
+            return f"{url} is not served (HTTP {status})"
         if time.monotonic() + pause > deadline:
-            logger.warning("%s still refused after %.0f s (HTTP %s: %s)", url, timeout_s, status, body)
-            return False
+            return f"{url} still refused after {timeout_s:g} s (HTTP {status}: {body})"
         await asyncio.sleep(pause)  # the server is busy: poll again, backing off
         pause = min(pause * 2, 1.0)
 

@@ -7,7 +7,8 @@ proof is the worker's own environment. ``/proc/<pid>/environ`` is the environmen
 *started* with — exactly what a spawned worker inherited — so that is what we read, for the
 server and every descendant.
 
-Values of variables whose names look like secrets are never shown in reports or logs.
+Values of variables whose names look like secrets are never shown in reports or logs (the one
+rule is ``serving.redaction``; ``redact`` and ``REDACTED`` are re-exported here).
 """
 
 from __future__ import annotations
@@ -18,25 +19,19 @@ from typing import Mapping
 
 import psutil
 
+from serving.redaction import REDACTED, redact
+
 __all__ = [
     "AuditReport",
     "ProcessAudit",
+    "REDACTED",
     "audit_process_tree",
     "read_environ",
     "redact",
     "role_of",
 ]
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH)", re.I)
 _TP_WORKER = re.compile(r"(scheduler|::tp\d|_tp\d|tp_?worker)", re.I)
-REDACTED = "<redacted>"
-
-
-def redact(name: str, value: str | None) -> str | None:
-    """``value``, or a placeholder if ``name`` looks like it holds a secret."""
-    if value is None:
-        return None
-    return REDACTED if _SECRET_NAME.search(name) else value
 
 
 def read_environ(pid: int) -> dict[str, str]:
@@ -49,7 +44,7 @@ def read_environ(pid: int) -> dict[str, str]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             raw = handle.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: exited while being read, or a kernel thread
         raise psutil.NoSuchProcess(pid) from None
     except PermissionError:
         raise psutil.AccessDenied(pid) from None

@@ -11,10 +11,10 @@ from __future__ import annotations
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
-from serving.engine.audit import redact
 from serving.engine.config import EngineConfig, FlagValue
+from serving.redaction import redacted_env
 
 __all__ = ["EngineCommand", "build_command", "engine_managed_env", "render_flags"]
 
@@ -45,17 +45,34 @@ class EngineCommand:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def redacted_env(self) -> dict[str, str]:
+        """``env`` with the values of secret-looking variables replaced (``serving.redaction``)."""
+        return redacted_env(self.env)
+
     def shell(self, *, redacted: bool = False) -> str:
         """One copy-pasteable shell line that reproduces this launch by hand.
 
         Args:
-            redacted: Replace the values of secret-looking variables (for logs).
+            redacted: Replace the values of secret-looking variables: for logs and for any output
+                a human may paste somewhere (``spectune engine-cmd`` without ``--show-secrets``).
+                The line then no longer reproduces the launch exactly; the placeholder says so.
         """
-        env = " ".join(
-            f"{k}={shlex.quote(redact(k, v) if redacted else v)}" for k, v in sorted(self.env.items())
-        )
+        env = self.redacted_env() if redacted else self.env
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         cmd = " ".join(shlex.quote(a) for a in self.argv)
-        return f"{env} {cmd}" if env else cmd
+        return f"{assignments} {cmd}" if assignments else cmd
+
+    def to_dict(self, *, redacted: bool = True) -> dict[str, Any]:
+        """JSON-ready ``{"argv", "env", "url"}``, secrets redacted unless ``redacted=False``.
+
+        Redacted by default because JSON output is the one most often pasted into issues and
+        logs; showing the real values must be asked for.
+        """
+        return {
+            "argv": list(self.argv),
+            "env": self.redacted_env() if redacted else dict(self.env),
+            "url": self.url,
+        }
 
 
 def _flag(name: str) -> str:

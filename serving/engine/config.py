@@ -4,6 +4,10 @@ The sweep turns (template + one candidate from the search space) into an EngineC
 loads one from the best-config file. The command builder renders it to argv for SGLang or the
 reference engine. Validation here is pure: no ports, no GPU queries, no downloads — the port is
 chosen by whoever owns the machine, at launch.
+
+SGLang's speculative rules (and spectune's upper bounds on the three numbers) are written once,
+in ``serving.speculative_rules``; ``speculative_problem`` and ``tree_capacity`` are re-exported
+here for the code that reads them as part of the engine's model.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serving.engine import nccl
+from serving.errors import EngineConfigError
+from serving.speculative_rules import FIELD_NAMES, speculative_problem, tree_capacity
 
 __all__ = [
     "EngineConfig",
@@ -92,57 +98,6 @@ def validated_extra_args(flags: object, *, use_instead: Callable[[str], str]) ->
     return out
 
 
-def tree_capacity(*, num_steps: int, topk: int) -> int:
-    """How many candidate tokens an EAGLE draft tree of this shape holds.
-
-    The first step proposes ``topk`` tokens; each later step expands the ``topk`` best leaves by
-    ``topk`` children, so the tree has ``topk + (num_steps - 1) * topk**2`` candidates. The
-    verifier sees ``num_draft_tokens - 1`` of them (plus the root), so that many must exist.
-    """
-    return topk + (num_steps - 1) * topk * topk
-
-
-def speculative_problem(
-    *, num_steps: int | None, topk: int | None, num_draft_tokens: int | None
-) -> str | None:
-    """Say which of SGLang's speculative rules the triple breaks, or ``None``.
-
-    Rules (SGLang ``ServerArgs``): all three set or none (SGLang's auto choice); topk == 1 is a
-    chain, so num_draft_tokens == num_steps + 1; otherwise num_draft_tokens - 1 must not exceed
-    the tree capacity.
-    """
-    given = {
-        "speculative_num_steps": num_steps,
-        "speculative_eagle_topk": topk,
-        "speculative_num_draft_tokens": num_draft_tokens,
-    }
-    unset = [k for k, v in given.items() if v is None]
-    if 0 < len(unset) < 3:
-        return (
-            f"set all three speculative numbers or none (SGLang's auto choice); unset: {', '.join(unset)}"
-        )
-    if not unset:
-        assert num_steps is not None and topk is not None and num_draft_tokens is not None
-        if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
-            return (
-                f"need speculative_num_steps >= 1, speculative_eagle_topk >= 1 and "
-                f"speculative_num_draft_tokens >= 2 (got {num_steps}, {topk}, {num_draft_tokens})"
-            )
-        if topk == 1 and num_draft_tokens != num_steps + 1:
-            return (
-                f"speculative_eagle_topk=1 is a chain: speculative_num_draft_tokens must be "
-                f"speculative_num_steps + 1 = {num_steps + 1}, got {num_draft_tokens}"
-            )
-        capacity = tree_capacity(num_steps=num_steps, topk=topk)
-        if num_draft_tokens - 1 > capacity:
-            return (
-                f"speculative_num_draft_tokens={num_draft_tokens} needs {num_draft_tokens - 1} "
-                f"candidates but a tree of num_steps={num_steps}, topk={topk} holds {capacity}; "
-                f"use at most {capacity + 1}"
-            )
-    return None
-
-
 class EngineConfig(BaseModel):
     """Everything needed to start one engine, in SGLang's flag names (``_`` for ``-``).
 
@@ -189,6 +144,11 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":
+        """SGLang's speculative rules (``serving.speculative_rules``) and what they need.
+
+        Raises ``EngineConfigError``, a ValueError, which pydantic reports as this model's
+        validation error next to every other problem of the config.
+        """
         numbers = (
             self.speculative_num_steps,
             self.speculative_eagle_topk,
@@ -196,22 +156,23 @@ class EngineConfig(BaseModel):
         )
         if self.speculative_algorithm is None:
             if any(n is not None for n in numbers) or self.speculative_draft_model_path:
-                raise ValueError(
+                raise EngineConfigError(
                     "speculative fields are set but speculative_algorithm is not; set it to EAGLE3 "
                     "(or EAGLE) or remove the speculative_* fields"
                 )
             return self
         if not self.speculative_draft_model_path:
-            raise ValueError(
+            raise EngineConfigError(
                 f"speculative_algorithm={self.speculative_algorithm} needs speculative_draft_model_path"
             )
         problem = speculative_problem(
             num_steps=self.speculative_num_steps,
             topk=self.speculative_eagle_topk,
             num_draft_tokens=self.speculative_num_draft_tokens,
+            names=FIELD_NAMES,
         )
         if problem:
-            raise ValueError(problem)
+            raise EngineConfigError(problem)
         return self
 
     @property

@@ -15,7 +15,7 @@ import logging
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import ray
 from ray.util.placement_group import PlacementGroup
@@ -25,7 +25,7 @@ from serving.engine.audit import AuditReport, audit_process_tree
 from serving.engine.command import engine_managed_env
 from serving.engine.config import EngineConfig
 from serving.engine.process import EngineProcess
-from serving.errors import EngineNotReady
+from serving.errors import EngineAlreadyStarted, EngineNotReady
 
 __all__ = ["EngineHost", "create_engine_host", "engine_host_options"]
 
@@ -55,20 +55,24 @@ class EngineHost:
         self.start_timeout_s = start_timeout_s
         self.label = label
         self._engine: EngineProcess | None = None
+        self._log_path: Path | None = None
 
     def start(self) -> dict[str, Any]:
         """Launch the engine, wait until healthy, audit its process tree.
 
         Returns:
-            ``{"url", "pid", "log_path", "cuda_visible_devices", "audit"}`` where ``audit`` is
+            ``{"url", "pid", "log_path", "cuda_visible_devices", "node_id", "node_ip", "audit"}``
+            (node id and IP of the Ray node the engine runs on; None outside Ray) where ``audit`` is
             ``AuditReport.to_dict()``. The caller decides what a failed audit means (the sweep
             fails the trial with reason ``env_audit``).
 
         Raises:
-            EngineLaunchError: the engine died or was not healthy in time (it is stopped first).
+            EngineAlreadyStarted: this host's engine is running already.
+            EngineLaunchError: the engine exited before it was healthy (``launch_failed``), or was
+                not healthy in time (``EngineStartTimeout``, ``timeout``); it is stopped first.
         """
         if self._engine is not None:
-            raise EngineNotReady(f"{self.label}: engine already started (pid {self._engine.pid})")
+            raise EngineAlreadyStarted(f"{self.label}: engine already started (pid {self._engine.pid}); stop() it first")
         engine = EngineProcess.from_config(
             self.config,
             log_dir=self.log_dir,
@@ -78,6 +82,7 @@ class EngineHost:
         )
         engine.start()
         self._engine = engine
+        self._log_path = engine.log_path
         try:
             engine.wait_healthy()
         except BaseException:
@@ -94,6 +99,8 @@ class EngineHost:
             "pid": engine.pid,
             "log_path": str(engine.log_path),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "node_id": _node_id(),
+            "node_ip": _node_ip(),
             "audit": report.to_dict(),
         }
 
@@ -113,16 +120,37 @@ class EngineHost:
         """One health check: ``{"alive", "healthy", "detail"}``."""
         return asdict(self._require().health())
 
+    def check_health(self) -> None:
+        """Raise unless the engine is healthy (the shape of Ray Serve's ``check_health`` hook).
+
+        Raises:
+            EngineDied: the engine exited after it had been healthy.
+            EngineNotReady: it is alive but not healthy, or not started.
+        """
+        self._require().check_healthy()
+
     def url(self) -> str:
         """Base URL of the engine."""
         return self._require().url
+
+    def log_text(self, max_bytes: int = 4 * 1024 * 1024) -> str:
+        """The engine log (its last ``max_bytes``), also after ``stop()``: what a trial keeps as an artifact."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        with open(self._log_path, "rb") as handle:
+            handle.seek(max(0, self._log_path.stat().st_size - max_bytes))
+            return handle.read().decode(errors="replace")
 
     def log_tail(self, lines: int = 40) -> str:
         """Last lines of the engine log."""
         return self._require().log_tail(lines)
 
     def stop(self) -> dict[str, Any]:
-        """Stop the engine and prove nothing of it is left (see ``EngineProcess.stop``)."""
+        """Stop the engine and prove nothing of it is left (see ``EngineProcess.stop``).
+
+        Raises:
+            EngineStopError: a process or the port survived (``stop_failed``).
+        """
         engine, self._engine = self._engine, None
         if engine is None:
             return {"exit_code": None, "escalated": False, "stopped_pids": []}
@@ -142,17 +170,28 @@ class EngineHost:
             pass
 
 
+def _node_id() -> str | None:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def _node_ip() -> str | None:
+    return ray.util.get_node_ip_address() if ray.is_initialized() else None
+
+
 def engine_host_options(
     config: EngineConfig,
     *,
     num_gpus: int,
     placement_group: PlacementGroup | None = None,
     bundle_index: int = -1,
+    runtime_env_vars: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Ray actor options for an EngineHost of ``config``.
 
     Args:
         config: The engine configuration; its ``env`` becomes the runtime_env's ``env_vars``.
+        runtime_env_vars: Deliver these instead of ``config.env`` (the audit still expects all of
+            ``config.env``): how a test reproduces a variable that was never handed to Ray.
         num_gpus: GPUs to reserve: ``tp_size`` for a GPU engine, 0 for the CPU reference engine
             (required: a wrong default either starves the engine or hangs a CPU-only cluster).
         placement_group: Reserve inside this placement group (the trial's), in ``bundle_index``.
@@ -161,7 +200,7 @@ def engine_host_options(
     options: dict[str, Any] = {
         "num_cpus": 0,
         "num_gpus": num_gpus,
-        "runtime_env": {"env_vars": dict(config.env)},
+        "runtime_env": {"env_vars": dict(config.env if runtime_env_vars is None else runtime_env_vars)},
         "max_restarts": 0,
     }
     if placement_group is not None:
@@ -180,11 +219,16 @@ def create_engine_host(
     label: str = "engine",
     placement_group: PlacementGroup | None = None,
     bundle_index: int = -1,
+    runtime_env_vars: Mapping[str, str] | None = None,
 ) -> ray.actor.ActorHandle:
-    """Create the EngineHost actor (not yet started: call ``.start.remote()``)."""
+    """Create the EngineHost actor (not yet started: call ``.start.remote()``).
+
+    ``runtime_env_vars``: see :func:`engine_host_options` (default: deliver ``config.env``).
+    """
     actor_class = ray.remote(EngineHost)
     options = engine_host_options(
-        config, num_gpus=num_gpus, placement_group=placement_group, bundle_index=bundle_index
+        config, num_gpus=num_gpus, placement_group=placement_group, bundle_index=bundle_index,
+        runtime_env_vars=runtime_env_vars,
     )
     return actor_class.options(**options).remote(
         config=config.model_dump(), log_dir=str(log_dir), start_timeout_s=start_timeout_s, label=label

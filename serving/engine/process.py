@@ -3,15 +3,21 @@
 The one lifecycle used by the sweep, by Serve and by the tests, for SGLang and the reference
 engine alike. The engine runs in its own session (process group) so that the whole tree — server,
 TP workers, their helpers — can be signalled at once; Ray does not reliably reap grandchildren,
-so ``stop()`` does not return until every process of the tree is gone and the port is closed.
-Output goes to a log file (never an unread pipe, which would block a chatty engine).
+so ``stop()`` does not return until every process of the tree is gone and the port is closed
+(the tree is tracked by ``serving.engine.process_tree.ProcessTree``). Output goes to a log file
+(never an unread pipe, which would block a chatty engine).
+
+Failures are ``serving.errors.EngineError`` subclasses whose ``reason`` the sweep maps to a trial
+reason: ``launch_failed`` (cannot run, or exited before it was ever healthy), ``timeout`` (not
+healthy by the deadline), ``died`` (exited after it had been healthy), ``not_healthy`` (alive but
+failing its health check, or not started), ``stop_failed`` (something survived ``stop()``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,20 +26,29 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Mapping
+from typing import IO, Mapping
 
 import psutil
 
 from serving.engine.command import EngineCommand, build_command
 from serving.engine.config import EngineConfig
-from serving.errors import EngineLaunchError, EngineNotReady, SpectuneError
+from serving.engine.exec_wrapper import wrapped_argv
+from serving.engine.process_tree import ProcessTree
+from serving.errors import (
+    EngineAlreadyStarted,
+    EngineDied,
+    EngineError,
+    EngineLaunchError,
+    EngineNotReady,
+    EngineStartTimeout,
+    EngineStopError,
+)
 from serving.ports import free_port
+from serving.waiting import wait_until
 
 __all__ = ["EngineHealth", "EngineProcess", "StopReport", "free_port"]
 
 logger = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -44,25 +59,8 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks the kernel to SIGTERM the engine if its launcher dies.
-
-    This is what stops an engine whose host actor was SIGKILLed (``ray.kill``), which runs no
-    finaliser. libc is resolved here, in the parent: between fork and exec the child of a
-    multi-threaded process must not load libraries. The signal follows the launching *thread*;
-    a synchronous Ray actor runs its methods on its main thread, which lives as long as the actor.
-    """
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except OSError:
-        logger.warning("libc not found: an engine will not be stopped if its launcher is killed")
-        return None
-    sigterm = int(signal.SIGTERM)
-
-    def hook() -> None:  # runs in the child between fork and exec: no allocation-heavy work
-        prctl(_PR_SET_PDEATHSIG, sigterm)
-
-    return hook
+def _exit_words(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -126,7 +124,10 @@ class EngineProcess:
                 proves they did.
             base_env: Environment to start from (default: this process's ``os.environ``).
             start_timeout_s: Default deadline for ``wait_healthy``.
-            die_with_parent: Have the kernel SIGTERM the engine if this process dies.
+            die_with_parent: Have the kernel SIGTERM the engine if this process dies (through
+                ``serving.engine.exec_wrapper``, which sets the signal and then execs the engine:
+                no Python runs between fork and exec here, which in a multi-threaded launcher
+                such as a Ray actor could deadlock). The engine's argv and pid are unchanged.
         """
         self.command = command
         self.log_path = Path(log_path)
@@ -136,8 +137,8 @@ class EngineProcess:
         self.die_with_parent = die_with_parent
         self._popen: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
-        self._known: dict[int, psutil.Process] = {}
-        self._started_at = 0.0
+        self._tree: ProcessTree | None = None
+        self._was_healthy = False
 
     @classmethod
     def from_config(
@@ -199,34 +200,43 @@ class EngineProcess:
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Launch the engine in its own session, output appended to ``log_path``."""
+        """Launch the engine in its own session, output appended to ``log_path``.
+
+        Raises:
+            EngineAlreadyStarted: it is running already.
+            EngineLaunchError: the program cannot be found or run (nothing was started).
+        """
         if self._popen is not None:
-            raise SpectuneError(f"engine on port {self.command.port} already started (pid {self._popen.pid})")
+            raise EngineAlreadyStarted(
+                f"engine on port {self.command.port} already started (pid {self._popen.pid}); stop() it first"
+            )
         env = dict(os.environ if self.base_env is None else self.base_env)
         if self.apply_env:
             env.update(self.command.env)
+        program = self.command.argv[0]
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            # Checked here because through the exec wrapper a missing program would only show
+            # as an exit code: say it at once, as Popen would without the wrapper.
+            raise EngineLaunchError(f"cannot run {program!r}: not an executable file, nor on the launch PATH")
+        argv = (
+            wrapped_argv(self.command.argv, parent_pid=os.getpid(), env=env)
+            if self.die_with_parent
+            else list(self.command.argv)
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self._log.write(f"$ {self.command.shell(redacted=True)}\n".encode())
-        self._log.flush()
+        log = open(self.log_path, "ab")
+        log.write(f"$ {self.command.shell(redacted=True)}\n".encode())
+        log.flush()
         try:
-            self._popen = subprocess.Popen(
-                self.command.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent_hook() if self.die_with_parent else None,
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         except OSError as exc:
-            self._log.close()
-            self._log = None
-            raise EngineLaunchError(f"cannot run {self.command.argv[0]}: {exc}") from None
-        self._started_at = time.time()
-        self._known = {}
-        self._remember_tree()
-        logger.info("engine starting: pid %d, %s, log %s", self._popen.pid, self.url, self.log_path)
+            log.close()
+            raise EngineLaunchError(f"cannot run {argv[0]}: {exc}") from None
+        self._popen, self._log, self._was_healthy = popen, log, False
+        self._tree = ProcessTree(popen.pid)  # before anything can reap it: the pid is surely ours
+        logger.info("engine starting: pid %d, %s, log %s", popen.pid, self.url, self.log_path)
 
     def _get(self, path: str, *, timeout_s: float) -> int:
         """HTTP GET status code of ``path`` (raises OSError if the server cannot be reached)."""
@@ -236,108 +246,99 @@ class EngineProcess:
         except urllib.error.HTTPError as exc:
             return int(exc.code)
 
+    def _exited(self, code: int) -> EngineError:
+        """The error for an engine found exited: ``died`` if it had been healthy, else ``launch_failed``."""
+        where = f"{self.url}, log {self.log_path}"
+        if self._was_healthy:
+            return EngineDied(
+                f"engine {_exit_words(code)} after it had been healthy ({where})", exit_code=code, log_tail=self.log_tail()
+            )
+        return EngineLaunchError(
+            f"engine exited with code {code} before becoming healthy ({where})", exit_code=code, log_tail=self.log_tail()
+        )
+
     def wait_healthy(self, *, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
         """Return once ``/health_generate`` answers 200.
 
         Checks ``poll()`` on every loop so a crashed engine fails at once, not at the deadline.
 
         Raises:
-            EngineLaunchError: the engine exited, or was not healthy by the deadline; carries the
-                exit code and the log tail. The engine is left running in the latter case (call
-                ``stop()``).
+            EngineLaunchError: the engine exited before it was ever healthy (``launch_failed``).
+            EngineDied: it exited after it had been healthy (``died``).
+            EngineStartTimeout: it was not healthy by the deadline (``timeout``); it is left
+                running (call ``stop()``).
+            EngineNotReady: it was not started.
         """
         popen = self._require_started()
-        deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
-        last = "no answer yet"
-        while True:
+        budget = self.start_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        last = ["no answer yet"]
+
+        def healthy() -> bool:
             code = popen.poll()
             if code is not None:
-                raise EngineLaunchError(
-                    f"engine exited with code {code} before becoming healthy ({self.url}, log {self.log_path})",
-                    exit_code=code,
-                    log_tail=self.log_tail(),
-                )
+                raise self._exited(code)
             try:
                 status = self._get("/health_generate", timeout_s=max(1.0, min(30.0, deadline - time.monotonic())))
-                if status == 200:
-                    self._remember_tree()
-                    logger.info("engine ready: pid %d at %s", popen.pid, self.url)
-                    return
-                last = f"/health_generate answered HTTP {status}"
             except OSError as exc:
-                last = f"cannot connect: {getattr(exc, 'reason', exc)}"
-            if time.monotonic() >= deadline:
-                raise EngineLaunchError(
-                    f"engine not healthy after {timeout_s or self.start_timeout_s:g} s ({last}; "
-                    f"pid {popen.pid}, log {self.log_path})",
-                    exit_code=None,
-                    log_tail=self.log_tail(),
-                )
-            time.sleep(poll_s)  # polling interval of a health loop, not synchronisation
+                last[0] = f"cannot connect: {getattr(exc, 'reason', exc)}"
+                return False
+            last[0] = f"/health_generate answered HTTP {status}"
+            return status == 200
+
+        try:
+            wait_until(healthy, timeout_s=budget, what=f"{self.url}/health_generate", poll_s=poll_s)
+        except TimeoutError:
+            raise EngineStartTimeout(
+                f"engine not healthy after {budget:g} s ({last[0]}; pid {popen.pid}, log {self.log_path})",
+                log_tail=self.log_tail(),
+            ) from None
+        self._healthy_now()
+        logger.info("engine ready: pid %d at %s", popen.pid, self.url)
+
+    def _healthy_now(self) -> None:
+        self._was_healthy = True
+        assert self._tree is not None
+        self._tree.remember()
 
     def health(self, *, timeout_s: float = 10.0) -> EngineHealth:
         """Check once: is the server alive, and does ``/health_generate`` answer 200?"""
         popen = self._require_started()
         code = popen.poll()
         if code is not None:
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            return EngineHealth(alive=False, healthy=False, detail=f"engine {how}")
+            return EngineHealth(alive=False, healthy=False, detail=f"engine {_exit_words(code)}")
         try:
             status = self._get("/health_generate", timeout_s=timeout_s)
         except OSError as exc:
             return EngineHealth(alive=True, healthy=False, detail=f"cannot connect: {getattr(exc, 'reason', exc)}")
-        self._remember_tree()
-        ok = status == 200
-        return EngineHealth(alive=True, healthy=ok, detail="" if ok else f"/health_generate answered HTTP {status}")
+        assert self._tree is not None
+        self._tree.remember()
+        if status != 200:
+            return EngineHealth(alive=True, healthy=False, detail=f"/health_generate answered HTTP {status}")
+        self._healthy_now()
+        return EngineHealth(alive=True, healthy=True)
+
+    def check_healthy(self, *, timeout_s: float = 10.0) -> None:
+        """``health()`` as an exception, for callers that must fail (Serve's ``check_health``).
+
+        Raises:
+            EngineDied: it exited after it had been healthy.
+            EngineLaunchError: it exited before it was ever healthy.
+            EngineNotReady: it is alive but not healthy, or was not started.
+        """
+        popen = self._require_started()
+        result = self.health(timeout_s=timeout_s)
+        if result.healthy:
+            return
+        code = popen.poll()
+        if code is not None:
+            raise self._exited(code)
+        raise EngineNotReady(f"engine pid {popen.pid} at {self.url} is not healthy: {result.detail}")
 
     def _require_started(self) -> subprocess.Popen[bytes]:
         if self._popen is None:
             raise EngineNotReady("engine not started; call start() first")
         return self._popen
-
-    def _remember_tree(self) -> None:
-        """Note every process of the tree seen so far, as psutil objects.
-
-        After the server dies its workers are no longer its children, so they must be known from
-        before. psutil objects (not bare pids) are kept because they refuse to signal a pid that
-        has since been reused by an unrelated process.
-        """
-        if self._popen is None or self._popen.returncode is not None:
-            return
-        try:
-            server = psutil.Process(self._popen.pid)
-            tree = [server, *server.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return
-        for proc in tree:
-            self._known.setdefault(proc.pid, proc)
-
-    def _tree(self) -> list[psutil.Process]:
-        """Live processes of this engine: those seen before, current descendants, its process group.
-
-        Group members are only counted if they started after the engine did, so a reused group
-        id cannot pull in unrelated processes.
-        """
-        assert self._popen is not None
-        self._remember_tree()
-        group = self._popen.pid  # start_new_session: the server leads its own group
-        found = dict(self._known)
-        for proc in psutil.process_iter(["pid", "create_time"]):
-            try:
-                if proc.pid not in found and os.getpgid(proc.pid) == group and (
-                    proc.info["create_time"] or 0
-                ) >= self._started_at - 1.0:
-                    found[proc.pid] = proc
-            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-                continue
-        alive = []
-        for proc in found.values():
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.NoSuchProcess:
-                continue
-        return alive
 
     def stop(self, *, grace_s: float = 15.0, port_timeout_s: float = 30.0) -> StopReport:
         """Stop the engine and return only when no process of it is alive and its port is closed.
@@ -346,24 +347,26 @@ class EngineProcess:
         it), then after ``grace_s`` SIGKILL to every process of the tree still alive.
 
         Raises:
-            SpectuneError: a process or the port survived SIGKILL (names the pids / port).
+            EngineStopError: a process or the port survived SIGKILL (``survivors`` / ``port``
+                name them). The engine counts as stopped either way: a second ``stop()`` is a
+                no-op.
         """
         if self._popen is None:
             return StopReport(exit_code=None, escalated=False, stopped_pids=())
-        popen = self._popen
+        popen, tree = self._popen, self._tree
+        assert tree is not None
         server = popen.pid
-        tree = self._tree()
+        live = tree.live()
         escalated = False
-        if tree:
-            logger.info("stopping engine pid %d (%d processes)", server, len(tree))
-            self._signal_tree(tree, signal.SIGTERM)
+        if live:
+            logger.info("stopping engine pid %d (%d processes)", server, len(live))
+            tree.signal(signal.SIGTERM, live)
             try:
                 popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
             # The server is reaped through Popen (psutil would steal its exit code); the rest here.
-            others = [p for p in self._tree() if p.pid != server]
-            _, still = psutil.wait_procs(others, timeout=max(0.1, grace_s / 3))
+            _, still = psutil.wait_procs(tree.live(include_leader=False), timeout=max(0.1, grace_s / 3))
             if still or popen.poll() is None:
                 escalated = True
                 stubborn = sorted(p.pid for p in still) + ([server] if popen.poll() is None else [])
@@ -371,28 +374,30 @@ class EngineProcess:
                     "engine pid %d did not stop within %.0f s of SIGTERM; sending SIGKILL to %s",
                     server, grace_s, stubborn,
                 )
-                self._signal_tree(self._tree(), signal.SIGKILL)
+                tree.signal(signal.SIGKILL)
         try:
-            exit_code = popen.wait(timeout=10)
+            exit_code: int | None = popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             exit_code = None
-        leftovers = self._wait_gone(timeout_s=10)
-        seen = set(self._known)
+        leftovers = tree.wait_gone(timeout_s=10) | ({server} if exit_code is None else set())
         if self._log is not None:
             self._log.close()
-            self._log = None
-        self._popen = None
+        self._popen, self._tree, self._log = None, None, None
         if leftovers:
-            raise SpectuneError(f"engine processes survived SIGKILL: {sorted(leftovers)}")
-        deadline = time.monotonic() + port_timeout_s
-        while _port_open(self.command.host, self.command.port):
-            if time.monotonic() >= deadline:
-                raise SpectuneError(
-                    f"port {self.command.port} still accepts connections {port_timeout_s:g} s after the engine stopped"
-                )
-            time.sleep(0.1)  # polling the port, not synchronisation
+            raise EngineStopError(
+                f"engine processes survived SIGKILL: {sorted(leftovers)}",
+                survivors=tuple(sorted(leftovers)), exit_code=exit_code, log_tail=self.log_tail(),
+            )
+        host, port = self.command.host, self.command.port
+        try:
+            wait_until(lambda: not _port_open(host, port), timeout_s=port_timeout_s, what=f"port {port} to close", poll_s=0.1)
+        except TimeoutError:
+            raise EngineStopError(
+                f"port {port} still accepts connections {port_timeout_s:g} s after the engine stopped",
+                port=port, exit_code=exit_code,
+            ) from None
         logger.info("engine pid %d stopped (exit code %s)", server, exit_code)
-        return StopReport(exit_code=exit_code, escalated=escalated, stopped_pids=tuple(sorted(seen)))
+        return StopReport(exit_code=exit_code, escalated=escalated, stopped_pids=tree.seen)
 
     def stop_quietly(self) -> None:
         """``stop()`` on a failure path: a problem while stopping is logged, never allowed to
@@ -401,35 +406,6 @@ class EngineProcess:
             self.stop()
         except Exception:  # noqa: BLE001 - the original error matters more
             logger.exception("engine on port %d: cleanup after a failed start also failed", self.command.port)
-
-    def _signal_tree(self, tree: list[psutil.Process], sig: signal.Signals) -> None:
-        """Signal the process group (while its leader is unreaped, so the id is still ours) and
-        every known process of the tree, including any that left the group (setsid)."""
-        assert self._popen is not None
-        if self._popen.poll() is None:
-            try:
-                os.killpg(self._popen.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for proc in tree:
-            try:
-                proc.send_signal(sig)  # psutil refuses if the pid now belongs to another process
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-
-    def _wait_gone(self, *, timeout_s: float) -> set[int]:
-        """Wait until no process of the tree is alive; SIGKILL stragglers; return survivors."""
-        assert self._popen is not None
-        server = self._popen.pid
-        deadline = time.monotonic() + timeout_s
-        while True:
-            live = [p for p in self._tree() if p.pid != server]
-            if not live:
-                return set()
-            if time.monotonic() >= deadline:
-                return {p.pid for p in live}
-            self._signal_tree(live, signal.SIGKILL)
-            psutil.wait_procs(live, timeout=0.5)
 
     # --- context manager -------------------------------------------------------------------
 

@@ -6,9 +6,12 @@ metric names. See docs/reference-engine.md.
 
 Module map (data flows top to bottom):
 
-* ``cli`` / ``server_args``: flags (SGLang's names and rules) -> resolved ``ServerArgs``.
+* ``cli`` / ``server_args``: flags (SGLang's names and rules) -> resolved ``ServerArgs``;
+  ``checks``: the range checks flags and requests share.
 * ``server``: lifecycle (bind, spawn, warm up, serve, shut down); ``faults``: fault switches.
-* ``http_server`` / ``openai_api``: the HTTP API; ``metrics``: Prometheus text.
+* ``http_server``: the app factory; ``native_api`` (SGLang's routes) and ``openai_api`` (``/v1``)
+  register on it; both stand on ``http_common`` (state, body reading, errors, streams);
+  ``metrics``: Prometheus text.
 * ``engine_client``: the HTTP process's link to the workers; ``protocol``: the messages.
 * ``launcher``: spawning the TP worker processes; ``tp_worker``: one rank's main loop.
 * ``scheduler``: batching, prefill/decode/speculative iterations, counters.

@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         faults = parse_faults()
     except ValueError as exc:
-        print(f"python -m serving.reference: error: {exc}", file=sys.stderr)
+        logger.error("bad fault switch: %s", exc)
         return 2
     logger.info("server args: %s", args.to_dict())
     if faults.any:

@@ -25,7 +25,10 @@ from typing import Mapping
 
 from serving.reference.tokenizer import END_OF_TURN_ID
 
-__all__ = ["PRESETS", "ModelPreset", "get_preset", "resolve_draft_layers"]
+__all__ = ["PRESETS", "ROPE_MARGIN", "ModelPreset", "get_preset", "resolve_draft_layers"]
+
+ROPE_MARGIN = 1024
+"""Rotary positions past ``max_context_length`` (a draft tree is at most 64 steps deep)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,12 @@ class ModelPreset:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def max_context_length(self) -> int:
+        """Longest ``--context-length`` accepted: twice the default. The model's rotary table
+        covers it plus ``ROPE_MARGIN`` positions, room for the deepest draft tree beyond it."""
+        return 2 * self.context_length
 
     @property
     def stop_token_ids_for_chat(self) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncGenerator, Callable, Optional
 
 from serving.reference.launcher import WorkerGroup
 from serving.reference.metrics import ReferenceMetrics
@@ -117,13 +117,12 @@ class EngineClient:
         return rid in self._states
 
     # ----------------------------------------------------------------------------- requests
-    async def generate(self, req: GenerateReq) -> AsyncIterator[tuple[RequestState, tuple[int, ...], bool]]:
-        """Submit ``req``; yield (state, new token ids, is_last) until it finishes.
-
-        If the consumer stops early (client gone), the request is aborted in the workers.
+    def submit(self, req: GenerateReq) -> RequestState:
+        """Send ``req`` to the workers; its tokens arrive through ``updates``.
 
         Raises:
             ValueError: the request id is already in flight.
+            RuntimeError: the server is shutting down.
         """
         if req.rid in self._states:
             raise ValueError(f"request id {req.rid!r} is already in flight")
@@ -131,7 +130,18 @@ class EngineClient:
             raise RuntimeError("server is shutting down")
         state = RequestState(req=req, created=time.perf_counter(), queue=asyncio.Queue())
         self._states[req.rid] = state
-        self.workers.rank0.send(req)
+        try:
+            self.workers.rank0.send(req)
+        except (OSError, EOFError):  # rank 0 is gone; the reader thread reports it as fatal
+            self._finish(state, {"type": "abort", "message": "the engine is gone"})
+        return state
+
+    async def updates(self, state: RequestState) -> AsyncGenerator[tuple[RequestState, tuple[int, ...], bool], None]:
+        """Yield (state, new token ids, is_last) of a submitted request until it finishes.
+
+        If the consumer stops early (client gone, handler cancelled), the request is aborted in
+        the workers.
+        """
         try:
             while True:
                 new_ids = await state.queue.get()
@@ -141,7 +151,16 @@ class EngineClient:
                     return
         finally:
             if not state.finished:
-                self.abort(req.rid)
+                self.abort(state.rid)
+
+    async def generate(self, req: GenerateReq) -> AsyncGenerator[tuple[RequestState, tuple[int, ...], bool], None]:
+        """``submit`` then ``updates``: submitted on the first iteration."""
+        updates = self.updates(self.submit(req))
+        try:
+            async for item in updates:
+                yield item
+        finally:
+            await updates.aclose()
 
     def abort(self, rid: str) -> None:
         """Abort an in-flight request (no-op if unknown)."""
@@ -150,8 +169,8 @@ class EngineClient:
             return
         try:
             self.workers.rank0.send(AbortReq(rid=rid))
-        except (OSError, BrokenPipeError):
-            pass
+        except (OSError, EOFError):
+            pass  # rank 0 is gone; the reader thread reports it as fatal
         self._finish(state, {"type": "abort", "message": "aborted by client"})
 
     async def flush(self) -> tuple[bool, str]:

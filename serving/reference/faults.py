@@ -9,31 +9,111 @@ the command line stays exactly SGLang's. Several may be combined with ``;``.
   (``/health`` and ``/health_generate`` answer 503 until the process is stopped).
 * ``die_after_tokens:N``: the HTTP (server) process exits hard (``os._exit(1)``, no cleanup) as
   soon as it has received N generated tokens in total; the workers die with it.
+* ``die_after_tokens:N@NAME=VALUE``: the same, but only if the server process's environment has
+  ``NAME`` set to ``VALUE``; otherwise the switch is off (and the log says so). A sweep puts it in
+  its fixed env and so arms it for the trials that set ``NAME=VALUE`` only (for example
+  ``die_after_tokens:1500@NCCL_ALGO=Tree``).
 * ``late_env:NAME[,NAME...]``: the named variables are popped from ``os.environ`` while the TP
   workers are spawned and restored afterwards, so the server process has them and the workers do
   not (the bug of setting NCCL_* after the engine started).
+* ``corrupt_allreduce_when:NAME=VALUE``: each TP worker checks its *own* environment (what it was
+  spawned with); where ``NAME`` is ``VALUE`` there, every all-reduce result is perturbed
+  deterministically (a quarter of each value's neighbour is added to it), the same on every
+  rank, so greedy output differs from the baseline while the server stays healthy: silent data
+  corruption, as forcing ``NCCL_PROTO=LL128`` can cause on some platforms
+  (``corrupt_allreduce_when:NCCL_PROTO=LL128``). A correctness probe must reject such a config.
+  With ``--tp-size 1`` there is no all-reduce, so the switch does nothing (the worker logs that).
+
+Values of secret-looking variables (``serving.redaction``) are never printed back.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import re
+from typing import Any, Mapping, Optional
 
 from serving.environ import ENV
+from serving.redaction import redact
 
-__all__ = ["Faults", "parse_faults"]
+__all__ = ["CORRUPTION", "CorruptedAllReduce", "EnvCondition", "Faults", "parse_faults"]
+
+CORRUPTION = 0.25
+"""Share of each value's neighbour added to it by ``corrupt_allreduce_when``."""
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class EnvCondition:
+    """``NAME=VALUE``: holds in an environment where ``NAME`` is set to exactly ``VALUE``."""
+
+    name: str
+    value: str
+
+    def holds(self, environ: Mapping[str, str]) -> bool:
+        return environ.get(self.name) == self.value
+
+    def __str__(self) -> str:
+        return f"{self.name}={redact(self.name, self.value)}"
+
+    __repr__ = __str__
 
 
 @dataclasses.dataclass(frozen=True)
 class Faults:
+    """The parsed switches (see the module docstring); ``str()`` spells them as they were set."""
+
     crash_on_start: bool = False
     hang_on_start: bool = False
     die_after_tokens: Optional[int] = None
+    die_after_tokens_when: Optional[EnvCondition] = None
     late_env: tuple[str, ...] = ()
+    corrupt_allreduce_when: Optional[EnvCondition] = None
 
     @property
     def any(self) -> bool:
         return self != Faults()
+
+    def tokens_before_death(self, environ: Mapping[str, str]) -> Optional[int]:
+        """``die_after_tokens``'s N where it applies in ``environ`` (the server's), else None."""
+        if self.die_after_tokens is None:
+            return None
+        if self.die_after_tokens_when is not None and not self.die_after_tokens_when.holds(environ):
+            return None
+        return self.die_after_tokens
+
+    def __str__(self) -> str:
+        parts = [name for name in ("crash_on_start", "hang_on_start") if getattr(self, name)]
+        if self.die_after_tokens is not None:
+            when = f"@{self.die_after_tokens_when}" if self.die_after_tokens_when is not None else ""
+            parts.append(f"die_after_tokens:{self.die_after_tokens}{when}")
+        if self.late_env:
+            parts.append("late_env:" + ",".join(self.late_env))
+        if self.corrupt_allreduce_when is not None:
+            parts.append(f"corrupt_allreduce_when:{self.corrupt_allreduce_when}")
+        return "; ".join(parts) or "(none)"
+
+
+class CorruptedAllReduce:
+    """A TP group whose all-reduce results are perturbed (``corrupt_allreduce_when``).
+
+    The perturbation is a function of the reduced tensor alone, so every rank computes the same
+    corrupted values and the ranks stay in lockstep (the server stays healthy); only the numbers
+    are wrong. Everything else is the wrapped group's.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rank = inner.rank
+        self.world_size = inner.world_size
+
+    def all_reduce(self, tensor: Any) -> None:
+        self.inner.all_reduce(tensor)
+        tensor.add_(tensor.roll(1, -1), alpha=CORRUPTION)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return self.inner.broadcast_object(obj)
 
 
 def parse_faults(value: Optional[str] = None) -> Faults:
@@ -50,17 +130,41 @@ def parse_faults(value: Optional[str] = None) -> Faults:
         if key in ("crash_on_start", "hang_on_start") and not arg:
             fields[key] = True
         elif key == "die_after_tokens":
-            if not arg.isdigit() or int(arg) < 1:
-                raise ValueError(f"{name}: die_after_tokens needs a positive integer (die_after_tokens:N), got {item!r}")
-            fields[key] = int(arg)
+            count, at, when = arg.partition("@")
+            if not count.isdigit() or int(count) < 1:
+                raise ValueError(
+                    f"{name}: die_after_tokens needs a positive integer (die_after_tokens:N or "
+                    f"die_after_tokens:N@NAME=VALUE), got {_shown(item)}"
+                )
+            fields[key] = int(count)
+            fields["die_after_tokens_when"] = _condition(when, item=item, variable=name) if at else None
         elif key == "late_env":
             names = tuple(n.strip() for n in arg.split(",") if n.strip())
             if not names:
                 raise ValueError(f"{name}: late_env needs variable names (late_env:NAME[,NAME...]), got {item!r}")
             fields[key] = names
+        elif key == "corrupt_allreduce_when":
+            fields[key] = _condition(arg, item=item, variable=name)
         else:
             raise ValueError(
-                f"{name}={raw!r}: unknown fault {item!r}; use crash_on_start, hang_on_start, "
-                "die_after_tokens:N or late_env:NAME[,NAME...] (';' combines several)"
+                f"{name}={_shown(raw)}: unknown fault {_shown(item)}; use crash_on_start, hang_on_start, "
+                "die_after_tokens:N[@NAME=VALUE], late_env:NAME[,NAME...] or corrupt_allreduce_when:NAME=VALUE "
+                "(';' combines several)"
             )
     return Faults(**fields)  # type: ignore[arg-type]
+
+
+def _condition(text: str, *, item: str, variable: str) -> EnvCondition:
+    cond_name, eq, cond_value = text.partition("=")
+    cond_name = cond_name.strip()
+    if not eq or not _NAME.match(cond_name):
+        raise ValueError(
+            f"{variable}: {_shown(item)} needs a condition NAME=VALUE with NAME an environment "
+            "variable name (letters, digits, '_')"
+        )
+    return EnvCondition(name=cond_name, value=cond_value)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted, with the value of any secret-looking ``NAME=VALUE`` in it redacted."""
+    return repr(re.sub(r"([A-Za-z_][A-Za-z0-9_]*)=([^;@]*)", lambda m: f"{m[1]}={redact(m[1], m[2])}", text))

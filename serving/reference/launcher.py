@@ -13,9 +13,10 @@ import multiprocessing
 import os
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Sequence
+from typing import Optional, Sequence
 
 from serving.ports import free_port
+from serving.reference.faults import EnvCondition
 from serving.reference.protocol import Shutdown, WorkerFailed, WorkerReady
 from serving.reference.server_args import ServerArgs
 from serving.reference.tp_worker import WorkerConfig, run_worker
@@ -35,11 +36,16 @@ class WorkerGroup:
     Args:
         args: Resolved server arguments.
         hide_env: Variable names to keep out of the workers' environment (``late_env`` fault).
+        corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition; each worker
+            checks it against its own environment.
     """
 
-    def __init__(self, *, args: ServerArgs, hide_env: Sequence[str] = ()) -> None:
+    def __init__(
+        self, *, args: ServerArgs, hide_env: Sequence[str] = (), corrupt_allreduce_when: Optional[EnvCondition] = None
+    ) -> None:
         self.args = args
         self.hide_env = tuple(hide_env)
+        self.corrupt_allreduce_when = corrupt_allreduce_when
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.ready: list[WorkerReady] = []
@@ -81,6 +87,7 @@ class WorkerGroup:
                     spec=spec,
                     torch_threads=0,
                     log_level=args.log_level,
+                    corrupt_allreduce_when=self.corrupt_allreduce_when,
                 )
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=run_worker, args=(cfg, child_conn), name=cfg.process_name, daemon=True)

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from serving.reference.config import ModelPreset
+from serving.reference.config import ROPE_MARGIN, ModelPreset
 from serving.reference.kv_cache import KVCache
 from serving.reference.parallel import Comm
 
@@ -199,7 +199,7 @@ class Model:
         self.lm_bias = output_bias(preset.vocab_size, dtype=dtype, device=device)
         self.eps = 1e-6
 
-        max_pos = preset.context_length * 2 + 1024
+        max_pos = preset.max_context_length + ROPE_MARGIN
         inv_freq = 1.0 / (
             preset.rope_theta
             ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64, device=device) / self.head_dim)

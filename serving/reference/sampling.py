@@ -9,11 +9,13 @@ never a sample, so greedy speculative decoding can be exact.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-__all__ = ["SamplingParams", "target_probs"]
+from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int, show
+
+__all__ = ["MAX_TOKEN_ID", "MAX_TOP_K", "SamplingParams", "target_probs"]
 
 _GREEDY_EPS = 1e-6
 
@@ -54,15 +56,30 @@ class SamplingParams:
         return self.temperature < _GREEDY_EPS or self.top_k == 1
 
     @classmethod
-    def from_request(cls, raw: Optional[Mapping[str, Any]], *, field: str = "sampling_params") -> "SamplingParams":
-        """Build and check from a client's JSON object.
+    def from_request(
+        cls,
+        raw: Optional[Mapping[str, Any]],
+        *,
+        field: str = "sampling_params",
+        names: Optional[Mapping[str, str]] = None,
+    ) -> "SamplingParams":
+        """Build and check from a client's JSON object: the one validation path of every route.
 
-        Unknown keys are rejected, as SGLang's ``SamplingParams(**sampling_params)`` does;
-        accepted-but-ignored SGLang keys (penalties at their neutral values, ``n == 1``...) pass.
+        ``/generate`` passes its ``sampling_params``; the OpenAI routes map their top-level fields
+        to SGLang's names and pass ``names`` so that errors name the field as the client spelled
+        it (``seed``, ``max_tokens``). Unknown keys are rejected, as SGLang's
+        ``SamplingParams(**sampling_params)`` does; accepted-but-ignored SGLang keys (penalties at
+        their neutral values, ``n == 1``...) pass.
+
+        Args:
+            raw: The client's object (None: all defaults).
+            field: Prefix of the names in messages (``sampling_params.temperature``).
+            names: Per-key names for messages, overriding ``field``.
 
         Raises:
-            ValueError: naming the field and the value.
+            ValueError: naming the field, the value and what is allowed.
         """
+        name = _namer(field, names)
         if raw is None:
             raw = {}
         if not isinstance(raw, Mapping):
@@ -71,40 +88,61 @@ class SamplingParams:
         for key, value in raw.items():
             if key in _IGNORED_NEUTRAL:
                 neutral = _IGNORED_NEUTRAL[key]
-                if value is not None and value != neutral:
+                if value is not None and not _is_neutral(value, neutral):
                     raise ValueError(
-                        f"{field}.{key}={value!r} is not supported by the reference engine "
+                        f"{name(key)}={show(value)} is not supported by the reference engine "
                         f"(only the neutral value {neutral!r})"
                     )
                 continue
             if key not in _FIELDS:
                 raise ValueError(
-                    f"{field}: unexpected keyword argument {key!r}; supported: "
+                    f"{field}: unexpected keyword argument {show(key)}; supported: "
                     f"{', '.join(sorted(_FIELDS))}"
                 )
             if value is None:
                 continue
-            kwargs[key] = _coerce(key, value, field=field)
+            kwargs[key] = _coerce(key, value, name=name(key))
         params = cls(**kwargs)
-        params.verify(field=field)
+        params.verify(field=field, names=names)
         return params
 
-    def verify(self, *, field: str = "sampling_params") -> None:
-        """SGLang's range checks; raises ``ValueError`` naming the field and value."""
-        if self.max_new_tokens < 0:
-            raise ValueError(f"{field}.max_new_tokens must be at least 0, got {self.max_new_tokens}")
-        if self.temperature < 0.0:
-            raise ValueError(f"{field}.temperature must be non-negative, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"{field}.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 1 and self.top_k != -1:
-            raise ValueError(f"{field}.top_k must be -1 (disable) or at least 1, got {self.top_k}")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"{field}.min_p must be in [0, 1], got {self.min_p}")
+    def verify(self, *, field: str = "sampling_params", names: Optional[Mapping[str, str]] = None) -> None:
+        """SGLang's range checks plus what the workers need (finite numbers, seeds torch can take).
+
+        Raises:
+            ValueError: naming the field, the value and what is allowed.
+        """
+        name = _namer(field, names)
+        check_int(self.max_new_tokens, name=name("max_new_tokens"), low=0)
+        temperature = check_finite(self.temperature, name=name("temperature"))
+        if temperature < 0.0:
+            raise ValueError(f"{name('temperature')} must be non-negative, got {self.temperature}")
+        top_p = check_finite(self.top_p, name=name("top_p"))
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"{name('top_p')} must be in (0, 1], got {self.top_p}")
+        if self.top_k != -1:
+            try:
+                check_int(self.top_k, name=name("top_k"), low=1, high=MAX_TOP_K)
+            except ValueError:
+                raise ValueError(
+                    f"{name('top_k')} must be -1 (disable) or an integer in [1, {MAX_TOP_K}], got {show(self.top_k)}"
+                ) from None
+        min_p = check_finite(self.min_p, name=name("min_p"))
+        if not 0.0 <= min_p <= 1.0:
+            raise ValueError(f"{name('min_p')} must be in [0, 1], got {self.min_p}")
         for s in self.stop:
             if not s:
-                raise ValueError(f"{field}.stop must not contain empty strings")
+                raise ValueError(f"{name('stop')} must not contain empty strings")
+        for index, token in enumerate(self.stop_token_ids):
+            check_int(token, name=f"{name('stop_token_ids')}[{index}]", low=0, high=MAX_TOKEN_ID)
+        if self.sampling_seed is not None:
+            check_int(self.sampling_seed, name=name("sampling_seed"), low=SEED_MIN, high=SEED_MAX)
 
+
+MAX_TOP_K = 1 << 30
+"""Largest ``top_k`` accepted (SGLang's own stand-in for "off" is ``1 << 30``)."""
+MAX_TOKEN_ID = 2**31 - 1
+"""Largest stop token id accepted (ids past the vocabulary never match, but stay int32)."""
 
 _FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 # SGLang keys the reference engine accepts only at their "off" value.
@@ -125,32 +163,44 @@ _IGNORED_NEUTRAL: dict[str, Any] = {
 }
 
 
-def _coerce(key: str, value: Any, *, field: str) -> Any:
-    name = f"{field}.{key}"
+def _namer(field: str, names: Optional[Mapping[str, str]]) -> Callable[[str], str]:
+    def name(key: str) -> str:
+        if names is not None and key in names:
+            return names[key]
+        return f"{field}.{key}"
+
+    return name
+
+
+def _is_neutral(value: Any, neutral: Any) -> bool:
+    """Whether ``value`` is the neutral value itself (``true`` is not the number 1)."""
+    if isinstance(neutral, bool) or neutral is None:
+        return value is neutral
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == neutral
+
+
+def _coerce(key: str, value: Any, *, name: str) -> Any:
+    """Check the JSON type of one field and convert it (ranges are ``verify``'s job)."""
     if key in {"max_new_tokens", "top_k", "sampling_seed"}:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return value
+        if isinstance(value, float) and value.is_integer():  # 16.0 is 16, as pydantic's lax mode
+            return int(value)
+        return check_int(value, name=name)
     if key in {"temperature", "top_p", "min_p"}:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        return float(value)
+        return check_finite(value, name=name)
     if key in {"ignore_eos", "skip_special_tokens", "no_stop_trim"}:
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise ValueError(f"{name} must be true or false, got {show(value)}")
         return value
     if key == "stop":
         if isinstance(value, str):
             return (value,)
         if isinstance(value, list) and all(isinstance(s, str) for s in value):
             return tuple(value)
-        raise ValueError(f"{name} must be a string or a list of strings, got {value!r}")
+        raise ValueError(f"{name} must be a string or a list of strings, got {show(value)}")
     if key == "stop_token_ids":
         if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
             return tuple(value)
-        raise ValueError(f"{name} must be a list of integers, got {value!r}")
+        raise ValueError(f"{name} must be a list of integers, got {show(value)}")
     raise AssertionError(key)
 
 

@@ -151,9 +151,21 @@ class Scheduler:
         self.last_spec_accept_rate = 0.0
 
     # ----------------------------------------------------------------------------- requests
-    def submit(self, req: GenerateReq) -> None:
-        """Queue a request (validated by the HTTP process)."""
-        self.waiting.append(Request.from_req(req))
+    def submit(self, req: GenerateReq) -> list[TokenOut]:
+        """Queue a request (validated by the HTTP process); returns its final output if refused.
+
+        A request this rank still cannot take (a seed its generator rejects: a check missed
+        upstream) is finished at once as an abort. Every rank refuses it alike, so they stay in
+        lockstep, and the server keeps serving everyone else instead of losing its workers.
+        """
+        try:
+            request = Request.from_req(req)
+        except (ValueError, OverflowError, RuntimeError) as exc:
+            logger.error("request %s refused: %s", req.rid, exc)
+            finish = {"type": "abort", "message": f"the engine could not take the request: {exc}"}
+            return [TokenOut(rid=req.rid, token_ids=(), finish=finish, spec_verify_ct=0, spec_accepted_drafts=0)]
+        self.waiting.append(request)
+        return []
 
     def abort(self, rid: str) -> list[TokenOut]:
         """Drop a request wherever it is; returns its final output if it was known."""

@@ -8,6 +8,8 @@ Order of events (and what a launcher can observe):
    spawned: they inherit ``os.environ`` as it is at that moment, and nothing later.
 3. When every rank has loaded its shard, one warm-up request runs and the log says
    "The server is fired up and ready to roll!"; from then on ``/health_generate`` answers 200.
+   A worker that fails before that line (at start or during the warm-up) is never followed by
+   it: the server exits 1 instead.
 4. SIGTERM or SIGINT: in-flight requests are ended (finish_reason abort), the workers are asked to
    exit (and killed after a grace period), the port is released, and the process exits 0. A worker
    that dies on its own takes the server down with exit status 1, as in SGLang.
@@ -19,25 +21,28 @@ import asyncio
 import logging
 import os
 import signal
-from typing import Optional
+from typing import Callable, Optional
 
 from aiohttp import web
 
+from serving.redaction import redacted_env
 from serving.reference.engine_client import EngineClient
 from serving.reference.faults import Faults
-from serving.reference.http_server import AppState, build_app
+from serving.reference.http_common import AppState
+from serving.reference.http_server import build_app
 from serving.reference.launcher import WorkerGroup, WorkerStartError
 from serving.reference.metrics import ReferenceMetrics
-from serving.reference.protocol import GenerateReq
+from serving.reference.protocol import GenerateReq, WorkerReady
 from serving.reference.sampling import SamplingParams
 from serving.reference.server_args import ServerArgs
 from serving.reference.tokenizer import ByteTokenizer
 
-__all__ = ["prepare_environment", "serve"]
+__all__ = ["attach_engine", "new_state", "prepare_environment", "runner", "serve", "warm_up"]
 
 logger = logging.getLogger(__name__)
 
 WORKER_READY_TIMEOUT_S = 900.0
+SHUTDOWN_TIMEOUT_S = 2.0
 
 
 def prepare_environment(args: ServerArgs) -> dict[str, str]:
@@ -49,26 +54,52 @@ def prepare_environment(args: ServerArgs) -> dict[str, str]:
         changed["NCCL_NVLS_ENABLE"] = str(int(args.enable_nccl_nvls or args.enable_symm_mem))
     changed["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
     os.environ.update(changed)
-    logger.info("environment set for the workers (as SGLang does): %s", changed)
+    logger.info("environment set for the workers (as SGLang does): %s", redacted_env(changed))
     return changed
 
 
-def _runner_options() -> dict[str, object]:
-    """Shut down fast, and cancel a handler whose client went away (its request is then aborted
-    in the engine, as SGLang does), where this aiohttp supports it."""
-    import inspect
+def new_state(args: ServerArgs) -> AppState:
+    """The HTTP side's state before any worker exists (every route answers; generation 503s)."""
+    from serving.reference.config import get_preset
 
-    from aiohttp import web_server
-
-    options: dict[str, object] = {}
-    if "shutdown_timeout" in inspect.signature(web.BaseRunner.__init__).parameters:
-        options["shutdown_timeout"] = 2.0
-    if "handler_cancellation" in inspect.signature(web_server.Server.__init__).parameters:
-        options["handler_cancellation"] = True
-    return options
+    preset = get_preset(args.model_path)
+    metrics = ReferenceMetrics(model_name=args.served_model_name) if args.enable_metrics else None
+    return AppState(args=args, tokenizer=ByteTokenizer(vocab_size=preset.vocab_size), metrics=metrics)
 
 
-async def _warm_up(client: EngineClient) -> None:
+def runner(app: web.Application) -> web.AppRunner:
+    """An app runner that shuts down fast and cancels a handler whose client went away (its
+    request is then aborted in the engine, as SGLang does)."""
+    return web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True)
+
+
+def attach_engine(
+    state: AppState,
+    workers: WorkerGroup,
+    ready: list[WorkerReady],
+    *,
+    die_after_tokens: Optional[int],
+    on_fatal: Callable[[str], None],
+    loop: asyncio.AbstractEventLoop,
+) -> EngineClient:
+    """Connect the HTTP side to ready workers (generation works; ``state.ready`` is still False)."""
+    args = state.args
+    state.worker_info = workers.worker_info()
+    state.max_total_num_tokens = ready[0].max_total_num_tokens
+    client = EngineClient(
+        workers=workers,
+        num_draft_tokens=args.speculative_num_draft_tokens if args.speculative else None,
+        metrics=state.metrics,
+        die_after_tokens=die_after_tokens,
+        on_fatal=on_fatal,
+    )
+    client.start(loop)
+    state.client = client
+    return client
+
+
+async def warm_up(client: EngineClient) -> bool:
+    """One short greedy generation; whether it finished (not aborted by a failing worker)."""
     req = GenerateReq(
         rid="WARMUP",
         input_ids=tuple(ByteTokenizer(vocab_size=264).encode("The capital city of France is")),
@@ -76,8 +107,23 @@ async def _warm_up(client: EngineClient) -> None:
         seed=0,
         is_health_check=True,
     )
-    async for _ in client.generate(req):
-        pass
+    finish: Optional[dict] = None
+    async for rs, _, last in client.generate(req):
+        if last:
+            finish = rs.finish
+    return finish is not None and finish.get("type") != "abort"
+
+
+def _armed_die_after_tokens(faults: Faults) -> Optional[int]:
+    """``die_after_tokens``'s N if it applies to this (the server) process's environment."""
+    count = faults.tokens_before_death(os.environ)
+    when = faults.die_after_tokens_when
+    if faults.die_after_tokens is not None and when is not None:
+        if count is None:
+            logger.warning("fault die_after_tokens:%d@%s: the condition does not hold here; off", faults.die_after_tokens, when)
+        else:
+            logger.warning("fault die_after_tokens:%d@%s: the condition holds here; armed", count, when)
+    return count
 
 
 async def serve(args: ServerArgs, *, faults: Faults) -> int:
@@ -96,23 +142,19 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, request_stop, 0, f"received {signal.Signals(sig).name}; shutting down")
 
-    from serving.reference.config import get_preset
-
-    preset = get_preset(args.model_path)
-    metrics = ReferenceMetrics(model_name=args.served_model_name) if args.enable_metrics else None
-    state = AppState(args=args, tokenizer=ByteTokenizer(vocab_size=preset.vocab_size), metrics=metrics)
-    runner = web.AppRunner(build_app(state), access_log=None, **_runner_options())
-    await runner.setup()
-    site = web.TCPSite(runner, host=args.host, port=args.port)
+    state = new_state(args)
+    app_runner = runner(build_app(state))
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, host=args.host, port=args.port)
     try:
         await site.start()
     except OSError as exc:
         logger.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
-        await runner.cleanup()
+        await app_runner.cleanup()
         return 1
     logger.info("HTTP server listening on http://%s:%d (503 until the model is ready)", args.host, args.port)
 
-    workers = WorkerGroup(args=args, hide_env=faults.late_env)
+    workers = WorkerGroup(args=args, hide_env=faults.late_env, corrupt_allreduce_when=faults.corrupt_allreduce_when)
     client: Optional[EngineClient] = None
     try:
         prepare_environment(args)
@@ -132,19 +174,16 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
         except WorkerStartError as exc:
             logger.error("TP workers failed to start: %s", exc)
             return 1
-        state.worker_info = workers.worker_info()
-        state.max_total_num_tokens = ready[0].max_total_num_tokens
-        client = EngineClient(
-            workers=workers,
-            num_draft_tokens=args.speculative_num_draft_tokens if args.speculative else None,
-            metrics=metrics,
-            die_after_tokens=faults.die_after_tokens,
-            on_fatal=lambda why: request_stop(1, why),
+        client = attach_engine(
+            state, workers, ready, die_after_tokens=_armed_die_after_tokens(faults),
+            on_fatal=lambda why: request_stop(1, why), loop=loop,
         )
-        client.start(loop)
-        state.client = client
-        if not args.skip_server_warmup:
-            await _warm_up(client)
+        warmed = args.skip_server_warmup or await warm_up(client)
+        if stop.is_set():  # a worker failed (exit 1) or a signal came (exit 0) during warm-up
+            return exit_code
+        if not warmed:
+            logger.error("the warm-up request was aborted; the server cannot serve")
+            return 1
         state.ready = True
         logger.info(
             "The server is fired up and ready to roll! (%s, tp_size=%d, device=%s, workers %s)",
@@ -161,5 +200,5 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
             client.stop()
         await site.stop()
         await loop.run_in_executor(None, lambda: workers.stop(grace_s=5.0))
-        await runner.cleanup()
+        await app_runner.cleanup()
         logger.info("server stopped; port %d released", args.port)

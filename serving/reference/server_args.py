@@ -3,7 +3,11 @@
 ``parse_args`` turns argv into a frozen ``ServerArgs`` whose every field is final: the auto choices
 (speculative triple, max running requests, device, dtype, context length) are made here and each
 automatic change is logged once as a warning naming the field, as SGLang does. Bad flags and bad
-values exit with status 2 and a message naming the flag (argparse's convention).
+values exit with status 2 and a message naming the flag (argparse's convention, on stderr).
+
+Every number has bounds (``INT_FLAG_BOUNDS``, the speculative rules of
+``serving.speculative_rules``, the preset's longest context): a value the command line accepts
+must not fail later inside a TP worker, far from its cause, after the server has bound its port.
 
 Flags SGLang has that mean nothing here (memory fraction, CUDA graphs, attention backend, ...)
 are accepted so the same command line works for both engines; they are recorded in
@@ -17,9 +21,11 @@ import dataclasses
 import logging
 from typing import Any, Optional, Sequence
 
+from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
 from serving.reference.config import PRESETS, get_preset, resolve_draft_layers
+from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
 
-__all__ = ["NO_EFFECT_FLAGS", "ServerArgs", "build_parser", "parse_args", "resolve"]
+__all__ = ["INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "ServerArgs", "build_parser", "parse_args", "resolve"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,21 @@ NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
     "log_requests": {"action": "store_true"},
     "show_time_cost": {"action": "store_true"},
 }
+
+INT_FLAG_BOUNDS: dict[str, tuple[int, int]] = {
+    "tp_size": (1, 1024),
+    "port": (1, 65535),
+    "random_seed": (SEED_MIN, SEED_MAX),
+    "max_running_requests": (1, 65536),
+    "max_prefill_tokens": (1, 1 << 30),
+    "decode_log_interval": (1, 1 << 30),
+    "cuda_graph_max_bs": (1, 65536),
+    "chunked_prefill_size": (-1, 1 << 30),
+    "page_size": (1, 65536),
+}
+"""Integer flags (by ``ServerArgs`` name) and their inclusive bounds; ``--context-length`` is
+bounded by the preset (``ModelPreset.max_context_length``), the speculative numbers by
+``serving.speculative_rules``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +109,9 @@ class ServerArgs:
         return out
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
-        """Exit 2 with the usage line and the message, like argparse, minus the stack."""
-        self.print_usage()
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser (SGLang's flag names; ``--help`` lists the presets)."""
-    p = _Parser(
+    p = argparse.ArgumentParser(
         prog="python -m serving.reference",
         allow_abbrev=False,  # an abbreviation could silently set a flag spectune manages
         usage="%(prog)s --model-path PRESET [--tp-size N] [--speculative-algorithm EAGLE3 ...] [SGLang flags]",
@@ -163,11 +177,16 @@ def resolve(
 ) -> ServerArgs:
     """Apply SGLang's defaults and rules; raise ``ValueError`` naming the flag on a conflict."""
     preset = get_preset(ns.model_path)
-    if ns.tp_size < 1:
-        raise ValueError(f"--tp-size must be at least 1, got {ns.tp_size}")
+    for name, (low, high) in INT_FLAG_BOUNDS.items():
+        if getattr(ns, name) is not None:
+            check_int(getattr(ns, name), name=_flag(name), low=low, high=high)
+    if ns.mem_fraction_static is not None:
+        fraction = check_finite(ns.mem_fraction_static, name="--mem-fraction-static")
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"--mem-fraction-static must be in (0, 1], got {ns.mem_fraction_static}")
     preset.check_tp(ns.tp_size)
-    if not 0 < ns.port < 65536:
-        raise ValueError(f"--port must be in 1..65535, got {ns.port}")
+    if ns.dist_init_addr is not None:
+        _check_address(ns.dist_init_addr)
 
     if cuda_available is None or cuda_device_count is None:
         cuda_available, cuda_device_count = _cuda_info()
@@ -187,12 +206,7 @@ def resolve(
     dtype_from_name(dtype)
 
     context_length = ns.context_length if ns.context_length is not None else preset.context_length
-    if context_length < 2:
-        raise ValueError(f"--context-length must be at least 2, got {context_length}")
-    if ns.max_prefill_tokens < 1:
-        raise ValueError(f"--max-prefill-tokens must be at least 1, got {ns.max_prefill_tokens}")
-    if ns.decode_log_interval < 1:
-        raise ValueError(f"--decode-log-interval must be at least 1, got {ns.decode_log_interval}")
+    check_int(context_length, name="--context-length", low=2, high=preset.max_context_length)
 
     algorithm = ns.speculative_algorithm
     if algorithm is not None and algorithm.upper() == "NONE":
@@ -225,41 +239,7 @@ def resolve(
             draft_path = f"{preset.name}-draft"
             logger.warning("speculative_draft_model_path is not set; using %s (the preset's early exit)", draft_path)
         draft_layers = resolve_draft_layers(draft_path=draft_path, preset=preset)
-        numbers = {"--speculative-num-steps": steps, "--speculative-eagle-topk": topk,
-                   "--speculative-num-draft-tokens": draft_tokens}
-        unset = [k for k, v in numbers.items() if v is None]
-        if len(unset) == 3:
-            steps, topk, draft_tokens = preset.auto_speculative
-            logger.warning(
-                "speculative_num_steps/speculative_eagle_topk/speculative_num_draft_tokens are unset; "
-                "auto-chose (%d, %d, %d) for %s (SGLang's auto choice)",
-                steps, topk, draft_tokens, preset.name,
-            )
-        elif unset:
-            raise ValueError(
-                f"set all three of --speculative-num-steps, --speculative-eagle-topk and "
-                f"--speculative-num-draft-tokens, or none of them for the auto choice; missing: {', '.join(unset)}"
-            )
-        assert steps is not None and topk is not None and draft_tokens is not None
-        if steps < 1:
-            raise ValueError(f"--speculative-num-steps must be at least 1, got {steps}")
-        if topk < 1:
-            raise ValueError(f"--speculative-eagle-topk must be at least 1, got {topk}")
-        if draft_tokens < 2:
-            raise ValueError(f"--speculative-num-draft-tokens must be at least 2, got {draft_tokens}")
-        if topk == 1 and draft_tokens != steps + 1:
-            logger.warning(
-                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-                "speculative_eagle_topk == 1 (%d -> %d)", draft_tokens, steps + 1,
-            )
-            draft_tokens = steps + 1
-        capacity = topk + (steps - 1) * topk * topk
-        if draft_tokens - 1 > capacity:
-            raise ValueError(
-                f"--speculative-num-draft-tokens {draft_tokens} needs {draft_tokens - 1} candidates but a "
-                f"tree of --speculative-num-steps {steps} and --speculative-eagle-topk {topk} holds "
-                f"topk + (steps-1)*topk^2 = {capacity}; use at most {capacity + 1}"
-            )
+        steps, topk, draft_tokens = _speculative_numbers(steps, topk, draft_tokens, preset=preset)
         if max_running is None:
             max_running = DEFAULT_MAX_RUNNING_WITH_SPEC
             logger.warning(
@@ -268,8 +248,6 @@ def resolve(
             )
     if max_running is None:
         max_running = preset.default_max_running_requests
-    if max_running < 1:
-        raise ValueError(f"--max-running-requests must be at least 1, got {max_running}")
 
     no_effect = {name: getattr(ns, name) for name in NO_EFFECT_FLAGS}
     return ServerArgs(
@@ -301,3 +279,41 @@ def resolve(
         log_level=ns.log_level,
         no_effect=no_effect,
     )
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_address(addr: str) -> None:
+    """``--dist-init-addr`` must be ``host:port``: a bad one would fail in every worker's rendezvous."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--dist-init-addr must be host:port with a port in [1, 65535], got {addr!r}")
+
+
+def _speculative_numbers(
+    steps: Optional[int], topk: Optional[int], draft_tokens: Optional[int], *, preset: Any
+) -> tuple[int, int, int]:
+    """SGLang's speculative rules (``serving.speculative_rules``): all three numbers or none (the
+    preset's auto choice), and for top-k 1 the chain length forced with SGLang's warning."""
+    if steps is None and topk is None and draft_tokens is None:
+        steps, topk, draft_tokens = preset.auto_speculative
+        logger.warning(
+            "speculative_num_steps/speculative_eagle_topk/speculative_num_draft_tokens are unset; "
+            "auto-chose (%d, %d, %d) for %s (SGLang's auto choice)",
+            steps, topk, draft_tokens, preset.name,
+        )
+    adjusted = draft_tokens
+    if topk == 1 and isinstance(steps, int) and draft_tokens is not None:
+        adjusted = chain_num_draft_tokens(steps)
+    problem = speculative_problem(num_steps=steps, topk=topk, num_draft_tokens=adjusted, names=FLAG_NAMES)
+    if problem is not None:
+        raise ValueError(problem)
+    assert steps is not None and topk is not None and adjusted is not None
+    if adjusted != draft_tokens:
+        logger.warning(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+            "speculative_eagle_topk == 1 (%d -> %d)", draft_tokens, adjusted,
+        )
+    return steps, topk, adjusted

@@ -134,7 +134,7 @@ def render_chat(messages: Sequence[Mapping[str, object]], *, add_generation_prom
         if not isinstance(message, Mapping):
             raise ValueError(f"messages[{index}] must be an object, got {type(message).__name__}")
         role = message.get("role")
-        if role not in _ROLE_IDS:
+        if not isinstance(role, str) or role not in _ROLE_IDS:
             raise ValueError(
                 f"messages[{index}].role={role!r} is not supported; use one of {sorted(_ROLE_IDS)}"
             )

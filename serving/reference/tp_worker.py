@@ -6,6 +6,9 @@ it names itself (``ref::tp<rank>`` in /proc/<pid>/comm, like SGLang's ``sglang::
 and logs the NCCL_* / CUDA_* / torch.distributed variables it sees, its rank and world size, so an
 audit can tell the roles apart and read what each rank was given.
 
+Values of secret-looking variables (``serving.redaction``: ``SPECTUNE_API_TOKEN``,
+``NCCL_IB_SECRET_KEY``, ...) are logged and reported as a placeholder, never verbatim.
+
 Rank 0 receives requests from the HTTP process over a pipe and broadcasts them to the other ranks
 each iteration; every rank then runs the same scheduler step. Workers exit on a Shutdown message,
 when the HTTP process dies (PR_SET_PDEATHSIG with SIGKILL, plus a parent-pid check), or when a
@@ -27,12 +30,15 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-__all__ = ["WorkerConfig", "run_worker", "set_process_name", "visible_env"]
+from serving.pdeathsig import set_parent_death_signal
+from serving.redaction import redacted_env
+from serving.reference.faults import EnvCondition
+
+__all__ = ["WorkerConfig", "env_line", "run_worker", "set_process_name", "visible_env"]
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_NAME = 15
-_PR_SET_PDEATHSIG = 1
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "GLOO_", "NVSHMEM_", "SPECTUNE_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
 IDLE_HEARTBEAT_S = 0.5
@@ -58,6 +64,8 @@ class WorkerConfig:
         spec: Resolved ``SpecConfig`` fields, or None.
         torch_threads: Intra-op threads (CPU); 0 = auto.
         log_level: Logging level name.
+        corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, checked
+            against this worker's own environment; None without the fault.
     """
 
     rank: int
@@ -75,6 +83,7 @@ class WorkerConfig:
     spec: Optional[dict[str, int]]
     torch_threads: int
     log_level: str
+    corrupt_allreduce_when: Optional[EnvCondition] = None
 
     @property
     def process_name(self) -> str:
@@ -92,13 +101,8 @@ def set_process_name(name: str) -> None:
 
 def _die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when the parent exits; exit now if it already has."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
-    if os.getppid() != parent_pid:
-        os._exit(1)
+    if not set_parent_death_signal(signal.SIGKILL, expected_parent=parent_pid):
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable; relying on the parent-pid watch")
 
     def watch() -> None:
         # Belt and braces where PDEATHSIG does not exist (non-Linux) or was lost.
@@ -111,11 +115,16 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def visible_env(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """The variables that matter to communication, as this process sees them."""
+    """The variables that matter to communication, as this process sees them, secrets redacted."""
     source = os.environ if environ is None else environ
-    return {
-        k: v for k, v in sorted(source.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES
-    }
+    return redacted_env(
+        {k: v for k, v in sorted(source.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    )
+
+
+def env_line(env: dict[str, str]) -> str:
+    """``NAME=value`` pairs for the start-up log line (values of secrets redacted)."""
+    return " ".join(f"{k}={v}" for k, v in redacted_env(env).items()) or "(no NCCL_/CUDA_ variables)"
 
 
 def _configure_logging(cfg: WorkerConfig) -> None:
@@ -145,7 +154,7 @@ def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
         cfg.world_size,
         os.getpid(),
         cfg.device,
-        " ".join(f"{k}={v}" for k, v in env.items()) or "(no NCCL_/CUDA_ variables)",
+        env_line(env),
     )
     try:
         _serve(cfg, conn, env)
@@ -208,6 +217,8 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         )
     else:
         comm = SingleRank()
+    distributed = comm
+    comm = _maybe_corrupted(cfg, comm)
 
     preset = get_preset(cfg.preset_name)
     model = Model(preset=preset, seed=cfg.seed, comm=comm, device=device, dtype=dtype_from_name(cfg.dtype))
@@ -262,7 +273,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         stop = False
         for event in events or ():
             if isinstance(event, GenerateReq):
-                scheduler.submit(event)
+                outputs.extend(scheduler.submit(event))
             elif isinstance(event, AbortReq):
                 outputs.extend(scheduler.abort(event.rid))
             elif isinstance(event, FlushReq):
@@ -284,5 +295,22 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
                     num_queue_reqs=len(scheduler.waiting),
                 )
             )
-    if isinstance(comm, TorchDistributed):
-        comm.destroy()
+    if isinstance(distributed, TorchDistributed):
+        distributed.destroy()
+
+
+def _maybe_corrupted(cfg: WorkerConfig, comm: Any) -> Any:
+    """``comm``, wrapped by the ``corrupt_allreduce_when`` fault where this rank's env matches."""
+    when = cfg.corrupt_allreduce_when
+    if when is None:
+        return comm
+    if not when.holds(os.environ):
+        logger.info("fault corrupt_allreduce_when:%s does not hold in this rank's environment; off", when)
+        return comm
+    from serving.reference.faults import CorruptedAllReduce
+
+    if cfg.world_size == 1:
+        logger.warning("fault corrupt_allreduce_when:%s: --tp-size 1 has no all-reduce; nothing is corrupted", when)
+        return comm
+    logger.warning("fault corrupt_allreduce_when:%s holds in this rank's environment: all-reduce results are corrupted", when)
+    return CorruptedAllReduce(comm)

@@ -92,8 +92,26 @@ def test_missing_process_is_not_ok() -> None:
     assert not report.ok and report.processes[0].error == "no such process"
 
 
-def test_read_environ_and_redact() -> None:
-    assert read_environ(os.getpid())["PATH"] == os.environ["PATH"] or "PATH" in read_environ(os.getpid())
+def test_read_environ_is_the_start_up_environment_exactly() -> None:
+    # A non-Python child (cat adds nothing to its environment) with values that need care:
+    # an "=" inside a value, an empty value, non-ASCII text.
+    env = {"PATH": os.environ["PATH"], "NCCL_ALGO": "Ring", "WITH_EQUALS": "a=b=c", "EMPTY": "", "TEXT": "h\u00e9"}
+    proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"ready\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"ready\n"  # echoed: cat is running, past its exec
+        assert read_environ(proc.pid) == env
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    with pytest.raises(psutil.NoSuchProcess):
+        read_environ(proc.pid)
+
+
+def test_redact() -> None:
     assert redact("NCCL_ALGO", "Ring") == "Ring"
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD"):
         assert redact(name, "x") == REDACTED

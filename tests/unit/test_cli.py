@@ -35,10 +35,16 @@ def test_validate_kimi_spec_json() -> None:
     names = [d["name"] for d in summary["dimensions"]]
     assert names[:2] == ["speculative (steps, topk, draft)", "all_reduce"]
     assert {"NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE"} <= set(names)
-    product = 1
-    for dim in summary["dimensions"]:
-        product *= dim["count"]
-    assert summary["valid_configurations"] == product
+    counts = {d["name"]: d["count"] for d in summary["dimensions"]}
+    # steps 1-5 x topk {1, 2, 4} x drafts {4, 6, 8, 12, 16}: 5 chains + 14 (topk 2) + 21 (topk 4) + auto
+    assert counts == {
+        "speculative (steps, topk, draft)": 41,
+        "all_reduce": 2,
+        "NCCL_ALGO": 3,
+        "NCCL_BUFFSIZE": 2,
+        "NCCL_PROTO": 3,
+    }
+    assert summary["valid_configurations"] == 1476  # 41 x 2 x 3 x 2 x 3
 
 
 @pytest.mark.parametrize(
@@ -133,3 +139,117 @@ def test_validate_redacts_secret_env(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "hf_very_secret" not in result.output and "HF_TOKEN=<redacted>" in result.output
+
+
+def _spec_file(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load(CPU_SPEC.read_text())
+    edit(data)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_validate_refuses_a_huge_space_naming_field_and_size(tmp_path: Path) -> None:
+    """The issue's space (10^9 points) used to be listed until MemoryError; now it is refused."""
+    huge = {"num_steps": {"low": 1, "high": 1000}, "eagle_topk": {"low": 1, "high": 1000},
+            "num_draft_tokens": {"low": 2, "high": 1000}}
+    path = _spec_file(tmp_path, lambda d: d["search"].update(speculative=huge))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "search.speculative.num_steps: high=1000 is outside [1, 64]" in result.output
+    assert "search.speculative.eagle_topk: high=1000 is outside [1, 64]" in result.output
+    widest = {"num_steps": {"low": 1, "high": 64}, "eagle_topk": {"low": 1, "high": 64},
+              "num_draft_tokens": {"low": 2, "high": 1024}}
+    path = _spec_file(tmp_path, lambda d: d["search"].update(speculative=widest))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "search.speculative: 3,843,647 valid" in result.output and "at most 1,000,000" in result.output
+
+
+def test_validate_non_utf8_file_exits_2_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(bytes(range(256)))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=300)
+    assert result.exit_code == 2, result.output
+    assert "is not UTF-8 text" in result.output and "binary.yaml" in result.output
+
+
+def test_validate_duplicate_key_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(CPU_SPEC.read_text() + "search: {}\n")
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "duplicate key 'search'" in result.output
+
+
+def test_audit_refuses_a_pid_that_is_not_positive() -> None:
+    for pid in ("-1", "0"):
+        result = runner.invoke(app, ["audit", "--pid", pid, "--expect", "NCCL_ALGO=Ring"], terminal_width=200)
+        assert result.exit_code == 2, result.output
+        assert "--pid" in result.output and "Traceback" not in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+SECRETS = {"HF_TOKEN": "hf_very_secret", "OPENAI_API_KEY": "sk-very-secret", "DB_PASSWORD": "pw-very-secret"}
+
+
+def _secret_spec(tmp_path: Path) -> Path:
+    def edit(data: dict) -> None:
+        data["engine"]["env"] = dict(SECRETS)
+        data["engine"]["extra_args"]["api_key"] = "flag-very-secret"
+
+    return _spec_file(tmp_path, edit)
+
+
+def test_engine_cmd_redacts_secrets_in_text_and_json(tmp_path: Path) -> None:
+    path = _secret_spec(tmp_path)
+    text = runner.invoke(app, ["engine-cmd", str(path)], terminal_width=400)
+    assert text.exit_code == 0, text.output
+    as_json = runner.invoke(app, ["engine-cmd", str(path), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    for output in (text.output, as_json.output):
+        assert "very-secret" not in output and "very_secret" not in output
+    assert "HF_TOKEN='<redacted>'" in text.output and "--api-key '<redacted>'" in text.output
+    shown = json.loads(as_json.output)
+    assert shown["env"] == {name: "<redacted>" for name in SECRETS}
+    assert shown["argv"][shown["argv"].index("--api-key") + 1] == "<redacted>"
+
+
+def test_engine_cmd_show_secrets_prints_them(tmp_path: Path) -> None:
+    path = _secret_spec(tmp_path)
+    result = runner.invoke(app, ["engine-cmd", str(path), "--json", "--show-secrets"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["env"] == SECRETS
+    assert shown["argv"][shown["argv"].index("--api-key") + 1] == "flag-very-secret"
+
+
+def test_validate_hides_a_tracking_uri_password(tmp_path: Path) -> None:
+    path = _spec_file(tmp_path, lambda d: d.update(tracking={"mlflow_uri": "postgresql://me:pw-very-secret@db/ml"}))
+    result = runner.invoke(app, ["validate", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "pw-very-secret" not in result.output
+    assert "postgresql://me:<redacted>@db/ml" in json.loads(result.output)["text"]["tracking"]
+
+
+def test_engine_cmd_membership_note_without_listing_the_space() -> None:
+    outside = runner.invoke(
+        app, ["engine-cmd", str(KIMI_SPEC), "--set", "num_steps=7", "--set", "eagle_topk=1"], terminal_width=200
+    )
+    assert outside.exit_code == 0, outside.output
+    assert "outside the spec's search space" in outside.output
+    inside = runner.invoke(
+        app, ["engine-cmd", str(KIMI_SPEC), "--set", "num_steps=3", "--set", "eagle_topk=4", "--set",
+              "num_draft_tokens=16", "--set", "all_reduce=nccl", "--set", "NCCL_PROTO=LL"], terminal_width=200
+    )
+    assert inside.exit_code == 0, inside.output
+    assert "outside the spec's search space" not in inside.output
+
+
+def test_validate_prints_the_first_problems_and_counts_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text(CPU_SPEC.read_text() + "".join(f"unknown_{i}: 1\n" for i in range(150)))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "unknown_99: unknown key" in result.output and "unknown_100:" not in result.output
+    assert "... and 50 more problems" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -112,6 +113,17 @@ def test_shell_line_for_logs_redacts_secrets() -> None:
     assert "HF_TOKEN=hf_x" in command.shell()  # by hand, the user needs the real value
     logged = command.shell(redacted=True)
     assert "hf_x" not in logged and "HF_TOKEN='<redacted>'" in logged and "NCCL_ALGO=Ring" in logged
+
+
+def test_redacted_env_and_json_form() -> None:
+    env = {"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "sk-1", "NCCL_ALGO": "Ring"}
+    command = build_command(EngineConfig(kind="reference", model_path="m", env=env), port=7)
+    assert command.redacted_env() == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>", "NCCL_ALGO": "Ring"}
+    assert command.env == env  # the command itself keeps the real values, for the launch
+    shown = command.to_dict()  # redacted unless asked otherwise
+    assert shown == {"argv": command.argv, "env": command.redacted_env(), "url": "http://127.0.0.1:7"}
+    assert "hf_x" not in json.dumps(shown) and "sk-1" not in json.dumps(shown)
+    assert command.to_dict(redacted=False)["env"] == env
 
 
 def test_engine_cmd_cli_prints_sglang_command() -> None:

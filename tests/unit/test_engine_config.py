@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
+import serving.speculative_rules
 from serving.engine.config import EngineConfig, speculative_problem, tree_capacity
+from serving.errors import EngineConfigError
 
 
 @pytest.mark.parametrize(
@@ -26,10 +30,11 @@ def test_tree_capacity(steps: int, topk: int, capacity: int) -> None:
         ((5, 4, 8), None),
         ((3, None, None), "set all three"),
         ((None, 2, 6), "set all three"),
-        ((3, 1, 5), "must be speculative_num_steps + 1 = 4"),
+        ((3, 1, 5), r"must be speculative_num_steps \+ 1 = 4"),
         ((3, 2, 12), "holds 10"),
         ((1, 2, 4), "holds 2"),
-        ((0, 1, 1), ">= 1"),
+        ((0, 1, 1), r"speculative_num_steps must be an integer in \[1, 64\], got 0"),
+        ((3, 1, 10**30), r"speculative_num_draft_tokens must be an integer in \[2, 1024\]"),
     ],
 )
 def test_speculative_problem(triple: tuple, words: str | None) -> None:
@@ -38,7 +43,7 @@ def test_speculative_problem(triple: tuple, words: str | None) -> None:
     if words is None:
         assert problem is None
     else:
-        assert problem is not None and words in problem
+        assert problem is not None and re.search(words, problem), problem
 
 
 def make(**overrides) -> EngineConfig:
@@ -87,3 +92,26 @@ def test_invalid_engine_config(overrides: dict, words: str) -> None:
 def test_non_speculative_config() -> None:
     config = EngineConfig(kind="reference", model_path="ref-tiny")
     assert not config.speculative and config.tp_size == 1
+
+
+def test_speculative_rules_are_the_shared_ones() -> None:
+    # One copy of SGLang's rules: the engine model re-exports the shared module's functions.
+    assert speculative_problem is serving.speculative_rules.speculative_problem
+    assert tree_capacity is serving.speculative_rules.tree_capacity
+
+
+@pytest.mark.parametrize(
+    ("field", "allowed"),
+    [
+        ("speculative_num_steps", "[1, 64]"),
+        ("speculative_eagle_topk", "[1, 64]"),
+        ("speculative_num_draft_tokens", "[2, 1024]"),
+    ],
+)
+def test_absurd_speculative_numbers_are_refused_with_the_allowed_range(field: str, allowed: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        make(**{field: 10**30})
+    assert f"{field} must be an integer in {allowed}, got {10**30}" in str(info.value)
+    # raised as the engine's own error class, which pydantic reports as this model's error
+    (error,) = info.value.errors()
+    assert isinstance(error["ctx"]["error"], EngineConfigError)

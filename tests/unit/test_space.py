@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
-from orchestrator.space import count_candidates, iter_candidates, speculative_triples
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.space import (
+    AUTO,
+    MAX_CONFIGURATIONS,
+    Candidate,
+    SearchSpace,
+    SpeculativeSpace,
+    SpeculativeTriple,
+    count_candidates,
+    iter_candidates,
+    space_problems,
+    speculative_triples,
+)
 from orchestrator.spec import SpeculativeSearch, SweepSpec
+from serving.speculative_rules import speculative_problem
 
 
 def test_triples_follow_sglang_rules() -> None:
@@ -48,3 +64,123 @@ def test_non_speculative_spec_has_one_speculative_point() -> None:
     assert count_candidates(spec) == 1
     (only,) = iter_candidates(spec)
     assert only.speculative.is_auto
+
+
+# --- counting without listing ------------------------------------------------------------------
+
+
+def test_draft_choices_are_what_the_tree_holds_by_hand() -> None:
+    space = SpeculativeSpace(num_steps=(1, 2, 5), eagle_topk=(1, 2, 4), num_draft_tokens=(4, 6, 8, 12, 16))
+    assert space.draft_choices(num_steps=5, eagle_topk=1) == (6,)  # chain: steps + 1
+    assert space.draft_choices(num_steps=1, eagle_topk=2) == ()  # tree of 2 holds 2: draft <= 3
+    assert space.draft_choices(num_steps=2, eagle_topk=2) == (4, 6)  # 2 + 1*4 = 6: draft <= 7
+    assert space.draft_choices(num_steps=1, eagle_topk=4) == (4,)  # 4: draft <= 5
+    assert space.topk_choices(num_steps=1) == (1, 4)
+    assert space.steps_choices() == (1, 2, 5)
+
+
+def test_kimi_sized_space_counted_by_hand() -> None:
+    # The shipped Kimi spec's speculative search: steps 1-5, topk {1, 2, 4}, drafts {4, 6, 8, 12, 16}.
+    # topk 1: 5 chains. topk 2 (capacity 2, 6, 10, 14, 18 -> drafts <= 3, 7, 11, 15, 19): 0+2+3+4+5 = 14.
+    # topk 4 (capacity 4, 20, 36, ...): 1+5+5+5+5 = 21. Plus auto: 41.
+    space = SpeculativeSpace(
+        num_steps=(1, 2, 3, 4, 5), eagle_topk=(1, 2, 4), num_draft_tokens=(4, 6, 8, 12, 16), include_auto=True
+    )
+    assert len(space) == 41
+    assert len(list(space)) == 41
+
+
+def test_the_largest_space_is_counted_in_closed_form_without_listing() -> None:
+    """Every value the bounds allow: ~3.8 million points, counted from the capacity formula."""
+    steps, topks, drafts = range(1, 65), range(1, 65), range(2, 1025)
+    space = SpeculativeSpace(num_steps=tuple(steps), eagle_topk=tuple(topks), num_draft_tokens=tuple(drafts))
+    # Closed form from SGLang's rule: top-k 1 is one chain per step count; for k > 1 the drafts
+    # 2..min(k + (s-1)k^2 + 1, 1024) are valid, i.e. min(k + (s-1)k^2, 1023) of them.
+    closed = 64 + sum(min(k + (s - 1) * k * k, 1023) for s in steps for k in topks if k > 1)
+    assert closed == 3_843_647
+    assert len(space) == closed
+    problems = list(space_problems(SearchSpace(speculative=space)))
+    assert problems and problems[0].startswith("search.speculative: 3,843,647 valid")
+    assert f"{MAX_CONFIGURATIONS:,}" in problems[0]
+
+
+def test_nccl_product_is_counted_and_refused_beyond_the_bound() -> None:
+    many = tuple([None, *map(str, range(1, 65))])  # 65 choices each
+    space = SearchSpace(
+        speculative=SpeculativeSpace(num_steps=(1, 2), eagle_topk=(1,)),
+        all_reduce=("custom", "nccl"),
+        nccl_env={"NCCL_MIN_NCHANNELS": many, "NCCL_MAX_NCHANNELS": many, "NCCL_MIN_CTAS": many},
+    )
+    assert len(space) == 2 * 2 * 65**3 == 1_098_500
+    (problem,) = space_problems(space)
+    assert problem.startswith(
+        "search: 1,098,500 configurations (speculative 2 x all_reduce 2 x NCCL_MAX_NCHANNELS 65 x "
+        "NCCL_MIN_CTAS 65 x NCCL_MIN_NCHANNELS 65)"
+    )
+    assert "narrow the largest dimension, NCCL_MAX_NCHANNELS" in problem
+
+
+def test_empty_speculative_space_is_a_problem() -> None:
+    space = SearchSpace(speculative=SpeculativeSpace(num_steps=(1,), eagle_topk=(2,), num_draft_tokens=(8,)))
+    assert len(space) == 0
+    (problem,) = space_problems(space)
+    assert problem.startswith("search.speculative: no combination")
+
+
+def test_membership_without_listing() -> None:
+    space = SearchSpace(
+        speculative=SpeculativeSpace(num_steps=(2, 3), eagle_topk=(1, 2), num_draft_tokens=(4, 8)),
+        all_reduce=("custom",),
+        nccl_env={"NCCL_ALGO": (None, "Ring")},
+    )
+    listed = set(space)
+    assert len(listed) == len(space)
+    assert all(c in space for c in listed)
+    outside = [
+        Candidate(SpeculativeTriple(2, 2, 8)),  # capacity 6: draft <= 7
+        Candidate(SpeculativeTriple(3, 1, 5)),  # chain of 3 takes 4 draft tokens
+        Candidate(AUTO),  # auto not asked for
+        Candidate(SpeculativeTriple(3, 2, 8), "nccl"),
+        Candidate(SpeculativeTriple(3, 2, 8), nccl_env={"NCCL_ALGO": "Tree"}),
+        Candidate(SpeculativeTriple(3, 2, 8), nccl_env={"NCCL_PROTO": "LL"}),
+    ]
+    assert [c in space for c in outside] == [False] * len(outside)
+    assert Candidate(SpeculativeTriple(3, 2, 8), nccl_env={"NCCL_ALGO": "Ring"}) in space
+
+
+def test_a_space_made_by_hand_must_be_sorted_and_bounded() -> None:
+    with pytest.raises(ValueError, match="sorted"):
+        SpeculativeSpace(num_steps=(3, 1), eagle_topk=(1,))
+    with pytest.raises(ValueError, match=r"\[1, 64\]"):
+        SpeculativeSpace(num_steps=(1, 65), eagle_topk=(1,))
+
+
+def _values(low: int, high: int) -> st.SearchStrategy[tuple[int, ...]]:
+    return st.lists(st.integers(low, high), max_size=6, unique=True).map(lambda v: tuple(sorted(v)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=_values(1, 64),
+    topks=_values(1, 64),
+    drafts=_values(2, 1024),
+    auto=st.booleans(),
+    probe=st.tuples(st.integers(1, 64), st.integers(1, 64), st.integers(2, 1024)),
+)
+def test_space_agrees_with_sglang_rules_by_brute_force(steps, topks, drafts, auto, probe) -> None:
+    """Count, order, membership and the define-by-run choices all equal a brute force over the
+    rule itself (serving.speculative_rules.speculative_problem)."""
+    space = SpeculativeSpace(num_steps=steps, eagle_topk=topks, num_draft_tokens=drafts, include_auto=auto)
+    brute = [SpeculativeTriple(None, None, None)] if auto else []
+    for s in steps:
+        for k in topks:
+            for d in (s + 1,) if k == 1 else drafts:
+                if speculative_problem(num_steps=s, topk=k, num_draft_tokens=d) is None:
+                    brute.append(SpeculativeTriple(s, k, d))
+    assert list(space) == brute
+    assert len(space) == len(brute)
+    triple = SpeculativeTriple(*probe)
+    assert (triple in space) == (triple in brute)
+    assert set(space.steps_choices()) == {t.num_steps for t in brute if not t.is_auto}
+    for s in space.steps_choices():
+        assert set(space.topk_choices(num_steps=s)) == {t.eagle_topk for t in brute if t.num_steps == s}

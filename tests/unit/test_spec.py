@@ -10,6 +10,7 @@ import yaml
 
 from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
+from orchestrator.spec_file import MAX_SPEC_BYTES, yaml_data
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "experiments").glob("*.yaml"))
@@ -123,6 +124,49 @@ BROKEN = [
     ("NCCL space on one rank", with_("engine.tp_size", 1), "search.nccl_env", "tp_size > 1"),
     ("negative repetitions", with_("benchmark", {"repetitions": 0}), "benchmark.repetitions", "greater than or equal to 1"),
     ("bad name", with_("name", "my sweep!"), "name", "pattern"),
+    # strict types: YAML's true / "8" / 7 are not silently read as 1 / 8 / "7"
+    ("boolean for an integer", with_("engine.tp_size", True), "engine.tp_size", "valid integer (got True)"),
+    ("string for an integer", with_("engine.tp_size", "8"), "engine.tp_size", "valid integer (got '8')"),
+    ("boolean for a number", with_("budget", {"trial_timeout_s": True}), "budget.trial_timeout_s", "valid number"),
+    ("string for a number", with_("budget", {"trial_timeout_s": "60"}), "budget.trial_timeout_s", "valid number"),
+    ("number for a string", with_("engine.model_path", 7), "engine.model_path", "valid string (got 7)"),
+    ("number for a boolean", with_("search.speculative.include_auto", 1), "search.speculative.include_auto",
+     "valid boolean"),
+    ("boolean for an NCCL value", with_("search.nccl_env", {"NCCL_ALGO": [None, True]}),
+     "search.nccl_env.NCCL_ALGO.1", "a string, an integer or null"),
+    ("boolean for a dimension", with_("search.speculative.num_steps", True), "search.speculative.num_steps",
+     "a number, a list of numbers or {low, high}"),
+    ("NaN timeout", with_("budget", {"trial_timeout_s": float("nan")}), "budget.trial_timeout_s", "finite number"),
+    ("infinite time limit", with_("budget", {"time_limit_s": float("inf")}), "budget.time_limit_s", "finite number"),
+    # absurd numbers: refused with the allowed range
+    ("absurd num_steps", with_("search.speculative.num_steps", [10**30]), "search.speculative.num_steps",
+     "outside [1, 64]"),
+    ("absurd range end", with_("search.speculative.num_steps", {"low": 1, "high": 10**30}),
+     "search.speculative.num_steps", "is outside [1, 64]"),
+    ("absurd top-k", with_("search.speculative.eagle_topk", 65), "search.speculative.eagle_topk", "outside [1, 64]"),
+    ("absurd draft tokens", with_("search.speculative.num_draft_tokens", [4, 1025]),
+     "search.speculative.num_draft_tokens", "outside [2, 1024]"),
+    ("one draft token", with_("search.speculative.num_draft_tokens", 1), "search.speculative.num_draft_tokens",
+     "outside [2, 1024]"),
+    ("list longer than allowed", with_("search.speculative.num_steps", [1] * 1025), "search.speculative.num_steps",
+     "at most 1024"),
+    ("absurd timeout", with_("budget", {"trial_timeout_s": 1e12}), "budget.trial_timeout_s", "less than or equal"),
+    ("absurd parallel trials", with_("budget", {"max_concurrent_trials": 10**30}), "budget.max_concurrent_trials",
+     "less than or equal to 1024"),
+    ("absurd GPUs", with_("resources", {"gpus_per_trial": 10**30}), "resources.gpus_per_trial",
+     "less than or equal to 1024"),
+    ("absurd objective concurrency", with_("objective", {"concurrency": 10**30}), "objective.concurrency",
+     "less than or equal to 10000"),
+    ("absurd tp size", with_("engine.tp_size", 10**30), "engine.tp_size", "less than or equal to 64"),
+    # spaces too large to sweep: refused, counted without listing them
+    ("speculative space too large",
+     with_("search.speculative", {"num_steps": {"low": 1, "high": 64}, "eagle_topk": {"low": 1, "high": 64},
+                                  "num_draft_tokens": {"low": 2, "high": 1024}}),
+     "search.speculative", "3,843,647 valid"),
+    ("NCCL space too large",
+     with_("search.nccl_env", {name: [None, *range(1, 65)] for name in
+                               ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")}),
+     "search", "at most 1,000,000 are allowed"),
 ]
 
 
@@ -196,3 +240,76 @@ def test_shipped_yaml_roundtrips_through_model_dump() -> None:
         spec = SweepSpec.from_yaml(path)
         again = SweepSpec.from_dict(yaml.safe_load(yaml.safe_dump(spec.model_dump(mode="json"))))
         assert again == spec
+
+
+# --- reading the file: what YAML would let through -------------------------------------------
+
+SHIPPED_TEXT = (REPO / "experiments" / "reference-cpu.yaml").read_text()
+
+
+def _only_problem(excinfo: pytest.ExceptionInfo[SpecError]) -> str:
+    (problem,) = excinfo.value.problems
+    return problem.message
+
+
+def test_duplicate_top_level_key_is_refused_naming_key_and_lines() -> None:
+    text = SHIPPED_TEXT + "search:\n  all_reduce: [custom]\n"
+    with pytest.raises(SpecError) as excinfo:
+        SweepSpec.from_yaml_text(text)
+    first = 1 + SHIPPED_TEXT.splitlines().index("search:")
+    last = len(SHIPPED_TEXT.splitlines()) + 1
+    assert f"duplicate key 'search' on line {last} (first on line {first})" in _only_problem(excinfo)
+
+
+def test_duplicate_nested_key_is_refused() -> None:
+    text = SHIPPED_TEXT.replace("  tp_size: 2 ", "  tp_size: 2\n  tp_size: 4 ")
+    with pytest.raises(SpecError, match="duplicate key 'tp_size'"):
+        SweepSpec.from_yaml_text(text)
+
+
+def test_merge_keys_may_be_overridden() -> None:
+    """``<<: *anchor`` followed by one of its keys is YAML's override, not a duplicate."""
+    text = "name: t\nbase: &b {kind: reference, model_path: ref-tiny}\n"
+    data = yaml_data(text + "engine:\n  <<: *b\n  model_path: other\n")
+    assert data["engine"] == {"kind": "reference", "model_path": "other"}
+
+
+def test_exponent_without_a_dot_is_a_number() -> None:
+    """YAML 1.1 reads ``1e3`` as a string, which the strict float fields would refuse."""
+    spec = SweepSpec.from_yaml_text(SHIPPED_TEXT.replace("trial_timeout_s: 600", "trial_timeout_s: 6e2"))
+    assert spec.budget.trial_timeout_s == 600.0
+
+
+def test_non_utf8_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"name: t\n\xff\xfe\x00\x01")
+    with pytest.raises(SpecError) as excinfo:
+        SweepSpec.from_yaml(path)
+    assert f"{path} is not UTF-8 text (byte 0xff at offset 8)" in _only_problem(excinfo)
+
+
+def test_oversized_file_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("# " + "x" * MAX_SPEC_BYTES + "\n")
+    with pytest.raises(SpecError, match=f"larger than {MAX_SPEC_BYTES:,} bytes"):
+        SweepSpec.from_yaml(path)
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        SweepSpec.from_yaml(tmp_path)
+
+
+def test_alias_bomb_and_self_reference_are_refused() -> None:
+    bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{n}: &{n} [{', '.join(['*' + prev] * 10)}]\n" for prev, n in zip("abcde", "bcdef")
+    )
+    with pytest.raises(SpecError, match="more than 5,000 values"):
+        SweepSpec.from_yaml_text(bomb)
+    with pytest.raises(SpecError, match="refers to itself"):
+        SweepSpec.from_yaml_text("name: &x [*x]\n")
+
+
+def test_integer_too_long_for_python_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match="the integer on line 1 has 5000 characters"):
+        SweepSpec.from_yaml_text("name: " + "9" * 5000 + "\n")

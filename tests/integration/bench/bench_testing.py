@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Behaviour:
         error_event_every: Every n-th stream sends SGLang's ``{"error": ...}`` event (0: never).
         die_after: After this many generation requests the server stops listening and drops
             every connection (None: never).
+        flush_drops: /flush_cache closes the connection without answering (a failed flush).
         token_delay_s: Pause between chunks (0: as fast as possible).
         vary_output: Make the output depend on this value (a "different seed").
     """
@@ -68,6 +70,7 @@ class Behaviour:
     decode_log_interval: int | None = 1
     error_event_every: int = 0
     die_after: int | None = None
+    flush_drops: bool = False
     token_delay_s: float = 0.0
     vary_output: int = 0
 
@@ -224,6 +227,9 @@ class FakeServer:
         )
 
     async def _flush(self, request: web.Request) -> web.Response:
+        if self.behaviour.flush_drops:
+            request.transport.close()  # type: ignore[union-attr]
+            raise ConnectionResetError("fake flush dropped")
         if self.counters.in_flight:
             return web.Response(status=400, text="Cache not flushed: there are running requests")
         if self.behaviour.reset_on_flush:
@@ -321,6 +327,24 @@ class FakeServer:
         return resp
 
 
+@contextlib.contextmanager
+def logged(logger: str, level: int = logging.WARNING) -> Iterator[list[logging.LogRecord]]:
+    """The records of ``level`` and above that ``logger`` (and its children) emit meanwhile.
+
+    A handler on the logger itself, so records are seen whether or not they propagate to the root
+    (the CLI turns propagation off), and each record once.
+    """
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level)
+    handler.emit = records.append  # type: ignore[method-assign]
+    target = logging.getLogger(logger)
+    target.addHandler(handler)
+    try:
+        yield records
+    finally:
+        target.removeHandler(handler)
+
+
 def expected_accept_length(*, tokens: int, accept_length: int) -> float:
     """Tokens per verify cycle of the fake server for one request of ``tokens`` tokens."""
     cycles = math.ceil((tokens - 1) / accept_length)
@@ -328,24 +352,7 @@ def expected_accept_length(*, tokens: int, accept_length: int) -> float:
 
 
 # --- reference engines (real servers, started through the production EngineProcess) ----------
-
-SPECULATIVE = dict(
-    speculative_algorithm="EAGLE3",
-    speculative_draft_model_path="ref-tiny-draft",
-    speculative_num_steps=3,
-    speculative_eagle_topk=1,
-    speculative_num_draft_tokens=4,
-)
-
-
-def reference_config(*, speculative: bool = True, env: dict[str, str] | None = None, **extra_args):
-    """The tiny reference engine, speculative (3 steps, chain) or plain, with /metrics on."""
-    from serving.engine.config import EngineConfig
-
-    return EngineConfig(
-        kind="reference", model_path="ref-tiny", tp_size=1, env=env or {},
-        extra_args={"enable_metrics": True, **extra_args}, **(SPECULATIVE if speculative else {}),
-    )
+# Their config is the one shared by every engine test: ``engine_support.reference_config``.
 
 
 @contextlib.contextmanager

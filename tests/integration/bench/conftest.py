@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from bench_testing import FakeServer, reference_config, running_engine
+from bench_testing import FakeServer, running_engine
+from engine_support import reference_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from serving.engine.process import EngineProcess
@@ -57,7 +58,8 @@ def unused_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def reference_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator["EngineProcess"]:
     """One speculative reference engine shared by every test of the session."""
-    with running_engine(reference_config(), tmp_path_factory.mktemp("ref-spec")) as engine:
+    config = reference_config(speculative=True, enable_metrics=True)
+    with running_engine(config, tmp_path_factory.mktemp("ref-spec")) as engine:
         yield engine
 
 

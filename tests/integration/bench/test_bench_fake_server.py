@@ -15,13 +15,14 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bench_testing import FakeServer, expected_accept_length
-from orchestrator.bench import BenchSettings, run_benchmark, run_probe
+from bench_testing import FakeServer, expected_accept_length, logged
+from orchestrator.bench import BenchmarkAborted, BenchSettings, ProbeBaselineError, run_benchmark, run_probe
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.report import read_json, summary_table
 from orchestrator.errors import BenchmarkError
+from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -61,7 +62,9 @@ def test_token_counts_are_the_servers_and_chunks_carry_several(fake_server: Fake
         assert rep.spec_accept_length_meta == pytest.approx(16 / 5)
         assert rep.accepted_drafts_per_cycle == pytest.approx(expected - 1)
         assert rep.accept_length_mismatch is False
-        assert rep.cycle_ms is not None and rep.cycle_ms >= 0
+        # decode time / verify cycles: each request spends (16 - 1) * TPOT decoding, in 5 cycles
+        assert rep.cycle_ms is not None and rep.cycle_ms > 0
+        assert rep.cycle_ms == pytest.approx(rep.tpot_ms.mean * 15 / 5)
     assert fake_server.counters.flushes == 4  # one per repetition
     assert result.server_accept_length_scope == "repetition"
     assert fake_server.counters.max_in_flight <= 4
@@ -311,7 +314,12 @@ def test_hung_engine_stops_the_load_with_every_request_recorded(fake_server: Fak
     assert kinds.count("timeout") >= 2 and set(kinds) <= {"timeout", "abandoned", "not_sent"}
     # three sent at once; a fourth only if the first timeout came a moment before the second
     assert kinds.count("not_sent") >= 16
-    assert result.duration_s < 2.0  # one timeout, not one per request
+    # one round of timeouts, not one per request: the three sent at once time out (or the third is
+    # abandoned with the second's), and a fourth, sent after the first timeout, is abandoned when the
+    # second trips the breaker instead of being waited for until its own timeout
+    assert kinds.count("timeout") in (2, 3)
+    assert kinds[3] in ("abandoned", "not_sent")
+    assert fake_server.counters.requests <= 4
 
 
 @pytest.mark.parametrize("warmup", [0, 2])
@@ -337,16 +345,27 @@ def test_open_loop_timeouts_also_trip_the_hang_breaker(fake_server: FakeServer) 
 
 
 def test_open_loop_latency_counts_the_wait_behind_the_concurrency_cap(fake_server: FakeServer) -> None:
-    fake_server.behaviour.token_delay_s = 0.01  # 8 tokens = 4 chunks: at least 40 ms per request
+    import random
+
+    fake_server.behaviour.token_delay_s = 0.01  # 8 tokens = 4 chunks: each request takes 40 ms or more
     result = _load(fake_server, items=5, concurrency=1, tokens=8, request_rate=1000.0)
     records = result.records
     assert all(r.error is None for r in records)
-    # all five arrive within a few ms; at concurrency 1 the k-th waits for the k before it
-    assert all(r.scheduled_s is not None and r.scheduled_s < 0.1 for r in records)
-    assert records[-1].queue_delay_ms >= 4 * 40 - 100
-    for r in records:
-        assert r.e2e_ms >= r.queue_delay_ms + 40 and r.ttft_ms >= r.queue_delay_ms
-    assert records[-1].e2e_ms >= records[0].e2e_ms + 3 * 40  # grows with the queue
+    # the arrivals are the seeded schedule (seed 0, exponential gaps at 1000/s), whatever the timing
+    rng, due, schedule = random.Random(0), 0.0, []
+    for _ in records:
+        due += rng.expovariate(1000.0)
+        schedule.append(due)
+    assert [r.scheduled_s for r in records] == pytest.approx(schedule)
+    assert schedule[-1] - schedule[0] < 0.040  # all five are due before the first can have finished
+    for prev, r in zip(records, records[1:]):
+        prev_end_s = min(prev.scheduled_s, prev.sent_s) + prev.e2e_ms / 1000  # latency runs from the due time
+        assert r.sent_s >= prev_end_s - 1e-9  # one in flight: sent only once the one before finished
+        assert r.queue_delay_ms == pytest.approx(max(0.0, r.sent_s - r.scheduled_s) * 1000)
+        # the wait is inside the latencies: e2e and TTFT both run from the due time
+        assert r.queue_delay_ms >= (prev_end_s - r.scheduled_s) * 1000 - 1e-6 > 0
+        assert r.e2e_ms > r.queue_delay_ms and r.ttft_ms > r.queue_delay_ms
+    assert [r.queue_delay_ms for r in records[1:]] == sorted(r.queue_delay_ms for r in records[1:])
 
 
 # --- probe: markup-safe output, baseline ownership -------------------------------------------
@@ -396,3 +415,97 @@ def test_probe_can_be_told_not_to_create_the_baseline(fake_server: FakeServer, t
     with pytest.raises(BenchmarkError, match="does not exist; write it first"):
         run_probe(base_url=fake_server.url, baseline_path=tmp_path / "b.json", create_baseline=False)
     assert fake_server.counters.requests == 0 and not (tmp_path / "b.json").exists()
+
+
+# --- a run that fails part-way keeps what it measured ----------------------------------------
+
+
+def test_server_dying_mid_run_leaves_the_finished_repetitions_in_the_error(dying_server: FakeServer) -> None:
+    dying_server.behaviour.die_after = 2 + 12 + 12 + 5  # warm-up, repetitions 0 and 1 of c=1, then 5 more
+    with pytest.raises(BenchmarkAborted, match="stopped serving during concurrency 1, repetition 2") as info:
+        run_benchmark(base_url=dying_server.url, settings=_settings(concurrency=[1, 4], repetitions=3))
+    partial = info.value.partial
+    assert partial.status == "failed" and partial.failure is not None
+    assert (partial.failure.phase, partial.failure.concurrency, partial.failure.repetition) == ("measure", 1, 2)
+    assert partial.failure.reason == str(info.value)
+    assert [level.concurrency for level in partial.levels] == [1]  # c=4 never started
+    assert [rep.repetition for rep in partial.level(1).repetitions] == [0, 1]
+    assert all(rep.num_errors == 0 for rep in partial.level(1).repetitions)
+    assert partial.num_requests == 24 and partial.num_errors == 0  # the failed repetition is not a level's
+    failed = partial.failure.repetition_metrics
+    assert failed is not None and failed.repetition == 2 and failed.num_ok == 5 and failed.num_errors == 7
+    assert partial.warmup.num_requests == 2
+    assert partial.level(1).value("output_tokens") == 12 * 16
+
+
+def test_every_warmup_request_failing_is_a_failure_before_measuring(fake_server: FakeServer) -> None:
+    fake_server.behaviour.fail_every = 1
+    with pytest.raises(BenchmarkAborted, match="every warm-up request .* failed") as info:
+        run_benchmark(base_url=fake_server.url, settings=_settings())
+    partial = info.value.partial
+    assert partial.failure is not None and partial.failure.phase == "warmup"
+    assert partial.failure.concurrency is None and partial.failure.repetition is None
+    assert partial.levels == [] and partial.warmup.num_errors == 2
+    with pytest.raises(KeyError, match="no concurrency level was measured"):
+        partial.level()
+
+
+def test_bench_command_writes_what_was_measured_when_the_server_dies(dying_server: FakeServer, tmp_path: Path) -> None:
+    dying_server.behaviour.die_after = 1 + 4 + 4 + 1  # warm-up, two repetitions, one request of the third
+    out = tmp_path / "b.json"
+    result = CliRunner().invoke(_cli(), ["bench", dying_server.url, "-c", "2", "-r", "4", "--num-prompts", "4",
+                                         "--output-len", "8", "--warmup", "1", "--json-out", str(out)])
+    assert result.exit_code == EXIT_FAILED, result.output
+    said = " ".join(result.output.split())
+    assert "stopped serving during concurrency 2, repetition 2" in said
+    assert f"what was measured, 2 finished repetitions, is in {out} with status failed" in said
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == "spectune.bench/2" and data["status"] == "failed"
+    assert data["failure"]["concurrency"] == 2 and data["failure"]["repetition"] == 2
+    assert "stopped serving" in data["failure"]["reason"]
+    assert [rep["repetition"] for rep in data["levels"][0]["repetitions"]] == [0, 1]
+    assert read_json(out).failure is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # written whole, no temporary file left
+
+
+def test_bench_command_with_json_prints_the_partial_result(dying_server: FakeServer) -> None:
+    dying_server.behaviour.die_after = 1 + 4 + 1
+    result = CliRunner().invoke(_cli(), ["bench", dying_server.url, "-c", "2", "-r", "3", "--num-prompts", "4",
+                                         "--output-len", "8", "--warmup", "1", "--json"])
+    assert result.exit_code == EXIT_FAILED
+    printed = json.loads(result.stdout)
+    assert printed["status"] == "failed" and len(printed["levels"][0]["repetitions"]) == 1
+    assert "1 finished repetition; --json-out keeps them" in " ".join(result.stderr.split())
+
+
+# --- a failed /flush_cache is reported once --------------------------------------------------
+
+
+def test_failed_flush_is_logged_once_and_not_retried(fake_server: FakeServer) -> None:
+    fake_server.behaviour.flush_drops = True
+    with logged("orchestrator") as records:
+        result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[1], repetitions=3))
+    flush_warnings = [r for r in records if "flush_cache" in r.getMessage()]
+    assert len(flush_warnings) == 1, [r.getMessage() for r in flush_warnings]
+    assert "not calling it again" in flush_warnings[0].getMessage()
+    assert f"POST {fake_server.url}/flush_cache failed" in flush_warnings[0].getMessage()
+    assert not result.flush_cache_supported and fake_server.counters.flushes == 0
+
+
+# --- probe: a baseline that cannot be used is bad input -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"schema_version": "spectune.probe/1", "outputs": [', '{"schema_version": "spectune.probe/9"}', "[]"],
+    ids=["truncated", "other-schema", "not-a-baseline"],
+)
+def test_probe_with_a_corrupt_baseline_exits_2_not_1(fake_server: FakeServer, tmp_path: Path, content: str) -> None:
+    baseline = tmp_path / "b.json"
+    baseline.write_text(content)
+    result = CliRunner().invoke(_cli(), ["probe", fake_server.url, "--baseline", str(baseline)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert f"probe baseline {baseline}" in " ".join(result.output.split())
+    assert fake_server.counters.requests == 0  # nothing was compared
+    with pytest.raises(ProbeBaselineError):
+        run_probe(base_url=fake_server.url, baseline_path=baseline)

@@ -13,8 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bench_testing import reference_config, running_engine
-from orchestrator.bench import BenchSettings, run_benchmark, run_probe
+from bench_testing import running_engine
+from engine_support import reference_config
+from orchestrator.bench import BenchmarkAborted, BenchSettings, read_json, run_benchmark, run_probe
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics
@@ -88,12 +89,13 @@ def test_openai_api_of_the_engine_has_no_per_request_speculative_fields(referenc
 @pytest.mark.timeout(300)
 def test_probe_speculative_equals_plain_and_catches_other_weights(reference_engine, tmp_path: Path) -> None:
     baseline = tmp_path / "probe-baseline.json"
-    with running_engine(reference_config(speculative=False), tmp_path / "plain") as plain:
+    with running_engine(reference_config(enable_metrics=True), tmp_path / "plain") as plain:
         written = run_probe(base_url=plain.url, baseline_path=baseline, num_prompts=6, max_new_tokens=24)
         assert written.status == "baseline_written"
     same = run_probe(base_url=reference_engine.url, baseline_path=baseline)
     assert same.status == "match" and same.unit == "token", same.message
-    with running_engine(reference_config(random_seed=4321), tmp_path / "seeded") as other:
+    seeded = reference_config(speculative=True, enable_metrics=True, extra_args={"random_seed": 4321})
+    with running_engine(seeded, tmp_path / "seeded") as other:
         changed = run_probe(base_url=other.url, baseline_path=baseline)
     assert changed.status == "mismatch"
     first = changed.first_mismatch
@@ -103,11 +105,51 @@ def test_probe_speculative_equals_plain_and_catches_other_weights(reference_engi
 
 @pytest.mark.timeout(240)
 def test_engine_dying_mid_run_ends_the_run(tmp_path: Path) -> None:
-    config = reference_config(env={"SPECTUNE_REFERENCE_FAULT": "die_after_tokens:400"})
+    config = reference_config(
+        speculative=True, enable_metrics=True, env={"SPECTUNE_REFERENCE_FAULT": "die_after_tokens:400"}
+    )
     settings = BenchSettings(num_prompts=6, output_len=32, concurrency=[2], repetitions=4, warmup_requests=1,
                              request_timeout_s=60)
     seen: list[RepetitionMetrics] = []
     with running_engine(config, tmp_path) as engine:
-        with pytest.raises(BenchmarkError, match="stopped serving during concurrency 2"):
+        with pytest.raises(BenchmarkError, match="stopped serving during concurrency 2") as info:
             run_benchmark(base_url=engine.url, settings=settings, on_repetition=seen.append)
     assert len(seen) < 4
+    assert isinstance(info.value, BenchmarkAborted)  # with what was measured attached
+    assert info.value.partial.status == "failed" and info.value.partial.num_repetitions == len(seen)
+
+
+@pytest.mark.timeout(240)
+def test_bench_command_keeps_what_was_measured_when_the_engine_dies(tmp_path: Path) -> None:
+    """``spectune bench --json-out`` against an engine that dies in its third repetition: exit 1, and
+    the file holds the two finished repetitions with the failure stated."""
+    import typer
+    from typer.testing import CliRunner
+
+    from orchestrator.bench.commands import bench as bench_command, probe as probe_command
+    from orchestrator.exit_codes import EXIT_FAILED
+
+    # warm-up 32 tokens + 2 repetitions x 4 x 32 = 288 (and a few one-token health checks) < 350 <
+    # the 416 that a third repetition would need: the engine dies inside repetition 2
+    config = reference_config(
+        speculative=True, enable_metrics=True, env={"SPECTUNE_REFERENCE_FAULT": "die_after_tokens:350"}
+    )
+    out = tmp_path / "b.json"
+    app = typer.Typer()
+    app.command()(bench_command)
+    app.command()(probe_command)
+    with running_engine(config, tmp_path / "engine") as engine:
+        result = CliRunner().invoke(app, [
+            "bench", engine.url, "-c", "2", "-r", "4", "--num-prompts", "4", "--output-len", "32",
+            "--warmup", "1", "--timeout", "60", "--json-out", str(out),
+        ])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "stopped serving during concurrency 2, repetition 2" in result.output
+    assert f"is in {out} with status failed" in " ".join(result.output.split())
+    measured = read_json(out)
+    assert measured.status == "failed" and measured.failure is not None
+    assert (measured.failure.phase, measured.failure.concurrency, measured.failure.repetition) == ("measure", 2, 2)
+    assert [rep.repetition for rep in measured.level(2).repetitions] == [0, 1]
+    assert all(rep.num_errors == 0 and rep.output_tokens == 4 * 32 for rep in measured.level(2).repetitions)
+    assert measured.failure.repetition_metrics is not None and measured.failure.repetition_metrics.num_errors > 0
+    assert measured.num_requests == 8 and measured.warmup.num_requests == 1

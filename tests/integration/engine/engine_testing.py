@@ -1,47 +1,25 @@
-"""Helpers for engine lifecycle tests (imported by name: pytest puts this folder on sys.path)."""
+"""Helpers for engine lifecycle tests (imported by name: pytest puts this folder on sys.path).
+
+The engine config, the bounded wait and the environ reader are the shared ones of
+``tests/engine_support.py`` (re-exported here for these tests' imports).
+"""
 
 from __future__ import annotations
 
 import psutil
+from engine_support import processes_with_marker, reference_config, wait_until
 
-from serving.engine.config import EngineConfig
+__all__ = ["NCCL_ENV", "alive", "listening", "processes_with_marker", "reference_config", "wait_until"]
 
 NCCL_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "INFO"}
 
 
-def reference_config(*, tp_size: int = 1, env: dict[str, str] | None = None, speculative: bool = False,
-                     extra_args: dict | None = None) -> EngineConfig:
-    """The smallest reference engine: CPU preset, optionally speculative."""
-    spec = (
-        dict(
-            speculative_algorithm="EAGLE3",
-            speculative_draft_model_path="ref-tiny-draft",
-            speculative_num_steps=2,
-            speculative_eagle_topk=1,
-            speculative_num_draft_tokens=3,
-        )
-        if speculative
-        else {}
-    )
-    return EngineConfig(
-        kind="reference", model_path="ref-tiny", tp_size=tp_size, env=env or {}, extra_args=extra_args or {}, **spec
-    )
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """PIDs of live processes whose start-up environment has SPECTUNE_TEST_MARKER=marker."""
-    wanted = f"SPECTUNE_TEST_MARKER={marker}".encode()
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            with open(f"/proc/{proc.pid}/environ", "rb") as handle:
-                if wanted in handle.read().split(b"\0"):
-                    found.append(proc.pid)
-        except (OSError, psutil.NoSuchProcess):
-            continue
-    return found
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def listening(port: int) -> bool:

@@ -13,19 +13,11 @@ import pytest
 
 from serving.engine.audit import audit_process_tree
 from serving.engine.process import EngineProcess
-from serving.errors import EngineLaunchError
+from serving.errors import EngineDied, EngineLaunchError, EngineStartTimeout
 
-from engine_testing import NCCL_ENV, listening, processes_with_marker, reference_config
+from engine_testing import NCCL_ENV, alive, listening, processes_with_marker, reference_config, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _wait_for(condition, *, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_tp2_engine_direct_launch_passes_audit_and_stops_clean(tmp_path: Path) -> None:
@@ -38,15 +30,8 @@ def test_tp2_engine_direct_launch_passes_audit_and_stops_clean(tmp_path: Path) -
         port = engine.command.port
         assert listening(port)
     assert not listening(port)
-    survivors = [p.pid for p in report.processes if _alive(p.pid)]
+    survivors = [p.pid for p in report.processes if alive(p.pid)]
     assert survivors == [], f"engine processes outlived stop(): {survivors}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_bad_flag_fails_fast_with_log_tail(tmp_path: Path) -> None:
@@ -60,6 +45,7 @@ def test_bad_flag_fails_fast_with_log_tail(tmp_path: Path) -> None:
     assert excinfo.value.exit_code not in (None, 0)
     assert "--no-such-flag" in excinfo.value.log_tail
     assert "--no-such-flag" in str(excinfo.value)
+    assert excinfo.value.reason == "launch_failed"
     assert not engine.started
 
 
@@ -69,6 +55,7 @@ def test_crash_on_start_is_reported_with_exit_code(tmp_path: Path) -> None:
         with EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=120):
             pass
     assert excinfo.value.exit_code not in (None, 0)
+    assert excinfo.value.reason == "launch_failed"
 
 
 def test_hang_on_start_times_out_and_is_cleaned_up(tmp_path: Path) -> None:
@@ -78,6 +65,7 @@ def test_hang_on_start_times_out_and_is_cleaned_up(tmp_path: Path) -> None:
         with engine:
             pass
     assert excinfo.value.exit_code is None
+    assert isinstance(excinfo.value, EngineStartTimeout) and excinfo.value.reason == "timeout"
     assert not engine.started and not listening(engine.command.port)
 
 
@@ -90,12 +78,18 @@ def test_sigkill_mid_run_is_reported_dead_and_orphans_are_reaped(tmp_path: Path)
         workers = psutil.Process(engine.pid).children(recursive=True)
         assert workers
         os.kill(engine.pid, signal.SIGKILL)
-        _wait_for(lambda: not engine.health().alive, timeout_s=30, what="the health check to see the kill")
+        wait_until(lambda: not engine.health().alive, timeout_s=30, what="the health check to see the kill")
         health = engine.health()
         assert not health.healthy and "killed by signal 9" in health.detail
+        # It had been healthy: now it "died" (not a launch failure), for check and wait alike.
+        with pytest.raises(EngineDied) as died:
+            engine.check_healthy()
+        assert (died.value.reason, died.value.exit_code) == ("died", -signal.SIGKILL)
+        with pytest.raises(EngineDied):
+            engine.wait_healthy(timeout_s=30)
     finally:
         report = engine.stop()
-    assert [w.pid for w in workers if _alive(w.pid)] == [], "orphaned TP workers survived stop()"
+    assert [w.pid for w in workers if alive(w.pid)] == [], "orphaned TP workers survived stop()"
     assert set(w.pid for w in workers) <= set(report.stopped_pids)
 
 

@@ -1,27 +1,43 @@
 """Helpers for the reference engine's server tests (imported by name: pytest puts this folder on
 sys.path). Servers are started through the production ``EngineProcess`` (own session, log file,
-free port, health polling that checks ``poll()`` and quotes the log tail, tree-proof teardown)."""
+free port, health polling that checks ``poll()`` and quotes the log tail, tree-proof teardown),
+or in this process (``in_process_server``: the production app, engine client and TP worker
+processes, wired as ``serving.reference.server.serve`` wires them) where a test must reach into
+the app or throw many requests cheaply."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import aiohttp
 import psutil
+from aiohttp import web
 
 from serving.engine.command import EngineCommand
 from serving.engine.process import EngineProcess
 from serving.ports import free_port
+from serving.reference.http_common import AppState
+from serving.reference.http_server import build_app
+from serving.reference.launcher import WorkerGroup
+from serving.reference.server import attach_engine, new_state, runner, warm_up
+from serving.reference.server_args import parse_args
 
 PRESET = "ref-tiny"
+
+
+class HasUrl(Protocol):
+    @property
+    def url(self) -> str: ...
 
 
 def reference_process(
@@ -43,11 +59,18 @@ def running_server(*flags: str, log_dir: Path, env: Optional[Mapping[str, str]] 
 
 
 def http(
-    engine: EngineProcess, path: str, body: Optional[Any] = None, *, raw: Optional[bytes] = None, timeout_s: float = 60.0
+    engine: HasUrl,
+    path: str,
+    body: Optional[Any] = None,
+    *,
+    raw: Optional[bytes] = None,
+    content_type: str = "application/json",
+    method: Optional[str] = None,
+    timeout_s: float = 60.0,
 ) -> tuple[int, Any]:
     """One request; returns (status, parsed JSON or text)."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(engine.url + path, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(engine.url + path, data=data, headers={"Content-Type": content_type}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             status, text = resp.status, resp.read().decode()
@@ -59,7 +82,7 @@ def http(
         return status, text
 
 
-def sse_events(engine: EngineProcess, path: str, body: Any, *, timeout_s: float = 60.0) -> list[Any]:
+def sse_events(engine: HasUrl, path: str, body: Any, *, timeout_s: float = 60.0) -> list[Any]:
     """POST a streaming request; return the decoded ``data:`` events ("[DONE]" as a string)."""
     req = urllib.request.Request(
         engine.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
@@ -76,7 +99,7 @@ def sse_events(engine: EngineProcess, path: str, body: Any, *, timeout_s: float 
     return events
 
 
-def generate_concurrently(engine: EngineProcess, bodies: Sequence[Any], *, timeout_s: float = 120.0) -> list[Any]:
+def generate_concurrently(engine: HasUrl, bodies: Sequence[Any], *, timeout_s: float = 120.0) -> list[Any]:
     """POST every body to /generate at once (one aiohttp session); return the JSON answers."""
 
     async def run() -> list[Any]:
@@ -98,13 +121,6 @@ def worker_processes(engine: EngineProcess) -> list[psutil.Process]:
     return [c for c in psutil.Process(engine.pid).children() if c.name().startswith("ref::tp")]
 
 
-def environ_of(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as handle:
-        return dict(
-            entry.decode(errors="replace").split("=", 1) for entry in handle.read().split(b"\0") if b"=" in entry
-        )
-
-
 def port_open(port: int) -> bool:
     import socket
 
@@ -120,3 +136,62 @@ def python_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+PrepareHook = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+
+
+@dataclasses.dataclass
+class InProcessServer:
+    """A reference engine whose HTTP side runs in this process (on a thread of its own)."""
+
+    url: str
+    state: AppState
+    workers: WorkerGroup
+    fatal: list[str]
+    """Why the engine would have exited (a dead or failed worker); empty while it is fine."""
+
+
+@contextmanager
+def in_process_server(*flags: str, on_response_prepare: Sequence[PrepareHook] = ()) -> Iterator[InProcessServer]:
+    """A ready reference engine (``ref-tiny`` plus ``flags``) served from a thread of this process.
+
+    ``on_response_prepare`` hooks are added to the app (aiohttp's signal), e.g. to drop a
+    connection at a chosen moment.
+    """
+    args = parse_args(["--model-path", PRESET, "--host", "127.0.0.1", "--port", str(free_port()), *flags])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="in-process-reference", daemon=True)
+    thread.start()
+    fatal: list[str] = []
+    state = new_state(args)
+    app = build_app(state)
+    for hook in on_response_prepare:
+        app.on_response_prepare.append(hook)
+    app_runner = runner(app)
+    workers = WorkerGroup(args=args)
+
+    async def start() -> None:
+        await app_runner.setup()
+        await web.TCPSite(app_runner, host=args.host, port=args.port).start()
+        workers.start()
+        ready = await loop.run_in_executor(None, lambda: workers.wait_ready(timeout_s=120))
+        client = attach_engine(state, workers, ready, die_after_tokens=None, on_fatal=fatal.append, loop=loop)
+        assert await warm_up(client), fatal
+        state.ready = True
+
+    async def stop() -> None:
+        state.ready = False
+        if state.client is not None:
+            state.client.stop()
+        await loop.run_in_executor(None, lambda: workers.stop(grace_s=5.0))
+        await app_runner.cleanup()
+
+    try:
+        asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=180)
+        yield InProcessServer(url=f"http://{args.host}:{args.port}", state=state, workers=workers, fatal=fatal)
+    finally:
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -7,6 +7,7 @@ import re
 from typing import Iterator
 
 import pytest
+from engine_support import wait_until
 from reference_server_testing import generate_concurrently, http, running_server, sse_events
 
 from serving.engine.process import EngineProcess
@@ -127,6 +128,27 @@ def test_sampling_is_reproducible_by_seed(spec_server: EngineProcess) -> None:
         ("/v1/completions", b'{"prompt": "x", "n": 3}', "'n'=3"),
         ("/v1/chat/completions", b'{"messages": []}', "messages"),
         ("/v1/chat/completions", b"{oops", "not valid JSON"),
+        # used to reach both TP workers and fail in manual_seed: the server exited 1
+        ("/generate", b'{"text": "x", "sampling_params": {"temperature": 0.7, "sampling_seed": 18446744073709551616}}',
+         "sampling_params.sampling_seed must be an integer in [-9223372036854775808, 18446744073709551615], "
+         "got 18446744073709551616"),
+        ("/v1/completions", b'{"prompt": "x", "temperature": 0.7, "seed": 18446744073709551616}',
+         "seed must be an integer in [-9223372036854775808, 18446744073709551615]"),
+        # used to fail in the workers' sampler ("probability tensor contains either inf, nan")
+        ("/generate", b'{"text": "x", "sampling_params": {"temperature": NaN}}', "sampling_params.temperature must be a finite number"),
+        ("/generate", b'{"text": "x", "sampling_params": {"temperature": Infinity}}', "must be a finite number, got inf"),
+        ("/v1/completions", b'{"prompt": "x", "temperature": NaN}', "temperature must be a finite number"),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "temperature": -Infinity}',
+         "temperature must be a finite number"),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_p": NaN}', "top_p must be a finite number"),
+        ("/generate", b'{"text": "x", "sampling_params": {"temperature": 1e400}}', "must be a finite number"),
+        # used to be 500s with a traceback
+        ("/generate", b'{"text": "\\ud800"}', "text contains '\\ud800', a lone surrogate"),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\\udfffb"}]}', "lone surrogate"),
+        ("/generate", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ("/generate", b'{"text": "x", "sampling_params": {"max_new_tokens": ' + b"9" * 5000 + b"}}", "not valid JSON"),
+        ("/v1/chat/completions", b'{"messages": [{"role": [], "content": "x"}]}', "messages[0].role=[] is not supported"),
+        ("/v1/completions", b'{"prompt": "x", "n": 0.5}', "'n' must be an integer, got 0.5"),
     ],
 )
 def test_bad_input_is_400_and_server_keeps_serving(spec_server: EngineProcess, path: str, raw: bytes, needle: str) -> None:
@@ -135,6 +157,19 @@ def test_bad_input_is_400_and_server_keeps_serving(spec_server: EngineProcess, p
     message = out["error"]["message"] if "error" in out else out["message"]
     assert needle in message
     assert http(spec_server, "/generate", greedy("still alive?", 4))[0] == 200
+    assert "Traceback" not in spec_server.log_path.read_text()
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions"])
+@pytest.mark.parametrize("charset", ["foobar", "rot13"])
+def test_an_unknown_charset_is_400_in_the_routes_shape(spec_server: EngineProcess, path: str, charset: str) -> None:
+    body = {"text": "x"} if path == "/generate" else {"prompt": "x"}
+    status, out = http(spec_server, path, body, content_type=f"application/json; charset={charset}")
+    assert status == 400, out
+    message = out["error"]["message"] if path == "/generate" else out["message"]
+    assert f"charset '{charset}' is not a known text encoding" in message
+    assert "Traceback" not in spec_server.log_path.read_text()
+    assert http(spec_server, path, body, content_type="application/json; charset=utf-8")[0] == 200
 
 
 def test_flush_cache_and_server_info_accept_length(spec_server: EngineProcess) -> None:
@@ -204,30 +239,30 @@ def test_metrics_absent_without_flag(one_slot_server: EngineProcess) -> None:
 
 def test_health_generate_is_200_while_the_batch_is_full(one_slot_server: EngineProcess) -> None:
     """The only slot is busy, so the health request waits in the queue; like SGLang, tokens
-    flowing for someone else prove the engine healthy."""
-    import json
-    import time
+    flowing for someone else prove the engine healthy: the check answers 200 while the busy
+    request is still in flight (it is aborted only afterwards), not once it has finished."""
     import urllib.request
 
-    body = {**greedy("keep busy", 1200), "stream": True}
+    rid = "keep-busy"
+    body = {**greedy("keep busy", 1900, ignore_eos=True), "stream": True, "rid": rid}
     req = urllib.request.Request(one_slot_server.url + "/generate", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    sent_at = time.monotonic()
     with urllib.request.urlopen(req, timeout=60) as stream:
         assert stream.readline().startswith(b"data: ")
         status, _ = http(one_slot_server, "/health_generate")
-        healthy_at = time.monotonic()
+        flush_status, flush_text = http(one_slot_server, "/flush_cache")  # refused while a request is pending
+        assert http(one_slot_server, "/abort_request", {"rid": rid})[0] == 200
         rest = stream.read().decode()
     assert status == 200
-    chunks = [line[len("data: "):] for line in rest.splitlines() if line.startswith("data: {")]
-    busy_done_at = sent_at + json.loads(chunks[-1])["meta_info"]["e2e_latency"]
-    assert healthy_at < busy_done_at, "the health check waited for the busy request to finish"
+    assert flush_status == 400 and "pending requests" in flush_text, "the health check waited for the busy request"
+    final = json.loads([line for line in rest.splitlines() if line.startswith("data: {")][-1][len("data: "):])
+    assert final["meta_info"]["finish_reason"]["type"] == "abort"
+    assert final["meta_info"]["completion_tokens"] < 1900
 
 
 def test_client_disconnect_aborts_the_request(spec_server: EngineProcess) -> None:
     """A client that goes away mid-request frees its slot (the request is aborted in the engine)."""
     import socket
-    import time
 
     def aborted() -> float:
         text = http(spec_server, "/metrics")[1]
@@ -238,8 +273,6 @@ def test_client_disconnect_aborts_the_request(spec_server: EngineProcess) -> Non
     with socket.create_connection(("127.0.0.1", spec_server.command.port)) as sock:
         sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    deadline = time.monotonic() + 20
-    while aborted() <= before:
-        assert time.monotonic() < deadline, "the abandoned request was never aborted"
-        time.sleep(0.05)  # polling interval
+    wait_until(lambda: aborted() > before, timeout_s=20, what="the abandoned request to be aborted",
+               detail=spec_server.log_tail)
     assert http(spec_server, "/flush_cache")[0] == 200

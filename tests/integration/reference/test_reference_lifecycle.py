@@ -6,26 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import textwrap
 from pathlib import Path
 
 import psutil
 import pytest
-from reference_server_testing import environ_of, http, port_open, reference_process, worker_processes
+from engine_support import read_environ, wait_until
+from reference_server_testing import http, port_open, reference_process, worker_processes
 
 from serving.errors import EngineLaunchError
+from serving.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-def wait_for(predicate, *, timeout_s: float, what: str, engine=None) -> None:
-    """Poll ``predicate`` until true (bounded); fail with the engine log tail."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            tail = engine.log_tail() if engine is not None else ""
-            pytest.fail(f"timed out waiting for {what}\n{tail}")
-        time.sleep(0.05)  # polling interval, not synchronisation
 
 
 def test_unknown_flag_exits_2() -> None:
@@ -108,8 +100,8 @@ def test_fault_hang_on_start(tmp_path: Path) -> None:
     engine = reference_process("--tp-size", "2", log_dir=tmp_path, env={"SPECTUNE_REFERENCE_FAULT": "hang_on_start"})
     engine.start()
     try:
-        wait_for(lambda: port_open(engine.command.port), timeout_s=60, what="the port", engine=engine)
-        wait_for(lambda: len(worker_processes(engine)) == 2, timeout_s=60, what="two workers", engine=engine)
+        wait_until(lambda: port_open(engine.command.port), timeout_s=60, what="the port", detail=engine.log_tail)
+        wait_until(lambda: len(worker_processes(engine)) == 2, timeout_s=60, what="two workers", detail=engine.log_tail)
         with pytest.raises(EngineLaunchError, match="not healthy"):
             engine.wait_healthy(timeout_s=3)
         assert http(engine, "/health")[0] == 503
@@ -140,9 +132,9 @@ def test_fault_late_env_hides_variables_from_workers(tmp_path: Path) -> None:
     env = {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple", "SPECTUNE_REFERENCE_FAULT": "late_env:NCCL_ALGO"}
     engine = reference_process("--tp-size", "2", log_dir=tmp_path, env=env)
     with engine:
-        assert environ_of(engine.pid)["NCCL_ALGO"] == "Tree"
+        assert read_environ(engine.pid)["NCCL_ALGO"] == "Tree"
         for worker in worker_processes(engine):
-            worker_env = environ_of(worker.pid)
+            worker_env = read_environ(worker.pid)
             assert "NCCL_ALGO" not in worker_env, worker.name()
             assert worker_env["NCCL_PROTO"] == "Simple"
             assert worker_env["NCCL_CUMEM_ENABLE"] == "0" and worker_env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
@@ -154,3 +146,50 @@ def test_bad_fault_value_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "serving.reference", "--model-path", "ref-tiny"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2 and "SPECTUNE_REFERENCE_FAULT" in proc.stderr
+
+
+@pytest.mark.parametrize("algo, dies", [("Tree", True), ("Ring", False)])
+def test_fault_die_after_tokens_only_where_its_condition_holds(tmp_path: Path, algo: str, dies: bool) -> None:
+    """``die_after_tokens:N@NAME=VALUE`` in a sweep's fixed env arms the fault for the trials that
+    set NAME=VALUE only; the others serve past N tokens as if it were not there."""
+    env = {"NCCL_ALGO": algo, "SPECTUNE_REFERENCE_FAULT": "die_after_tokens:40@NCCL_ALGO=Tree"}
+    engine = reference_process(log_dir=tmp_path, env=env)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout_s=120)
+        body = {"text": "go", "sampling_params": {"max_new_tokens": 200, "temperature": 0}}
+        if dies:
+            try:
+                http(engine, "/generate", body, timeout_s=30)
+            except OSError:
+                pass  # the server may vanish mid-response
+            assert engine._popen.wait(30) == 1  # noqa: SLF001
+            assert "die_after_tokens:40@NCCL_ALGO=Tree: the condition holds here; armed" in engine.log_path.read_text()
+        else:
+            status, out = http(engine, "/generate", body)
+            assert status == 200 and out["meta_info"]["completion_tokens"] == 200
+            assert http(engine, "/health_generate")[0] == 200 and engine._popen.poll() is None  # noqa: SLF001
+            assert "the condition does not hold here; off" in engine.log_path.read_text()
+    finally:
+        engine.stop()
+
+
+def test_a_worker_failing_during_warm_up_never_reports_ready(tmp_path: Path) -> None:
+    """A worker that fails after it started (here: in the warm-up, on a draft top-k the command
+    line would refuse, built past the parser) must not be followed by SGLang's readiness line."""
+    script = textwrap.dedent(f"""
+        import asyncio, dataclasses, sys
+        from serving.reference.cli import configure_logging
+        from serving.reference.faults import Faults
+        from serving.reference.server import serve
+        from serving.reference.server_args import parse_args
+        configure_logging("info")
+        args = parse_args(["--model-path", "ref-tiny", "--port", "{free_port()}", "--speculative-algorithm", "EAGLE3",
+                           "--speculative-num-steps", "1", "--speculative-eagle-topk", "2",
+                           "--speculative-num-draft-tokens", "2"])
+        sys.exit(asyncio.run(serve(dataclasses.replace(args, speculative_eagle_topk=100000), faults=Faults())))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "TP worker rank 0" in proc.stderr and "the server cannot continue" in proc.stderr, proc.stderr[-3000:]
+    assert "fired up and ready to roll" not in proc.stderr

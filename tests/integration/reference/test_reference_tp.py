@@ -47,12 +47,18 @@ def expected() -> dict[str, list[int]]:
                      log_stats=False).run(reqs)
 
 
+SECRETS = {"SPECTUNE_API_TOKEN": "tok-3141-secret", "NCCL_IB_SECRET_KEY": "ib-2718-secret"}
+CORRUPT_LL128 = "corrupt_allreduce_when:NCCL_PROTO=LL128"
+
+
 @pytest.fixture(scope="module")
 def tp2_spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """TP 2 with a tree (5/4/8), secrets in its env, and the LL128 corruption fault switched on
+    but not armed (NCCL_PROTO is Simple here), so every test below also proves it harmless."""
     flags = ("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
              "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
-    with running_server(*flags, log_dir=tmp_path_factory.mktemp("ref-tp2"),
-                        env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}) as engine:
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "SPECTUNE_REFERENCE_FAULT": CORRUPT_LL128, **SECRETS}
+    with running_server(*flags, log_dir=tmp_path_factory.mktemp("ref-tp2"), env=env) as engine:
         yield engine
 
 
@@ -69,6 +75,9 @@ def test_tp2_has_exactly_two_workers_each_in_a_world_of_two(tp2_spec_server: Eng
         line = re.search(rf"worker ref::tp{rank} starting: rank={rank} world_size=2 .*", log)
         assert line, f"no start-up line for rank {rank}"
         assert "NCCL_ALGO=Ring" in line.group(0) and "NCCL_PROTO=Simple" in line.group(0)
+        assert "SPECTUNE_API_TOKEN=<redacted>" in line.group(0) and "NCCL_IB_SECRET_KEY=<redacted>" in line.group(0)
+    for secret in SECRETS.values():
+        assert secret not in log, "a secret value was logged verbatim"
 
 
 def test_tp2_speculative_greedy_matches_plain_tp1_over_http(tp2_spec_server: EngineProcess, expected) -> None:
@@ -91,3 +100,21 @@ def test_32_concurrent_plain_tp1(tmp_path: Path, expected) -> None:
         outs = generate_concurrently(engine, [body(p, 24) for p in PROMPTS])
     for prompt, out in zip(PROMPTS, outs):
         assert out["output_ids"] == expected[prompt], prompt
+
+
+def test_tp2_corrupted_all_reduce_changes_greedy_output_and_stays_healthy(tmp_path: Path, expected) -> None:
+    """``corrupt_allreduce_when:NCCL_PROTO=LL128`` with NCCL_PROTO=LL128: the engine serves
+    every request to its full length, healthy, but greedy output is not the baseline's (which the
+    tests above get from the same switch unarmed): what a sweep's correctness probe must reject."""
+    env = {"NCCL_PROTO": "LL128", "SPECTUNE_REFERENCE_FAULT": CORRUPT_LL128}
+    flags = ("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+    with running_server(*flags, log_dir=tmp_path, env=env) as engine:
+        outs = generate_concurrently(engine, [body(p, 24) for p in PROMPTS[:8]])
+        assert http(engine, "/health_generate")[0] == 200
+        assert engine._popen.poll() is None  # noqa: SLF001
+        log = engine.log_path.read_text()
+    assert all(out["meta_info"]["finish_reason"] == {"type": "length", "length": 24} for out in outs)
+    differing = [p for p, out in zip(PROMPTS, outs) if out["output_ids"] != expected[p]]
+    assert len(differing) >= 6, f"only {differing} differ from the baseline"
+    assert log.count("holds in this rank's environment: all-reduce results are corrupted") == 2

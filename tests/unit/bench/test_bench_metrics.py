@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.bench.loadgen import RequestRecord
 from orchestrator.bench.metrics import (
+    METRICS,
     Distribution,
     accept_length_agrees,
     accept_length_requests,
@@ -20,6 +21,7 @@ from orchestrator.bench.metrics import (
     percentile,
     request_per_s,
     spec_accept_length_meta,
+    t975,
     tokens_per_chunk,
     tpot_ms,
 )
@@ -55,8 +57,26 @@ def test_distribution_by_hand() -> None:
     assert d.stdev == pytest.approx(stdev)
     assert d.cv == pytest.approx(stdev / 5.0)
     assert d.mad == pytest.approx(0.5)  # |x - 4.5| = 2.5 .5 .5 .5 .5 .5 2.5 4.5 -> median 0.5
-    half = 2.365 * stdev / math.sqrt(8)  # t(0.975, 7)
+    half = 2.364624 * stdev / math.sqrt(8)  # t(0.975, 7), exact to 6 decimals (tables round it to 2.365)
     assert d.ci95_low == pytest.approx(5.0 - half) and d.ci95_high == pytest.approx(5.0 + half)
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.706), (7, 2.365), (30, 2.042), (31, 2.040), (40, 2.021), (60, 2.000), (120, 1.980), (1000, 1.962)],
+)
+def test_t_quantile_is_exact_beyond_the_old_table(df: int, expected: float) -> None:
+    """t(0.975, df) from published tables (3 decimals); a table that stopped at df 30 gave 1.96 for 31+."""
+    assert round(t975(df), 3) == expected
+
+
+def test_interval_of_61_values_uses_t_60_not_the_normal_quantile() -> None:
+    values = [float(i % 7) for i in range(61)]  # df = 60: t = 2.000, not 1.96
+    d = Distribution.of(values)
+    half = (d.ci95_high - d.ci95_low) / 2
+    assert half == pytest.approx(2.000297821 * d.stdev / math.sqrt(61))
+    with pytest.raises(ValueError, match="df must be >= 1"):
+        t975(0)
 
 
 def test_distribution_small_samples() -> None:
@@ -198,6 +218,7 @@ def test_repetition_metrics_and_flat_names() -> None:
     assert m.accept_length_mismatch is True  # 3.2 vs 2.5
     assert m.ttft_ms.median == 150.0 and m.e2e_ms.median == 450.0
     flat = m.flat()
+    assert list(flat) == list(METRICS)  # the table is the list of names
     assert set(OBJECTIVE_METRICS) <= set(flat)
     assert flat["ttft_ms_p50"] == 150.0 and flat["error_rate"] == 0.5
     assert m.error_samples[0] == "http_5xx: HTTP 500: boom"
@@ -212,3 +233,24 @@ def test_server_accept_length_used_when_requests_lack_it() -> None:
     assert m.accept_length == 2.0 and m.accept_length_requests is None
     assert m.accept_length_mismatch is None
     assert m.accepted_drafts_per_cycle == 1.0
+
+
+def test_one_table_names_every_metric_and_its_direction() -> None:
+    """OBJECTIVE_METRICS is the table's optimisable part; the spec uses that very table."""
+    import orchestrator.spec as spec
+
+    assert OBJECTIVE_METRICS == {n: m.direction for n, m in METRICS.items() if m.direction is not None}
+    assert spec.OBJECTIVE_METRICS is OBJECTIVE_METRICS
+    assert OBJECTIVE_METRICS == {
+        "output_tok_per_s": "max", "request_per_s": "max", "accept_length": "max",
+        "ttft_ms_p50": "min", "ttft_ms_p99": "min", "tpot_ms_p50": "min", "tpot_ms_p99": "min",
+        "e2e_ms_p50": "min", "e2e_ms_p99": "min", "cycle_ms": "min",
+    }
+    assert spec.ObjectiveSpec(metric="cycle_ms").direction == "min"
+    m = compute_repetition_metrics(
+        records=[A, B], duration_s=2.0, concurrency=2, repetition=0, request_rate=None,
+        accept_length_server=None, accept_length_tolerance=0.1,
+    )
+    # each entry reads its own figure: p50 is the median, p99 the 99th percentile, cycle_ms the cycle
+    assert METRICS["ttft_ms_p50"].read(m) == 150.0 and METRICS["ttft_ms_p99"].read(m) == pytest.approx(199.0)
+    assert METRICS["cycle_ms"].read(m) == pytest.approx(50.0) and METRICS["output_tok_per_s"].read(m) == 16.0

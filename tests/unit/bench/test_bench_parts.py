@@ -7,13 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cli
 from orchestrator.bench import commands
 from orchestrator.bench.datasets import DatasetError, load_builtin, load_prompts, load_sharegpt, random_prompts
 from orchestrator.bench.loadgen import RequestRecord, Sampling, _Breaker, _Fail, _Response, build_payload
 from orchestrator.bench.metrics import compute_repetition_metrics
 from orchestrator.bench.probe import ProbeOutput, _write_new_baseline, compare_outputs
-from orchestrator.bench.report import BenchResult, DatasetInfo, WarmupInfo, read_json, summarise_level, write_json
+from orchestrator.bench.report import (
+    BenchFailure,
+    BenchmarkAborted,
+    BenchResult,
+    DatasetInfo,
+    WarmupInfo,
+    read_json,
+    summarise_level,
+    write_json,
+)
 from orchestrator.bench.server import accept_length_from_info, summarise_server_info
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
@@ -174,7 +182,7 @@ def test_settings_are_the_specs_benchmark_section_plus_knobs() -> None:
 # --- report -----------------------------------------------------------------------------------
 
 
-def _result() -> BenchResult:
+def _result(**fields) -> BenchResult:
     from orchestrator.bench.loadgen import RequestRecord
 
     reps = [
@@ -192,7 +200,7 @@ def _result() -> BenchResult:
         flush_cache_supported=False, settings=BenchSettings(), dataset=DatasetInfo(
             name="builtin", num_prompts=1, distinct_prompts=1, mean_prompt_chars=3.0),
         warmup=WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={}), levels=[level], num_requests=3,
-        num_errors=0, accept_length_mismatch=False, noisy=level.noisy,
+        num_errors=0, accept_length_mismatch=False, noisy=level.noisy, **fields,
     )
 
 
@@ -212,13 +220,113 @@ def test_json_round_trip_and_schema_version(tmp_path: Path) -> None:
     result = _result()
     path = write_json(result, tmp_path / "r.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == "spectune.bench/1"
+    assert data["schema_version"] == "spectune.bench/2"
+    assert data["status"] == "ok" and data["failure"] is None
     assert data["levels"][0]["repetitions"][0]["accept_length"] is None
     assert read_json(path) == result
     data["schema_version"] = "spectune.bench/999"
     path.write_text(json.dumps(data))
     with pytest.raises(BenchmarkError, match="schema_version"):
         read_json(path)
+
+
+def test_a_version_1_document_is_read_as_a_completed_run(tmp_path: Path) -> None:
+    result = _result()
+    data = json.loads(result.model_dump_json())
+    del data["status"], data["failure"]
+    data["schema_version"] = "spectune.bench/1"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = read_json(path)
+    assert old.schema_version == "spectune.bench/2" and old.status == "ok" and old.failure is None
+    assert old == result
+    path.write_text("{not json")
+    with pytest.raises(BenchmarkError, match="cannot be read as a benchmark result"):
+        read_json(path)
+
+
+def _failure(**fields) -> BenchFailure:
+    return BenchFailure(**{"phase": "measure", "concurrency": 2, "repetition": 3, "reason": "engine died", **fields})
+
+
+def test_a_failed_run_states_where_and_why(tmp_path: Path) -> None:
+    failed = _result(status="failed", failure=_failure())
+    assert read_json(write_json(failed, tmp_path / "f.json")) == failed
+    assert failed.num_repetitions == 3
+    with pytest.raises(ValueError, match="a failed run states its failure"):
+        _result(status="failed")
+    with pytest.raises(ValueError, match="a completed one has none"):
+        _result(failure=_failure())
+
+
+def test_aborted_carries_the_partial_result_and_survives_pickling() -> None:
+    """Ray pickles what a trial raises: the partial result must come through, not just the message."""
+    import pickle
+
+    partial = _result(status="failed", failure=_failure())
+    error = BenchmarkAborted(partial)
+    assert isinstance(error, BenchmarkError) and str(error) == "engine died"
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, BenchmarkAborted) and copy.partial == partial and str(copy) == "engine died"
+    with pytest.raises(ValueError, match="needs a failed result"):
+        BenchmarkAborted(_result())
+
+
+def test_json_is_replaced_whole_never_rewritten_in_place(tmp_path: Path) -> None:
+    """A reader that opened the old document keeps reading all of it: the new one is renamed over it."""
+    path = write_json(_result(), tmp_path / "r.json")
+    old_text = path.read_text()
+    with path.open(encoding="utf-8") as reader:
+        write_json(_result(status="failed", failure=_failure()), path)
+        assert reader.read() == old_text  # in-place truncation would leave this reader nothing
+    assert read_json(path).status == "failed"
+    assert (path.stat().st_mode & 0o777) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary file left
+    with pytest.raises(OSError):
+        write_json(_result(), tmp_path)  # a directory: nothing written, nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_a_level_is_read_through_the_metric_table() -> None:
+    level = _result().level(2)
+    assert level.value("queue_delay_ms_p50") is None  # known, absent in closed loop
+    with pytest.raises(KeyError, match="unknown metric 'tok_per_s'; known: output_tok_per_s"):
+        level.value("tok_per_s")  # a typo is not an absent value
+    assert set(_result().flat()) == {f"c2.{name}" for name, dist in level.summary.items() if dist.median is not None}
+
+
+# --- where things are defined ----------------------------------------------------------------
+
+
+def test_the_benchmark_models_do_not_reach_back_into_the_spec() -> None:
+    """Data flows one way: spec.py imports the benchmark section and the metric table, never the reverse."""
+    import ast
+
+    import orchestrator.bench.metrics as metrics_module
+    import orchestrator.bench.settings as settings_module
+    import orchestrator.spec as spec
+
+    for module in (settings_module, metrics_module):
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "orchestrator.spec" not in imported, module.__name__
+    assert spec.BenchmarkSpec is BenchmarkSpec and BenchmarkSpec.__module__ == "orchestrator.bench.settings"
+    assert spec.OBJECTIVE_METRICS is metrics_module.OBJECTIVE_METRICS
+
+
+def test_loading_a_spec_does_not_import_the_http_client_or_scipy() -> None:
+    """spec.py imports from orchestrator.bench; that must not pull in aiohttp (the package's exports
+    are lazy) or scipy.stats (imported on the first interval computed)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, orchestrator.spec; "
+        "print(sorted(m for m in ('aiohttp', 'scipy.stats', 'orchestrator.bench.runner') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 # --- probe ------------------------------------------------------------------------------------
@@ -271,7 +379,3 @@ def test_error_messages_quoting_model_output_are_not_read_as_markup(capsys: pyte
     assert exit_.exit_code == commands.EXIT_FAILED
     assert "error: HTTP 500: [/INST] then [bold]x[/bold] and a \\" in capsys.readouterr().err
 
-
-def test_commands_share_the_cli_exit_codes() -> None:
-    assert commands.EXIT_FAILED == cli.EXIT_FAILED
-    assert commands.EXIT_BAD_INPUT == cli.EXIT_BAD_INPUT

@@ -80,14 +80,18 @@ class ThreadComm:
         return obj
 
 
-def make_models(tp_size: int, *, preset: ModelPreset = PRESET) -> list[Model]:
-    """One model shard per rank."""
+def make_models(
+    tp_size: int, *, preset: ModelPreset = PRESET, wrap_comm: Optional[Callable[[Any], Any]] = None
+) -> list[Model]:
+    """One model shard per rank; ``wrap_comm`` wraps each rank's TP group (e.g. a fault)."""
     torch.set_num_threads(1)
     if tp_size == 1:
         comms: Sequence[Any] = [SingleRank()]
     else:
         group = _ThreadGroup(tp_size)
         comms = [ThreadComm(group, r) for r in range(tp_size)]
+    if wrap_comm is not None:
+        comms = [wrap_comm(c) for c in comms]
     return [
         Model(preset=preset, seed=preset.seed, comm=c, device=torch.device("cpu"), dtype=dtype_from_name(preset.dtype))
         for c in comms
@@ -133,7 +137,7 @@ def run_tp(
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             errors.append(exc)
             for other in models:
-                comm = other.comm
+                comm = getattr(other.comm, "inner", other.comm)  # a wrapped group (wrap_comm)
                 if isinstance(comm, ThreadComm):
                     comm.group.barrier.abort()
 

@@ -122,3 +122,19 @@ def test_prefill_token_budget_splits_batches(tp1_models) -> None:
         sched.submit(req)
     sched.step()
     assert len(sched.running) == 1 and len(sched.waiting) == 2
+
+
+def test_a_request_the_worker_cannot_take_is_aborted_not_fatal(tp1_models) -> None:
+    """A seed torch cannot unpack (a check missed upstream) must not take the rank down: the
+    request ends as an abort and the scheduler serves the next one as before."""
+    sched = _scheduler(tp1_models)
+    bad = GenerateReq(rid="bad", input_ids=(1, 2), params=SamplingParams(max_new_tokens=4, temperature=0.7), seed=2**64)
+    outs = sched.submit(bad)
+    assert [(o.rid, o.finish["type"]) for o in outs] == [("bad", "abort")]
+    assert "Overflow" in outs[0].finish["message"] and not sched.has_work
+    good = greedy_requests(["after the bad one"], max_new_tokens=6)
+    assert sched.submit(good[0]) == []
+    tokens = []
+    while sched.has_work:
+        tokens.extend(t for o in sched.step() for t in o.token_ids)
+    assert tokens == run_tp(tp1_models, good)["r0"]

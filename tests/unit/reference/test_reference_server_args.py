@@ -52,11 +52,11 @@ def test_unknown_flag_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"], "missing: --speculative-eagle-topk"),
+        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"], "unset: --speculative-eagle-topk"),
         (["--speculative-algorithm", "NGRAM"], "not supported"),
         (["--speculative-num-steps", "3"], "without --speculative-algorithm"),
         (["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2",
-          "--speculative-num-draft-tokens", "8"], "holds topk + (steps-1)*topk^2 = 6"),
+          "--speculative-num-draft-tokens", "8"], "use at most 7"),
         (["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "ref-small-draft"], "does not belong"),
         (["--tp-size", "3"], "does not divide"),
         (["--device", "cuda"], "no CUDA device"),
@@ -69,6 +69,51 @@ def test_bad_values_exit_2_naming_the_flag(argv, needle, capsys: pytest.CaptureF
         parse(*argv)
     assert info.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        # a value that used to reach the workers and fail there, after the port was bound
+        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1000000000000000000000000000000",
+          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+         "--speculative-num-steps must be an integer in [1, 64], got 1000000000000000000000000000000"),
+        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "100000",
+          "--speculative-num-draft-tokens", "4"], "--speculative-eagle-topk must be an integer in [1, 64]"),
+        (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",
+          "--speculative-num-draft-tokens", "-3"], "--speculative-num-draft-tokens must be an integer in [2, 1024]"),
+        # beyond the rotary table: a long request would fail in the worker with an IndexError
+        (["--context-length", "6000"], "--context-length must be an integer in [2, 4096], got 6000"),
+        (["--context-length", "1"], "--context-length must be an integer in [2, 4096], got 1"),
+        (["--port", "70000"], "--port must be an integer in [1, 65535], got 70000"),
+        (["--port", "0"], "--port must be an integer in [1, 65535], got 0"),
+        (["--tp-size", "0"], "--tp-size must be an integer in [1, 1024], got 0"),
+        (["--max-running-requests", "100000000000"], "--max-running-requests must be an integer in [1, 65536]"),
+        (["--max-prefill-tokens", "0"], "--max-prefill-tokens must be an integer in [1, 1073741824], got 0"),
+        (["--decode-log-interval", "0"], "--decode-log-interval must be an integer in [1, 1073741824], got 0"),
+        (["--random-seed", str(2**64)], "--random-seed must be an integer in [-9223372036854775808, 18446744073709551615]"),
+        (["--mem-fraction-static", "nan"], "--mem-fraction-static must be a finite number, got nan"),
+        (["--mem-fraction-static", "1.5"], "--mem-fraction-static must be in (0, 1], got 1.5"),
+        (["--page-size", "0"], "--page-size must be an integer in [1, 65536], got 0"),
+        (["--dist-init-addr", "localhost"], "--dist-init-addr must be host:port"),
+        (["--dist-init-addr", "127.0.0.1:99999"], "--dist-init-addr must be host:port with a port in [1, 65535]"),
+    ],
+)
+def test_out_of_range_numbers_exit_2_naming_the_flag_and_range(argv, needle, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert needle in captured.err
+    assert captured.out == "", "argparse's convention: usage and error on stderr, nothing on stdout"
+
+
+def test_bounds_themselves_are_accepted() -> None:
+    args = parse("--context-length", "4096", "--port", "65535", "--random-seed", str(2**64 - 1),
+                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "64", "--speculative-eagle-topk", "2",
+                 "--speculative-num-draft-tokens", "128", "--dist-init-addr", "127.0.0.1:29500")
+    assert (args.context_length, args.port, args.random_seed) == (4096, 65535, 2**64 - 1)
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (64, 2, 128)
 
 
 def test_unknown_model_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,6 +144,14 @@ def test_topk_1_forces_chain_length_with_a_warning(caplog: pytest.LogCaptureFixt
                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")
     assert args.speculative_num_draft_tokens == 6
     assert "speculative_num_draft_tokens is adjusted" in caplog.text
+
+
+def test_no_warning_for_a_chain_that_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    """The chain adjustment is logged only for a triple that is then accepted."""
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit):
+        parse("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "65",
+              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")
+    assert "adjusted" not in caplog.text
 
 
 def test_speculative_none_means_off() -> None:

@@ -1,0 +1,235 @@
+"""The sweep's single writer: a Ray actor on the driver's node that owns the results directory.
+
+Trials run anywhere in the cluster, but everything they leave behind goes through this one actor:
+MLflow runs (so a SQLite store never sees two writers), ``trials.jsonl`` (one line per finished
+trial), the correctness baseline (written once by the no-speculation trial, read by every other
+trial, even on another node) and the trial numbering. Its methods run one at a time (a
+synchronous actor), which is exactly the serialisation SQLite and an append-only file need.
+
+The same class works without Ray (``SweepCoordinator(...)`` directly), which is what the dry run
+and the unit tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from orchestrator.sweep.results import (
+    TrialRecord,
+    append_record,
+    atomic_write_text,
+    read_records,
+    write_json_file,
+)
+from orchestrator.tracking import open_tracker
+
+__all__ = ["SweepCoordinator", "BASELINE_FILE", "STATE_FILE", "TRIALS_FILE"]
+
+logger = logging.getLogger(__name__)
+
+TRIALS_FILE = "trials.jsonl"
+STATE_FILE = "sweep-state.json"
+BASELINE_FILE = "probe-baseline.json"
+
+_RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "KILLED", "interrupted": "KILLED"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class SweepCoordinator:
+    """Owns ``results_dir``: MLflow writes, trial records, the probe baseline."""
+
+    def __init__(
+        self, *, results_dir: str, tracking_uri: str, experiment_name: str, sweep_name: str, spec_text: str,
+        resume: bool = False,
+    ) -> None:
+        self.results_dir = Path(results_dir)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.sweep_name = sweep_name
+        self.tracker = open_tracker(
+            tracking_uri=tracking_uri, experiment_name=experiment_name, artifact_root=self.results_dir / "mlartifacts"
+        )
+        state_path = self.results_dir / STATE_FILE
+        state = json.loads(state_path.read_text(encoding="utf-8")) if resume and state_path.exists() else {}
+        if state.get("parent_run_id"):
+            self.parent_run_id: str = state["parent_run_id"]
+            self.tracker.resume_run(self.parent_run_id)
+            logger.info("resuming sweep %s: MLflow parent run %s", sweep_name, self.parent_run_id)
+        else:
+            self.parent_run_id = self.tracker.start_sweep_run(
+                sweep=sweep_name, run_name=f"sweep {sweep_name}", tags={"spectune.results_dir": str(self.results_dir)}
+            )
+            self.tracker.log_text(self.parent_run_id, spec_text, "spec.yaml")
+            write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name, "created_at": _now()})
+        self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
+        self._registered: dict[str, dict[str, Any]] = {}
+        self._numbers: dict[str, int] = {}
+        self._number = max((r.number for r in self._records.values()), default=0)
+        self._baseline_failure: str | None = None
+
+    # --- the sweep ------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        return {"parent_run_id": self.parent_run_id, "experiment_id": self.tracker.experiment_id,
+                "tracking_uri": self.tracker.tracking_uri, "results_dir": str(self.results_dir)}
+
+    def log_sweep(self, *, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
+                  tags: dict[str, Any] | None = None, files: list[str] | None = None,
+                  texts: dict[str, str] | None = None) -> None:
+        """Figures, tags and files (plots, best.yaml, the summary) of the parent run."""
+        if params:
+            self.tracker.log_params(self.parent_run_id, params)
+        if metrics:
+            self.tracker.log_metrics(self.parent_run_id, metrics)
+        if tags:
+            self.tracker.set_tags(self.parent_run_id, tags)
+        if files:
+            self.tracker.log_files(self.parent_run_id, [Path(f) for f in files])
+        for name, text in (texts or {}).items():
+            self.tracker.log_text(self.parent_run_id, text, name)
+
+    def end_sweep(self, *, status: str) -> None:
+        self.tracker.end_run(self.parent_run_id, status=status)
+
+    # --- trials ---------------------------------------------------------------------------------
+
+    def reserve_number(self, *, trial_id: str) -> int:
+        """The trial's 1-based number in start order (the same on every call for one trial)."""
+        if trial_id in self._records:
+            return self._records[trial_id].number
+        if trial_id not in self._numbers:
+            self._number += 1
+            self._numbers[trial_id] = self._number
+        return self._numbers[trial_id]
+
+    def record_of(self, *, trial_id: str) -> dict[str, Any] | None:
+        """The trial's record, once it has one."""
+        record = self._records.get(trial_id)
+        return record.model_dump() if record is not None else None
+
+    def register_trial(
+        self, *, trial_id: str, kind: str, label: str, params: dict[str, Any], engine_command: str,
+    ) -> dict[str, Any]:
+        """Number a starting trial and give it its MLflow run (the existing one when it is re-run).
+
+        Returns:
+            ``{"number", "run_id", "finished"}``; ``finished`` is the trial's record if it already
+            ended (then the trial must not run again), else None.
+        """
+        done = self._records.get(trial_id)
+        if done is not None and done.status not in ("interrupted",):
+            return {"number": done.number, "run_id": done.mlflow_run_id, "finished": done.model_dump()}
+        number = done.number if done is not None else self.reserve_number(trial_id=trial_id)
+        run = self.tracker.trial_run(
+            parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=trial_id,
+            run_name=f"trial {number:03d} {label}", params={"trial_kind": kind, **params},
+            tags={"spectune.kind": kind, "spectune.label": label},
+        )
+        if run["existing"]:
+            logger.info("trial %s (%d) runs again; continuing its MLflow run %s", trial_id, number, run["run_id"])
+        self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running"})
+        self._registered[trial_id] = {
+            "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
+            "engine_command": engine_command, "started_at": _now(),
+        }
+        return {"number": number, "run_id": run["run_id"], "finished": None}
+
+    def log_repetition(self, *, trial_id: str, step: int, metrics: dict[str, float | None]) -> None:
+        """One repetition's metrics, at ``step`` = repetition (per concurrency level in the names)."""
+        self.tracker.log_metrics(self._registered[trial_id]["run_id"], metrics, step=step)
+
+    def log_trial(self, *, trial_id: str, tags: dict[str, Any] | None = None,
+                  texts: dict[str, str] | None = None) -> None:
+        """Tags (node, devices, engine pid) and text artifacts (audit, benchmark JSON, engine log)."""
+        run_id = self._registered[trial_id]["run_id"]
+        if tags:
+            self.tracker.set_tags(run_id, tags)
+        for name, text in (texts or {}).items():
+            self.tracker.log_text(run_id, text, name)
+
+    def finish_trial(self, record: dict[str, Any]) -> None:
+        """Record a trial's end: its MLflow run's final tags/metrics/status and one line of trials.jsonl."""
+        rec = TrialRecord.model_validate(record)
+        registered = self._registered.get(rec.trial_id, {})
+        rec = rec.model_copy(update={"mlflow_run_id": rec.mlflow_run_id or registered.get("run_id"),
+                                     "ended_at": rec.ended_at or _now()})
+        if rec.mlflow_run_id:
+            summary: dict[str, float | None] = {f"final.{k}": v for k, v in rec.metrics.items()}
+            if rec.objective is not None:
+                summary.update({
+                    "objective.median": rec.objective.median, "objective.ci95_low": rec.objective.ci95_low,
+                    "objective.ci95_high": rec.objective.ci95_high,
+                })
+            summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
+            self.tracker.log_metrics(rec.mlflow_run_id, summary)
+            self.tracker.set_tags(rec.mlflow_run_id, {
+                "spectune.status": rec.status, "spectune.reason": rec.reason or "", "spectune.number": rec.number,
+                "spectune.node_id": rec.node_id, "spectune.cuda_visible_devices": rec.cuda_visible_devices,
+                "spectune.message": rec.message[:5000],
+            })
+            self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
+        append_record(self.results_dir / TRIALS_FILE, rec)
+        self._records[rec.trial_id] = rec
+        self._registered.pop(rec.trial_id, None)
+        logger.info("trial %d (%s) recorded: %s%s", rec.number, rec.label, rec.status,
+                    f" ({rec.reason})" if rec.reason else "")
+
+    def finalize_trial(self, *, trial_id: str, status: str, reason: str, message: str,
+                       last_result: dict[str, Any] | None = None) -> bool:
+        """Record a trial that ended without recording itself (ASHA stopped it, its worker died).
+
+        Returns whether a record was written (False: the trial had recorded itself).
+        """
+        if trial_id in self._records and trial_id not in self._registered:
+            return False
+        registered = self._registered.get(trial_id)
+        if registered is None:
+            return False  # never started: nothing ran, nothing to record
+        last = last_result or {}
+        values = [float(v) for v in last.get("objective_values", []) if isinstance(v, (int, float))]
+        objective = None
+        if values and last.get("objective_metric"):
+            objective = {"metric": last["objective_metric"], "concurrency": int(last.get("objective_concurrency", 0)),
+                         "direction": last.get("objective_direction", "max"), "values": values}
+        self.finish_trial({
+            "trial_id": trial_id, "number": registered["number"], "kind": registered["kind"],
+            "label": registered["label"], "params": registered["params"], "status": status, "reason": reason,
+            "message": message, "objective": objective, "repetitions_done": len(values),
+            "repetitions_planned": int(last.get("repetitions_planned", 0)),
+            "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
+            "started_at": registered["started_at"], "node_id": last.get("node_id"),
+        })
+        return True
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every finished trial's record, in start order."""
+        return [r.model_dump() for r in sorted(self._records.values(), key=lambda r: r.number)]
+
+    def open_trials(self) -> list[str]:
+        """Trials that started and have not recorded an end."""
+        return sorted(self._registered)
+
+    # --- the correctness baseline ----------------------------------------------------------------
+
+    def put_baseline(self, text: str) -> None:
+        """Keep the probe baseline written by the no-speculation trial (atomically, in results_dir)."""
+        atomic_write_text(self.results_dir / BASELINE_FILE, text)
+
+    def baseline_failed(self, reason: str) -> None:
+        """The no-speculation trial could not write the baseline: trials waiting for it give up."""
+        self._baseline_failure = reason
+
+    def get_baseline(self) -> dict[str, Any]:
+        """``{"text": str}`` once written, ``{"failed": reason}`` if it cannot be, else ``{}`` (wait)."""
+        path = self.results_dir / BASELINE_FILE
+        if path.exists():
+            return {"text": path.read_text(encoding="utf-8")}
+        if self._baseline_failure:
+            return {"failed": self._baseline_failure}
+        return {}

@@ -1,0 +1,431 @@
+"""The sweep driver: Ray Tune + Optuna over the spec's space, then the verdict and its files.
+
+``run_sweep`` is what ``spectune sweep`` and ``python -m orchestrator.sweep`` (the ``ray job
+submit`` entry point) call. It connects to the running Ray cluster (or starts a local one),
+creates the coordinator actor on its own node (the single writer of the results directory and
+MLflow), runs the Tuner, and writes ``best.yaml``, ``summary.json``, the plots and the parent
+run's figures. The exit code says whether a valid best configuration came out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from orchestrator.sweep.coordinator import STATE_FILE, TRIALS_FILE, SweepCoordinator
+from orchestrator.sweep.report import build_report, summary_table
+from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
+from orchestrator.spec import SweepSpec
+from serving.environ import ENV
+
+__all__ = ["SweepOutcome", "dry_run", "resolve_results_dir", "run_sweep"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_NO_BEST = 1
+
+_RAY_WORKING_DIR_MARKER = "runtime_resources"
+"""Part of the path of the copy ``ray job submit --working-dir`` runs in (inside Ray's session dir)."""
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """What a sweep produced."""
+
+    exit_code: int
+    results_dir: Path
+    best_yaml: Path | None
+    summary: dict[str, Any]
+
+
+def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Path | None = None) -> Path:
+    """Where results go, as an absolute path a person can find afterwards.
+
+    ``--results-dir`` wins; an absolute ``results_dir`` in the spec is used as is. A relative one
+    is taken from the working directory, except under ``ray job submit --working-dir``: the job
+    then runs in a temporary copy inside Ray's session folder that vanishes with the session, so
+    results go to ``$SPECTUNE_RESULTS_ROOT`` (default ``~/spectune-results``) instead, under the
+    spec's results_dir.
+    """
+    if override:
+        return Path(override).expanduser().resolve()
+    path = Path(spec.results_dir).expanduser()
+    if path.is_absolute():
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    if _RAY_WORKING_DIR_MARKER in here.parts or "working_dir_files" in str(here):
+        root = Path(ENV.SPECTUNE_RESULTS_ROOT.get() or Path.home() / "spectune-results")
+        logger.warning(
+            "running inside Ray's temporary copy of the working directory (%s): a relative results_dir would "
+            "vanish with it; writing to %s instead (pass --results-dir /absolute/path to choose)", here, root / path,
+        )
+        return (root / path).resolve()
+    return (here / path).resolve()
+
+
+def _archive_previous(results_dir: Path, console: Console) -> None:
+    """A fresh sweep into a directory holding an earlier one moves the earlier outputs aside (the
+    MLflow database stays: it keeps every sweep's runs)."""
+    outputs = [TRIALS_FILE, STATE_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
+               "plots", "tune"]
+    present = [name for name in outputs if (results_dir / name).exists()]
+    if not present:
+        return
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = results_dir / "history" / stamp
+    target.mkdir(parents=True, exist_ok=True)
+    for name in present:
+        shutil.move(str(results_dir / name), str(target / name))
+    console.print(f"an earlier sweep's outputs in {escape(str(results_dir))} were moved to {escape(str(target))} "
+                  "(to continue an interrupted sweep instead, run with --resume)", highlight=False)
+
+
+def _console() -> Console:
+    """stdout; a job log is no terminal, and rich would wrap it at 80 columns: use 140 there."""
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def _connect_ray(address: str | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
+    ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+
+def _engine_resources(spec: SweepSpec) -> tuple[list[dict[str, float]], int]:
+    """Placement-group bundles of one trial, and the bundle the engine host goes into.
+
+    Bundle 0 is the trial function's (CPUs for the load generator); bundle 1 holds the engine's
+    GPUs. A CPU engine reserves no GPUs, and Ray refuses an empty bundle, so it shares bundle 0.
+    """
+    gpus = spec.gpus_per_trial
+    bundles: list[dict[str, float]] = [{"CPU": float(spec.resources.cpus_per_trial)}]
+    if gpus > 0:
+        bundles.append({"GPU": float(gpus)})
+        return bundles, 1
+    return bundles, 0
+
+
+class _Display:
+    """One readable line per event on the job log: trial n/N, its config, the current best, time."""
+
+    def __init__(self, *, console: Console, spec: SweepSpec, coordinator: Any, total: int) -> None:
+        self.console = console
+        self.spec = spec
+        self.coordinator = coordinator
+        self.total = total
+        self.started = time.monotonic()
+        self.finished = 0
+        self.best: tuple[float, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
+        # file) is made anew where the callbacks are restored.
+        state = dict(self.__dict__)
+        state["console"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.console = _console()
+
+    def _elapsed(self) -> str:
+        spent = time.monotonic() - self.started
+        left = ""
+        if self.finished:
+            rest = max(0, self.total - self.finished) * spent / self.finished
+            left = f", ~{_duration(rest)} left"
+        return f"elapsed {_duration(spent)}{left}"
+
+    def line(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def started_trial(self, number: int, plan: TrialPlan) -> None:
+        self.line(f"[trial {number}/{self.total}] start  {plan.label()}  ({self._elapsed()})")
+
+    def repetition(self, number: int, result: dict[str, Any]) -> None:
+        value = result.get(OBJECTIVE_KEY)
+        if isinstance(value, (int, float)):
+            self.line(f"[trial {number}/{self.total}] rep {int(result.get('repetition', 0)) + 1}/"
+                      f"{self.spec.benchmark.repetitions}: {self.spec.objective.metric} {value:.4g}")
+
+    def ended(self, record: TrialRecord | None, number: int, fallback: str) -> None:
+        self.finished += 1
+        if record is None:
+            self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
+            return
+        direction = self.spec.objective.direction
+        if record.status == "ok" and record.complete and record.value is not None:
+            if self.best is None or (record.value > self.best[0] if direction == "max" else record.value < self.best[0]):
+                self.best = (record.value, f"trial {record.number} {record.label}")
+        value = f"{record.value:.4g}" if record.value is not None else "-"
+        reason = f" ({record.reason}: {record.message[:160]})" if record.reason else ""
+        best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
+        self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
+                  f"  | best {best}  | {self._elapsed()}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _callbacks(display: _Display, coordinator: Any) -> list[Any]:
+    import ray
+    from ray.tune import Callback
+
+    class SweepCallback(Callback):
+        """Progress lines, and the record of trials that could not record themselves."""
+
+        def __init__(self) -> None:
+            self.numbers: dict[str, int] = {}
+
+        def _number(self, trial: Any) -> int:
+            if trial.trial_id not in self.numbers:
+                self.numbers[trial.trial_id] = ray.get(coordinator.reserve_number.remote(trial_id=trial.trial_id))
+            return self.numbers[trial.trial_id]
+
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            display.started_trial(self._number(trial), TrialPlan.from_config(trial.config))
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            if not result.get("final"):
+                display.repetition(self._number(trial), result)
+
+        def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
+            number = self._number(trial)
+            ray.get(coordinator.finalize_trial.remote(
+                trial_id=trial.trial_id, status=status, reason=reason, message=message,
+                last_result=dict(trial.last_result or {}),
+            ))
+            found = ray.get(coordinator.record_of.remote(trial_id=trial.trial_id))
+            display.ended(TrialRecord.model_validate(found) if found else None, number, fallback=f"{status} ({reason})")
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self._ended(trial, status="early_stopped", reason="early_stopped",
+                        message="ASHA stopped the trial after a repetition; it can never be the best")
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            error = getattr(trial, "error_message", None) or "the trial's worker failed (see the job log)"
+            self._ended(trial, status="failed", reason="error", message=str(error)[-2000:])
+
+    return [SweepCallback()]
+
+
+class _BaselineAwareASHA:
+    """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
+
+    @staticmethod
+    def create(spec: SweepSpec) -> Any:
+        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+        class SweepASHA(ASHAScheduler):
+            def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+                decision = super().on_trial_result(tune_controller, trial, result)
+                if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
+                    return TrialScheduler.CONTINUE
+                return decision
+
+        early = spec.search.early_stopping
+        return SweepASHA(
+            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=spec.objective.direction,
+            # Reports are the objective's repetitions plus one final report; max_t above them all,
+            # so ASHA never stops a trial merely for reaching its last repetition.
+            max_t=spec.benchmark.repetitions + 2,
+            grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
+        )
+
+
+def run_sweep(
+    spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
+    resume: bool = False, console: Console | None = None,
+) -> SweepOutcome:
+    """Run the whole sweep; returns its outcome (never raises for a failed trial)."""
+    import ray
+    from ray import tune
+    from ray.tune import PlacementGroupFactory
+
+    console = console or _console()
+    out = resolve_results_dir(spec, results_dir)
+    if resume:
+        if not (out / STATE_FILE).exists():
+            raise FileNotFoundError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
+    else:
+        _archive_previous(out, console)
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        atomic_write_text(out / "spec.yaml", spec_text)  # what --resume reads back
+    console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
+    _connect_ray(address)
+    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
+    # silent at verbose=0, and the job log then holds only spectune's lines (see _Display).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
+    node = ray.get_runtime_context().get_node_id()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    coordinator = ray.remote(SweepCoordinator).options(
+        num_cpus=0, max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+    ).remote(
+        results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
+        sweep_name=spec.name, spec_text=spec_text, resume=resume,
+    )
+    info = ray.get(coordinator.info.remote())
+    console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
+                  f"parent run {info['parent_run_id']})", highlight=False)
+    from orchestrator.sweep.trial import TrialContext, run_trial
+
+    bundles, _ = _engine_resources(spec)
+    ctx = TrialContext(spec=spec.model_dump(), coordinator=coordinator, gpus_per_trial=spec.gpus_per_trial,
+                       sweep_name=spec.name)
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
+    )
+    display = _Display(console=console, spec=spec, coordinator=coordinator, total=spec.budget.num_trials)
+    tune_dir = out / "tune"
+    experiment = tune_dir / spec.name
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
+                                   restart_errored=False)
+    else:
+        space = SweepSpace(spec)
+        searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+                               slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher, scheduler=_BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
+                else None, num_samples=spec.budget.num_trials,
+                max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
+                reuse_actors=False,
+            ),
+            run_config=tune.RunConfig(
+                name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
+                callbacks=_callbacks(display, coordinator), verbose=0,
+            ),
+        )
+    started = time.monotonic()
+    tuner.fit()
+    return _finish(spec, out=out, coordinator=coordinator, console=console, wall_s=time.monotonic() - started)
+
+
+def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, wall_s: float) -> SweepOutcome:
+    """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures."""
+    import ray
+
+    from orchestrator.sweep.plots import draw_plots
+
+    for trial_id in ray.get(coordinator.open_trials.remote()):
+        ray.get(coordinator.finalize_trial.remote(
+            trial_id=trial_id, status="interrupted", reason="interrupted",
+            message="the trial had not recorded an end when the sweep finished",
+        ))
+    records = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
+    metric, level = spec.objective.metric, spec.objective_concurrency
+    report = build_report(records, nccl_variables=sorted(spec.search.nccl_env), metric=metric, concurrency=level)
+    report["wall_s"] = round(wall_s, 1)
+    console.print(summary_table(records, metric=metric, concurrency=level))
+    for line in report["lines"]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    files: list[Path] = []
+    best_path = None
+    if report["best_config"] is not None:
+        header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [
+            line.strip() for line in report["lines"]
+        ] + [f"serve it: spectune serve {out / 'best.yaml'}"]
+        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
+        write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
+                                                                    "concurrency", "over_sglang_default",
+                                                                    "over_no_speculation", "best_config")})
+        files += [out / "best.yaml", out / "best.json"]
+    write_json_file(out / "summary.json", dict(report))
+    text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
+    text_console.print(summary_table(records, metric=metric, concurrency=level))
+    summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
+    (out / "summary.txt").write_text(summary_text, encoding="utf-8")
+    files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
+    plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level)
+    figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
+    if report["best_value"] is not None:
+        figures["best." + metric] = report["best_value"]
+    for key in ("over_sglang_default", "over_no_speculation"):
+        if report[key]:
+            figures[f"{key}.ratio"] = report[key]["ratio"]
+            for end in ("ci95_low", "ci95_high"):
+                if report[key].get(end) is not None:
+                    figures[f"{key}.{end}"] = report[key][end]
+    ray.get(coordinator.log_sweep.remote(
+        metrics=figures, tags={"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]},
+        files=[str(p) for p in files + plots],
+    ))
+    ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
+    console.print(f"results: {escape(str(out))}", highlight=False)
+    console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "
+                  "(then open http://127.0.0.1:5000)", highlight=False)
+    if best_path is None:
+        console.print("no valid best configuration: every trial failed or was stopped early (see the table)",
+                      highlight=False)
+    return SweepOutcome(exit_code=EXIT_OK if best_path else EXIT_NO_BEST, results_dir=out, best_yaml=best_path,
+                        summary=dict(report))
+
+
+def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
+            python: str = "python") -> list[dict[str, Any]]:
+    """The baselines and the first ``first`` proposals, with exact engine commands and env; no Ray, no GPUs.
+
+    The proposals come from the same space and sampler (seeded) a live sweep uses, asked in the
+    same order, so they are the points the sweep would start with.
+    """
+    import optuna
+
+    from orchestrator.sweep.trial import engine_config_for
+    from serving.engine.command import build_command
+    from serving.redaction import redacted_env
+
+    console = console or _console()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = SweepSpace(spec)
+    searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False)
+    plans: list[TrialPlan] = []
+    for index in range(len(space.baselines()) + first):
+        config = searcher.suggest(f"dry-{index}")
+        if not isinstance(config, dict):
+            break
+        plans.append(TrialPlan.from_config(config))
+    shown = []
+    for number, plan in enumerate(plans, start=1):
+        config = engine_config_for(spec, plan)
+        command = build_command(config, host="127.0.0.1", port=30000, python=python)
+        kind = {"baseline_plain": "baseline: no speculation", "baseline_auto": "baseline: SGLang's own choice"}.get(
+            plan.kind, "proposed")
+        console.print(f"[bold]trial {number}[/] ({escape(kind)}): {escape(plan.label())}", highlight=False, soft_wrap=True)
+        console.print(command.shell(redacted=True), highlight=False, markup=False, soft_wrap=True)
+        console.print("")
+        shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
+                      "env": redacted_env(command.env)})
+    return shown
+
+
+def load_spec_text(path: Path) -> str:
+    """The spec file's text (for the MLflow parent run's spec.yaml artifact)."""
+    return path.read_text(encoding="utf-8")
+

@@ -1,0 +1,113 @@
+"""The sweep's plots, as PNG files the MLflow UI shows: Optuna's optimisation history, parameter
+importance and parallel coordinates, and a Pareto plot of throughput against TPOT p99.
+
+The Optuna plots are drawn from a study rebuilt from ``trials.jsonl`` (each parameter a
+categorical of the values seen), not from the live searcher: that works the same after a resume,
+and includes the baselines. Matplotlib runs headless (Agg). A plot that cannot be drawn (too few
+trials for an importance estimate) is skipped with a log line, never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from orchestrator.sweep.results import TrialRecord
+
+__all__ = ["draw_plots", "pareto_front"]
+
+logger = logging.getLogger(__name__)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (x: higher is better, y: lower)."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (ox >= x and oy <= y) and (ox > x or oy < y) for j, (ox, oy) in enumerate(points) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def _study(records: list[TrialRecord]) -> Any:
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    direction = next((r.objective.direction for r in records if r.objective), "max")
+    study = optuna.create_study(direction="maximize" if direction == "max" else "minimize")
+    usable = [r for r in records if r.value is not None and r.status == "ok"]
+    names = sorted({k for r in usable for k in r.params if not k.startswith("env.")})
+    choices = {name: sorted({str(r.params.get(name)) for r in usable}) for name in names}
+    for r in usable:
+        study.add_trial(optuna.trial.create_trial(
+            params={n: str(r.params.get(n)) for n in names},
+            distributions={n: CategoricalDistribution(choices[n]) for n in names},
+            value=r.value, user_attrs={"label": r.label, "number": r.number},
+        ))
+    return study
+
+
+def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concurrency: int) -> list[Path]:
+    """Write the plots into ``out_dir``; returns the files made."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
+    study = _study(records)
+
+    def save(name: str, draw: Any) -> None:
+        try:
+            with warnings.catch_warnings():  # optuna marks its matplotlib plots experimental; matplotlib warns on flat axes
+                warnings.simplefilter("ignore")
+                axes = draw()
+                figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+                figure.set_size_inches(10, 6)
+                figure.tight_layout()
+                path = out_dir / f"{name}.png"
+                figure.savefig(path, dpi=110)
+            made.append(path)
+        except Exception as exc:  # noqa: BLE001 - a missing plot is not a failed sweep
+            logger.info("plot %s skipped: %s", name, exc)
+        finally:
+            plt.close("all")
+
+    if len(study.trials) >= 1:
+        save("optimization_history", lambda: ovm.plot_optimization_history(study, target_name=metric))
+    if len(study.trials) >= 2:
+        save("param_importances", lambda: ovm.plot_param_importances(study, target_name=metric))
+        save("parallel_coordinate", lambda: ovm.plot_parallel_coordinate(study, target_name=metric))
+    save("pareto_throughput_tpot", lambda: _pareto(records, concurrency=concurrency))
+    return made
+
+
+def _pareto(records: list[TrialRecord], *, concurrency: int) -> Any:
+    import matplotlib.pyplot as plt
+
+    x_key, y_key = f"c{concurrency}.output_tok_per_s", f"c{concurrency}.tpot_ms_p99"
+    usable = [r for r in records if x_key in r.metrics and y_key in r.metrics]
+    if not usable:
+        raise ValueError(f"no trial has both {x_key} and {y_key}")
+    points = [(r.metrics[x_key], r.metrics[y_key]) for r in usable]
+    front = set(pareto_front(points))
+    fig, ax = plt.subplots()
+    for i, (r, (x, y)) in enumerate(zip(usable, points)):
+        on_front = i in front
+        ax.scatter([x], [y], c="tab:red" if on_front else "tab:blue", s=60 if on_front else 30, zorder=3)
+        ax.annotate(f"{r.number}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ordered = sorted((points[i] for i in front))
+    ax.plot([p[0] for p in ordered], [p[1] for p in ordered], c="tab:red", lw=1, label="Pareto front")
+    ax.set_xlabel(f"output tok/s at concurrency {concurrency} (higher is better)")
+    ax.set_ylabel(f"TPOT p99 ms at concurrency {concurrency} (lower is better)")
+    ax.set_title("Throughput vs TPOT p99 per trial (numbers: trial)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax

@@ -1,0 +1,145 @@
+"""The sweep's verdict: the best configuration, what it gained over both baselines, what each forced
+NCCL variable gained or cost against NCCL's default, and the table a person reads at the end.
+
+Comparisons are ratios of repetitions with 95% intervals (``results.ratio_interval``): "x1.07
+[1.04, 1.10] over SGLang's default". A ratio whose interval includes 1 is said to be
+indistinguishable, not a gain.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.table import Table
+
+from orchestrator.sweep.results import Ratio, TrialRecord, best_record, ratio_interval
+from orchestrator.sweep.search import DEFAULT_WORD
+
+__all__ = ["SweepReport", "build_report", "summary_table"]
+
+
+def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
+    """``a`` over ``b`` on the objective, oriented so > 1 is better (max) / faster (min)."""
+    if a is None or b is None or a.objective is None or b.objective is None:
+        return None
+    if not a.objective.values or not b.objective.values:
+        return None
+    if a.objective.direction == "max":
+        return ratio_interval(a.objective.values, b.objective.values)
+    return ratio_interval(b.objective.values, a.objective.values)
+
+
+def _describe(ratio: Ratio | None, what: str) -> str:
+    if ratio is None:
+        return f"no comparison with {what} (not measured)"
+    if ratio.ci95_low is not None and not ratio.distinguishable:
+        return f"not distinguishable from {what} ({ratio.text()})"
+    return f"{ratio.text()} over {what}"
+
+
+def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[dict[str, Any]]:
+    """Per NCCL variable and forced value: the objective against NCCL's default.
+
+    Matched pairs first: trials identical except for this variable (the cleanest evidence).
+    Without a pair, the best trial with the value against the best with the default (labelled
+    ``unmatched``: other settings differ too).
+    """
+    usable = [r for r in records if r.status in ("ok", "infeasible") and r.objective and r.objective.values]
+    effects: list[dict[str, Any]] = []
+    for name in variables:
+        values = sorted({str(r.params.get(name, DEFAULT_WORD)) for r in usable} - {DEFAULT_WORD})
+        for value in values:
+            forced = [r for r in usable if str(r.params.get(name, DEFAULT_WORD)) == value]
+            default = [r for r in usable if str(r.params.get(name, DEFAULT_WORD)) == DEFAULT_WORD]
+
+            def rest(r: TrialRecord) -> tuple:
+                return tuple(sorted((k, str(v)) for k, v in r.params.items() if k != name))
+
+            by_rest = {rest(r): r for r in default}
+            pairs = [(f, by_rest[rest(f)]) for f in forced if rest(f) in by_rest]
+            if pairs:
+                forced_rec, default_rec = max(pairs, key=lambda p: len(p[0].objective.values))  # type: ignore[union-attr]
+                basis = "matched"
+            elif default:
+                forced_rec = best_record(forced) or forced[0]
+                default_rec = best_record(default) or default[0]
+                basis = "unmatched"
+            else:
+                continue
+            ratio = _ratio(forced_rec, default_rec)
+            effects.append({
+                "variable": name, "value": value, "basis": basis, "pairs": len(pairs),
+                "forced_trial": forced_rec.number, "default_trial": default_rec.number,
+                "ratio": ratio.model_dump() if ratio else None,
+                "text": f"{name}={value}: " + _describe(ratio, "NCCL's default") + f" ({basis})",
+            })
+    return effects
+
+
+class SweepReport(dict):
+    """Plain-data verdict of a sweep (what ``summary.json`` holds)."""
+
+
+def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int) -> SweepReport:
+    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares."""
+    best = best_record(records)
+    plain = next((r for r in records if r.kind == "baseline_plain"), None)
+    auto = next((r for r in records if r.kind == "baseline_auto"), None)
+    over_auto = _ratio(best, auto) if best is not None and auto is not None and best is not auto else None
+    over_plain = _ratio(best, plain) if best is not None and plain is not None and best is not plain else None
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    bench = sum(r.timings_s.get("bench", 0.0) for r in records)
+    total = sum(r.timings_s.get("total", 0.0) for r in records)
+    lines = []
+    if best is None:
+        lines.append("no trial measured every repetition successfully: there is no best configuration")
+    else:
+        lines.append(f"best: trial {best.number} {best.label}: {metric} {best.value:.4g} at concurrency {concurrency}")
+        lines.append(
+            "  " + (_describe(over_auto, "SGLang's default") if best is not auto else "SGLang's default is the best")
+        )
+        lines.append(
+            "  " + (_describe(over_plain, "no speculation") if best is not plain else "no speculation is the best")
+        )
+    effects = _nccl_effects(records, nccl_variables)
+    lines += [f"  {e['text']}" for e in effects]
+    return SweepReport(
+        best_trial=best.number if best else None,
+        best_label=best.label if best else None,
+        best_value=best.value if best else None,
+        best_config=best.engine_config if best else None,
+        metric=metric,
+        concurrency=concurrency,
+        over_sglang_default=over_auto.model_dump() if over_auto else None,
+        over_no_speculation=over_plain.model_dump() if over_plain else None,
+        nccl_effects=effects,
+        counts=counts,
+        trials=len(records),
+        time_benchmarking_s=round(bench, 1),
+        time_total_s=round(total, 1),
+        share_outside_benchmark=round(1 - bench / total, 3) if total else None,
+        lines=lines,
+    )
+
+
+def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int) -> Table:
+    """Trials sorted by the objective (best first; failed ones last, with their reason)."""
+    measured = [r for r in records if r.value is not None]
+    direction = measured[0].objective.direction if measured and measured[0].objective else "max"
+    ordered = sorted(measured, key=lambda r: r.value if direction == "min" else -r.value)  # type: ignore[operator]
+    ordered += [r for r in records if r.value is None]
+    best = best_record(records)
+    table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions, 95% interval)", box=None)
+    for column, justify in (("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
+                            ("reps", "right"), ("status", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in ordered:
+        obj = r.objective
+        interval = (f"[{obj.ci95_low:.4g}, {obj.ci95_high:.4g}]" if obj and obj.ci95_low is not None
+                    and obj.ci95_high is not None else "-")
+        status = r.status + (f" ({r.reason})" if r.reason else "") + ("  <- best" if best is r else "")
+        table.add_row(str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
+                      f"{r.repetitions_done}/{r.repetitions_planned}", status)
+    return table

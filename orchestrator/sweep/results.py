@@ -1,0 +1,236 @@
+"""What a sweep leaves behind: one record per trial, the best configuration and the comparisons.
+
+``trials.jsonl`` holds one :class:`TrialRecord` per line, appended by the sweep's single writer
+(the coordinator actor) and flushed line by line, so a killed sweep leaves every finished trial
+readable and at most one torn last line, which reading skips with a warning. ``best.yaml`` and
+``summary.json`` are written atomically (a temp file renamed over the target). The comparisons
+are intervals, not point values: configurations a few percent apart are only ranked when their
+repetitions say so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FAILURE_REASONS",
+    "Ratio",
+    "TrialKind",
+    "TrialRecord",
+    "TrialStatus",
+    "append_record",
+    "atomic_write_text",
+    "best_record",
+    "ratio_interval",
+    "read_records",
+]
+
+logger = logging.getLogger(__name__)
+
+TrialStatus = Literal["ok", "failed", "infeasible", "early_stopped", "interrupted"]
+TrialKind = Literal["baseline_plain", "baseline_auto", "search"]
+
+FAILURE_REASONS: dict[str, str] = {
+    "launch_failed": "the engine exited before it became healthy",
+    "not_healthy": "the engine did not become healthy in time",
+    "env_audit": "a process of the engine lacks one of the trial's variables (or has another value)",
+    "probe_mismatch": "greedy outputs differ from the no-speculation baseline",
+    "probe_failed": "the correctness probe's requests failed, so there was nothing to compare",
+    "no_baseline": "the correctness baseline could not be written (the no-speculation trial failed)",
+    "engine_died": "the engine died while it was being measured",
+    "bench_failed": "the benchmark could not complete (see the message)",
+    "timeout": "the trial ran past budget.trial_timeout_s",
+    "slo_violated": "a latency limit of objective.slo was exceeded (infeasible, not failed)",
+    "stop_failed": "a process or the port of the engine survived teardown",
+    "early_stopped": "ASHA stopped the trial after a repetition (not all repetitions ran)",
+    "interrupted": "the sweep was killed while the trial ran",
+    "error": "an unexpected error in spectune (a bug: see the message and the job log)",
+}
+"""Every reason tag a trial can end with, and what it means (shown in the summary and MLflow)."""
+
+
+class Objective(BaseModel):
+    """The objective of one trial: its per-repetition values at the objective's concurrency."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    concurrency: int
+    direction: Literal["max", "min"]
+    values: list[float] = Field(default_factory=list, description="One value per repetition, in order.")
+    median: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+
+
+class TrialRecord(BaseModel):
+    """One trial, as ``trials.jsonl`` stores it and the summary reads it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trial_id: str = Field(description="Ray Tune's trial id.")
+    number: int = Field(description="1-based order in which the sweep started the trial.")
+    kind: TrialKind = Field(description="A baseline, or a point proposed by the searcher.")
+    label: str = Field(description="Short human label of the configuration.")
+    params: dict[str, Any] = Field(description="The configuration in the sweep's names (NCCL variables by name).")
+    status: TrialStatus
+    reason: str | None = Field(default=None, description="One of FAILURE_REASONS when status is not ok.")
+    message: str = Field(default="", description="What happened, in words (the error, the audit or probe verdict).")
+    objective: Objective | None = None
+    metrics: dict[str, float] = Field(default_factory=dict, description="c{concurrency}.{metric} medians.")
+    slo_violation: float | None = Field(
+        default=None, description="max(observed / limit - 1) over the SLO limits; > 0 means infeasible."
+    )
+    repetitions_done: int = 0
+    repetitions_planned: int = 0
+    timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, audit, probe, bench, teardown.")
+    node_id: str | None = None
+    node_ip: str | None = None
+    cuda_visible_devices: str | None = None
+    audit_ok: bool | None = None
+    engine_config: dict[str, Any] = Field(default_factory=dict, description="EngineConfig.model_dump() of the trial.")
+    engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
+    mlflow_run_id: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Measured in full: ok or infeasible with every planned repetition of the objective."""
+        return self.status in ("ok", "infeasible") and self.objective is not None and bool(self.objective.values) and (
+            self.repetitions_done >= self.repetitions_planned
+        )
+
+    @property
+    def value(self) -> float | None:
+        """The objective's median, if measured."""
+        return self.objective.median if self.objective else None
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def append_record(path: Path, record: TrialRecord) -> None:
+    """Append one record as one line, flushed to disk before returning."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(record.model_dump_json() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_records(path: Path) -> list[TrialRecord]:
+    """Every record of ``trials.jsonl``; the last record of a trial id wins (a resumed sweep may
+    re-record an interrupted trial). A torn line (a kill mid-write) is skipped with a warning."""
+    if not path.exists():
+        return []
+    by_id: dict[str, TrialRecord] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = TrialRecord.model_validate_json(line)
+        except ValueError:
+            logger.warning("%s line %d is not a complete trial record (torn write?); skipped", path, number)
+            continue
+        by_id[record.trial_id] = record
+    return sorted(by_id.values(), key=lambda r: r.number)
+
+
+def _better(direction: str, a: float, b: float) -> bool:
+    return a > b if direction == "max" else a < b
+
+
+def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
+    """The best *complete, feasible* trial: status ok, every repetition measured.
+
+    Trials stopped early (ASHA), failed or infeasible ones can never be the best.
+    """
+    best: TrialRecord | None = None
+    for record in records:
+        if record.status != "ok" or not record.complete or record.value is None:
+            continue
+        assert record.objective is not None
+        if best is None or _better(record.objective.direction, record.value, best.value):  # type: ignore[arg-type]
+            best = record
+    return best
+
+
+class Ratio(BaseModel):
+    """``a / b`` of two sets of repetitions, with a 95% interval (None where it cannot be had)."""
+
+    ratio: float
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+
+    @property
+    def distinguishable(self) -> bool:
+        """The interval excludes 1 (no interval: not shown to differ)."""
+        return self.ci95_low is not None and self.ci95_high is not None and not (self.ci95_low <= 1.0 <= self.ci95_high)
+
+    def text(self) -> str:
+        """``x1.07 [1.04, 1.10]`` or ``x1.07 (no interval)``."""
+        if self.ci95_low is None or self.ci95_high is None:
+            return f"x{self.ratio:.2f} (no interval)"
+        return f"x{self.ratio:.2f} [{self.ci95_low:.2f}, {self.ci95_high:.2f}]"
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
+    """The ratio of the geometric means of ``a`` and ``b``, with a Welch 95% interval on the logs.
+
+    Formula: r = exp(mean(log a) - mean(log b)); the interval is exp(d +/- t * se) with
+    se = sqrt(var(log a)/n_a + var(log b)/n_b) and Welch-Satterthwaite degrees of freedom. Needs
+    two values on each side for an interval; positive values only (throughputs, latencies).
+    """
+    from scipy import stats  # heavy import, only needed when a summary is made
+
+    la = [math.log(v) for v in a if v and v > 0]
+    lb = [math.log(v) for v in b if v and v > 0]
+    if not la or not lb:
+        return None
+    diff = sum(la) / len(la) - sum(lb) / len(lb)
+    if len(la) < 2 or len(lb) < 2:
+        return Ratio(ratio=math.exp(diff))
+    va = statistics.variance(la) / len(la)
+    vb = statistics.variance(lb) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff), ci95_high=math.exp(diff))
+    df = (va + vb) ** 2 / ((va**2) / (len(la) - 1) + (vb**2) / (len(lb) - 1))
+    t = float(stats.t.ppf(0.975, df))
+    return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff - t * se), ci95_high=math.exp(diff + t * se))
+
+
+def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str]) -> Path:
+    """``best.yaml``: an EngineConfig (what ``spectune serve`` loads) under comment lines with the figures."""
+    comments = "".join(f"# {line}\n" for line in header_lines)
+    body = yaml.safe_dump(engine_config, sort_keys=False)
+    return atomic_write_text(path, comments + body)
+
+
+def write_json_file(path: Path, data: Any) -> Path:
+    """Indented JSON, written atomically."""
+    return atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,456 @@
+"""One trial, top to bottom: engine host up -> env audit -> correctness probe -> benchmark -> teardown.
+
+Runs as a Ray Tune function trainable inside the trial's placement group: bundle 0 (CPUs) holds
+this function and its load generator; the EngineHost actor is pinned to the bundle with the
+engine's GPUs (bundle 1), created with ``runtime_env={"env_vars": <this trial's NCCL_* and fixed
+env>}``, so the variables reach the engine and its TP workers the one way that works under Ray,
+and the audit proves they did.
+
+Every way a trial can go wrong ends as a *recorded* result with a reason tag (see
+``orchestrator.results.FAILURE_REASONS``), its engine log and what was measured before the
+failure; the function then returns normally with a final report (``final: True``) that the
+searcher reads as FAIL, infeasible or a value. Nothing is retried here. Each repetition of the
+objective's concurrency level is one ``tune.report``, so ASHA can stop a hopeless trial early;
+ASHA stopping a trial kills this function, and the engine dies with its host actor (which dies
+with this worker; the engine has PR_SET_PDEATHSIG), while the driver records the stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray import tune
+
+from orchestrator.bench.metrics import RepetitionMetrics
+from orchestrator.bench.probe import run_probe
+from orchestrator.bench.report import BenchResult
+from orchestrator.bench.runner import run_benchmark
+from orchestrator.bench.settings import BenchSettings
+from orchestrator.errors import BenchmarkError
+from orchestrator.sweep.results import Objective, TrialRecord
+from orchestrator.sweep.search import BASELINE_PLAIN, OBJECTIVE_KEY, TrialPlan
+from orchestrator.spec import SweepSpec
+from serving.engine.command import build_command
+from serving.engine.config import EngineConfig
+from serving.engine.host import create_engine_host
+from serving.environ import ENV
+from serving.waiting import wait_until
+
+__all__ = ["TrialContext", "TrialFailure", "engine_config_for", "run_trial"]
+
+logger = logging.getLogger(__name__)
+
+
+class TrialFailure(Exception):
+    """Ends a trial with a reason tag (one of ``FAILURE_REASONS``) and a message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial of a sweep shares (plain data and an actor handle: it crosses to workers).
+
+    Attributes:
+        spec: ``SweepSpec.model_dump()``.
+        coordinator: Handle of the :class:`~orchestrator.coordinator.SweepCoordinator` actor.
+        gpus_per_trial: GPUs reserved for the engine's bundle (0: the engine shares bundle 0).
+        sweep_name: For log lines and the engine log directory.
+    """
+
+    spec: dict[str, Any]
+    coordinator: Any
+    gpus_per_trial: int
+    sweep_name: str
+
+
+def engine_config_for(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
+    """The engine of ``plan``: the spec's template plus the point (speculation off for the plain baseline)."""
+    config = plan.candidate.engine_config(spec)
+    if plan.kind == BASELINE_PLAIN and config.speculative_algorithm is not None:
+        data = config.model_dump()
+        data.update(speculative_algorithm=None, speculative_draft_model_path=None, speculative_num_steps=None,
+                    speculative_eagle_topk=None, speculative_num_draft_tokens=None)
+        config = EngineConfig.model_validate(data)
+    return config
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The exception raised inside an actor method, out of Ray's wrapper."""
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        return getattr(exc, "cause", None) or exc
+    return exc
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class _TrialState:
+    """What a trial has learned so far; becomes its record whatever happens."""
+
+    plan: TrialPlan
+    trial_id: str
+    number: int = 0
+    run_id: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    objective_values: list[float] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    bench: BenchResult | None = None
+    other_levels: BenchResult | None = None
+    audit_ok: bool | None = None
+    host: Any = None
+    started_at: str = field(default_factory=_now)
+
+
+def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
+    from orchestrator.bench.metrics import Distribution
+
+    dist = Distribution.of(values)
+    return Objective(
+        metric=spec.objective.metric, concurrency=spec.objective_concurrency, direction=spec.objective.direction,
+        values=values, median=dist.median, ci95_low=dist.ci95_low, ci95_high=dist.ci95_high,
+    )
+
+
+def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:
+    """max(observed / limit - 1) over the spec's SLO limits at the objective level (> 0: violated)."""
+    limits = {name: limit for name, limit in spec.objective.slo.model_dump().items() if limit is not None}
+    if not limits or bench is None:
+        return None
+    level = bench.level(spec.objective_concurrency)
+    worst = None
+    for name, limit in limits.items():
+        observed = level.value(name)
+        if observed is None:
+            continue
+        excess = observed / limit - 1.0
+        worst = excess if worst is None else max(worst, excess)
+    return worst
+
+
+def _bench_settings(spec: SweepSpec, levels: list[int]) -> BenchSettings:
+    noise = [m for m in dict.fromkeys([spec.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"])]
+    return BenchSettings.from_spec(spec.benchmark, concurrency=levels, noise_metrics=noise)
+
+
+def _rep_metrics(metrics: RepetitionMetrics) -> dict[str, float | None]:
+    return {f"c{metrics.concurrency}.{k}": v for k, v in metrics.flat().items()}
+
+
+def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
+    """The Ray Tune trainable: one configuration, start to recorded end."""
+    spec = SweepSpec.model_validate(ctx.spec)
+    plan = TrialPlan.from_config(config)
+    trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
+    engine_config = engine_config_for(spec, plan)
+    command = build_command(engine_config, host="127.0.0.1", port=0)
+    coordinator = ctx.coordinator
+    registration = ray.get(coordinator.register_trial.remote(
+        trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
+        engine_command=command.shell(redacted=True),
+    ))
+    if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
+        done = TrialRecord.model_validate(registration["finished"])
+        tune.report(_final_report(spec, done))
+        return
+    state = _TrialState(plan=plan, trial_id=trial_id, number=registration["number"], run_id=registration["run_id"])
+    logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
+    record = _run_steps(spec, ctx, state, engine_config)
+    ray.get(coordinator.finish_trial.remote(record.model_dump()))
+    tune.report(_final_report(spec, record))
+
+
+def _params(plan: TrialPlan, spec: SweepSpec) -> dict[str, Any]:
+    """Every parameter of the trial, each NCCL variable of the space by name ('default' = unset)."""
+    params: dict[str, Any] = plan.params()
+    for name in sorted(spec.search.nccl_env):
+        params[name] = plan.candidate.nccl_env.get(name, "default")
+    for name, value in sorted(spec.engine.env.items()):
+        params.setdefault(f"env.{name}", value)
+    return params
+
+
+def _final_report(spec: SweepSpec, record: TrialRecord) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "final": True, "status": record.status, "reason": record.reason or "",
+        "repetitions_planned": record.repetitions_planned, "node_id": record.node_id or "",
+    }
+    if record.status in ("ok", "infeasible") and record.value is not None:
+        report[OBJECTIVE_KEY] = record.value
+    if record.slo_violation is not None:
+        report["slo_violation"] = record.slo_violation
+    return report
+
+
+def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_config: EngineConfig) -> TrialRecord:
+    """Host -> audit -> probe -> benchmark -> teardown; any failure becomes the record's reason."""
+    coordinator = ctx.coordinator
+    started = time.monotonic()
+    status, reason, message = "ok", None, ""
+    host = None
+    timed_out = threading.Event()
+    timer: threading.Timer | None = None
+    try:
+        if state.plan.kind != BASELINE_PLAIN:
+            baseline = _wait_for_baseline(coordinator, timeout_s=spec.budget.trial_timeout_s)
+        host = state.host = _create_host(spec, ctx, state, engine_config)
+        timer = threading.Timer(spec.budget.trial_timeout_s, _on_timeout, args=(host, timed_out, state))
+        timer.daemon = True
+        timer.start()
+        tic = time.monotonic()
+        try:
+            state.info = ray.get(host.start.remote())
+        except Exception as exc:  # noqa: BLE001 - every launch failure is a trial result
+            cause = _cause(exc)
+            raise TrialFailure(_launch_reason(cause, timed_out), str(cause)) from None
+        finally:
+            state.timings["engine_start"] = time.monotonic() - tic
+        audit = state.info["audit"]
+        state.audit_ok = bool(audit["ok"])
+        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
+            "spectune.node_id": state.info.get("node_id"), "spectune.cuda_visible_devices": state.info.get(
+                "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"),
+        }, texts={"env_audit.json": _json(audit)}))
+        if not state.audit_ok:
+            raise TrialFailure("env_audit", audit.get("summary") or "env audit failed")
+        tic = time.monotonic()
+        _probe(spec, state, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
+        state.timings["probe"] = time.monotonic() - tic
+        tic = time.monotonic()
+        try:
+            _benchmark(spec, ctx, state)
+        finally:
+            state.timings["bench"] = time.monotonic() - tic
+        violation = _slo_violation(spec, state.bench)
+        if violation is not None and violation > 0:
+            status, reason = "infeasible", "slo_violated"
+            message = f"SLO exceeded by {violation:.1%} at concurrency {spec.objective_concurrency}"
+    except TrialFailure as failure:
+        status, reason, message = "failed", failure.reason, failure.message
+        if timed_out.is_set():
+            reason = "timeout"
+            message = f"the trial ran past budget.trial_timeout_s={spec.budget.trial_timeout_s:g} s; {message}"
+        if state.plan.kind == BASELINE_PLAIN and not _has_baseline(coordinator):
+            ray.get(coordinator.baseline_failed.remote(f"{reason}: {message}"[:500]))
+    except Exception as exc:  # noqa: BLE001 - a bug must still end as a recorded trial, with the traceback logged
+        logger.exception("trial %d (%s): unexpected error", state.number, state.trial_id)
+        status, reason, message = "failed", "error", f"{type(exc).__name__}: {exc}"
+        if state.plan.kind == BASELINE_PLAIN and not _has_baseline(coordinator):
+            ray.get(coordinator.baseline_failed.remote(message[:500]))
+    finally:
+        if timer is not None:
+            timer.cancel()
+        teardown_problem = _teardown(state, coordinator, host)
+        if teardown_problem and status == "ok":
+            status, reason, message = "failed", "stop_failed", teardown_problem
+    state.timings["total"] = time.monotonic() - started
+    return _record(spec, state, status=status, reason=reason, message=message, engine_config=engine_config)
+
+
+def _create_host(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_config: EngineConfig) -> Any:
+    """The EngineHost actor in this trial's placement group: bundle 1 holds the engine's GPUs."""
+    pg = ray.util.get_current_placement_group()
+    bundle = 1 if ctx.gpus_per_trial > 0 else 0
+    delivered = dict(engine_config.env)
+    fault = ENV.SPECTUNE_SWEEP_FAULT.get()
+    if fault.startswith("env_in_driver_only:"):
+        # Test switch: the bug this product exists to catch. The variable is put in this
+        # process's environment only ("the driver's shell") and left out of the runtime_env.
+        name = fault.partition(":")[2]
+        if name in delivered:
+            os.environ[name] = delivered.pop(name)
+    log_dir = Path(tempfile.gettempdir()) / "spectune-engines" / ctx.sweep_name / state.trial_id
+    host = create_engine_host(
+        engine_config, log_dir=str(log_dir), num_gpus=ctx.gpus_per_trial, placement_group=pg, bundle_index=bundle,
+        start_timeout_s=spec.budget.engine_start_timeout_s, label=f"trial {state.number}",
+        runtime_env_vars=delivered,
+    )
+    return host
+
+
+def _on_timeout(host: Any, flag: threading.Event, state: _TrialState) -> None:
+    flag.set()
+    logger.warning("trial %d (%s): past its time limit; killing its engine host", state.number, state.trial_id)
+    ray.kill(host, no_restart=True)
+
+
+def _launch_reason(cause: BaseException, timed_out: threading.Event) -> str:
+    if timed_out.is_set():
+        return "timeout"
+    reason = getattr(cause, "reason", None)
+    if reason in ("not_healthy", "timeout"):
+        return "not_healthy"
+    if isinstance(cause, ray.exceptions.RayActorError):
+        return "launch_failed"
+    return "launch_failed"
+
+
+def _has_baseline(coordinator: Any) -> bool:
+    return "text" in ray.get(coordinator.get_baseline.remote())
+
+
+def _wait_for_baseline(coordinator: Any, *, timeout_s: float) -> str:
+    """The probe baseline the no-speculation trial writes; waits for it (that trial may still run)."""
+    found: dict[str, Any] = {}
+
+    def ready() -> bool:
+        found.update(ray.get(coordinator.get_baseline.remote()))
+        return bool(found)
+
+    try:
+        wait_until(ready, timeout_s=timeout_s, what="the correctness baseline (the no-speculation trial)", poll_s=1.0)
+    except TimeoutError as exc:
+        raise TrialFailure("no_baseline", str(exc)) from None
+    if "failed" in found:
+        raise TrialFailure("no_baseline", f"the no-speculation trial could not write the baseline: {found['failed']}")
+    return found["text"]
+
+
+def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: str | None) -> None:
+    """Greedy outputs against the no-speculation baseline (the plain baseline trial writes it)."""
+    url = state.info["url"]
+    with tempfile.TemporaryDirectory(prefix="spectune-probe-") as tmp:
+        path = Path(tmp) / "baseline.json"
+        if baseline is not None:
+            path.write_text(baseline, encoding="utf-8")
+        try:
+            result = run_probe(base_url=url, baseline_path=path, create_baseline=baseline is None,
+                               num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens)
+        except BenchmarkError as exc:
+            raise TrialFailure(_engine_gone_or(state, "probe_failed"), str(exc)) from None
+        if baseline is None:
+            ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
+        texts = {"probe.json": result.model_dump_json(indent=2)}
+        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts=texts))
+    if not result.passed:
+        raise TrialFailure("probe_mismatch", result.message)
+
+
+def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:
+    """The objective's level first (one ``tune.report`` per repetition), then the other levels."""
+    coordinator = ctx.coordinator
+    objective_level = spec.objective_concurrency
+    metric = spec.objective.metric
+    planned = spec.benchmark.repetitions
+
+    def on_repetition(metrics: RepetitionMetrics) -> None:
+        flat = _rep_metrics(metrics)
+        ray.get(coordinator.log_repetition.remote(trial_id=state.trial_id, step=metrics.repetition, metrics=flat))
+        value = metrics.flat().get(metric)
+        if metrics.concurrency != objective_level:
+            return
+        if isinstance(value, (int, float)):
+            state.objective_values.append(float(value))
+        tune.report({
+            OBJECTIVE_KEY: value, "repetition": metrics.repetition, "objective_values": list(state.objective_values),
+            "objective_metric": metric, "objective_concurrency": objective_level,
+            "objective_direction": spec.objective.direction, "repetitions_planned": planned,
+            "node_id": state.info.get("node_id", ""),
+        })
+
+    levels = [objective_level] + [c for c in spec.benchmark.concurrency if c != objective_level]
+    for group in ([levels[0]], levels[1:]):
+        if not group:
+            continue
+        try:
+            result = run_benchmark(base_url=state.info["url"], settings=_bench_settings(spec, group),
+                                   on_repetition=on_repetition)
+        except BenchmarkError as exc:
+            partial = getattr(exc, "partial", None)
+            if partial is not None:
+                _store_bench(state, partial, objective=group[0] == objective_level)
+            raise TrialFailure(_engine_gone_or(state, "bench_failed"), str(exc)) from None
+        _store_bench(state, result, objective=group[0] == objective_level)
+    texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
+    if state.other_levels is not None:
+        texts["benchmark-other-levels.json"] = state.other_levels.model_dump_json(indent=2)
+    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts=texts))
+
+
+def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) -> None:
+    if objective:
+        state.bench = result
+    else:
+        state.other_levels = result
+
+
+def _engine_gone_or(state: _TrialState, reason: str) -> str:
+    """``engine_died`` if the engine process is gone (or its host with it), else ``reason``."""
+    try:
+        health = ray.get(state.host.health.remote(), timeout=30)
+    except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
+        return "engine_died"
+    return reason if health.get("alive") else "engine_died"
+
+
+def _teardown(state: _TrialState, coordinator: Any, host: Any) -> str | None:
+    """Stop the engine, prove nothing is left, ship its log; returns a problem, if any."""
+    if host is None:
+        return None
+    tic = time.monotonic()
+    problem = None
+    log_text = ""
+    try:
+        try:
+            state.info["stop"] = ray.get(host.stop.remote(), timeout=180)
+        except Exception as exc:  # noqa: BLE001 - a killed host (timeout) has nothing to stop; the rest is recorded
+            cause = _cause(exc)
+            if not isinstance(cause, ray.exceptions.RayActorError):
+                problem = f"engine teardown failed: {cause}"
+        try:
+            log_text = ray.get(host.log_text.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - the host is gone (timeout): read the log where it was written
+            log_path = state.info.get("log_path")
+            if log_path and Path(log_path).exists():
+                log_text = Path(log_path).read_text(encoding="utf-8", errors="replace")[-4_000_000:]
+    finally:
+        ray.kill(host, no_restart=True)
+    state.timings["teardown"] = time.monotonic() - tic
+    if log_text:
+        try:
+            ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts={"engine.log": log_text}))
+        except Exception:  # noqa: BLE001 - losing the log must not lose the trial's record
+            logger.warning("trial %d: could not store the engine log", state.number, exc_info=True)
+    return problem
+
+
+def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None, message: str,
+            engine_config: EngineConfig) -> TrialRecord:
+    metrics: dict[str, float] = {}
+    for result in (state.bench, state.other_levels):
+        if result is not None:
+            metrics.update(result.flat())
+    objective = _objective_of(spec, state.objective_values) if state.objective_values else None
+    return TrialRecord(
+        trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=state.plan.label(),  # type: ignore[arg-type]
+        params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
+        objective=objective, metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
+        repetitions_done=len(state.objective_values), repetitions_planned=spec.benchmark.repetitions,
+        timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
+        node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
+        audit_ok=state.audit_ok, engine_config=engine_config.model_dump(),
+        engine_command=build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True),
+        mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=_now(),
+    )
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2, default=str)
+
+

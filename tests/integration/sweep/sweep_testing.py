@@ -1,0 +1,56 @@
+"""Specs and checks the sweep tests share (imported by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+
+BASE_SPEC: dict[str, Any] = {
+    "name": "ci-sweep",
+    "engine": {
+        "kind": "reference",
+        "model_path": "ref-tiny",
+        "draft_model_path": "ref-tiny-draft",
+        "speculative_algorithm": "EAGLE3",
+        "tp_size": 2,
+        "extra_args": {"enable_metrics": True, "context_length": 2048},
+    },
+    "search": {
+        "speculative": {"num_steps": [3], "eagle_topk": [1]},
+        "nccl_env": {"NCCL_ALGO": ["default", "Tree"]},
+        "seed": 7,
+        "early_stopping": {"enabled": False},
+    },
+    "objective": {"metric": "output_tok_per_s", "concurrency": 2},
+    "benchmark": {"dataset": "builtin", "num_prompts": 4, "output_len": 24, "concurrency": [2],
+                  "warmup_requests": 2, "repetitions": 2},
+    "budget": {"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+    "resources": {"cpus_per_trial": 1},
+}
+
+
+def write_spec(path: Path, **overrides: Any) -> Path:
+    """``BASE_SPEC`` with top-level sections replaced or deep-merged (dicts merge, others replace)."""
+    spec = copy.deepcopy(BASE_SPEC)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            merged = dict(spec[key])
+            merged.update(value)
+            spec[key] = merged
+        else:
+            spec[key] = value
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def engine_marker() -> str:
+    """A value for SPECTUNE_TEST_MARKER in a spec's engine.env: the sweep's engines (and their TP
+    workers) carry it, so a test finds exactly its own leftovers."""
+    import uuid
+
+    return f"sweep-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,132 @@
+"""The sweep as a user runs it: ``ray job submit`` against a ``ray start`` cluster, then MLflow.
+
+One small sweep on the reference engine (TP 2, two workers over gloo) with the fault switches on
+for chosen NCCL settings: ``NCCL_ALGO=Tree`` makes the engine die mid-benchmark, ``NCCL_PROTO=LL128``
+corrupts the all-reduce in the workers (greedy outputs change, the server stays healthy). The
+space holds exactly four points, so with the two baselines six trials cover each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ray_cluster_support import RayCluster
+from engine_support import processes_with_marker
+from sweep_testing import REPO, engine_marker, write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+FAULTS = "die_after_tokens:420@NCCL_ALGO=Tree;corrupt_allreduce_when:NCCL_PROTO=LL128"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = RayCluster.start(num_cpus=2, num_gpus=8)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("sweep-job")
+    marker = engine_marker()
+    spec = write_spec(
+        work / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 2,
+                "extra_args": {"enable_metrics": True, "context_length": 2048},
+                "env": {"SPECTUNE_REFERENCE_FAULT": FAULTS, "SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"num_steps": [3], "eagle_topk": [1]},
+                "nccl_env": {"NCCL_ALGO": ["default", "Tree"], "NCCL_PROTO": ["default", "LL128"]},
+                "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
+        budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+    )
+    results = work / "results"
+    proc = cluster.submit(
+        [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
+    )
+    return {"proc": proc, "results": results, "log": proc.stdout + proc.stderr, "marker": marker}
+
+
+def _records(results: Path) -> list[dict]:
+    return [json.loads(line) for line in (results / "trials.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_job_completes_and_names_where_results_are(sweep_run: dict) -> None:
+    assert sweep_run["proc"].returncode == 0, sweep_run["log"][-6000:]
+    assert str(sweep_run["results"]) in sweep_run["log"]
+    assert "[trial 6/6]" in sweep_run["log"]
+    assert "mlflow ui --backend-store-uri" in sweep_run["log"]
+
+
+def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
+    records = {r["label"]: r for r in _records(sweep_run["results"])}
+    assert len(records) == 6, sorted(records)
+    assert records["no speculation"]["status"] == "ok"
+    assert records["SGLang auto"]["status"] == "ok"
+    assert records["steps=3 topk=1 draft=4"]["status"] == "ok"
+    died = records["steps=3 topk=1 draft=4 NCCL_ALGO=Tree"]
+    assert (died["status"], died["reason"]) == ("failed", "engine_died"), died["message"]
+    corrupt = records["steps=3 topk=1 draft=4 NCCL_PROTO=LL128"]
+    assert (corrupt["status"], corrupt["reason"]) == ("failed", "probe_mismatch"), corrupt["message"]
+    both = records["steps=3 topk=1 draft=4 NCCL_ALGO=Tree NCCL_PROTO=LL128"]
+    assert both["status"] == "failed" and both["reason"] in ("probe_mismatch", "engine_died")
+    for record in records.values():
+        assert record["audit_ok"] is True, record
+        assert record["node_id"], record
+
+
+def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> None:
+    from serving.engine.config import EngineConfig
+
+    best = yaml.safe_load((sweep_run["results"] / "best.yaml").read_text())
+    config = EngineConfig.model_validate(best)
+    assert config.kind == "reference" and config.tp_size == 2
+    assert "NCCL_PROTO" not in config.env or config.env["NCCL_PROTO"] != "LL128"
+    summary = json.loads((sweep_run["results"] / "summary.json").read_text())
+    assert summary["best_trial"] is not None and summary["counts"]["failed"] == 3
+    text = (sweep_run["results"] / "best.yaml").read_text()
+    assert text.startswith("# spectune sweep ci-sweep") and "no speculation" in text
+
+
+def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{sweep_run['results'] / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("ci-sweep")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get("spectune.role") == "sweep"]
+    assert len(parents) == 1
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) >= 4 and len(children) == 6
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"spec.yaml", "best.yaml", "summary.json", "trials.jsonl"} <= artifacts, artifacts
+    assert parent.data.metrics["best.output_tok_per_s"] > 0
+    for child in children:
+        params = child.data.params
+        assert {"NCCL_ALGO", "NCCL_PROTO", "speculative", "num_steps"} <= set(params), params
+        names = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"env_audit.json", "engine.log"} <= names, (child.data.tags.get("spectune.label"), names)
+        assert child.data.tags["spectune.status"] in ("ok", "failed")
+        assert child.info.status in ("FINISHED", "FAILED")
+    ok = [c for c in children if c.data.tags["spectune.status"] == "ok"]
+    assert len(ok) == 3
+    for child in ok:
+        history = client.get_metric_history(child.info.run_id, "c2.output_tok_per_s")
+        assert sorted(m.step for m in history) == [0, 1], "one point per repetition, step = repetition"
+        names = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"benchmark.json", "probe.json"} <= names
+    died = [c for c in children if c.data.tags["spectune.reason"] == "engine_died"]
+    assert died and died[0].info.status == "FAILED"
+
+
+def test_no_engine_outlives_the_sweep(sweep_run: dict) -> None:
+    assert processes_with_marker(sweep_run["marker"]) == []

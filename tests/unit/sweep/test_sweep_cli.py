@@ -1,0 +1,66 @@
+"""``spectune sweep``: the dry run (no Ray, no GPUs) and where results land."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep import resolve_results_dir
+
+REPO = Path(__file__).resolve().parents[3]
+KIMI = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
+
+
+def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray() -> None:
+    result = CliRunner().invoke(app, ["sweep", "--dry-run", str(KIMI)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.index("baseline: no speculation") < out.index("baseline: SGLang's own choice") < out.index("proposed")
+    commands = [line for line in out.splitlines() if "sglang.launch_server" in line]
+    assert len(commands) == 5  # two baselines + the first three proposals
+    assert "--speculative-algorithm" not in commands[0], "the first baseline runs without speculation"
+    assert "--speculative-algorithm EAGLE3" in commands[1] and "--speculative-num-steps" not in commands[1]
+    assert all("--speculative-algorithm EAGLE3" in c and "--speculative-num-steps" in c for c in commands[2:])
+    assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), commands
+    assert all("NCCL_DEBUG=WARN" in c for c in commands)
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()
+
+
+def test_the_same_seed_dry_runs_the_same_trials() -> None:
+    first = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "4", str(KIMI)]).output
+    again = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "4", str(KIMI)]).output
+    assert first == again
+
+
+def test_sweep_needs_a_spec_or_resume() -> None:
+    result = CliRunner().invoke(app, ["sweep"])
+    assert result.exit_code == 2
+
+
+def test_resume_of_a_directory_without_a_sweep_is_bad_input(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path)])
+    assert result.exit_code == 2
+
+
+def _spec(results_dir: str) -> SweepSpec:
+    return SweepSpec.from_dict({
+        "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "results_dir": results_dir,
+    })
+
+
+def test_results_dir_relative_to_where_the_user_runs(tmp_path: Path) -> None:
+    assert resolve_results_dir(_spec("results"), cwd=tmp_path) == (tmp_path / "results").resolve()
+    assert resolve_results_dir(_spec("results"), "/abs/out", cwd=tmp_path) == Path("/abs/out")
+    assert resolve_results_dir(_spec("/data/r"), cwd=tmp_path) == Path("/data/r")
+
+
+def test_results_dir_never_inside_rays_temporary_copy(tmp_path: Path, monkeypatch) -> None:
+    job_copy = tmp_path / "ray" / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
+    job_copy.mkdir(parents=True)
+    monkeypatch.setenv("SPECTUNE_RESULTS_ROOT", str(tmp_path / "kept"))
+    assert resolve_results_dir(_spec("results"), cwd=job_copy) == (tmp_path / "kept" / "results").resolve()

@@ -1,0 +1,117 @@
+"""Trial records, the best trial, ratio intervals and the NCCL comparison: hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sweep.report import build_report
+from orchestrator.sweep.results import (
+    Objective,
+    TrialRecord,
+    append_record,
+    atomic_write_text,
+    best_record,
+    ratio_interval,
+    read_records,
+)
+
+
+def _record(number: int, values: list[float], *, status: str = "ok", kind: str = "search", reps: int | None = None,
+            params: dict | None = None, direction: str = "max") -> TrialRecord:
+    median = sorted(values)[len(values) // 2] if values else None
+    return TrialRecord(
+        trial_id=f"t{number}", number=number, kind=kind, label=f"config {number}", params=params or {},
+        status=status, reason=None if status == "ok" else status,
+        objective=Objective(metric="output_tok_per_s", concurrency=4, direction=direction, values=values,
+                            median=median) if values else None,
+        repetitions_done=len(values), repetitions_planned=reps if reps is not None else len(values),
+    )
+
+
+def test_ratio_interval_matches_hand_computation() -> None:
+    a, b = [110.0, 121.0], [100.0, 100.0]
+    got = ratio_interval(a, b)
+    la = [math.log(110), math.log(121)]
+    diff = sum(la) / 2 - math.log(100)
+    assert got is not None and got.ratio == pytest.approx(math.exp(diff))
+    # b has no spread: se = sd(log a)/sqrt(2), df = 1 -> t = 12.706
+    sd = abs(la[0] - la[1]) / math.sqrt(2)
+    se = sd / math.sqrt(2)
+    assert got.ci95_low == pytest.approx(math.exp(diff - 12.7062 * se), rel=1e-3)
+    assert got.ci95_high == pytest.approx(math.exp(diff + 12.7062 * se), rel=1e-3)
+    assert not got.distinguishable  # so few repetitions: the interval includes 1
+
+
+def test_ratio_interval_distinguishes_clear_differences() -> None:
+    got = ratio_interval([200.0, 201.0, 199.0, 200.5], [100.0, 101.0, 99.5, 100.2])
+    assert got is not None and got.distinguishable and 1.97 < got.ratio < 2.03
+
+
+def test_ratio_without_repetitions_has_no_interval() -> None:
+    got = ratio_interval([120.0], [100.0])
+    assert got is not None and got.ratio == pytest.approx(1.2) and got.ci95_low is None
+    assert not got.distinguishable and "no interval" in got.text()
+
+
+def test_best_excludes_early_stopped_failed_and_incomplete_trials() -> None:
+    records = [
+        _record(1, [100.0, 100.0]),
+        _record(2, [500.0], status="early_stopped", reps=2),   # faster, but stopped by ASHA
+        _record(3, [400.0], reps=2),                            # ok but missing a repetition
+        _record(4, [300.0, 300.0], status="infeasible"),        # SLO violated
+        _record(5, [], status="failed"),
+        _record(6, [150.0, 160.0]),
+    ]
+    assert best_record(records).number == 6
+
+
+def test_best_follows_the_direction() -> None:
+    records = [_record(1, [20.0, 20.0], direction="min"), _record(2, [10.0, 10.0], direction="min")]
+    assert best_record(records).number == 2
+
+
+def test_records_survive_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "trials.jsonl"
+    append_record(path, _record(1, [1.0]))
+    append_record(path, _record(2, [2.0]))
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"trial_id": "t3", "numb')  # killed mid-write
+    assert [r.number for r in read_records(path)] == [1, 2]
+
+
+def test_a_re_recorded_trial_keeps_its_last_record(tmp_path: Path) -> None:
+    path = tmp_path / "trials.jsonl"
+    append_record(path, _record(1, [], status="interrupted"))
+    append_record(path, _record(1, [5.0]))
+    (only,) = read_records(path)
+    assert only.status == "ok" and only.value == 5.0
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "best.yaml"
+    atomic_write_text(target, "a: 1\n")
+    atomic_write_text(target, "a: 2\n")
+    assert target.read_text() == "a: 2\n" and [p.name for p in tmp_path.iterdir()] == ["best.yaml"]
+
+
+def test_report_states_both_baselines_and_nccl_effects() -> None:
+    base = {"speculative": "explicit", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4, "all_reduce": "custom"}
+    records = [
+        _record(1, [50.0, 51.0, 49.0], kind="baseline_plain", params={**base, "speculative": "off", "NCCL_ALGO": "default"}),
+        _record(2, [90.0, 91.0, 89.0], kind="baseline_auto", params={**base, "speculative": "auto", "NCCL_ALGO": "default"}),
+        _record(3, [100.0, 101.0, 99.0], params={**base, "NCCL_ALGO": "default"}),
+        _record(4, [80.0, 81.0, 79.0], params={**base, "NCCL_ALGO": "Ring"}),
+        _record(5, [70.0], status="early_stopped", reps=3, params={**base, "num_steps": 5, "NCCL_ALGO": "Tree"}),
+    ]
+    report = build_report(records, nccl_variables=["NCCL_ALGO"], metric="output_tok_per_s", concurrency=4)
+    assert report["best_trial"] == 3
+    assert report["over_sglang_default"]["ratio"] == pytest.approx(100 / 90, rel=1e-3)
+    assert report["over_no_speculation"]["ratio"] == pytest.approx(2.0, rel=1e-2)
+    (ring,) = [e for e in report["nccl_effects"] if e["value"] == "Ring"]
+    assert ring["basis"] == "matched" and ring["forced_trial"] == 4 and ring["default_trial"] == 3
+    assert ring["ratio"]["ratio"] == pytest.approx(0.8, rel=1e-2)
+    assert not [e for e in report["nccl_effects"] if e["value"] == "Tree"], "an early-stopped trial is no evidence"
+    assert any("over SGLang's default" in line for line in report["lines"])
