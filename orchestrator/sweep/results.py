@@ -92,7 +92,10 @@ class TrialRecord(BaseModel):
         default=None, description="max(observed / limit - 1) over the SLO limits; > 0 means infeasible."
     )
     repetitions_done: int = 0
-    repetitions_planned: int = 0
+    repetitions_planned: int = Field(default=0, description="The benchmark's cap on repetitions at the objective level.")
+    measured_in_full: bool = Field(
+        default=False, description="The objective level's benchmark ran to its end (not stopped early, not cut off)."
+    )
     timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, audit, probe, bench, teardown.")
     node_id: str | None = None
     node_ip: str | None = None
@@ -106,9 +109,9 @@ class TrialRecord(BaseModel):
 
     @property
     def complete(self) -> bool:
-        """Measured in full: ok or infeasible with every planned repetition of the objective."""
-        return self.status in ("ok", "infeasible") and self.objective is not None and bool(self.objective.values) and (
-            self.repetitions_done >= self.repetitions_planned
+        """Measured in full: ok or infeasible, the objective level's benchmark run to its end."""
+        return self.status in ("ok", "infeasible") and self.measured_in_full and self.objective is not None and bool(
+            self.objective.values
         )
 
     @property

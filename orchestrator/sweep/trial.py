@@ -112,6 +112,7 @@ class _TrialState:
     bench: BenchResult | None = None
     other_levels: BenchResult | None = None
     audit_ok: bool | None = None
+    measured_in_full: bool = False
     host: Any = None
     started_at: str = field(default_factory=_now)
 
@@ -375,6 +376,7 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:
                 _store_bench(state, partial, objective=group[0] == objective_level)
             raise TrialFailure(_engine_gone_or(state, "bench_failed"), str(exc)) from None
         _store_bench(state, result, objective=group[0] == objective_level)
+        state.measured_in_full = state.measured_in_full or group[0] == objective_level
     texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
     if state.other_levels is not None:
         texts["benchmark-other-levels.json"] = state.other_levels.model_dump_json(indent=2)
@@ -440,6 +442,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
         objective=objective, metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
         repetitions_done=len(state.objective_values), repetitions_planned=spec.benchmark.repetitions,
+        measured_in_full=state.measured_in_full,
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(),

@@ -145,6 +145,7 @@ class AuditReport:
         """JSON-ready form (secrets already redacted)."""
         return {
             "ok": self.ok,
+            "summary": self.summary(),
             "root_pid": self.root_pid,
             "expected": {k: redact(k, v) for k, v in self.expected.items()},
             "worker_expected": {k: redact(k, v) for k, v in self.worker_expected.items()},

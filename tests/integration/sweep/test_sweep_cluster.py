@@ -34,7 +34,7 @@ def test_two_nodes_run_trials_at_once(tmp_path: Path) -> None:
             tmp_path / "spec.yaml",
             engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
                     "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
-            search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "seed": 1,
+            search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
                     "early_stopping": {"enabled": False}},
             budget={"num_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 300,
                     "engine_start_timeout_s": 120},

@@ -28,6 +28,7 @@ def _record(number: int, values: list[float], *, status: str = "ok", kind: str =
         objective=Objective(metric="output_tok_per_s", concurrency=4, direction=direction, values=values,
                             median=median) if values else None,
         repetitions_done=len(values), repetitions_planned=reps if reps is not None else len(values),
+        measured_in_full=status in ("ok", "infeasible") and (reps is None or reps == len(values)),
     )
 
 
