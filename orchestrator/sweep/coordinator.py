@@ -147,9 +147,11 @@ class SweepCoordinator:
     def log_trial(self, *, trial_id: str, tags: dict[str, Any] | None = None,
                   texts: dict[str, str] | None = None) -> None:
         """Tags (node, devices, engine pid) and text artifacts (audit, benchmark JSON, engine log)."""
-        run_id = self._registered[trial_id]["run_id"]
+        registered = self._registered[trial_id]
         if tags:
-            self.tracker.set_tags(run_id, tags)
+            self.tracker.set_tags(registered["run_id"], tags)
+            registered.setdefault("tags", {}).update({k: v for k, v in tags.items() if v is not None})
+        run_id = registered["run_id"]
         for name, text in (texts or {}).items():
             self.tracker.log_text(run_id, text, name)
 
@@ -168,10 +170,10 @@ class SweepCoordinator:
                 })
             summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
+            facts = {"spectune.node_id": rec.node_id, "spectune.cuda_visible_devices": rec.cuda_visible_devices}
             self.tracker.set_tags(rec.mlflow_run_id, {
                 "spectune.status": rec.status, "spectune.reason": rec.reason or "", "spectune.number": rec.number,
-                "spectune.node_id": rec.node_id, "spectune.cuda_visible_devices": rec.cuda_visible_devices,
-                "spectune.message": rec.message[:5000],
+                "spectune.message": rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
             })
             self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
         append_record(self.results_dir / TRIALS_FILE, rec)
@@ -192,6 +194,7 @@ class SweepCoordinator:
         if registered is None:
             return False  # never started: nothing ran, nothing to record
         last = last_result or {}
+        seen = registered.get("tags", {})  # what the trial reported before it was stopped
         values = [float(v) for v in last.get("objective_values", []) if isinstance(v, (int, float))]
         objective = None
         if values and last.get("objective_metric"):
@@ -203,7 +206,9 @@ class SweepCoordinator:
             "message": message, "objective": objective, "repetitions_done": len(values),
             "repetitions_planned": int(last.get("repetitions_planned", 0)),
             "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
-            "started_at": registered["started_at"], "node_id": last.get("node_id"),
+            "started_at": registered["started_at"], "node_id": seen.get("spectune.node_id") or last.get("node_id") or None,
+            "cuda_visible_devices": seen.get("spectune.cuda_visible_devices"),
+            "audit_ok": seen.get("spectune.audit_ok"),
         })
         return True
 

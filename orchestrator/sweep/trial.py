@@ -145,7 +145,9 @@ def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:
 
 def _bench_settings(spec: SweepSpec, levels: list[int]) -> BenchSettings:
     noise = [m for m in dict.fromkeys([spec.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"])]
-    return BenchSettings.from_spec(spec.benchmark, concurrency=levels, noise_metrics=noise)
+    # the objective decides when a level has been repeated enough (and is the metric tested for drift)
+    return BenchSettings.from_spec(spec.benchmark, concurrency=levels, noise_metrics=noise,
+                                   target_metric=spec.objective.metric)
 
 
 def _rep_metrics(metrics: RepetitionMetrics) -> dict[str, float | None]:
@@ -224,7 +226,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         state.audit_ok = bool(audit["ok"])
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
             "spectune.node_id": state.info.get("node_id"), "spectune.cuda_visible_devices": state.info.get(
-                "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"),
+                "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"), "spectune.audit_ok": state.audit_ok,
         }, texts={"env_audit.json": _json(audit)}))
         if not state.audit_ok:
             raise TrialFailure("env_audit", audit.get("summary") or "env audit failed")

@@ -1,0 +1,95 @@
+"""The sweep's single writer, without Ray: MLflow runs, trials.jsonl, the baseline, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator.sweep.coordinator import SweepCoordinator
+from orchestrator.sweep.results import read_records
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    return tmp_path / "results"
+
+
+def _coordinator(results: Path, *, resume: bool = False) -> SweepCoordinator:
+    return SweepCoordinator(results_dir=str(results), tracking_uri=f"sqlite:///{results / 'mlflow.db'}",
+                            experiment_name="unit", sweep_name="unit", spec_text="name: unit\n", resume=resume)
+
+
+def _runs(results: Path) -> list:
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("unit")
+    return client.search_runs([experiment.experiment_id], max_results=100)
+
+
+def _record(trial_id: str, number: int, run_id: str) -> dict:
+    return {"trial_id": trial_id, "number": number, "kind": "search", "label": "steps=3", "params": {"num_steps": 3},
+            "status": "ok", "objective": {"metric": "output_tok_per_s", "concurrency": 4, "direction": "max",
+                                          "values": [10.0, 11.0], "median": 10.5},
+            "repetitions_done": 2, "repetitions_planned": 2, "measured_in_full": True, "mlflow_run_id": run_id,
+            "node_id": "n1", "cuda_visible_devices": "0"}
+
+
+def test_a_trial_is_one_nested_run_and_one_line(results: Path) -> None:
+    coordinator = _coordinator(results)
+    got = coordinator.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3,
+                                     "NCCL_ALGO": "default"}, engine_command="python -m serving.reference ...")
+    assert got["number"] == 1 and got["finished"] is None
+    coordinator.log_repetition(trial_id="a", step=0, metrics={"c4.output_tok_per_s": 10.0, "c4.accept_length": None})
+    coordinator.log_repetition(trial_id="a", step=1, metrics={"c4.output_tok_per_s": 11.0})
+    coordinator.finish_trial(_record("a", 1, got["run_id"]))
+    (parent,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "sweep"]
+    (child,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
+    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.params["NCCL_ALGO"] == "default" and child.info.status == "FINISHED"
+    history = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}").get_metric_history(
+        child.info.run_id, "c4.output_tok_per_s")
+    assert sorted((m.step, m.value) for m in history) == [(0, 10.0), (1, 11.0)]
+    assert "c4.accept_length" not in child.data.metrics, "an absent value is never logged as a number"
+    (record,) = read_records(results / "trials.jsonl")
+    assert record.trial_id == "a" and record.mlflow_run_id == child.info.run_id
+
+
+def test_a_stopped_trial_keeps_what_it_reported(results: Path) -> None:
+    coordinator = _coordinator(results)
+    run = coordinator.register_trial(trial_id="b", kind="search", label="steps=1", params={}, engine_command="x")
+    coordinator.log_trial(trial_id="b", tags={"spectune.node_id": "n2", "spectune.cuda_visible_devices": "0",
+                                              "spectune.audit_ok": True})
+    assert coordinator.finalize_trial(trial_id="b", status="early_stopped", reason="early_stopped", message="ASHA",
+                                      last_result={"objective_values": [5.0], "objective_metric": "output_tok_per_s",
+                                                   "repetitions_planned": 3})
+    (record,) = read_records(results / "trials.jsonl")
+    assert (record.status, record.node_id, record.cuda_visible_devices, record.audit_ok) == (
+        "early_stopped", "n2", "0", True)
+    assert record.objective.values == [5.0] and not record.complete
+    (child,) = [r for r in _runs(results) if r.info.run_id == run["run_id"]]
+    assert child.info.status == "KILLED" and child.data.tags["spectune.cuda_visible_devices"] == "0"
+    assert not coordinator.finalize_trial(trial_id="b", status="failed", reason="error", message="again")
+
+
+def test_resume_continues_the_parent_and_never_duplicates_a_run(results: Path) -> None:
+    first = _coordinator(results)
+    done = first.register_trial(trial_id="a", kind="search", label="x", params={}, engine_command="x")
+    first.finish_trial(_record("a", 1, done["run_id"]))
+    first.register_trial(trial_id="b", kind="search", label="y", params={}, engine_command="y")  # killed mid-trial
+    again = _coordinator(results, resume=True)
+    assert again.parent_run_id == first.parent_run_id
+    assert again.register_trial(trial_id="a", kind="search", label="x", params={}, engine_command="x")["finished"]
+    rerun = again.register_trial(trial_id="b", kind="search", label="y", params={}, engine_command="y")
+    assert rerun["number"] == 2
+    trials = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
+    assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == ["a", "b"]
+
+
+def test_the_baseline_is_kept_or_its_failure_told(results: Path) -> None:
+    coordinator = _coordinator(results)
+    assert coordinator.get_baseline() == {}
+    coordinator.baseline_failed("launch_failed: boom")
+    assert coordinator.get_baseline() == {"failed": "launch_failed: boom"}
+    coordinator.put_baseline('{"outputs": []}')
+    assert coordinator.get_baseline() == {"text": '{"outputs": []}'}
