@@ -22,7 +22,7 @@ from rich.table import Table
 
 from orchestrator.bench import commands as bench_commands
 from orchestrator.errors import SpecError, SpectuneError
-from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NOT_IMPLEMENTED
+from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.space import candidate_from_settings
 from orchestrator.spec import SweepSpec
 from orchestrator.summary import describe_spec
@@ -115,13 +115,6 @@ def validate(
         console.print(f"{key:<10} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
 
 
-def _not_yet(command: str, issue: str) -> None:
-    Console(stderr=True).print(
-        f"spectune {command} is not implemented in this version yet ({issue}).", highlight=False
-    )
-    raise typer.Exit(EXIT_NOT_IMPLEMENTED)
-
-
 @app.command()
 def sweep(
     spec: Annotated[
@@ -170,6 +163,9 @@ def sweep(
     except FileNotFoundError as exc:
         Console(stderr=True).print(f"[bold red]cannot resume[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    except RuntimeError as exc:
+        Console(stderr=True).print(f"[bold red]cannot start[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit(outcome.exit_code)
 
 

@@ -9,6 +9,10 @@ and NCCL dimensions multiply. So ``spectune validate`` counts any space at once,
 search asks ``steps_choices`` / ``topk_choices`` / ``draft_choices`` for what it may suggest, and
 iteration (lazy) and membership agree with the count.
 
+A spec may also say "try exactly these": ``SpeculativeList`` holds listed triples
+(``search.speculative.triples``) and ``SearchSpace.nccl_presets`` listed sets of NCCL variables
+(``search.nccl_presets``), each one point of its dimension, instead of a product of values.
+
 ``orchestrator.spec`` builds these objects (``SweepSpec.space()``, ``SpeculativeSearch.space()``)
 and refuses an empty or oversized space with ``space_problems``; this module does not import the
 spec, so data flows one way.
@@ -28,6 +32,7 @@ from serving.speculative_rules import (
     MAX_NUM_DRAFT_TOKENS,
     MAX_NUM_STEPS,
     chain_num_draft_tokens,
+    speculative_problem,
     tree_capacity,
 )
 
@@ -36,14 +41,18 @@ __all__ = [
     "AUTO_ONLY",
     "Candidate",
     "MAX_CONFIGURATIONS",
+    "NcclPreset",
     "SearchSpace",
+    "SpeculativeList",
     "SpeculativeSpace",
     "SpeculativeTriple",
     "candidate_from_settings",
     "count_candidates",
     "iter_candidates",
+    "preset_label",
     "space_problems",
     "speculative_triples",
+    "triple_problem",
 ]
 
 MAX_CONFIGURATIONS = 1_000_000
@@ -172,6 +181,75 @@ class SpeculativeSpace:
 AUTO_ONLY = SpeculativeSpace(include_auto=True)
 """The speculative space of a spec that does not search the numbers (or does not speculate)."""
 
+TRIPLE_NAMES = {"num_steps": "num_steps", "topk": "eagle_topk", "num_draft_tokens": "num_draft_tokens"}
+"""The three numbers as a sweep spec names them, for SGLang's rule messages about a listed triple."""
+
+
+@dataclass(frozen=True)
+class SpeculativeList:
+    """Exactly the listed (num_steps, eagle_topk, num_draft_tokens) points: "try exactly these".
+
+    Where a product of values would add points nobody wants (a tree of 6 steps with 2 draft
+    tokens), a spec lists the triples instead (``search.speculative.triples``). Iteration keeps the
+    listed order, after SGLang's auto choice when ``include_auto``.
+
+    Attributes:
+        triples: The points, each valid by SGLang's rules, without repeats.
+        include_auto: Whether SGLang's own choice is a point too.
+    """
+
+    triples: tuple[SpeculativeTriple, ...] = ()
+    include_auto: bool = False
+
+    def __post_init__(self) -> None:
+        # Validated specs always satisfy this; it keeps hand-made lists (a replayed grid) honest.
+        for triple in self.triples:
+            problem = triple_problem(triple)
+            if problem:
+                raise ValueError(f"({triple.label()}): {problem}")
+        if len(set(self.triples)) != len(self.triples):
+            raise ValueError(f"repeated triples in {[t.label() for t in self.triples]}")
+
+    def __len__(self) -> int:
+        return len(self.triples) + (1 if self.include_auto else 0)
+
+    def __iter__(self) -> Iterator[SpeculativeTriple]:
+        """Auto first (when included), then the triples in the listed order."""
+        if self.include_auto:
+            yield AUTO
+        yield from self.triples
+
+    def __contains__(self, triple: object) -> bool:
+        if triple == AUTO:
+            return self.include_auto
+        return triple in self.triples
+
+    def values_used(self) -> tuple[list[int], list[int], list[int]]:
+        """The steps, top-k and draft values that appear in at least one listed triple."""
+        def used(attr: str) -> list[int]:
+            return sorted({getattr(t, attr) for t in self.triples})
+
+        return used("num_steps"), used("eagle_topk"), used("num_draft_tokens")
+
+
+def triple_problem(triple: SpeculativeTriple) -> str | None:
+    """Which of SGLang's rules ``triple`` breaks (``serving.speculative_rules``), in the spec's names."""
+    if triple.is_auto:
+        return "auto (all three unset) is not a listed triple; use include_auto"
+    return speculative_problem(
+        num_steps=triple.num_steps, topk=triple.eagle_topk, num_draft_tokens=triple.num_draft_tokens,
+        names=TRIPLE_NAMES,
+    )
+
+
+NcclPreset = Mapping[str, str]
+"""One listed set of NCCL variables (``{}``: NCCL's defaults); a variable absent is unset."""
+
+
+def preset_label(preset: NcclPreset) -> str:
+    """``NCCL_ALGO=Ring,NCCL_PROTO=LL`` (by name), or ``default`` for NCCL's defaults."""
+    return ",".join(f"{k}={preset[k]}" for k in sorted(preset)) or "default"
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -205,18 +283,28 @@ class SearchSpace:
     """Every configuration a sweep may try: speculative points x all-reduce paths x NCCL points.
 
     Attributes:
-        speculative: The speculative points.
+        speculative: The speculative points (a product of values, or listed triples).
         all_reduce: The all-reduce paths, in the spec's order.
         nccl_env: NCCL variable -> its choices (``None`` = unset, NCCL's default), in the spec's order.
+        nccl_presets: Instead of ``nccl_env``: exactly these sets of NCCL variables, in the spec's
+            order (``{}`` = NCCL's defaults). ``None`` when the spec uses ``nccl_env``.
     """
 
-    speculative: SpeculativeSpace = AUTO_ONLY
+    speculative: SpeculativeSpace | SpeculativeList = AUTO_ONLY
     all_reduce: tuple[AllReduce, ...] = ("custom",)
     nccl_env: Mapping[str, tuple[Optional[str], ...]] = field(default_factory=dict)
+    nccl_presets: tuple[NcclPreset, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.nccl_presets is not None and self.nccl_env:
+            raise ValueError("give nccl_env or nccl_presets, not both")
 
     def dimension_sizes(self) -> dict[str, int]:
-        """Points per dimension: ``speculative``, ``all_reduce`` and each NCCL variable (sorted)."""
+        """Points per dimension: ``speculative``, ``all_reduce`` and each NCCL variable (sorted),
+        or ``nccl_presets`` as one dimension."""
         sizes = {"speculative": len(self.speculative), "all_reduce": len(self.all_reduce)}
+        if self.nccl_presets is not None:
+            sizes["nccl_presets"] = len(self.nccl_presets)
         sizes.update({name: len(self.nccl_env[name]) for name in sorted(self.nccl_env)})
         return sizes
 
@@ -224,11 +312,16 @@ class SearchSpace:
         """How many configurations: the product of the dimension sizes (nothing is listed)."""
         return math.prod(self.dimension_sizes().values())
 
-    def __iter__(self) -> Iterator[Candidate]:
-        """Every configuration, lazily, in a stable order (speculative, all-reduce, NCCL by name)."""
+    def nccl_points(self) -> Iterator[dict[str, str]]:
+        """Every NCCL setting of the space, lazily: the presets in order, or the product of
+        ``nccl_env`` by variable name (unset variables absent)."""
+        if self.nccl_presets is not None:
+            for preset in self.nccl_presets:
+                yield dict(preset)
+            return
         names = sorted(self.nccl_env)
 
-        def nccl_points(i: int, chosen: dict[str, str]) -> Iterator[dict[str, str]]:
+        def product(i: int, chosen: dict[str, str]) -> Iterator[dict[str, str]]:
             if i == len(names):
                 yield dict(chosen)
                 return
@@ -236,11 +329,23 @@ class SearchSpace:
                 nxt = dict(chosen)
                 if value is not None:
                     nxt[names[i]] = value
-                yield from nccl_points(i + 1, nxt)
+                yield from product(i + 1, nxt)
 
+        yield from product(0, {})
+
+    def has_nccl_setting(self, env: Mapping[str, str]) -> bool:
+        """Whether ``env`` is one of ``nccl_points()`` (without listing a product)."""
+        if self.nccl_presets is not None:
+            return dict(env) in [dict(p) for p in self.nccl_presets]
+        if not set(env) <= set(self.nccl_env):
+            return False
+        return all(env.get(name) in choices for name, choices in self.nccl_env.items())
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """Every configuration, lazily, in a stable order (speculative, all-reduce, NCCL)."""
         for triple in self.speculative:
             for all_reduce in self.all_reduce:
-                for env in nccl_points(0, {}):
+                for env in self.nccl_points():
                     yield Candidate(triple, all_reduce, env)
 
     def __contains__(self, candidate: object) -> bool:
@@ -249,9 +354,7 @@ class SearchSpace:
             return False
         if candidate.speculative not in self.speculative or candidate.all_reduce not in self.all_reduce:
             return False
-        if not set(candidate.nccl_env) <= set(self.nccl_env):
-            return False
-        return all(candidate.nccl_env.get(name) in choices for name, choices in self.nccl_env.items())
+        return self.has_nccl_setting(candidate.nccl_env)
 
 
 def space_problems(space: SearchSpace) -> Iterator[str]:
@@ -306,7 +409,7 @@ class HasSearchSpace(Protocol):
 class HasSpeculativeSpace(Protocol):
     """A speculative search section (``SpeculativeSearch.space``)."""
 
-    def space(self) -> SpeculativeSpace: ...
+    def space(self) -> SpeculativeSpace | SpeculativeList: ...
 
 
 def speculative_triples(search: HasSpeculativeSpace) -> list[SpeculativeTriple]:
@@ -363,7 +466,7 @@ def candidate_from_settings(spec: HasSearchSpace, settings: dict[str, str]) -> C
     given: set[str] = set()
     for raw_key, value in settings.items():
         key = raw_key.strip()
-        if key.startswith("NCCL_") or key in space.nccl_env:
+        if key.startswith("NCCL_") or key in space.nccl_env or any(key in p for p in space.nccl_presets or ()):
             if value.strip().lower() in ("default", "unset", ""):
                 env.pop(key, None)
             else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
     Field,
     PlainSerializer,
     PlainValidator,
@@ -30,7 +31,14 @@ from pydantic import (
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
 from orchestrator.bench.settings import BenchmarkSpec
 from orchestrator.errors import SpecError, SpecProblem
-from orchestrator.space import SearchSpace, SpeculativeSpace, space_problems
+from orchestrator.space import (
+    SearchSpace,
+    SpeculativeList,
+    SpeculativeSpace,
+    SpeculativeTriple,
+    space_problems,
+    triple_problem,
+)
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
@@ -40,6 +48,7 @@ from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_
 __all__ = [
     "BenchmarkSpec",
     "BudgetSpec",
+    "ConfirmationSpec",
     "EarlyStoppingSpec",
     "ProbeSpec",
     "EngineSpec",
@@ -241,15 +250,46 @@ class EngineSpec(_Model):
         return self
 
 
+def _triples(value: Any) -> list[list[int]]:
+    """``search.speculative.triples``: a non-empty list of ``[num_steps, eagle_topk, num_draft_tokens]``,
+    each valid by SGLang's rules (``serving.speculative_rules``), without repeats."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"must be a non-empty list of [num_steps, eagle_topk, num_draft_tokens], got {short_repr(value)}")
+    if len(value) > MAX_CHOICES:
+        raise ValueError(f"{len(value)} triples; at most {MAX_CHOICES} are allowed")
+    seen: set[tuple[int, ...]] = set()
+    for i, item in enumerate(value):
+        if not (isinstance(item, list) and len(item) == 3 and all(_is_int(v) for v in item)):
+            raise ValueError(f"[{i}] = {short_repr(item)}: a triple is [num_steps, eagle_topk, num_draft_tokens], "
+                             "three integers")
+        problem = triple_problem(SpeculativeTriple(*item))
+        if problem:
+            raise ValueError(f"[{i}] = {item}: {problem}")
+        if tuple(item) in seen:
+            raise ValueError(f"[{i}] = {item} is listed twice")
+        seen.add(tuple(item))
+    return [list(item) for item in value]
+
+
+TripleList = Annotated[
+    list[list[int]],
+    PlainValidator(_triples),
+    WithJsonSchema({"type": "array", "minItems": 1, "maxItems": MAX_CHOICES,
+                    "items": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 3}}),
+]
+
+
 class SpeculativeSearch(_Model):
-    """The speculative dimensions. Each is a fixed value, a list, or ``{low, high}``.
+    """The speculative dimensions: each a fixed value, a list, or ``{low, high}``; or exact triples.
 
     With ``eagle_topk`` 1 the draft is a chain and ``num_draft_tokens`` is ``num_steps + 1``
     (derived, not searched); for larger top-k, draft-token values the tree cannot hold are skipped.
+    ``triples`` instead lists exactly the points to try (``[[3, 1, 4], [5, 4, 8]]``), for when the
+    product of the dimensions holds points nobody wants.
     """
 
-    num_steps: StepsDimension = Field(
-        description=f"--speculative-num-steps values, in [1, {MAX_NUM_STEPS}]."
+    num_steps: Optional[StepsDimension] = Field(
+        default=None, description=f"--speculative-num-steps values, in [1, {MAX_NUM_STEPS}] (or use triples)."
     )
     eagle_topk: TopkDimension = Field(
         default=1, description=f"--speculative-eagle-topk values, in [1, {MAX_EAGLE_TOPK}]."
@@ -259,22 +299,40 @@ class SpeculativeSearch(_Model):
         description=f"--speculative-num-draft-tokens values for top-k > 1, in [2, {MAX_NUM_DRAFT_TOKENS}] "
         "(derived for top-k 1).",
     )
+    triples: Optional[TripleList] = Field(
+        default=None,
+        description="Instead of the three dimensions: exactly these [num_steps, eagle_topk, num_draft_tokens] "
+        "points, each checked against SGLang's rules.",
+    )
     include_auto: bool = Field(
         default=False, description="Also try SGLang's own choice (all three numbers unset)."
     )
 
     @model_validator(mode="after")
     def _dimensions(self) -> "SpeculativeSearch":
+        if self.triples is not None:
+            both = sorted({"num_steps", "eagle_topk", "num_draft_tokens"} & self.model_fields_set)
+            if both:
+                raise ValueError(f"give triples or {', '.join(both)}, not both: triples lists the exact points")
+            return self
+        if self.num_steps is None:
+            raise ValueError("num_steps is required (or list the exact points in triples)")
         if self.num_draft_tokens is None and any(k > 1 for k in dimension_values(self.eagle_topk)):
             raise ValueError("num_draft_tokens is required when eagle_topk has values above 1")
         return self
 
-    def space(self) -> SpeculativeSpace:
+    def space(self) -> SpeculativeSpace | SpeculativeList:
         """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``).
 
         Top-k 1 derives draft = steps + 1 (the draft dimension does not apply to chains); larger
-        top-k values take each draft value the tree can hold (SGLang's rules).
+        top-k values take each draft value the tree can hold (SGLang's rules). Listed triples are
+        exactly those points, in the listed order.
         """
+        if self.triples is not None:
+            return SpeculativeList(
+                triples=tuple(SpeculativeTriple(*t) for t in self.triples), include_auto=self.include_auto
+            )
+        assert self.num_steps is not None
         drafts = dimension_values(self.num_draft_tokens) if self.num_draft_tokens is not None else []
         return SpeculativeSpace(
             num_steps=tuple(dimension_values(self.num_steps)),
@@ -291,12 +349,32 @@ def _nccl_choice(value: Any) -> "str | int | None":
     raise ValueError(f"must be a string, an integer or null (NCCL's default), got {short_repr(value)}")
 
 
+def _nccl_setting(name: str, choice: "str | int | None") -> str | None:
+    """One searched NCCL value, checked against NCCL's set and normalised; ``None`` for unset
+    (null, ``default`` or ``unset``)."""
+    if choice is None or str(choice).strip().lower() in DEFAULT_VALUE_WORDS:
+        return None
+    problem = nccl.check_value(name, str(choice))
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    return nccl.normalise_value(name, str(choice))
+
+
+def _nccl_preset(preset: dict[str, Any]) -> dict[str, str]:
+    """One listed set of NCCL variables, each value checked and normalised, unset ones dropped."""
+    settings = {name: _nccl_setting(name, choice) for name, choice in preset.items()}
+    return {name: value for name, value in settings.items() if value is not None}
+
+
 NcclChoice = Annotated[
     Union[str, int, None],
     PlainValidator(_nccl_choice),
     WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}),
 ]
 """One value an NCCL variable may take in the search (checked against NCCL's own set later)."""
+
+NcclPreset = Annotated[dict[str, NcclChoice], AfterValidator(_nccl_preset)]
+"""One entry of ``search.nccl_presets``: variable -> value, ``{}`` for NCCL's defaults."""
 
 
 class EarlyStoppingSpec(_Model):
@@ -327,6 +405,11 @@ class SearchSpec(_Model):
         default_factory=dict,
         description="NCCL variable -> values to try; null or 'default' means unset (NCCL's own choice).",
     )
+    nccl_presets: Optional[Annotated[list[NcclPreset], Field(min_length=1, max_length=MAX_CHOICES)]] = Field(
+        default=None,
+        description="Instead of nccl_env: exactly these sets of NCCL variables, e.g. [{}, {NCCL_ALGO: Ring, "
+        "NCCL_PROTO: LL}]; {} (NCCL's defaults) must be among them, a variable absent (or null) is unset.",
+    )
     allow_dangerous: list[str] = Field(
         default_factory=list,
         description="Dangerous settings to allow anyway: 'NCCL_X=VALUE', 'NCCL_X' (all values), or the engine flags "
@@ -355,15 +438,7 @@ class SearchSpec(_Model):
         for name, choices in value.items():
             if not choices:
                 raise ValueError(f"{name}: give at least one value")
-            normalised: list[str | None] = []
-            for choice in choices:
-                if choice is None or str(choice).strip().lower() in DEFAULT_VALUE_WORDS:
-                    normalised.append(None)
-                    continue
-                problem = nccl.check_value(name, str(choice))
-                if problem:
-                    raise ValueError(f"{name}: {problem}")
-                normalised.append(nccl.normalise_value(name, str(choice)))
+            normalised = [_nccl_setting(name, choice) for choice in choices]
             if None not in normalised:
                 raise ValueError(
                     f"{name}: the choices {short_repr(choices)} leave out NCCL's default; add null (or 'default') — "
@@ -374,6 +449,42 @@ class SearchSpec(_Model):
                 raise ValueError(f"{name}: repeated values in {short_repr(choices)}")
             out[name] = normalised
         return out
+
+    @field_validator("nccl_presets", mode="after")
+    @classmethod
+    def _nccl_presets(cls, value: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
+        if value is None:
+            return None
+        for i, preset in enumerate(value):
+            if preset in value[:i]:
+                raise ValueError(f"preset {i} ({short_repr(preset)}) repeats preset {value.index(preset)}")
+        if {} not in value:
+            raise ValueError(
+                "the presets leave out NCCL's defaults; add {} — NCCL's default is often the best, and a forced "
+                "setting must beat it measurably. To force one setting for every trial, put it in engine.env instead"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_nccl_form(self) -> "SearchSpec":
+        if self.nccl_presets is not None and self.nccl_env:
+            raise ValueError("give nccl_env (values per variable) or nccl_presets (exact sets), not both")
+        return self
+
+    def nccl_settings(self) -> Iterator[tuple[str, str, str | None]]:
+        """Every ``(field, variable, value)`` the search may set, ``None`` for unset, with the spec field
+        that holds it (``search.nccl_env.NCCL_ALGO`` or ``search.nccl_presets.2.NCCL_ALGO``): what the
+        spec's cross-checks (danger, engine.env overlap) judge, whichever form the spec uses."""
+        for name, choices in self.nccl_env.items():
+            for choice in choices:
+                yield f"search.nccl_env.{name}", name, choice
+        for i, preset in enumerate(self.nccl_presets or ()):
+            for name, choice in preset.items():
+                yield f"search.nccl_presets.{i}.{name}", name, choice
+
+    def nccl_variables(self) -> list[str]:
+        """The NCCL variables the search varies, sorted (either form)."""
+        return sorted({name for _, name, _ in self.nccl_settings()})
 
     @field_validator("allow_dangerous")
     @classmethod
@@ -479,6 +590,21 @@ class ProbeSpec(_Model):
     max_new_tokens: int = Field(default=32, ge=1, le=4096, description="Greedy tokens compared per prompt.")
 
 
+class ConfirmationSpec(_Model):
+    """After the search: the top configurations and SGLang's default re-measured on fresh engines,
+    interleaved (A B C D A B C D ...), so the winner is stated with an interval against SGLang's
+    default rather than picked from one noisy run. Switch it off for engines that take minutes to load."""
+
+    enabled: bool = Field(default=True, description="Run the confirmation round.")
+    top_k: int = Field(default=3, ge=1, le=10, description="How many of the best trials to re-measure.")
+    rounds: int = Field(
+        default=2, ge=1, le=20, description="Visits per configuration (each a fresh engine), interleaved."
+    )
+    repetitions_per_visit: int = Field(
+        default=2, ge=1, le=20, description="Benchmark repetitions of the objective level per visit."
+    )
+
+
 class TrackingSpec(_Model):
     """Where results go."""
 
@@ -500,6 +626,9 @@ class SweepSpec(_Model):
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="How much the sweep may spend.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="What one trial reserves.")
     probe: ProbeSpec = Field(default_factory=ProbeSpec, description="The correctness probe of every trial.")
+    confirmation: ConfirmationSpec = Field(
+        default_factory=ConfirmationSpec, description="Re-measure the best configurations before naming a winner."
+    )
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Where results go.")
     results_dir: str = Field(default="results", description="Directory for results, best config and the MLflow DB.")
 
@@ -515,17 +644,17 @@ class SweepSpec(_Model):
         engine, search = self.engine, self.search
         if search.speculative is not None and not engine.speculative_algorithm:
             yield "search.speculative: set, but engine.speculative_algorithm is null; remove one of them"
-        for name in search.nccl_env:
+        for name in search.nccl_variables():
             if name in engine.env:
-                yield f"search.nccl_env.{name}: also fixed in engine.env.{name}; keep one"
-        for name, choices in search.nccl_env.items():
-            for value in choices:
-                reason = value is not None and nccl.danger_of(name, value)
-                if reason and not search.is_allowed(name, value):
-                    yield (
-                        f"search.nccl_env.{name}: {value!r} is dangerous ({reason}); remove it or add "
-                        f"'{name}={value}' to search.allow_dangerous"
-                    )
+                where = f"search.nccl_env.{name}" if name in search.nccl_env else "search.nccl_presets"
+                yield f"{where}: {name} is also fixed in engine.env.{name}; keep one"
+        for where, name, value in search.nccl_settings():
+            reason = value is not None and nccl.danger_of(name, value)
+            if reason and not search.is_allowed(name, value):
+                yield (
+                    f"{where}: {value!r} is dangerous ({reason}); remove it or add "
+                    f"'{name}={value}' to search.allow_dangerous"
+                )
         for flag, reason in DANGEROUS_FLAGS.items():
             if engine.extra_args.get(flag) and flag not in search.allow_dangerous:
                 yield f"engine.extra_args.{flag}: {reason}; remove it or add '{flag}' to search.allow_dangerous"
@@ -540,6 +669,8 @@ class SweepSpec(_Model):
             yield "search.all_reduce: 'nccl' only matters with engine.tp_size > 1 (one rank has no all-reduce)"
         if search.nccl_env and engine.tp_size == 1:
             yield "search.nccl_env: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
+        if search.nccl_presets is not None and len(search.nccl_presets) > 1 and engine.tp_size == 1:
+            yield "search.nccl_presets: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
         yield from space_problems(self.space())  # empty, or beyond the bound (counted, never listed)
         level = self.objective.concurrency
         if level is not None and level not in self.benchmark.concurrency:
@@ -570,6 +701,7 @@ class SweepSpec(_Model):
             speculative=numbers,
             all_reduce=tuple(self.search.all_reduce),
             nccl_env={name: tuple(choices) for name, choices in self.search.nccl_env.items()},
+            nccl_presets=None if self.search.nccl_presets is None else tuple(self.search.nccl_presets),
         )
 
     @property

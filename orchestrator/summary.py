@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from orchestrator.space import SpeculativeList, preset_label
 from orchestrator.spec import SweepSpec
 from serving.redaction import REDACTED, redact
 
@@ -28,6 +29,17 @@ def _span(values: list[int]) -> str:
         if value is not None:
             start = prev = value
     return ", ".join(runs)
+
+
+MAX_LISTED = 8
+"""Listed points (triples, NCCL presets) shown by name before the rest are counted."""
+
+
+def _listed(labels: list[str], sep: str) -> str:
+    """``a, b, c`` — or the first ``MAX_LISTED`` and ``... (+N more)``, so a long list stays one line."""
+    if len(labels) <= MAX_LISTED:
+        return sep.join(labels)
+    return sep.join(labels[:MAX_LISTED]) + f"{sep}... (+{len(labels) - MAX_LISTED} more)"
 
 
 def _shown_uri(uri: str) -> str:
@@ -63,21 +75,22 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         dimensions.append({"name": "speculative", "values": "SGLang auto choice", "count": 1})
     else:
         numbers = space.speculative  # counted and summarised without listing its points
-        steps, topks, drafts = numbers.values_used()
         auto = " + auto" if numbers.include_auto else ""
-        dimensions.append(
-            {
-                "name": "speculative (steps, topk, draft)",
-                "values": f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}{auto}",
-                "count": len(numbers),
-            }
-        )
+        if isinstance(numbers, SpeculativeList):
+            values = _listed([f"({t.num_steps},{t.eagle_topk},{t.num_draft_tokens})" for t in numbers.triples], ", ")
+        else:
+            steps, topks, drafts = numbers.values_used()
+            values = f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}"
+        dimensions.append({"name": "speculative (steps, topk, draft)", "values": values + auto, "count": len(numbers)})
     dimensions.append(
         {"name": "all_reduce", "values": ", ".join(spec.search.all_reduce), "count": len(spec.search.all_reduce)}
     )
     for name, choices in sorted(spec.search.nccl_env.items()):
         shown = ", ".join("default" if c is None else c for c in choices)
         dimensions.append({"name": name, "values": shown, "count": len(choices)})
+    if space.nccl_presets is not None:
+        shown = _listed([preset_label(p) for p in space.nccl_presets], "; ")
+        dimensions.append({"name": "nccl_presets", "values": shown, "count": len(space.nccl_presets)})
 
     bench = spec.benchmark
     slo = {k: v for k, v in spec.objective.slo.model_dump().items() if v is not None}

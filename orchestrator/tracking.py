@@ -55,7 +55,12 @@ class Tracker:
         experiment = self.client.get_experiment_by_name(experiment_name)
         if experiment is None:
             location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-            experiment_id = self.client.create_experiment(experiment_name, artifact_location=location)
+            # MLflow 3's UI opens an experiment in its GenAI layout unless told it holds runs
+            # of model development: a sweep's runs table (parent + nested trials) is what users want.
+            experiment_id = self.client.create_experiment(
+                experiment_name, artifact_location=location,
+                tags={"mlflow.experimentKind": "custom_model_development"},
+            )
         else:
             experiment_id = experiment.experiment_id
         self.experiment_id = experiment_id

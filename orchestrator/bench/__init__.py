@@ -2,6 +2,9 @@
 
 The sweep uses two calls: :func:`run_benchmark` (settings from the spec's ``benchmark`` section,
 one callback per repetition) and :func:`run_probe` (greedy outputs against a stored baseline).
+:func:`run_benchmark` is made of steps a caller can also take one by one: :func:`open_benchmark`,
+then per level :func:`run_level` (:func:`warm_up_level`, then :func:`run_repetition` until the
+interval target or the cap).
 A run that fails after measuring something raises :class:`BenchmarkAborted`, whose ``partial``
 result holds what was measured and says why it stopped.
 
@@ -17,19 +20,27 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "BenchFailure": "report",
     "BenchResult": "report",
+    "BenchRun": "runner",
     "BenchSettings": "settings",
     "BenchmarkAborted": "report",
     "Distribution": "metrics",
+    "DriftCheck": "noise",
     "LevelResult": "report",
+    "LevelWarmup": "report",
     "ProbeBaselineError": "probe",
     "ProbeMismatch": "probe",
     "ProbeResult": "probe",
     "ProgressUpdate": "runner",
     "RepetitionMetrics": "metrics",
+    "WarmupSpec": "settings",
     "arun_benchmark": "runner",
+    "open_benchmark": "runner",
     "read_json": "report",
     "run_benchmark": "runner",
+    "run_level": "runner",
     "run_probe": "probe",
+    "run_repetition": "runner",
+    "warm_up_level": "runner",
     "write_json": "report",
 }
 """Each public name and the module of this package that defines it."""
@@ -38,17 +49,28 @@ __all__ = list(_WHERE)
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.bench.metrics import Distribution, RepetitionMetrics
+    from orchestrator.bench.noise import DriftCheck
     from orchestrator.bench.probe import ProbeBaselineError, ProbeMismatch, ProbeResult, run_probe
     from orchestrator.bench.report import (
         BenchFailure,
         BenchmarkAborted,
         BenchResult,
         LevelResult,
+        LevelWarmup,
         read_json,
         write_json,
     )
-    from orchestrator.bench.runner import ProgressUpdate, arun_benchmark, run_benchmark
-    from orchestrator.bench.settings import BenchSettings
+    from orchestrator.bench.runner import (
+        BenchRun,
+        ProgressUpdate,
+        arun_benchmark,
+        open_benchmark,
+        run_benchmark,
+        run_level,
+        run_repetition,
+        warm_up_level,
+    )
+    from orchestrator.bench.settings import BenchSettings, WarmupSpec
 
 
 def __getattr__(name: str) -> Any:

@@ -73,8 +73,33 @@ def bench(
         Optional[list[str]], typer.Option("--concurrency", "-c", help="Concurrency levels: -c 1 -c 8 or -c 1,8.")
     ] = None,
     request_rate: Annotated[Optional[float], typer.Option(help="Open loop: requests/s (capped at each level).")] = None,
-    warmup: Annotated[Optional[int], typer.Option(help="Warm-up requests (discarded).")] = None,
-    repetitions: Annotated[Optional[int], typer.Option("--repetitions", "-r", help="Repetitions per level.")] = None,
+    warmup: Annotated[
+        Optional[int], typer.Option(help="Warm-up requests per level, at its concurrency (discarded); 0: no warm-up.")
+    ] = None,
+    warmup_window: Annotated[
+        Optional[int], typer.Option(help="Requests per warm-up stability window (default: 2 x concurrency, >= 4).")
+    ] = None,
+    warmup_tolerance: Annotated[
+        Optional[float], typer.Option(help="Warm-up ends when two windows' tok/s differ by at most this fraction.")
+    ] = None,
+    warmup_max_windows: Annotated[Optional[int], typer.Option(help="Most warm-up stability windows per level.")] = None,
+    fixed_warmup: Annotated[
+        bool, typer.Option("--fixed-warmup", help="No stability windows: exactly --warmup requests per level.")
+    ] = False,
+    repetitions: Annotated[
+        Optional[int], typer.Option("--repetitions", "-r", help="Most repetitions per level (the cap).")
+    ] = None,
+    min_repetitions: Annotated[Optional[int], typer.Option(help="Fewest repetitions per level.")] = None,
+    target_ci: Annotated[
+        Optional[float],
+        typer.Option(help="Repeat until the 95% interval's half-width is at most this fraction of the median."),
+    ] = None,
+    target_metric: Annotated[
+        Optional[str], typer.Option(help="Metric whose interval decides the repetitions (default output_tok_per_s).")
+    ] = None,
+    fixed_repetitions: Annotated[
+        bool, typer.Option("--fixed-repetitions", help="No interval target: exactly --repetitions per level.")
+    ] = False,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Prompt order / sampling seed.")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Per-request timeout (s).")] = None,
@@ -99,23 +124,39 @@ def bench(
     Exit 0 when the run completed (failed requests and flags are reported), 1 when it could not;
     a run that stopped part-way still writes what it measured to --json-out (status failed).
 
-    Settings come from --spec's benchmark section (or the defaults), overridden by options.
+    Settings come from --spec's benchmark section (or the defaults), overridden by options. Each
+    level is warmed up at its own concurrency until its throughput is stable, then repeated until
+    the 95% interval of --target-metric is within --target-ci of the median (or -r is reached).
     """
+    if fixed_warmup and warmup_tolerance is not None:
+        raise _fail(EXIT_BAD_INPUT, "--fixed-warmup turns the warm-up windows off; drop --warmup-tolerance")
+    if fixed_repetitions and target_ci is not None:
+        raise _fail(EXIT_BAD_INPUT, "--fixed-repetitions turns the interval target off; drop --target-ci")
     overrides: dict[str, Any] = {
         "dataset": dataset, "dataset_path": dataset_path, "allow_random_prompts": allow_random_prompts or None,
         "random_input_len": random_input_len, "num_prompts": num_prompts, "output_len": output_len,
         "concurrency": _concurrency(concurrency), "request_rate": request_rate, "warmup_requests": warmup,
-        "repetitions": repetitions, "temperature": temperature, "seed": seed, "request_timeout_s": timeout,
+        "repetitions": repetitions, "min_repetitions": min_repetitions, "target_ci_rel": target_ci,
+        "target_metric": target_metric, "temperature": temperature, "seed": seed, "request_timeout_s": timeout,
         "api": api, "model": model, "stream": stream, "ignore_eos": ignore_eos, "flush_cache": flush_cache,
         "accept_length_tolerance": accept_length_tolerance, "noisy_cv_threshold": noisy_cv,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if fixed_repetitions:
+        overrides["target_ci_rel"] = None
+    warmup_overrides = {k: v for k, v in {
+        "window_requests": warmup_window, "tolerance": warmup_tolerance, "max_windows": warmup_max_windows,
+    }.items() if v is not None}
+    if fixed_warmup:
+        warmup_overrides["tolerance"] = None
     base: dict[str, Any] = {}
     if spec is not None:
         try:
             base = SweepSpec.from_yaml(spec).benchmark.model_dump()
         except SpecError as exc:
             raise _fail(EXIT_BAD_INPUT, str(exc)) from None
+    if warmup_overrides:
+        overrides["warmup"] = {**base.get("warmup", {}), **warmup_overrides}
     try:
         settings = BenchSettings.model_validate({**base, **overrides})
     except ValidationError as exc:
@@ -123,16 +164,19 @@ def bench(
         raise _fail(EXIT_BAD_INPUT, f"invalid benchmark settings: {problems}") from None
 
     err = Console(stderr=True)
-    total = settings.warmup_requests + len(settings.concurrency) * settings.repetitions * settings.num_prompts
+    # how many windows and repetitions a level takes is known only at its end: one bar per batch
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=True, disable=not err.is_terminal,
     )
-    task = progress.add_task("starting", total=total)
+    task = progress.add_task("starting", total=None)
 
     def on_progress(update: ProgressUpdate) -> None:
-        label = "warm-up" if update.phase == "warmup" else f"c={update.concurrency} rep {update.repetition + 1}"
-        progress.update(task, advance=1, description=label)
+        if update.phase == "warmup":
+            label = f"c={update.concurrency} warm-up" + (f" window {update.repetition}" if update.repetition else "")
+        else:
+            label = f"c={update.concurrency} rep {update.repetition + 1}"
+        progress.update(task, completed=update.done, total=update.total, description=label)
 
     try:
         with progress:
@@ -198,8 +242,27 @@ def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
     if result.noisy:
         noisy = {lvl.concurrency: lvl.noisy_metrics for lvl in result.levels if lvl.noisy}
         err.print(f"[yellow]noisy[/]: repetitions disagree: {escape(str(noisy))}", highlight=False)
+    _show_trust(result, err)
     if json_out is not None:
         err.print(f"result written to {json_out}", highlight=False, markup=False)
+
+
+def _show_trust(result: BenchResult, err: Console) -> None:
+    """Say which levels' figures need care: an unsettled warm-up, an interval wider than its target, a drift."""
+    for level in result.levels:
+        c = level.concurrency
+        if level.warmup is not None and level.warmup.converged is False:
+            err.print(f"[yellow]warm-up not converged[/] at c={c}: window tok/s "
+                      f"{', '.join('-' if v is None else f'{v:.1f}' for v in level.warmup.window_tok_per_s)}",
+                      highlight=False)
+        if level.target_met is False and level.ci_rel is not None and level.target_ci_rel is not None:
+            err.print(f"[yellow]target not met[/] at c={c}: {escape(str(level.target_metric))} 95% interval "
+                      f"±{level.ci_rel:.1%} of the median after {level.repetitions_used} repetitions "
+                      f"(target ±{level.target_ci_rel:.1%}); raise --repetitions for a narrower one", highlight=False)
+        if level.drifts and level.drift is not None:
+            err.print(f"[yellow]drift[/] at c={c}: {escape(level.drift.metric)} trends {level.drift.direction} over "
+                      f"{level.drift.num_values} repetitions (Mann-Kendall p={level.drift.p_value:.2g}); "
+                      "the machine or engine was still changing", highlight=False)
 
 
 def probe(

@@ -9,8 +9,11 @@ where and why, and ``levels`` hold the repetitions that finished. The runner rai
 :class:`BenchmarkAborted` with that result attached, so a CLI can write it and a sweep can record
 what was measured of a trial whose engine died.
 
-Schema versions: ``spectune.bench/2`` added ``status`` and ``failure``; a ``spectune.bench/1``
-document (always a completed run) is read as a ``/2`` one with status ``ok``.
+Schema versions: ``spectune.bench/2`` added ``status`` and ``failure``; ``spectune.bench/3`` added
+per level the warm-up (requests, seconds, converged), the repetitions used against the interval
+target, and the drift test. Older documents are read as ``/3`` ones: a ``/1`` document (always a
+completed run) with status ``ok``, and the level fields ``/3`` added left empty (unknown, not
+"converged" or "met").
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, computed_field, model_validator
 from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.bench.files import write_atomic
 from orchestrator.bench.metrics import METRICS, Distribution, RepetitionMetrics
+from orchestrator.bench.noise import DriftCheck, ci_rel, detect_drift
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 
@@ -37,6 +41,7 @@ __all__ = [
     "BenchmarkAborted",
     "DatasetInfo",
     "LevelResult",
+    "LevelWarmup",
     "WarmupInfo",
     "read_json",
     "summary_table",
@@ -44,15 +49,46 @@ __all__ = [
     "write_json",
 ]
 
-BENCH_SCHEMA_VERSION = "spectune.bench/2"
+BENCH_SCHEMA_VERSION = "spectune.bench/3"
 """The schema :func:`write_json` writes."""
 
-READABLE_SCHEMA_VERSIONS = ("spectune.bench/1", BENCH_SCHEMA_VERSION)
-"""The schemas :func:`read_json` reads: /1 lacks ``status`` and ``failure`` (it was always a completed run)."""
+READABLE_SCHEMA_VERSIONS = ("spectune.bench/1", "spectune.bench/2", BENCH_SCHEMA_VERSION)
+"""The schemas :func:`read_json` reads: /1 lacks ``status`` and ``failure`` (it was always a completed
+run); /1 and /2 lack the per-level warm-up, target and drift fields."""
+
+
+class WarmupInfo(BaseModel):
+    """The discarded warm-up requests (counted, so warm-up failures are visible too)."""
+
+    num_requests: int = Field(description="Warm-up requests sent.")
+    num_errors: int = Field(description="Warm-up requests that failed.")
+    errors_by_kind: dict[str, int] = Field(description="Failed warm-up requests by kind.")
+    duration_s: float | None = Field(
+        default=None, description="Wall time of the warm-up (None in results written before spectune.bench/3)."
+    )
+
+
+class LevelWarmup(WarmupInfo):
+    """One level's warm-up: ``warmup_requests`` at its concurrency, then stability windows."""
+
+    window_requests: int | None = Field(
+        default=None, description="Requests per stability window (None: no windows, a fixed warm-up)."
+    )
+    window_tok_per_s: list[float | None] = Field(
+        default_factory=list, description="Output tok/s of each stability window, in order (None: all failed)."
+    )
+    converged: bool | None = Field(
+        default=None,
+        description="True: two consecutive windows agreed within the tolerance; False: max_windows ran without; "
+        "None: no stability check (no warm-up, or tolerance null).",
+    )
 
 
 class LevelResult(BaseModel):
-    """All repetitions at one concurrency level, their summary and the flags the sweep reads."""
+    """All repetitions at one concurrency level, their summary and the flags the sweep reads.
+
+    Fields added by ``spectune.bench/3`` (warm-up, target, drift) are None in older results.
+    """
 
     concurrency: int = Field(description="Concurrency level (in-flight cap in open loop).")
     request_rate: float | None = Field(description="Open-loop arrival rate; None = closed loop.")
@@ -71,6 +107,35 @@ class LevelResult(BaseModel):
     )
     noisy: bool = Field(description="Some noise metric's CV across repetitions exceeded the threshold.")
     noisy_metrics: list[str] = Field(description="Which metrics were too noisy, with their CV.")
+    warmup: LevelWarmup | None = Field(default=None, description="This level's warm-up.")
+    target_metric: str | None = Field(
+        default=None, description="The metric whose interval decided the repetitions, and whose drift was tested."
+    )
+    target_ci_rel: float | None = Field(
+        default=None, description="The target: relative half-width of the 95% interval (None: fixed repetitions)."
+    )
+    ci_rel: float | None = Field(
+        default=None,
+        description="Achieved: t(0.975, n-1) * stdev / sqrt(n) / |median| of target_metric over the repetitions "
+        "(noise.ci_rel; None with fewer than two values).",
+    )
+    target_met: bool | None = Field(
+        default=None, description="ci_rel <= target_ci_rel (None: no target, fixed repetitions)."
+    )
+    drift: DriftCheck | None = Field(
+        default=None, description="Mann-Kendall trend test of target_metric over the repetitions, in order."
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def repetitions_used(self) -> int:
+        """Repetitions measured at this level (written to JSON for readers; read back, it is ignored)."""
+        return len(self.repetitions)
+
+    @property
+    def drifts(self) -> bool:
+        """Whether the level's repetitions show a significant monotone trend."""
+        return self.drift is not None and self.drift.drifts
 
     def value(self, metric: str) -> float | None:
         """The level's figure for ``metric``: the median across repetitions of its per-repetition
@@ -92,13 +157,19 @@ def summarise_level(
     repetitions: list[RepetitionMetrics],
     noise_metrics: list[str],
     noisy_cv_threshold: float,
+    target_metric: str = "output_tok_per_s",
+    target_ci_rel: float | None = None,
+    warmup: LevelWarmup | None = None,
 ) -> LevelResult:
-    """Summarise the repetitions of one level: a Distribution per metric and the two flags.
+    """Summarise the repetitions of one level: a Distribution per metric, the flags, the target, drift.
 
     ``noisy``: CV (stdev / mean across repetitions) of any ``noise_metrics`` entry above
     ``noisy_cv_threshold``; one repetition cannot be judged, so it is never noisy.
     ``accept_length_mismatch``: any repetition flagged (see ``metrics.accept_length_agrees``);
     ``accept_length_not_checkable``: any repetition whose cross-check could not be made.
+    ``ci_rel`` / ``target_met``: :func:`~orchestrator.bench.noise.ci_rel` of ``target_metric``
+    against ``target_ci_rel`` (the rule the runner stopped by); ``drift``:
+    :func:`~orchestrator.bench.noise.detect_drift` of ``target_metric``.
     """
     flats = [rep.flat() for rep in repetitions]
     summary = {
@@ -110,6 +181,8 @@ def summarise_level(
         cv = summary[name].cv if name in summary else None
         if cv is not None and cv > noisy_cv_threshold:
             noisy.append(f"{name} (cv={cv:.3f})")
+    targets = [flat[target_metric] for flat in flats]
+    width = ci_rel(targets)
     return LevelResult(
         concurrency=concurrency,
         request_rate=request_rate,
@@ -120,6 +193,12 @@ def summarise_level(
         accept_length_not_checkable=any(rep.accept_length_check == "not_checkable" for rep in repetitions),
         noisy=bool(noisy),
         noisy_metrics=noisy,
+        warmup=warmup,
+        target_metric=target_metric,
+        target_ci_rel=target_ci_rel,
+        ci_rel=width,
+        target_met=None if target_ci_rel is None else width is not None and width <= target_ci_rel,
+        drift=detect_drift(targets, metric=target_metric),
     )
 
 
@@ -133,19 +212,16 @@ class DatasetInfo(BaseModel):
     mean_prompt_chars: float = Field(description="Mean prompt length in characters.")
 
 
-class WarmupInfo(BaseModel):
-    """The discarded warm-up requests (counted, so warm-up failures are visible too)."""
-
-    num_requests: int
-    num_errors: int
-    errors_by_kind: dict[str, int]
-
-
 class BenchFailure(BaseModel):
     """Why and where a run stopped before its end (``BenchResult.status`` ``failed``)."""
 
-    phase: Literal["warmup", "measure"] = Field(description="warmup: before anything was measured; measure: during a repetition.")
-    concurrency: int | None = Field(description="The level that was running (None in warm-up).")
+    phase: Literal["warmup", "measure"] = Field(
+        description="warmup: while warming up a level (concurrency says which); measure: during a repetition."
+    )
+    concurrency: int | None = Field(
+        description="The level that was running (None only in spectune.bench/1 and /2 results, whose warm-up "
+        "ran once before every level)."
+    )
     repetition: int | None = Field(description="The repetition that was running, from 0 (None in warm-up).")
     reason: str = Field(description="What went wrong, in words (the BenchmarkError's message).")
     repetition_metrics: RepetitionMetrics | None = Field(
@@ -161,7 +237,7 @@ class BenchResult(BaseModel):
     ``failure`` says where it stopped and why.
     """
 
-    schema_version: Literal["spectune.bench/2"] = Field(default=BENCH_SCHEMA_VERSION, description="JSON schema name.")
+    schema_version: Literal["spectune.bench/3"] = Field(default=BENCH_SCHEMA_VERSION, description="JSON schema name.")
     status: Literal["ok", "failed"] = Field(
         default="ok", description="ok: every level and repetition ran; failed: the run stopped early (see failure)."
     )
@@ -180,7 +256,7 @@ class BenchResult(BaseModel):
     )
     settings: BenchSettings = Field(description="The settings used.")
     dataset: DatasetInfo = Field(description="The prompts sent.")
-    warmup: WarmupInfo = Field(description="The warm-up requests.")
+    warmup: WarmupInfo = Field(description="The warm-up requests, over every level (each level's are in levels).")
     levels: list[LevelResult] = Field(description="One entry per concurrency level, ascending.")
     num_requests: int = Field(description="Measured requests over all levels and repetitions.")
     num_errors: int = Field(description="Failed measured requests.")
@@ -189,6 +265,11 @@ class BenchResult(BaseModel):
         default=False, description="Any level flagged accept_length_not_checkable."
     )
     noisy: bool = Field(description="Any level flagged noisy.")
+    drift: bool = Field(default=False, description="Any level whose repetitions drift (LevelResult.drift).")
+    target_met: bool | None = Field(
+        default=None,
+        description="Every level met its interval target (None: fixed repetitions, or a result older than /3).",
+    )
 
     @model_validator(mode="after")
     def _status_matches_failure(self) -> "BenchResult":
@@ -266,7 +347,8 @@ def write_json(result: BenchResult, path: str | Path) -> Path:
 
 def read_json(path: str | Path) -> BenchResult:
     """Read a result written by :func:`write_json` (any of :data:`READABLE_SCHEMA_VERSIONS`),
-    refusing other schema versions. A ``/1`` document is returned as a ``/2`` result with status ``ok``.
+    refusing other schema versions. Older documents are returned as ``/3`` results: a ``/1`` one
+    with status ``ok``, a ``/1`` or ``/2`` one with the fields ``/3`` added left None.
 
     Raises:
         BenchmarkError: the file cannot be read, is not JSON, has another schema version, or does not validate.
@@ -292,13 +374,57 @@ def _cv(dist: Distribution | None) -> str:
     return "-" if dist is None or dist.cv is None else f"{dist.cv * 100:.1f}%"
 
 
+def _warmup_cell(warmup: LevelWarmup | None) -> str:
+    """``12 req 8.1s stable`` / ``not stable`` / ``fixed``; ``-`` where nothing was warmed (or recorded)."""
+    if warmup is None or not warmup.num_requests:
+        return "-"
+    state = {True: "stable", False: "NOT stable", None: "fixed"}[warmup.converged]
+    seconds = "" if warmup.duration_s is None else f" {warmup.duration_s:.1f}s"
+    return f"{warmup.num_requests} req{seconds} {state}"
+
+
+def _interval_cell(level: LevelResult) -> str:
+    """``±1.8% met`` / ``±3.1% NOT met`` (against the target) or ``±1.8%`` (fixed repetitions)."""
+    if level.ci_rel is None:
+        return "-"
+    verdict = {True: " met", False: " NOT met", None: ""}[level.target_met]
+    return f"±{level.ci_rel * 100:.1f}%{verdict}"
+
+
+def _drift_cell(drift: DriftCheck | None) -> str:
+    """``up (p=0.017)`` / ``none (p=0.62)`` / ``untested`` (fewer than five repetitions)."""
+    if drift is None:
+        return "-"
+    if drift.p_value is None:
+        return "untested"
+    return f"{drift.direction or 'none'} (p={drift.p_value:.2g})"
+
+
+def _level_flags(level: LevelResult) -> str:
+    names = []
+    if level.accept_length_mismatch:
+        names.append("accept_length_mismatch")
+    elif level.accept_length_not_checkable:
+        names.append("accept_length_not_checkable")
+    if level.noisy:
+        names.append("noisy")
+    if level.drifts:
+        names.append("drift")
+    if level.target_met is False:
+        names.append("target_not_met")
+    if level.warmup is not None and level.warmup.converged is False:
+        names.append("warmup_not_converged")
+    return ", ".join(names) or "-"
+
+
 def summary_table(result: BenchResult) -> Table:
     """Metrics down, concurrency levels across: medians across repetitions (and the CV of
-    throughput), "absent" where the server does not report a figure, then errors and flags."""
+    throughput), "absent" where the server does not report a figure, then how each level was
+    measured (warm-up, repetitions against the interval target, drift), errors and flags."""
+    fewest, most = result.settings.repetition_bounds()
+    reps = f"{most} rep" if fewest == most else f"{fewest}-{most} rep"
     table = Table(
-        title=escape(
-            f"spectune bench {result.base_url} ({result.api}, {result.dataset.name}, {result.settings.repetitions} rep)"
-        ),
+        title=escape(f"spectune bench {result.base_url} ({result.api}, {result.dataset.name}, {reps})"),
         header_style="bold",
     )
     table.add_column("metric")
@@ -325,16 +451,11 @@ def summary_table(result: BenchResult) -> Table:
         row("  server, lifetime mean", "accept_length_server_lifetime", 3)
     row("accepted drafts/cycle", "accepted_drafts_per_cycle", 3)
     row("cycle ms", "cycle_ms", 2)
+    table.add_row("warm-up", *(_warmup_cell(level.warmup) for level in result.levels))
+    table.add_row("repetitions", *(str(level.repetitions_used) for level in result.levels))
+    target = result.levels[0].target_metric if result.levels else None
+    table.add_row(escape(f"95% interval, {target or 'target'}"), *(_interval_cell(level) for level in result.levels))
+    table.add_row("drift", *(_drift_cell(level.drift) for level in result.levels))
     table.add_row("errors", *(str(level.num_errors) for level in result.levels))
-    flags = []
-    for level in result.levels:
-        names = []
-        if level.accept_length_mismatch:
-            names.append("accept_length_mismatch")
-        elif level.accept_length_not_checkable:
-            names.append("accept_length_not_checkable")
-        if level.noisy:
-            names.append("noisy")
-        flags.append(", ".join(names) or "-")
-    table.add_row("flags", *flags)
+    table.add_row("flags", *(_level_flags(level) for level in result.levels))
     return table

@@ -1,11 +1,19 @@
-"""The benchmark procedure: health, warm-up, then for every concurrency level R repetitions of
-(``/flush_cache``, send the prompt set, read ``/server_info``, compute metrics, report).
+"""The benchmark procedure, as steps a caller can run one by one.
+
+:func:`open_benchmark` connects (health, API, ``/server_info``) and yields a :class:`BenchRun`;
+:func:`run_level` measures one concurrency level on it: :func:`warm_up_level` (``warmup_requests``
+at the level's own concurrency, then windows until throughput is stable, see
+``noise.windows_stable``), then :func:`run_repetition` until the 95% interval of the target
+metric is narrow enough or the cap is reached (``noise.repetition_verdict``). Each repetition is
+``/flush_cache``, the prompt set, ``/server_info``, metrics. :func:`run_benchmark` composes the
+steps over every level; the sweep and ``spectune bench`` both go through it.
 
 The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where it reports each
-repetition to Ray Tune, so ASHA can stop a hopeless trial before the last repetition. The
-server's ``avg_spec_accept_length`` is read after warm-up and before and after each repetition.
-Only where a flush was *seen* to clear a value (the reference engine) does the value after a
-repetition count as that repetition's figure. Where a value survives a flush (SGLang keeps
+repetition to Ray Tune (exactly once per measured repetition), so ASHA can stop a hopeless trial
+before the last repetition; an exception raised by the callback ends the run. The
+server's ``avg_spec_accept_length`` is read just before and after each flush and after each
+repetition. Only where a flush was *seen* to clear a value (the reference engine) does the value
+after a repetition count as that repetition's figure. Where a value survives a flush (SGLang keeps
 lifetime totals), or no flush has yet been seen to clear one, it is reported only as
 ``accept_length_server_lifetime`` and used as a weaker cross-check (it must move towards the
 per-request figure), never as the repetition's figure: a number that cannot be attributed to the
@@ -13,50 +21,77 @@ measured requests is not presented as one. When the first repetition's flush met
 warm-up on a fresh server), the idle server is flushed once more after it to find out.
 
 Failed requests are counted, never fatal. What ends a run is a server that cannot serve at all:
-unhealthy before the start (:class:`BenchmarkError`), or, once started, every warm-up request
-failing, an engine that looks hung (requests time out in a row with none completing, see
-:func:`~orchestrator.bench.loadgen.run_load`), or failing its health check after a repetition
-lost requests to connection errors. Those raise :class:`~orchestrator.bench.report.BenchmarkAborted`
-carrying what was measured until then (status ``failed``, where and why), so the repetitions that
-finished are not lost with the engine.
+unhealthy before the start (:class:`BenchmarkError`), or, once started, every request of a
+warm-up batch failing, an engine that looks hung (requests time out in a row with none
+completing, see :func:`~orchestrator.bench.loadgen.run_load`), or failing its health check after
+a repetition lost requests to connection errors. Those raise
+:class:`~orchestrator.bench.report.BenchmarkAborted` carrying what was measured until then (status
+``failed``, where and why), so the repetitions that finished are not lost with the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal
+from typing import AsyncIterator, Callable, Literal
 
 import aiohttp
 
 from orchestrator.bench import server as srv
 from orchestrator.bench.datasets import Prompt, load_prompts
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
-from orchestrator.bench.metrics import RepetitionMetrics, compute_repetition_metrics, error_counts
+from orchestrator.bench.metrics import (
+    METRICS,
+    RepetitionMetrics,
+    compute_repetition_metrics,
+    error_counts,
+    output_tok_per_s,
+)
+from orchestrator.bench.noise import repetition_verdict, windows_stable
 from orchestrator.bench.report import (
     BenchFailure,
     BenchmarkAborted,
     BenchResult,
     DatasetInfo,
     LevelResult,
+    LevelWarmup,
     WarmupInfo,
     summarise_level,
 )
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 
-__all__ = ["ProgressUpdate", "arun_benchmark", "run_benchmark"]
+__all__ = [
+    "BenchRun",
+    "ProgressUpdate",
+    "arun_benchmark",
+    "open_benchmark",
+    "run_benchmark",
+    "run_level",
+    "run_repetition",
+    "warm_up_level",
+]
 
 logger = logging.getLogger(__name__)
+
+Phase = Literal["warmup", "measure"]
 
 
 @dataclass(frozen=True)
 class ProgressUpdate:
-    """Sent after every finished request, for progress bars."""
+    """Sent after every finished request, for progress bars.
 
-    phase: Literal["warmup", "measure"]
+    ``repetition`` is the repetition (measure) or the warm-up batch: 0 for the ``warmup_requests``,
+    1, 2, ... for the stability windows. ``total`` is the batch's size: how many repetitions and
+    windows a level takes is only known at its end.
+    """
+
+    phase: Phase
     concurrency: int
     repetition: int
     done: int
@@ -79,110 +114,24 @@ def run_benchmark(
     Args:
         base_url: ``http://host:port`` of a running, healthy server.
         settings: What to send and how often (``BenchSettings.from_spec(spec.benchmark)``).
-        on_repetition: Called after each (concurrency, repetition) with that repetition's metrics;
-            exceptions it raises propagate (a callback may stop the run that way).
+        on_repetition: Called after each measured (concurrency, repetition), exactly once, with that
+            repetition's metrics; exceptions it raises propagate (a callback may stop the run that way).
         on_progress: Called after each request, for progress display.
 
     Returns:
-        The result, with per-repetition metrics, their summary and the
-        ``accept_length_mismatch`` / ``noisy`` flags.
+        The result, with per-repetition metrics, their summary, each level's warm-up, repetitions
+        against the interval target and drift test, and the ``accept_length_mismatch`` / ``noisy``
+        / ``drift`` flags.
 
     Raises:
-        BenchmarkAborted: the server failed once the run had started (every warm-up request
-            failed, it looks hung, or it died mid-run); ``partial`` holds what was measured.
+        BenchmarkAborted: the server failed once the run had started (every request of a warm-up
+            batch failed, it looks hung, or it died mid-run); ``partial`` holds what was measured.
         BenchmarkError: the server cannot serve at the start (unreachable, unhealthy), or the
             dataset cannot be read (``DatasetError``, a subclass).
     """
     return asyncio.run(
         arun_benchmark(base_url=base_url, settings=settings, on_repetition=on_repetition, on_progress=on_progress)
     )
-
-
-async def _ensure_healthy(session: aiohttp.ClientSession, base_url: str, timeout_s: float, when: str) -> None:
-    reason = await srv.check_health(session, base_url, timeout_s=timeout_s)
-    if reason is not None:
-        raise BenchmarkError(f"{when}: {reason}")
-
-
-def _items(prompts: list[Prompt]) -> list[WorkItem]:
-    return [WorkItem(prompt_id=p.id, text=p.text) for p in prompts]
-
-
-@dataclass
-class _Measured:
-    """What a run has measured so far: all that its result, complete or partial, is built from."""
-
-    base_url: str
-    settings: BenchSettings
-    prompts: list[Prompt]
-    api: ApiKind
-    model: str | None
-    info: dict[str, Any] | None
-    flush_supported: bool
-    warmup: WarmupInfo = field(default_factory=lambda: WarmupInfo(num_requests=0, num_errors=0, errors_by_kind={}))
-    scopes: set[str] = field(default_factory=set)
-    levels: list[LevelResult] = field(default_factory=list)
-    running: list[RepetitionMetrics] = field(default_factory=list)
-    """The finished repetitions of the level now running."""
-
-    def _level(self, concurrency: int, repetitions: list[RepetitionMetrics]) -> LevelResult:
-        return summarise_level(
-            concurrency=concurrency,
-            request_rate=self.settings.request_rate,
-            repetitions=repetitions,
-            noise_metrics=self.settings.noise_metrics,
-            noisy_cv_threshold=self.settings.noisy_cv_threshold,
-        )
-
-    def finish_level(self, concurrency: int) -> LevelResult:
-        level = self._level(concurrency, self.running)
-        self.levels.append(level)
-        self.running = []
-        return level
-
-    def aborted(
-        self, reason: str, *, concurrency: int | None = None, repetition: int | None = None,
-        metrics: RepetitionMetrics | None = None,
-    ) -> BenchmarkAborted:
-        """The error that ends the run here, carrying what was measured up to now."""
-        failure = BenchFailure(
-            phase="warmup" if concurrency is None else "measure", concurrency=concurrency, repetition=repetition,
-            reason=reason, repetition_metrics=metrics,
-        )
-        return BenchmarkAborted(self.result(failure))
-
-    def result(self, failure: BenchFailure | None = None) -> BenchResult:
-        """The result: every finished level, and for a failed run also the running level's finished repetitions."""
-        levels = list(self.levels)
-        if failure is not None and failure.concurrency is not None and self.running:
-            levels.append(self._level(failure.concurrency, self.running))
-        scopes, prompts = self.scopes, self.prompts
-        return BenchResult(
-            status="ok" if failure is None else "failed",
-            failure=failure,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            base_url=self.base_url,
-            api=self.api,
-            model=self.model,
-            server=srv.summarise_server_info(self.info),
-            flush_cache_supported=self.flush_supported,
-            server_accept_length_scope="lifetime" if "lifetime" in scopes else ("repetition" if scopes else None),
-            settings=self.settings,
-            dataset=DatasetInfo(
-                name=self.settings.dataset,
-                path=self.settings.dataset_path,
-                num_prompts=len(prompts),
-                distinct_prompts=len({p.id for p in prompts}),
-                mean_prompt_chars=sum(len(p.text) for p in prompts) / len(prompts),
-            ),
-            warmup=self.warmup,
-            levels=levels,
-            num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
-            num_errors=sum(level.num_errors for level in levels),
-            accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
-            accept_length_not_checkable=any(level.accept_length_not_checkable for level in levels),
-            noisy=any(level.noisy for level in levels),
-        )
 
 
 async def arun_benchmark(
@@ -192,7 +141,23 @@ async def arun_benchmark(
     on_repetition: RepetitionCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> BenchResult:
-    """:func:`run_benchmark` for callers that already run an event loop."""
+    """:func:`run_benchmark` for callers that already run an event loop: every level, in order."""
+    async with open_benchmark(base_url=base_url, settings=settings, on_progress=on_progress) as run:
+        for concurrency in settings.concurrency:
+            await run_level(run, concurrency=concurrency, on_repetition=on_repetition)
+        return run.result()
+
+
+@contextlib.asynccontextmanager
+async def open_benchmark(
+    *, base_url: str, settings: BenchSettings, on_progress: ProgressCallback | None = None
+) -> AsyncIterator["BenchRun"]:
+    """Read the prompts, connect, check health and find the API: the :class:`BenchRun` every step takes.
+
+    Raises:
+        BenchmarkError: the server is unreachable or unhealthy; ``DatasetError`` (a subclass) when
+            the dataset cannot be read.
+    """
     base_url = base_url.rstrip("/")
     prompts = load_prompts(
         dataset=settings.dataset,
@@ -201,16 +166,11 @@ async def arun_benchmark(
         dataset_path=settings.dataset_path,
         random_input_len=settings.random_input_len,
     )
-    sampling = Sampling(
-        max_new_tokens=settings.output_len,
-        temperature=settings.temperature,
-        seed=settings.seed,
-        ignore_eos=settings.ignore_eos,
-    )
-    health_timeout_s = min(settings.request_timeout_s, 120.0)
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await _ensure_healthy(session, base_url, health_timeout_s, "cannot benchmark")
+    health_timeout_s = _health_timeout_s(settings)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        reason = await srv.check_health(session, base_url, timeout_s=health_timeout_s)
+        if reason is not None:
+            raise BenchmarkError(f"cannot benchmark: {reason}")
         api: ApiKind
         if settings.api == "auto":
             api, info = await srv.detect_api(session, base_url)
@@ -219,142 +179,107 @@ async def arun_benchmark(
         model = settings.model
         if api != "generate" and model is None:
             model = await srv.openai_model(session, base_url)
-        logger.info(
-            "benchmarking %s: api=%s model=%s dataset=%s prompts=%d output_len=%d concurrency=%s "
-            "repetitions=%d warmup=%d temperature=%g seed=%d%s",
-            base_url, api, model or "-", settings.dataset, settings.num_prompts, settings.output_len,
-            settings.concurrency, settings.repetitions, settings.warmup_requests, settings.temperature,
-            settings.seed, f" request_rate={settings.request_rate:g}/s" if settings.request_rate else "",
-        )
-        run = _Measured(
-            base_url=base_url, settings=settings, prompts=prompts, api=api, model=model, info=info,
-            flush_supported=settings.flush_cache and info is not None,
+        _log_settings(base_url, api, model, settings)
+        yield BenchRun(
+            session=session, base_url=base_url, settings=settings, prompts=prompts, api=api, model=model, info=info,
+            on_progress=on_progress, flush_supported=settings.flush_cache and info is not None,
         )
 
-        async def load(items: list[WorkItem], concurrency: int, progress: Callable[[RequestRecord], None]) -> LoadResult:
-            return await run_load(
-                session=session, base_url=base_url, api=api, items=items, concurrency=concurrency,
-                sampling=sampling, timeout_s=settings.request_timeout_s, stream=settings.stream, model=model,
-                request_rate=settings.request_rate, seed=settings.seed, hang_limit=settings.hung_after_timeouts,
-                on_record=progress,
-            )
 
-        def progress_for(phase: Literal["warmup", "measure"], concurrency: int, repetition: int, total: int):
-            done = 0
+def _health_timeout_s(settings: BenchSettings) -> float:
+    return min(settings.request_timeout_s, 120.0)
 
-            def note(record: RequestRecord) -> None:
-                nonlocal done
-                done += 1
-                if on_progress is not None:
-                    on_progress(ProgressUpdate(phase, concurrency, repetition, done, total))
 
-            return note
+def _log_settings(base_url: str, api: str, model: str | None, settings: BenchSettings) -> None:
+    fewest, most = settings.repetition_bounds()
+    warmup = settings.warmup
+    logger.info(
+        "benchmarking %s: api=%s model=%s dataset=%s prompts=%d output_len=%d concurrency=%s repetitions=%s "
+        "(target: %s 95%% interval within %s of the median) warmup=%d per level%s temperature=%g seed=%d%s",
+        base_url, api, model or "-", settings.dataset, settings.num_prompts, settings.output_len,
+        settings.concurrency, most if fewest == most else f"{fewest}-{most}", settings.target_metric,
+        "-" if settings.target_ci_rel is None else f"{settings.target_ci_rel:.1%}", settings.warmup_requests,
+        "" if warmup.tolerance is None or not settings.warmup_requests
+        else f" then windows until tok/s is stable within {warmup.tolerance:.0%} (at most {warmup.max_windows})",
+        settings.temperature, settings.seed,
+        f" request_rate={settings.request_rate:g}/s" if settings.request_rate else "",
+    )
 
-        async def read_accept_length() -> float | None:
-            return srv.accept_length_from_info(await srv.get_server_info(session, base_url))
 
-        async def flush() -> bool:
-            """Flush the idle server; the first failure is logged once and ends flushing for this run."""
-            reason = await srv.flush_cache(session, base_url, timeout_s=health_timeout_s)
-            if reason is not None:
-                logger.warning("/flush_cache failed, not calling it again in this run: %s", reason)
-                run.flush_supported = False
-            return reason is None
+def _items(prompts: list[Prompt], count: int) -> list[WorkItem]:
+    """``count`` requests cycling through ``prompts`` from the first."""
+    return [WorkItem(prompt_id=p.id, text=p.text) for p in (prompts[i % len(prompts)] for i in range(count))]
 
-        if settings.warmup_requests:
-            items = _items([prompts[i % len(prompts)] for i in range(settings.warmup_requests)])
-            concurrency = min(max(settings.concurrency), len(items))
-            result = await load(items, concurrency, progress_for("warmup", concurrency, 0, len(items)))
-            failed = [r for r in result.records if r.error is not None]
-            run.warmup = WarmupInfo(
-                num_requests=len(items), num_errors=len(failed), errors_by_kind=error_counts(result.records)
-            )
-            if result.hung is not None:
-                raise run.aborted(
-                    f"warm-up stopped: {result.hung} ({run.warmup.errors_by_kind}); is the engine stuck? "
-                    "its log should say where"
-                )
-            if len(failed) == len(items):
-                raise run.aborted(
-                    f"every warm-up request to {base_url} failed ({run.warmup.errors_by_kind}); "
-                    f"first: {failed[0].error_kind}: {failed[0].error}"
-                )
-            if failed:
-                logger.warning("%d of %d warm-up requests failed: %s", len(failed), len(items), run.warmup.errors_by_kind)
 
-        items = _items(prompts)
-        update_interval = srv.decode_log_interval_from_info(info)
-        counters = _FlushEvidence()
-        last = await read_accept_length() if info is not None else None  # the value the next flush meets
-        for concurrency in settings.concurrency:
-            for repetition in range(settings.repetitions):
-                flushed = await flush() if run.flush_supported else False
-                before = after = None
-                if info is not None:
-                    before = await read_accept_length()
-                    if flushed:
-                        counters.saw_flush(value_before=last, value_after=before)
-                result = await load(
-                    items, concurrency, progress_for("measure", concurrency, repetition, len(items))
-                )
-                if info is not None:
-                    after = last = await read_accept_length()
-                    if flushed and before is None and after is not None and not counters.decided and run.flush_supported:
-                        # Nothing was counted when this repetition's flush ran, so it showed nothing about
-                        # what a flush does to the counters: flush the idle server once more and look.
-                        if await flush():
-                            last = await read_accept_length()
-                            counters.saw_flush(value_before=after, value_after=last)
-                # Only a flush seen to clear the counters makes the value after this repetition's figure;
-                # otherwise it is a lifetime mean (SGLang): a weaker cross-check, never the figure itself.
-                reset = flushed and before is None and counters.resets
-                if after is not None:
-                    scope = "repetition" if reset else "lifetime"
-                    if scope == "lifetime" and "lifetime" not in run.scopes:
-                        logger.info(
-                            "the server's avg_spec_accept_length is a lifetime mean (not shown to be reset by "
-                            "/flush_cache); accept_length comes from the per-request meta_info, the server's value "
-                            "is a cross-check"
-                        )
-                    run.scopes.add(scope)
-                metrics = compute_repetition_metrics(
-                    records=result.records,
-                    duration_s=result.duration_s,
-                    concurrency=concurrency,
-                    repetition=repetition,
-                    request_rate=settings.request_rate,
-                    accept_length_server=after,
-                    accept_length_server_before=before,
-                    server_counters_reset=reset,
-                    server_update_interval=update_interval,
-                    accept_length_tolerance=settings.accept_length_tolerance,
-                )
-                if result.hung is not None:
-                    raise run.aborted(
-                        f"stopped during concurrency {concurrency}, repetition {repetition}: {result.hung} "
-                        f"({metrics.num_ok} of {metrics.num_requests} requests completed: {metrics.errors_by_kind}); "
-                        "is the engine stuck? its log should say where",
-                        concurrency=concurrency, repetition=repetition, metrics=metrics,
-                    )
-                if metrics.num_errors and (
-                    {"connection", "not_sent"} & set(metrics.errors_by_kind) or metrics.num_ok == 0
-                ):
-                    reason = await srv.check_health(session, base_url, timeout_s=health_timeout_s)
-                    if reason is not None:
-                        raise run.aborted(
-                            f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
-                            f"({metrics.num_errors} of {metrics.num_requests} requests failed: "
-                            f"{metrics.errors_by_kind}): {reason}",
-                            concurrency=concurrency, repetition=repetition, metrics=metrics,
-                        )
-                _log_repetition(metrics)
-                run.running.append(metrics)
-                if on_repetition is not None:
-                    on_repetition(metrics)
-            level = run.finish_level(concurrency)
-            if level.noisy:
-                logger.warning("concurrency %d is noisy: %s", concurrency, ", ".join(level.noisy_metrics))
-        return run.result()
+@dataclass
+class _WarmupTally:
+    """One level's warm-up as it goes, kept where an abort can see it; :meth:`info` is its record."""
+
+    started_s: float = field(default_factory=time.perf_counter)
+    duration_s: float | None = None
+    """Set by :meth:`finish`; until then the time since the start (a warm-up that was cut short)."""
+    window_requests: int | None = None
+    num_requests: int = 0
+    errors: Counter = field(default_factory=Counter)
+    window_tok_per_s: list[float | None] = field(default_factory=list)
+    converged: bool | None = None
+
+    def add(self, result: LoadResult) -> None:
+        self.num_requests += len(result.records)
+        self.errors.update(error_counts(result.records))
+
+    def finish(self) -> LevelWarmup:
+        self.duration_s = time.perf_counter() - self.started_s
+        return self.info()
+
+    def info(self) -> LevelWarmup:
+        duration_s = self.duration_s if self.duration_s is not None else time.perf_counter() - self.started_s
+        return LevelWarmup(
+            num_requests=self.num_requests, num_errors=sum(self.errors.values()),
+            errors_by_kind=dict(sorted(self.errors.items())), duration_s=duration_s,
+            window_requests=self.window_requests, window_tok_per_s=list(self.window_tok_per_s),
+            converged=self.converged,
+        )
+
+
+@dataclass
+class _Measured:
+    """What a run has measured so far: all that its result, complete or partial, is built from."""
+
+    levels: list[LevelResult] = field(default_factory=list)
+    warmups: list[LevelWarmup] = field(default_factory=list)
+    """The warm-ups of the finished levels."""
+    scopes: set[str] = field(default_factory=set)
+    running: list[RepetitionMetrics] = field(default_factory=list)
+    """The finished repetitions of the level now running."""
+    running_warmup: _WarmupTally | None = None
+    """The warm-up of the level now running."""
+
+    def _keep_warmup(self) -> None:
+        """A warm-up run on its own (not followed by its level's repetitions) still counts in the total."""
+        if self.running_warmup is not None:
+            self.warmups.append(self.running_warmup.info())
+            self.running_warmup = None
+
+    def begin_level(self) -> None:
+        self._keep_warmup()
+        self.running = []
+
+    def new_warmup(self) -> _WarmupTally:
+        self._keep_warmup()
+        self.running_warmup = _WarmupTally()
+        return self.running_warmup
+
+    def warmup_total(self) -> WarmupInfo:
+        """Every level's warm-up added up, the running level's included (its failures end runs)."""
+        parts = [*self.warmups, *([self.running_warmup.info()] if self.running_warmup else [])]
+        kinds: Counter = Counter()
+        for part in parts:
+            kinds.update(part.errors_by_kind)
+        return WarmupInfo(
+            num_requests=sum(p.num_requests for p in parts), num_errors=sum(p.num_errors for p in parts),
+            errors_by_kind=dict(sorted(kinds.items())), duration_s=sum(p.duration_s or 0.0 for p in parts),
+        )
 
 
 @dataclass
@@ -384,6 +309,295 @@ class _FlushEvidence:
     @property
     def resets(self) -> bool:
         return self.reset_seen and not self.survival_seen
+
+
+@dataclass
+class BenchRun:
+    """One benchmark of one server in progress: the connection, what was found at the start, and
+    what has been measured. Made by :func:`open_benchmark`; every step takes it, and
+    :meth:`result` turns it into the :class:`BenchResult` at any point."""
+
+    session: aiohttp.ClientSession
+    base_url: str
+    settings: BenchSettings
+    prompts: list[Prompt]
+    api: ApiKind
+    model: str | None
+    info: dict | None
+    """``/server_info`` at the start; None for a server without SGLang's native endpoints."""
+    on_progress: ProgressCallback | None
+    flush_supported: bool
+    counters: _FlushEvidence = field(default_factory=_FlushEvidence)
+    measured: _Measured = field(default_factory=_Measured)
+
+    # --- talking to the server ---------------------------------------------------------------
+
+    async def load(self, items: list[WorkItem], *, concurrency: int, phase: Phase, batch: int) -> LoadResult:
+        """Send ``items`` at ``concurrency`` (capped at their number), reporting progress per request."""
+        s = self.settings
+        done = 0
+
+        def note(record: RequestRecord) -> None:
+            nonlocal done
+            done += 1
+            if self.on_progress is not None:
+                self.on_progress(ProgressUpdate(phase, concurrency, batch, done, len(items)))
+
+        return await run_load(
+            session=self.session, base_url=self.base_url, api=self.api, items=items,
+            concurrency=min(concurrency, len(items)),
+            sampling=Sampling(max_new_tokens=s.output_len, temperature=s.temperature, seed=s.seed,
+                              ignore_eos=s.ignore_eos),
+            timeout_s=s.request_timeout_s, stream=s.stream, model=self.model, request_rate=s.request_rate,
+            seed=s.seed, hang_limit=s.hung_after_timeouts, on_record=note,
+        )
+
+    async def accept_length(self) -> float | None:
+        """The server's ``avg_spec_accept_length`` now (None without ``/server_info``)."""
+        if self.info is None:
+            return None
+        return srv.accept_length_from_info(await srv.get_server_info(self.session, self.base_url))
+
+    async def flush(self) -> tuple[bool, float | None]:
+        """Flush the idle server where flushing works, noting what it did to the accept-length
+        counters; returns (flushed, the accept length read after it). The first failure is logged
+        once and ends flushing for this run."""
+        if not self.flush_supported:
+            return False, await self.accept_length()
+        met = await self.accept_length()
+        reason = await srv.flush_cache(self.session, self.base_url, timeout_s=_health_timeout_s(self.settings))
+        if reason is not None:
+            logger.warning("/flush_cache failed, not calling it again in this run: %s", reason)
+            self.flush_supported = False
+            return False, await self.accept_length()
+        after = await self.accept_length()
+        self.counters.saw_flush(value_before=met, value_after=after)
+        return True, after
+
+    # --- what was measured -------------------------------------------------------------------
+
+    def _level(self, concurrency: int, repetitions: list[RepetitionMetrics], warmup: LevelWarmup | None) -> LevelResult:
+        s = self.settings
+        return summarise_level(
+            concurrency=concurrency, request_rate=s.request_rate, repetitions=repetitions,
+            noise_metrics=s.noise_metrics, noisy_cv_threshold=s.noisy_cv_threshold, target_metric=s.target_metric,
+            target_ci_rel=s.target_ci_rel, warmup=warmup,
+        )
+
+    def finish_level(self, concurrency: int) -> LevelResult:
+        """Summarise the running level into :attr:`measured` ``.levels`` and start afresh."""
+        m = self.measured
+        warmup = m.running_warmup.info() if m.running_warmup is not None else None
+        level = self._level(concurrency, m.running, warmup)
+        m.levels.append(level)
+        if warmup is not None:
+            m.warmups.append(warmup)
+        m.running, m.running_warmup = [], None
+        return level
+
+    def aborted(
+        self, reason: str, *, phase: Phase, concurrency: int, repetition: int | None = None,
+        metrics: RepetitionMetrics | None = None,
+    ) -> BenchmarkAborted:
+        """The error that ends the run here, carrying what was measured up to now."""
+        failure = BenchFailure(
+            phase=phase, concurrency=concurrency, repetition=repetition, reason=reason, repetition_metrics=metrics
+        )
+        return BenchmarkAborted(self.result(failure))
+
+    def result(self, failure: BenchFailure | None = None) -> BenchResult:
+        """The result: every finished level, and for a failed run also the running level's finished repetitions."""
+        m = self.measured
+        levels = list(m.levels)
+        if failure is not None and failure.concurrency is not None and m.running:
+            warmup = m.running_warmup.info() if m.running_warmup is not None else None
+            levels.append(self._level(failure.concurrency, m.running, warmup))
+        targets = [level.target_met for level in levels]
+        prompts = self.prompts
+        return BenchResult(
+            status="ok" if failure is None else "failed",
+            failure=failure,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            base_url=self.base_url,
+            api=self.api,
+            model=self.model,
+            server=srv.summarise_server_info(self.info),
+            flush_cache_supported=self.flush_supported,
+            server_accept_length_scope="lifetime" if "lifetime" in m.scopes else ("repetition" if m.scopes else None),
+            settings=self.settings,
+            dataset=DatasetInfo(
+                name=self.settings.dataset,
+                path=self.settings.dataset_path,
+                num_prompts=len(prompts),
+                distinct_prompts=len({p.id for p in prompts}),
+                mean_prompt_chars=sum(len(p.text) for p in prompts) / len(prompts),
+            ),
+            warmup=m.warmup_total(),
+            levels=levels,
+            num_requests=sum(rep.num_requests for level in levels for rep in level.repetitions),
+            num_errors=sum(level.num_errors for level in levels),
+            accept_length_mismatch=any(level.accept_length_mismatch for level in levels),
+            accept_length_not_checkable=any(level.accept_length_not_checkable for level in levels),
+            noisy=any(level.noisy for level in levels),
+            drift=any(level.drifts for level in levels),
+            target_met=None if not levels or None in targets else all(targets),
+        )
+
+
+# --- the steps --------------------------------------------------------------------------------
+
+
+async def run_level(
+    run: BenchRun, *, concurrency: int, on_repetition: RepetitionCallback | None = None
+) -> LevelResult:
+    """Measure one concurrency level: :func:`warm_up_level`, then :func:`run_repetition` until
+    ``noise.repetition_verdict`` says stop (the target metric's 95% interval within
+    ``target_ci_rel`` of its median after at least ``min_repetitions``, or ``repetitions`` done).
+
+    ``on_repetition`` is called once per measured repetition, before the verdict; what it raises
+    ends the run. Returns the level's result (also kept in ``run`` for :meth:`BenchRun.result`).
+
+    Raises:
+        BenchmarkAborted: as :func:`warm_up_level` and :func:`run_repetition`.
+    """
+    s = run.settings
+    run.measured.begin_level()
+    await warm_up_level(run, concurrency=concurrency)
+    fewest, most = s.repetition_bounds()
+    read = METRICS[s.target_metric].read
+    values: list[float | None] = []
+    for repetition in range(most):
+        metrics = await run_repetition(run, concurrency=concurrency, repetition=repetition)
+        run.measured.running.append(metrics)
+        if on_repetition is not None:
+            on_repetition(metrics)
+        values.append(read(metrics))
+        if repetition_verdict(values, min_repetitions=fewest, max_repetitions=most, target_ci_rel=s.target_ci_rel).stop:
+            break
+    level = run.finish_level(concurrency)
+    _log_level(level)
+    return level
+
+
+async def warm_up_level(run: BenchRun, *, concurrency: int) -> LevelWarmup:
+    """Warm one level up at its own concurrency: ``warmup_requests`` requests, then (unless
+    ``warmup.tolerance`` is null) windows of ``warmup.window_size(concurrency)`` requests, each
+    after ``/flush_cache`` and with the same prompts, until two in a row agree on output tok/s
+    within the tolerance (``noise.windows_stable``) or ``warmup.max_windows`` ran.
+
+    Why per level: the engine's batch shapes, caches and compiled graphs of one concurrency do not
+    warm another (559 tok/s in a first repetition after a warm-up at another level, 622-646 after).
+    Returns the record, which is also the running level's (:func:`run_level` calls this first).
+
+    Raises:
+        BenchmarkAborted: a batch looked hung, or every request of one failed.
+    """
+    s = run.settings
+    tally = run.measured.new_warmup()
+    if not s.warmup_requests:
+        return tally.finish()
+    await _warmup_batch(run, tally, concurrency=concurrency, count=s.warmup_requests, batch=0)
+    if s.warmup.tolerance is not None:
+        tally.window_requests = s.warmup.window_size(concurrency)
+        tally.converged = False
+        for window in range(1, s.warmup.max_windows + 1):
+            await run.flush()
+            result = await _warmup_batch(run, tally, concurrency=concurrency, count=tally.window_requests, batch=window)
+            tally.window_tok_per_s.append(output_tok_per_s(result.records, result.duration_s))
+            if windows_stable(tally.window_tok_per_s, tolerance=s.warmup.tolerance):
+                tally.converged = True
+                break
+    info = tally.finish()
+    _log_warmup(concurrency, info)
+    return info
+
+
+async def _warmup_batch(run: BenchRun, tally: _WarmupTally, *, concurrency: int, count: int, batch: int) -> LoadResult:
+    """Send ``count`` warm-up requests and tally them; a hung engine or a batch that failed whole ends the run."""
+    result = await run.load(_items(run.prompts, count), concurrency=concurrency, phase="warmup", batch=batch)
+    tally.add(result)
+    failed = [r for r in result.records if r.error is not None]
+    kinds = error_counts(result.records)
+    if result.hung is not None:
+        raise run.aborted(
+            f"warm-up stopped: {result.hung} (concurrency {concurrency}, {kinds}); is the engine stuck? "
+            "its log should say where",
+            phase="warmup", concurrency=concurrency,
+        )
+    if len(failed) == len(result.records):
+        raise run.aborted(
+            f"every warm-up request to {run.base_url} at concurrency {concurrency} failed ({kinds}); "
+            f"first: {failed[0].error_kind}: {failed[0].error}",
+            phase="warmup", concurrency=concurrency,
+        )
+    return result
+
+
+async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int) -> RepetitionMetrics:
+    """One measured repetition: ``/flush_cache``, every prompt at ``concurrency``, ``/server_info``.
+
+    Returns its metrics (not added to the running level: :func:`run_level` does that).
+
+    Raises:
+        BenchmarkAborted: the engine looked hung, or lost requests to connection errors and then
+            failed its health check.
+    """
+    s = run.settings
+    flushed, before = await run.flush()
+    result = await run.load(_items(run.prompts, len(run.prompts)), concurrency=concurrency, phase="measure",
+                            batch=repetition)
+    after = await run.accept_length()
+    counters = run.counters
+    if flushed and before is None and after is not None and not counters.decided and run.flush_supported:
+        # Nothing was counted when this repetition's flush ran, so it showed nothing about what a
+        # flush does to the counters: flush the idle server once more and look.
+        await run.flush()
+    # Only a flush seen to clear the counters makes the value after this repetition its figure;
+    # otherwise it is a lifetime mean (SGLang): a weaker cross-check, never the figure itself.
+    reset = flushed and before is None and counters.resets
+    if after is not None:
+        _note_scope(run.measured.scopes, "repetition" if reset else "lifetime")
+    metrics = compute_repetition_metrics(
+        records=result.records,
+        duration_s=result.duration_s,
+        concurrency=concurrency,
+        repetition=repetition,
+        request_rate=s.request_rate,
+        accept_length_server=after,
+        accept_length_server_before=before,
+        server_counters_reset=reset,
+        server_update_interval=srv.decode_log_interval_from_info(run.info),
+        accept_length_tolerance=s.accept_length_tolerance,
+    )
+
+    def stop(reason: str) -> BenchmarkAborted:
+        return run.aborted(reason, phase="measure", concurrency=concurrency, repetition=repetition, metrics=metrics)
+
+    if result.hung is not None:
+        raise stop(
+            f"stopped during concurrency {concurrency}, repetition {repetition}: {result.hung} "
+            f"({metrics.num_ok} of {metrics.num_requests} requests completed: {metrics.errors_by_kind}); "
+            "is the engine stuck? its log should say where"
+        )
+    if metrics.num_errors and ({"connection", "not_sent"} & set(metrics.errors_by_kind) or metrics.num_ok == 0):
+        reason = await srv.check_health(run.session, run.base_url, timeout_s=_health_timeout_s(s))
+        if reason is not None:
+            raise stop(
+                f"the server stopped serving during concurrency {concurrency}, repetition {repetition} "
+                f"({metrics.num_errors} of {metrics.num_requests} requests failed: {metrics.errors_by_kind}): {reason}"
+            )
+    _log_repetition(metrics)
+    return metrics
+
+
+def _note_scope(scopes: set[str], scope: str) -> None:
+    """Record what the server's accept length covered; say once that it is a lifetime mean."""
+    if scope == "lifetime" and "lifetime" not in scopes:
+        logger.info(
+            "the server's avg_spec_accept_length is a lifetime mean (not shown to be reset by /flush_cache); "
+            "accept_length comes from the per-request meta_info, the server's value is a cross-check"
+        )
+    scopes.add(scope)
 
 
 def _log_repetition(metrics: RepetitionMetrics) -> None:
@@ -417,4 +631,43 @@ def _log_repetition(metrics: RepetitionMetrics) -> None:
             "concurrency %d rep %d: %d of %d requests failed %s; first: %s",
             metrics.concurrency, metrics.repetition, metrics.num_errors, metrics.num_requests,
             metrics.errors_by_kind, metrics.error_samples[0] if metrics.error_samples else "-",
+        )
+
+
+def _log_warmup(concurrency: int, warmup: LevelWarmup) -> None:
+    windows = ", ".join("-" if v is None else f"{v:.1f}" for v in warmup.window_tok_per_s)
+    if warmup.num_errors:
+        logger.warning(
+            "concurrency %d: %d of %d warm-up requests failed: %s",
+            concurrency, warmup.num_errors, warmup.num_requests, warmup.errors_by_kind,
+        )
+    if warmup.converged is False:
+        logger.warning(
+            "concurrency %d: warm-up did not settle in %d windows of %d requests (tok/s %s); measuring anyway",
+            concurrency, len(warmup.window_tok_per_s), warmup.window_requests, windows,
+        )
+        return
+    logger.info(
+        "concurrency %d: warm-up %d requests in %.1f s%s", concurrency, warmup.num_requests, warmup.duration_s,
+        f", stable after {len(warmup.window_tok_per_s)} windows (tok/s {windows})" if warmup.converged else "",
+    )
+
+
+def _log_level(level: LevelResult) -> None:
+    width = "-" if level.ci_rel is None else f"+/-{level.ci_rel:.1%}"
+    target = "" if level.target_ci_rel is None else f" (target {level.target_ci_rel:.1%})"
+    log = logger.warning if level.target_met is False else logger.info
+    log(
+        "concurrency %d: %d repetitions, %s 95%% interval %s of the median%s%s", level.concurrency,
+        level.repetitions_used, level.target_metric, width, target,
+        ": not met" if level.target_met is False else "",
+    )
+    if level.noisy:
+        logger.warning("concurrency %d is noisy: %s", level.concurrency, ", ".join(level.noisy_metrics))
+    if level.drifts and level.drift is not None:
+        logger.warning(
+            "concurrency %d drifts %s: %s over its %d repetitions has Kendall tau %.2f (Mann-Kendall p=%.3g); "
+            "its median describes none of them",
+            level.concurrency, level.drift.direction, level.drift.metric, level.drift.num_values, level.drift.tau,
+            level.drift.p_value,
         )

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
 from orchestrator.validation import StrictModel
 
-__all__ = ["ApiChoice", "BenchSettings", "BenchmarkSpec", "DEFAULT_NOISE_METRICS"]
+__all__ = ["ApiChoice", "BenchSettings", "BenchmarkSpec", "DEFAULT_NOISE_METRICS", "WarmupSpec"]
 
 ApiChoice = Literal["auto", "generate", "completions", "chat"]
 
@@ -33,6 +33,46 @@ MAX_TIMEOUT_S = 30 * 24 * 3600.0
 """Longest per-request timeout (30 days: anything longer is a typo)."""
 MAX_SEED = 2**63 - 1
 """Largest seed: what a 64-bit signed integer (SGLang's and torch's seeds) holds."""
+MAX_REPETITIONS = 100
+"""Most repetitions per level."""
+DEFAULT_MIN_REPETITIONS = 3
+"""Fewest repetitions per level by default: two values give an interval, three a first sight of its spread."""
+MIN_WINDOW_REQUESTS = 4
+"""Fewest requests in a default warm-up window."""
+
+
+class WarmupSpec(StrictModel):
+    """How each concurrency level is warmed up after its ``warmup_requests``: windows of requests at
+    the level's concurrency, each after ``/flush_cache`` and with the same prompts, until two
+    windows in a row agree on output tok/s (``noise.windows_stable``) or ``max_windows`` ran."""
+
+    window_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Requests per stability window; default: twice the level's concurrency, at least "
+        f"{MIN_WINDOW_REQUESTS} (a window shorter than one round of the batch measures its ramp, not its pace).",
+    )
+    tolerance: float | None = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="Stable when two consecutive windows' tok/s differ by at most this fraction of the larger; "
+        "null = no windows (exactly warmup_requests per level).",
+    )
+    max_windows: int = Field(
+        default=8,
+        ge=2,
+        le=1_000,
+        description="Most stability windows per level; a level still unstable then is measured anyway and its "
+        "warm-up recorded as not converged.",
+    )
+
+    def window_size(self, concurrency: int) -> int:
+        """Requests per window at ``concurrency``: ``window_requests``, or max(4, 2 * concurrency)."""
+        if self.window_requests is not None:
+            return self.window_requests
+        return max(MIN_WINDOW_REQUESTS, 2 * concurrency)
 
 
 class BenchmarkSpec(StrictModel):
@@ -53,8 +93,39 @@ class BenchmarkSpec(StrictModel):
     output_len: int = Field(default=128, ge=1, le=65_536, description="max_new_tokens per request.")
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], description="Closed-loop concurrency levels.")
     request_rate: float | None = Field(default=None, gt=0, le=1_000_000, description="Open-loop requests/s (instead of closed loop).")
-    warmup_requests: int = Field(default=4, ge=0, le=100_000, description="Requests sent and discarded before measuring.")
-    repetitions: int = Field(default=3, ge=1, le=100, description="Measured repetitions per concurrency level.")
+    warmup_requests: int = Field(
+        default=4,
+        ge=0,
+        le=100_000,
+        description="Requests sent and discarded at each concurrency level, at that level's concurrency, before its "
+        "stability windows (warmup); 0 = no warm-up at all.",
+    )
+    warmup: WarmupSpec = Field(
+        default_factory=WarmupSpec,
+        description="After warmup_requests, keep warming each level until its throughput is stable.",
+    )
+    repetitions: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_REPETITIONS,
+        description="Most measured repetitions per concurrency level (the cap); exactly this many when "
+        "target_ci_rel is null.",
+    )
+    min_repetitions: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPETITIONS,
+        description=f"Fewest repetitions per level before its interval is judged; at most repetitions. "
+        f"Default: {DEFAULT_MIN_REPETITIONS}, or repetitions if that is smaller.",
+    )
+    target_ci_rel: float | None = Field(
+        default=0.02,
+        gt=0,
+        lt=1,
+        description="Repeat a level until the half-width of the 95% interval of its target metric (the sweep's "
+        "objective) is at most this fraction of the median, or repetitions is reached; null = exactly "
+        "repetitions per level.",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Sampling and prompt-selection seed.")
     request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Per-request timeout.")
@@ -71,6 +142,24 @@ class BenchmarkSpec(StrictModel):
         if len(set(value)) != len(value):
             raise ValueError(f"repeated concurrency levels in {value}")
         return sorted(value)
+
+    @model_validator(mode="after")
+    def _repetition_bounds(self) -> "BenchmarkSpec":
+        if self.min_repetitions is not None and self.min_repetitions > self.repetitions:
+            raise ValueError(
+                f"min_repetitions ({self.min_repetitions}) is above repetitions ({self.repetitions}), the most "
+                "repetitions per level; lower min_repetitions or raise repetitions"
+            )
+        return self
+
+    def repetition_bounds(self) -> tuple[int, int]:
+        """(fewest, most) repetitions per level: ``min_repetitions`` (default
+        min(DEFAULT_MIN_REPETITIONS, repetitions)) and ``repetitions``; (repetitions, repetitions)
+        without a target, i.e. the fixed count."""
+        if self.target_ci_rel is None:
+            return self.repetitions, self.repetitions
+        fewest = self.min_repetitions if self.min_repetitions is not None else DEFAULT_MIN_REPETITIONS
+        return min(fewest, self.repetitions), self.repetitions
 
     @model_validator(mode="after")
     def _dataset(self) -> "BenchmarkSpec":
@@ -122,6 +211,11 @@ class BenchSettings(BenchmarkSpec):
     noisy_cv_threshold: float = Field(
         default=0.05, gt=0, description="A level is flagged noisy when a noise metric's CV across repetitions exceeds this."
     )
+    target_metric: str = Field(
+        default="output_tok_per_s",
+        description="The metric whose interval decides when a level has been repeated enough (target_ci_rel) and "
+        f"whose drift is tested; the sweep passes its objective. Any of {', '.join(OBJECTIVE_METRICS)}.",
+    )
     noise_metrics: list[str] = Field(
         default_factory=lambda: list(DEFAULT_NOISE_METRICS),
         description=f"Metrics checked for noise; any of {', '.join(OBJECTIVE_METRICS)}.",
@@ -133,6 +227,13 @@ class BenchSettings(BenchmarkSpec):
         unknown = [m for m in value if m not in OBJECTIVE_METRICS]
         if unknown:
             raise ValueError(f"unknown metrics {unknown}; allowed: {', '.join(OBJECTIVE_METRICS)}")
+        return value
+
+    @field_validator("target_metric")
+    @classmethod
+    def _target_metric(cls, value: str) -> str:
+        if value not in OBJECTIVE_METRICS:
+            raise ValueError(f"unknown metric {value!r}; allowed: {', '.join(OBJECTIVE_METRICS)}")
         return value
 
     @classmethod

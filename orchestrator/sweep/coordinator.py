@@ -12,8 +12,10 @@ and the unit tests use.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,46 @@ from orchestrator.sweep.results import (
 )
 from orchestrator.tracking import open_tracker
 
-__all__ = ["SweepCoordinator", "BASELINE_FILE", "STATE_FILE", "TRIALS_FILE"]
+__all__ = ["BASELINE_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE", "coordinator_name"]
 
 logger = logging.getLogger(__name__)
 
 TRIALS_FILE = "trials.jsonl"
 STATE_FILE = "sweep-state.json"
 BASELINE_FILE = "probe-baseline.json"
+
+NAMESPACE = "spectune"
+"""Ray namespace of the coordinator actor: found by name from any job (a resumed sweep is a new job)."""
+
+
+def coordinator_name(results_dir: Path) -> str:
+    """One coordinator per results directory: a second sweep writing the same one is refused by Ray."""
+    return "spectune-coordinator-" + hashlib.sha1(str(results_dir).encode()).hexdigest()[:16]
+
+
+@dataclass
+class CoordinatorRef:
+    """The coordinator by name, resolved on first use in each process.
+
+    Ray Tune pickles callbacks into its experiment state and restores them when a killed sweep is
+    resumed; a pickled actor handle would then point at the dead driver's coordinator. A name
+    finds the live one (the resumed driver creates it under the same name).
+    """
+
+    name: str
+    namespace: str = NAMESPACE
+    _handle: Any = field(default=None, repr=False, compare=False)
+
+    def get(self) -> Any:
+        import ray
+
+        if self._handle is None:
+            self._handle = ray.get_actor(self.name, namespace=self.namespace)
+        return self._handle
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace, "_handle": None}
+
 
 _RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "KILLED", "interrupted": "KILLED"}
 

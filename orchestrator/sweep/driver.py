@@ -21,12 +21,20 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.sweep.coordinator import STATE_FILE, TRIALS_FILE, SweepCoordinator
+from orchestrator.sweep.coordinator import (
+    NAMESPACE,
+    STATE_FILE,
+    TRIALS_FILE,
+    CoordinatorRef,
+    SweepCoordinator,
+    coordinator_name,
+)
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
 from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
 from orchestrator.spec import SweepSpec
 from serving.environ import ENV
+from serving.waiting import wait_until
 
 __all__ = ["SweepOutcome", "dry_run", "resolve_results_dir", "run_sweep"]
 
@@ -123,10 +131,9 @@ def _engine_resources(spec: SweepSpec) -> tuple[list[dict[str, float]], int]:
 class _Display:
     """One readable line per event on the job log: trial n/N, its config, the current best, time."""
 
-    def __init__(self, *, console: Console, spec: SweepSpec, coordinator: Any, total: int) -> None:
+    def __init__(self, *, console: Console, spec: SweepSpec, total: int) -> None:
         self.console = console
         self.spec = spec
-        self.coordinator = coordinator
         self.total = total
         self.started = time.monotonic()
         self.finished = 0
@@ -184,7 +191,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def _callbacks(display: _Display, coordinator: Any) -> list[Any]:
+def _callbacks(display: _Display, ref: CoordinatorRef) -> list[Any]:
     import ray
     from ray.tune import Callback
 
@@ -196,7 +203,7 @@ def _callbacks(display: _Display, coordinator: Any) -> list[Any]:
 
         def _number(self, trial: Any) -> int:
             if trial.trial_id not in self.numbers:
-                self.numbers[trial.trial_id] = ray.get(coordinator.reserve_number.remote(trial_id=trial.trial_id))
+                self.numbers[trial.trial_id] = ray.get(ref.get().reserve_number.remote(trial_id=trial.trial_id))
             return self.numbers[trial.trial_id]
 
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -208,6 +215,7 @@ def _callbacks(display: _Display, coordinator: Any) -> list[Any]:
 
         def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
             number = self._number(trial)
+            coordinator = ref.get()
             ray.get(coordinator.finalize_trial.remote(
                 trial_id=trial.trial_id, status=status, reason=reason, message=message,
                 last_result=dict(trial.last_result or {}),
@@ -250,6 +258,40 @@ class _BaselineAwareASHA:
         )
 
 
+def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
+    """The coordinator actor under its results directory's name, on the driver's node.
+
+    The name is taken while another driver writes the same results directory; a killed driver's
+    coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
+
+    Raises:
+        RuntimeError: another sweep is writing this results directory.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    made: list[Any] = []
+
+    def create() -> bool:
+        try:
+            made.append(ray.remote(SweepCoordinator).options(
+                name=ref.name, namespace=NAMESPACE, num_cpus=0, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            ).remote(**kwargs))
+        except ValueError:  # the name is taken
+            return False
+        return True
+
+    try:
+        wait_until(create, timeout_s=60, what="the results directory's coordinator name to be free", poll_s=2.0)
+    except TimeoutError:
+        raise RuntimeError(
+            f"another sweep is writing {kwargs['results_dir']} (its coordinator {ref.name} is alive); wait for it, "
+            "stop it (ray job stop), or use another --results-dir"
+        ) from None
+    return made[-1]
+
+
 def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None,
@@ -276,17 +318,18 @@ def run_sweep(
     # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
     # silent at verbose=0, and the job log then holds only spectune's lines (see _Display).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's default CSV/JSON/TensorBoard loggers duplicate trials.jsonl and MLflow, and the
+    # TensorBoard one imports torch into the driver once trials ask for GPUs (seen to fail there
+    # with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy two-node cluster).
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
     node = ray.get_runtime_context().get_node_id()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    coordinator = ray.remote(SweepCoordinator).options(
-        num_cpus=0, max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-    ).remote(
-        results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
+    ref = CoordinatorRef(coordinator_name(out))
+    coordinator = _create_coordinator(
+        ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
         sweep_name=spec.name, spec_text=spec_text, resume=resume,
     )
     info = ray.get(coordinator.info.remote())
@@ -295,12 +338,12 @@ def run_sweep(
     from orchestrator.sweep.trial import TrialContext, run_trial
 
     bundles, _ = _engine_resources(spec)
-    ctx = TrialContext(spec=spec.model_dump(), coordinator=coordinator, gpus_per_trial=spec.gpus_per_trial,
+    ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
     )
-    display = _Display(console=console, spec=spec, coordinator=coordinator, total=spec.budget.num_trials)
+    display = _Display(console=console, spec=spec, total=spec.budget.num_trials)
     tune_dir = out / "tune"
     experiment = tune_dir / spec.name
     if resume and tune.Tuner.can_restore(str(experiment)):
@@ -320,17 +363,53 @@ def run_sweep(
             ),
             run_config=tune.RunConfig(
                 name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=_callbacks(display, coordinator), verbose=0,
+                callbacks=_callbacks(display, ref), verbose=0,
             ),
         )
     started = time.monotonic()
-    tuner.fit()
-    return _finish(spec, out=out, coordinator=coordinator, console=console, wall_s=time.monotonic() - started)
+    try:
+        tuner.fit()
+        return _finish(spec, out=out, coordinator=coordinator, console=console, started=started,
+                       visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
+    except BaseException:
+        # A sweep that cannot finish (a bug, Ctrl-C) must not leave its parent run RUNNING forever;
+        # --resume marks it RUNNING again.
+        try:
+            ray.get(coordinator.end_sweep.remote(status="KILLED"), timeout=30)
+        except Exception:  # noqa: BLE001 - the original error is the one to see
+            logger.warning("could not mark the sweep's MLflow run as ended", exc_info=True)
+        raise
 
 
-def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, wall_s: float) -> SweepOutcome:
-    """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures."""
+def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[dict[str, float]]) -> dict[str, Any]:
+    """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
+    like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
     import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from orchestrator.sweep.trial import run_visit
+
+    group = placement_group(bundles, strategy="STRICT_PACK")
+    try:
+        ray.get(group.ready(), timeout=600)
+        task = ray.remote(run_visit).options(
+            num_cpus=bundles[0]["CPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True),
+        )
+        return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
+                                   visit_id=f"confirm-{record.number}-{round_number}",
+                                   repetitions=int(ctx.spec["confirmation"]["repetitions_per_visit"])))
+    finally:
+        remove_placement_group(group)
+
+
+def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
+            visit: Any) -> SweepOutcome:
+    """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
+    import ray
+
+    from orchestrator.sweep.confirm import run_confirmation
 
     from orchestrator.sweep.plots import draw_plots
 
@@ -341,9 +420,19 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, w
         ))
     records = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
     metric, level = spec.objective.metric, spec.objective_concurrency
-    report = build_report(records, nccl_variables=sorted(spec.search.nccl_env), metric=metric, concurrency=level)
+    confirmation = None
+    if spec.confirmation.enabled:
+        console.print("confirmation round: the best trials and SGLang's default on fresh engines, interleaved",
+                      highlight=False)
+        confirmation = run_confirmation(
+            spec, records, visit=visit, say=lambda line: console.print(line, highlight=False, markup=False))
+    confirmed = next((r for r in records if confirmation and r.number == confirmation.winner), None)
+    report = build_report(records, nccl_variables=sorted(spec.search.nccl_env), metric=metric, concurrency=level,
+                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
+    report["confirmation"] = confirmation.to_dict() if confirmation else None
+    wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
-    console.print(summary_table(records, metric=metric, concurrency=level))
+    console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
     for line in report["lines"]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     files: list[Path] = []
@@ -355,11 +444,12 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, w
         best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
         write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
                                                                     "concurrency", "over_sglang_default",
-                                                                    "over_no_speculation", "best_config")})
+                                                                    "over_no_speculation", "confirmation",
+                                                                    "best_config")})
         files += [out / "best.yaml", out / "best.json"]
     write_json_file(out / "summary.json", dict(report))
     text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
-    text_console.print(summary_table(records, metric=metric, concurrency=level))
+    text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
     summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
     (out / "summary.txt").write_text(summary_text, encoding="utf-8")
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
@@ -367,6 +457,11 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, w
     figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
     if report["best_value"] is not None:
         figures["best." + metric] = report["best_value"]
+    if confirmation is not None and confirmation.ratio is not None:
+        figures["confirmed.over_sglang_default.ratio"] = confirmation.ratio.ratio
+        for end in ("ci95_low", "ci95_high"):
+            if getattr(confirmation.ratio, end) is not None:
+                figures[f"confirmed.over_sglang_default.{end}"] = getattr(confirmation.ratio, end)
     for key in ("over_sglang_default", "over_no_speculation"):
         if report[key]:
             figures[f"{key}.ratio"] = report[key]["ratio"]
@@ -411,6 +506,10 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
         if not isinstance(config, dict):
             break
         plans.append(TrialPlan.from_config(config))
+    dims = ", ".join(f"{name} {values}" for name, values in space.nccl.items()) or "none"
+    console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
+                  f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
+                  f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)
     shown = []
     for number, plan in enumerate(plans, start=1):
         config = engine_config_for(spec, plan)

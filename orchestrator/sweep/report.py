@@ -80,9 +80,13 @@ class SweepReport(dict):
     """Plain-data verdict of a sweep (what ``summary.json`` holds)."""
 
 
-def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int) -> SweepReport:
-    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares."""
-    best = best_record(records)
+def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int,
+                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None) -> SweepReport:
+    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares.
+
+    ``confirmed``: the confirmation round's winner, which then is the best (its lines are added).
+    """
+    best = confirmed or best_record(records)
     plain = next((r for r in records if r.kind == "baseline_plain"), None)
     auto = next((r for r in records if r.kind == "baseline_auto"), None)
     over_auto = _ratio(best, auto) if best is not None and auto is not None and best is not auto else None
@@ -103,6 +107,7 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         lines.append(
             "  " + (_describe(over_plain, "no speculation") if best is not plain else "no speculation is the best")
         )
+    lines += [f"  {line}" for line in confirmation_lines or []]
     effects = _nccl_effects(records, nccl_variables)
     lines += [f"  {e['text']}" for e in effects]
     return SweepReport(
@@ -124,13 +129,14 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
     )
 
 
-def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int) -> Table:
-    """Trials sorted by the objective (best first; failed ones last, with their reason)."""
+def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, best_trial: int | None = None) -> Table:
+    """Trials sorted by the objective (best first; failed ones last, with their reason); ``best_trial``
+    (the confirmed winner) is marked, else the best complete trial."""
     measured = [r for r in records if r.value is not None]
     direction = measured[0].objective.direction if measured and measured[0].objective else "max"
     ordered = sorted(measured, key=lambda r: r.value if direction == "min" else -r.value)  # type: ignore[operator]
     ordered += [r for r in records if r.value is None]
-    best = best_record(records)
+    best = next((r for r in records if r.number == best_trial), None) if best_trial else best_record(records)
     table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions, 95% interval)", box=None)
     for column, justify in (("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
                             ("reps", "right"), ("status", "left")):

@@ -7,6 +7,12 @@ sampler can never propose a configuration SGLang would reject or silently rewrit
 valid choices of a dimension depend on an earlier choice, the parameter gets a name of its own
 for that context (``num_draft_tokens_s3_k2``): Optuna's categorical distributions must keep one
 set of choices per name, and TPE's ``group`` mode models such conditional parameters as they are.
+Listed points (``search.speculative.triples``, ``search.nccl_presets``) are one categorical each.
+
+The search is staged, because a sweep of a large model affords a few dozen trials (see
+:class:`SweepSearch`): SGLang's rule-of-thumb configurations first, then the speculative numbers
+with NCCL at its defaults, then NCCL one setting at a time on the best point, then everything.
+``benchmarks/search_efficiency.py`` measures what this buys on measured grids.
 
 :class:`SweepSearch` is Ray Tune's ``OptunaSearch`` with four additions: the baselines (no
 speculation, then SGLang's own choice, both with NCCL's defaults) are served before the sampler is
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import warnings
 from dataclasses import dataclass
@@ -31,7 +38,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.space import Candidate, SpeculativeTriple
+from orchestrator.space import Candidate, SpeculativeList, SpeculativeTriple, preset_label
 from orchestrator.spec import SweepSpec
 
 __all__ = [
@@ -51,6 +58,13 @@ DEFAULT_WORD = "default"
 
 BASELINE_PLAIN = "baseline_plain"
 BASELINE_AUTO = "baseline_auto"
+
+TRIPLE_PARAM = "speculative_triple"
+"""The sampler's parameter for listed triples (``search.speculative.triples``), values like ``3-1-4``."""
+
+PRESET_PARAM = "nccl_preset"
+"""The sampler's parameter for listed NCCL presets (``search.nccl_presets``), values like
+``NCCL_ALGO=Ring,NCCL_PROTO=LL`` or ``default``."""
 
 OBJECTIVE_KEY = "objective"
 """The metric name every trial reports to Ray Tune, ASHA and Optuna (the spec's objective)."""
@@ -123,6 +137,31 @@ class TrialPlan:
         )
 
 
+RULES_OF_THUMB: tuple[SpeculativeTriple, ...] = (SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))
+"""Where the sampler starts (after the baselines), each taken to the nearest point of the space:
+SGLang's auto choices, a 3-step chain for DeepSeek-family models (Kimi-K2.5) and a 5-step top-4
+tree of 8 tokens for Llama. One of them is usually the auto baseline itself; the other then shows
+at once whether the other shape is better."""
+
+
+def _closest(choices: Iterable[int], want: int | None) -> int:
+    """The choice nearest ``want`` by ratio (ties: the smaller)."""
+    target = want or 1
+    return min(choices, key=lambda c: (abs(math.log(c / target)), c))
+
+
+def _log_distance(triple: SpeculativeTriple, want: SpeculativeTriple) -> tuple[float, ...]:
+    """How far ``triple`` is from ``want``: steps first, then top-k, then draft (log ratios)."""
+    pairs = zip((triple.num_steps, triple.eagle_topk, triple.num_draft_tokens),
+                (want.num_steps, want.eagle_topk, want.num_draft_tokens))
+    return tuple(abs(math.log((a or 1) / (b or 1))) for a, b in pairs)
+
+
+def _triple_label(triple: SpeculativeTriple) -> str:
+    """``3-1-4`` (steps-topk-draft): a listed triple as one categorical choice."""
+    return f"{triple.num_steps}-{triple.eagle_topk}-{triple.num_draft_tokens}"
+
+
 def candidate_key(plan: TrialPlan) -> str:
     """One string per distinct configuration (baselines included), for de-duplication."""
     data = plan.to_config()
@@ -162,12 +201,16 @@ class SweepSpace:
     """
 
     def __init__(self, spec: SweepSpec) -> None:
-        space = spec.space()
         self.speculative_on = spec.engine.speculative_algorithm is not None
-        self.triples = space.speculative
-        self.all_reduce = list(space.all_reduce)
-        self.nccl = {name: [DEFAULT_WORD if v is None else v for v in space.nccl_env[name]] for name in sorted(space.nccl_env)}
-        self._space = space
+        self._space = spec.space()
+        self.triples = self._space.speculative
+        self.all_reduce = list(self._space.all_reduce)
+        nccl_env = self._space.nccl_env
+        self.nccl = {name: [DEFAULT_WORD if v is None else v for v in nccl_env[name]] for name in sorted(nccl_env)}
+        presets = self._space.nccl_presets
+        self.presets: dict[str, dict[str, str]] | None = (
+            None if presets is None else {preset_label(p): dict(p) for p in presets}
+        )
 
     @property
     def include_auto(self) -> bool:
@@ -175,7 +218,7 @@ class SweepSpace:
 
     @property
     def has_explicit(self) -> bool:
-        return self.speculative_on and bool(self.triples.steps_choices())
+        return self.speculative_on and len(self.triples) > (1 if self.triples.include_auto else 0)
 
     # --- the define-by-run function -------------------------------------------------------
 
@@ -192,14 +235,23 @@ class SweepSpace:
             if mode == "explicit":
                 triple = self._sample_triple(trial)
         all_reduce = self._choose(trial, "all_reduce", self.all_reduce)
+        return TrialPlan("search", Candidate(triple, all_reduce, self._sample_nccl(trial)))
+
+    def _sample_nccl(self, trial: Any) -> dict[str, str]:
+        """One NCCL setting: a categorical over the listed presets, or one per variable."""
+        if self.presets is not None:
+            return dict(self.presets[self._choose(trial, PRESET_PARAM, list(self.presets))])
         env: dict[str, str] = {}
         for name, values in self.nccl.items():
             value = self._choose(trial, name, values)
             if value != DEFAULT_WORD:
                 env[name] = value
-        return TrialPlan("search", Candidate(triple, all_reduce, env))
+        return env
 
     def _sample_triple(self, trial: Any) -> SpeculativeTriple:
+        if isinstance(self.triples, SpeculativeList):  # exactly the listed points: one categorical
+            labels = {_triple_label(t): t for t in self.triples.triples}
+            return labels[self._choose(trial, TRIPLE_PARAM, list(labels))]
         space = self.triples
         steps = self._choose(trial, "num_steps", list(space.steps_choices()))
         topks = list(space.topk_choices(num_steps=steps))
@@ -223,7 +275,7 @@ class SweepSpace:
 
     def baselines(self) -> list[TrialPlan]:
         """No speculation, then SGLang's own choice; both with NCCL's defaults and the first all-reduce path."""
-        first_all_reduce = "custom" if "custom" in self.all_reduce else self.all_reduce[0]
+        first_all_reduce = self.default_all_reduce
         plans = [TrialPlan(BASELINE_PLAIN, Candidate(SpeculativeTriple(None, None, None), first_all_reduce, {}))]
         if self.speculative_on:
             plans.append(TrialPlan(BASELINE_AUTO, Candidate(SpeculativeTriple(None, None, None), first_all_reduce, {})))
@@ -239,7 +291,9 @@ class SweepSpace:
             "eagle_topk": triple.eagle_topk,
             "num_steps": triple.num_steps,
             "num_draft_tokens": triple.num_draft_tokens,
+            TRIPLE_PARAM: _triple_label(triple),
             "all_reduce": plan.candidate.all_reduce,
+            PRESET_PARAM: preset_label(plan.candidate.nccl_env),
             **{name: plan.candidate.nccl_env.get(name, DEFAULT_WORD) for name in self.nccl},
         }
         replay = _Replay(wanted)
@@ -251,22 +305,105 @@ class SweepSpace:
             return None
         return replay.params, replay.distributions
 
+    def holds(self, plan: TrialPlan) -> bool:
+        """Whether ``plan`` is a point of the space (no speculation never is; SGLang's auto choice is
+        when the spec includes it)."""
+        return (plan.speculative or not self.speculative_on) and plan.candidate in self._space
+
     def candidates(self) -> Iterable[TrialPlan]:
         """Every point of the space, in the space's stable order."""
         for candidate in self._space:
             yield TrialPlan("search", candidate)
 
+    # --- what the staged search needs --------------------------------------------------------
+
+    @property
+    def default_all_reduce(self) -> str:
+        """The all-reduce path of the baselines and of the speculative stage: SGLang's custom one if searched."""
+        return "custom" if "custom" in self.all_reduce else self.all_reduce[0]
+
+    @property
+    def has_nccl_dimensions(self) -> bool:
+        """Whether anything besides the speculative numbers varies (all-reduce path, NCCL)."""
+        return len(self.all_reduce) > 1 or any(len(v) > 1 for v in self.nccl.values()) or len(self.presets or {}) > 1
+
+    def default_pins(self) -> dict[str, Any]:
+        """Optuna params that hold the all-reduce path and every NCCL variable at their defaults
+        (enqueued as a partial trial, the sampler then chooses only the speculative numbers)."""
+        pins: dict[str, Any] = {"all_reduce": self.default_all_reduce} if len(self.all_reduce) > 1 else {}
+        if self.presets is not None and len(self.presets) > 1:
+            pins[PRESET_PARAM] = preset_label({})
+        pins.update({name: DEFAULT_WORD for name, values in self.nccl.items() if len(values) > 1})
+        return pins
+
+    def starting_points(self) -> list[TrialPlan]:
+        """SGLang's rule-of-thumb configurations (``RULES_OF_THUMB``), each as the nearest point of the
+        space, with the default all-reduce path and NCCL's defaults; no repeats."""
+        if not self.has_explicit:
+            return []
+        plans: list[TrialPlan] = []
+        for triple in RULES_OF_THUMB:
+            plan = TrialPlan("search", Candidate(self._nearest(triple), self.default_all_reduce, {}))
+            if plan not in plans:
+                plans.append(plan)
+        return plans
+
+    def _nearest(self, want: SpeculativeTriple) -> SpeculativeTriple:
+        """The explicit point of the space closest to ``want`` (by log ratio, steps first, then top-k, then draft)."""
+        if isinstance(self.triples, SpeculativeList):
+            return min(self.triples.triples, key=lambda t: _log_distance(t, want))
+        space = self.triples
+        steps = _closest(space.steps_choices(), want.num_steps)
+        topk = _closest(space.topk_choices(num_steps=steps), want.eagle_topk)
+        draft = _closest(space.draft_choices(num_steps=steps, eagle_topk=topk), want.num_draft_tokens)
+        return SpeculativeTriple(steps, topk, draft)
+
+    def variants(self, plan: TrialPlan) -> list[TrialPlan]:
+        """``plan`` with one setting besides the speculative numbers changed: each other all-reduce
+        path, each other value of one NCCL variable, each other NCCL preset (one factor at a time)."""
+        candidate = plan.candidate
+        out = [Candidate(candidate.speculative, path, dict(candidate.nccl_env))
+               for path in self.all_reduce if path != candidate.all_reduce]
+        if self.presets is not None:
+            out += [Candidate(candidate.speculative, candidate.all_reduce, dict(env))
+                    for env in self.presets.values() if env != candidate.nccl_env]
+        for name, values in self.nccl.items():
+            for value in values:
+                env = {k: v for k, v in candidate.nccl_env.items() if k != name}
+                if value != DEFAULT_WORD:
+                    env[name] = value
+                if env != candidate.nccl_env:
+                    out.append(Candidate(candidate.speculative, candidate.all_reduce, env))
+        return [TrialPlan("search", c) for c in out]
+
 
 class SweepSearch(OptunaSearch):
-    """Ray Tune's OptunaSearch over :class:`SweepSpace`, with baselines first and honest tells.
+    """Ray Tune's OptunaSearch over :class:`SweepSpace`, with baselines first, a staged search and honest tells.
 
-    Its whole state (Optuna study, queue of baselines, what was measured) is in ``__dict__``, which
+    A sweep of a large model affords a few dozen trials, so the order of proposals matters:
+
+    1. the baselines (no speculation, SGLang's auto choice);
+    2. SGLang's rule-of-thumb configurations (``RULES_OF_THUMB``, nearest points of the space);
+    3. the speculative stage: TPE chooses the speculative numbers while the all-reduce path and the
+       NCCL variables stay at their defaults (they act mostly independently of the numbers, and
+       NCCL's defaults are often the best), ``speculative_stage`` proposals long;
+    4. the best configuration so far with one NCCL / all-reduce setting changed at a time;
+    5. TPE over everything, with all of the above in its history.
+
+    Stages 3 and 4 only apply where the space varies more than the speculative numbers.
+
+    Its whole state (Optuna study, queues, what was measured) is in ``__dict__``, which
     ``OptunaSearch.save`` pickles into Tune's ``searcher-state-*.pkl``, so ``Tuner.restore`` brings
     it back.
     """
 
     MAX_DUPLICATE_PROPOSALS = 20
     """Proposals of already-measured points answered from memory before a fresh point is forced."""
+
+    SPECULATIVE_STAGE_SHARE = 0.4
+    """Share of the speculative points the speculative stage may propose (within the bounds below)."""
+    SPECULATIVE_STAGE_BOUNDS = (6, 16)
+    """Fewest and most proposals of the speculative stage (never more than there are points)."""
 
     def __init__(
         self,
@@ -277,21 +414,25 @@ class SweepSearch(OptunaSearch):
         slo: bool,
         sampler: optuna.samplers.BaseSampler | None = None,
     ) -> None:
-        if sampler is None:
-            with warnings.catch_warnings():  # `group` is marked experimental; it is what conditional spaces need
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                sampler = optuna.samplers.TPESampler(
-                    seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=5
-                )
-        super().__init__(space=space, metric=OBJECTIVE_KEY, mode=mode, sampler=sampler)
+        super().__init__(space=space, metric=OBJECTIVE_KEY, mode=mode, sampler=sampler or default_sampler(seed))
         self.search_space = space
         self.use_constraints = slo
         self._pending_baselines = list(space.baselines())
         self._baseline_trials: dict[str, TrialPlan] = {}
         self._measured: dict[str, tuple[TrialState, float | None, float | None]] = {}
+        self._plans: dict[str, TrialPlan] = {}  # candidate key -> plan, for the one-factor stage
         self._in_flight: dict[str, str] = {}  # trial id -> candidate key
+        self._queue: list[TrialPlan] = space.starting_points()
+        self._proposed = 0  # proposals after the baselines
+        self._variants_queued = not space.has_nccl_dimensions
+        self.speculative_stage = self._speculative_stage_length() if space.has_nccl_dimensions else 0
         self._rng = random.Random(seed)
         self._exhausted = False
+
+    def _speculative_stage_length(self) -> int:
+        points = len(self.search_space.triples)
+        low, high = self.SPECULATIVE_STAGE_BOUNDS
+        return min(points, max(low, min(high, math.ceil(self.SPECULATIVE_STAGE_SHARE * points))))
 
     # --- proposing ------------------------------------------------------------------------
 
@@ -300,8 +441,15 @@ class SweepSearch(OptunaSearch):
             plan = self._pending_baselines.pop(0)
             self._baseline_trials[trial_id] = plan
             self._in_flight[trial_id] = candidate_key(plan)
+            self._plans[candidate_key(plan)] = plan
             return {"plan": plan.to_config()}
+        queued = self._next_queued()
+        if queued is not None:
+            return self._propose(trial_id, queued)
+        pins = self.search_space.default_pins() if self._proposed < self.speculative_stage else {}
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
+            if pins:  # a partial trial: the sampler picks the rest
+                self._ot_study.enqueue_trial(pins)
             config = super().suggest(trial_id)
             if config is None:
                 return None
@@ -309,7 +457,7 @@ class SweepSearch(OptunaSearch):
             key = candidate_key(plan)
             known = self._measured.get(key)
             if known is None and key not in self._in_flight.values():
-                self._in_flight[trial_id] = key
+                self._accept(trial_id, plan)
                 return config
             # Already measured (or running): answer the sampler from memory, ask again.
             self._tell_known(trial_id, known)
@@ -318,12 +466,51 @@ class SweepSearch(OptunaSearch):
             logger.info("every configuration of the space has been measured; the search is finished")
             self._exhausted = True
             return Searcher.FINISHED
+        return self._propose(trial_id, plan)
+
+    def _propose(self, trial_id: str, plan: TrialPlan) -> dict:
+        """Propose exactly ``plan`` through the sampler's study (so Optuna records it as a trial)."""
         replayed = self.search_space.replay(plan)
-        assert replayed is not None
+        assert replayed is not None, plan
         self._ot_study.enqueue_trial(replayed[0])
         config = super().suggest(trial_id)
-        self._in_flight[trial_id] = candidate_key(TrialPlan.from_config(config))
+        self._accept(trial_id, TrialPlan.from_config(config))
         return config
+
+    def _accept(self, trial_id: str, plan: TrialPlan) -> None:
+        key = candidate_key(plan)
+        self._in_flight[trial_id] = key
+        self._plans[key] = plan
+        self._proposed += 1
+
+    def _next_queued(self) -> TrialPlan | None:
+        """The next planned proposal not yet measured: a starting point, or (once the speculative stage
+        is over and something was measured) a one-factor variant of the best configuration."""
+        if not self._variants_queued and self._proposed >= self.speculative_stage:
+            best = self._incumbent()
+            if best is not None:
+                self._queue.extend(self.search_space.variants(best))
+                self._variants_queued = True
+        busy = set(self._measured) | set(self._in_flight.values())
+        while self._queue:
+            plan = self._queue.pop(0)
+            if candidate_key(plan) not in busy:
+                return plan
+        return None
+
+    def _incumbent(self) -> TrialPlan | None:
+        """The best feasible configuration measured so far that is a point of the space, if any."""
+        sign = 1.0 if self.mode == "max" else -1.0
+        best: tuple[float, str] | None = None
+        for key, (state, value, violation) in self._measured.items():
+            plan = self._plans.get(key)
+            if state != TrialState.COMPLETE or value is None or plan is None or not self.search_space.holds(plan):
+                continue
+            if self.use_constraints and violation is not None and violation > 0:
+                continue
+            if best is None or sign * value > best[0]:
+                best = (sign * value, key)
+        return None if best is None else TrialPlan("search", self._plans[best[1]].candidate)
 
     def _tell_known(self, trial_id: str, known: tuple[TrialState, float | None, float | None] | None) -> None:
         ot_trial = self._ot_trials.pop(trial_id)
@@ -382,6 +569,17 @@ class SweepSearch(OptunaSearch):
             optuna.trial.create_trial(
                 params=params, distributions=distributions, value=value, system_attrs=attrs,
             )
+        )
+
+
+def default_sampler(seed: int) -> optuna.samplers.BaseSampler:
+    """The sweep's TPE: multivariate over groups of parameters that occur together (what a
+    conditional space needs), a constant liar for trials in flight, few random start-up trials
+    (the baselines and rule-of-thumb points already spread the first measurements)."""
+    with warnings.catch_warnings():  # `group` is marked experimental; it is what conditional spaces need
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=5
         )
 
 

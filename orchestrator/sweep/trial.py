@@ -17,6 +17,7 @@ with this worker; the engine has PR_SET_PDEATHSIG), while the driver records the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 from ray import tune
@@ -161,7 +162,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
     engine_config = engine_config_for(spec, plan)
     command = build_command(engine_config, host="127.0.0.1", port=0)
-    coordinator = ctx.coordinator
+    coordinator = ctx.coordinator.get()
     registration = ray.get(coordinator.register_trial.remote(
         trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
         engine_command=command.shell(redacted=True),
@@ -201,7 +202,7 @@ def _final_report(spec: SweepSpec, record: TrialRecord) -> dict[str, Any]:
 
 def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_config: EngineConfig) -> TrialRecord:
     """Host -> audit -> probe -> benchmark -> teardown; any failure becomes the record's reason."""
-    coordinator = ctx.coordinator
+    coordinator = ctx.coordinator.get()
     started = time.monotonic()
     status, reason, message = "ok", None, ""
     host = None
@@ -292,14 +293,12 @@ def _on_timeout(host: Any, flag: threading.Event, state: _TrialState) -> None:
 
 
 def _launch_reason(cause: BaseException, timed_out: threading.Event) -> str:
+    """The trial's reason for an engine that never served: past the trial's time limit, not healthy
+    by the engine's start deadline (EngineStartTimeout's ``timeout``), or anything else (it exited,
+    its host died): ``launch_failed``."""
     if timed_out.is_set():
         return "timeout"
-    reason = getattr(cause, "reason", None)
-    if reason in ("not_healthy", "timeout"):
-        return "not_healthy"
-    if isinstance(cause, ray.exceptions.RayActorError):
-        return "launch_failed"
-    return "launch_failed"
+    return "not_healthy" if getattr(cause, "reason", None) in ("not_healthy", "timeout") else "launch_failed"
 
 
 def _has_baseline(coordinator: Any) -> bool:
@@ -345,7 +344,7 @@ def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: s
 
 def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:
     """The objective's level first (one ``tune.report`` per repetition), then the other levels."""
-    coordinator = ctx.coordinator
+    coordinator = ctx.coordinator.get()
     objective_level = spec.objective_concurrency
     metric = spec.objective.metric
     planned = spec.benchmark.repetitions
@@ -454,8 +453,61 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
 
 
 def _json(data: Any) -> str:
-    import json
-
     return json.dumps(data, indent=2, default=str)
 
 
+
+
+def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
+    """One visit of the confirmation round: a fresh engine of ``engine_config``, its env audit, the
+    objective's level measured ``repetitions`` times, teardown. Runs as a Ray task inside a
+    placement group shaped like a trial's; nothing is reported to Ray Tune.
+
+    Returns:
+        ``{"values": [...], "status": "ok"|"failed", "reason", "message"}``.
+    """
+    spec = SweepSpec.model_validate(ctx.spec)
+    config = EngineConfig.model_validate(engine_config)
+    state = _TrialState(plan=TrialPlan("search", _no_candidate()), trial_id=visit_id, number=0)
+    host = None
+    status, reason, message = "ok", None, ""
+    try:
+        host = state.host = _create_host(spec, ctx, state, config)
+        try:
+            state.info = ray.get(host.start.remote())
+        except Exception as exc:  # noqa: BLE001 - a visit that cannot start is a result, not a crash
+            cause = _cause(exc)
+            raise TrialFailure(getattr(cause, "reason", None) or "launch_failed", str(cause)) from None
+        if not state.info["audit"]["ok"]:
+            raise TrialFailure("env_audit", state.info["audit"].get("summary", "env audit failed"))
+        level = spec.objective_concurrency
+        settings = _bench_settings(spec, [level])
+        overrides: dict[str, Any] = {"repetitions": repetitions}
+        if "min_repetitions" in type(settings).model_fields:
+            overrides["min_repetitions"] = repetitions
+        settings = settings.model_copy(update=overrides)
+        try:
+            result = run_benchmark(base_url=state.info["url"], settings=settings)
+        except BenchmarkError as exc:
+            raise TrialFailure(_engine_gone_or(state, "bench_failed"), str(exc)) from None
+        for repetition in result.level(level).repetitions:
+            value = repetition.flat().get(spec.objective.metric)
+            if isinstance(value, (int, float)):
+                state.objective_values.append(float(value))
+    except TrialFailure as failure:
+        status, reason, message = "failed", failure.reason, failure.message
+    finally:
+        if host is not None:
+            try:
+                ray.get(host.stop.remote(), timeout=180)
+            except Exception:  # noqa: BLE001 - the visit's figures stand; a leftover is logged
+                logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=True)
+            finally:
+                ray.kill(host, no_restart=True)
+    return {"values": state.objective_values, "status": status, "reason": reason, "message": message}
+
+
+def _no_candidate() -> Any:
+    from orchestrator.space import Candidate, SpeculativeTriple
+
+    return Candidate(SpeculativeTriple(None, None, None), "custom", {})

@@ -11,6 +11,7 @@ from orchestrator.space import (
     MAX_CONFIGURATIONS,
     Candidate,
     SearchSpace,
+    SpeculativeList,
     SpeculativeSpace,
     SpeculativeTriple,
     count_candidates,
@@ -184,3 +185,56 @@ def test_space_agrees_with_sglang_rules_by_brute_force(steps, topks, drafts, aut
     assert set(space.steps_choices()) == {t.num_steps for t in brute if not t.is_auto}
     for s in space.steps_choices():
         assert set(space.topk_choices(num_steps=s)) == {t.eagle_topk for t in brute if t.num_steps == s}
+
+
+# --- listed points: triples and NCCL presets ---------------------------------------------------
+
+
+def test_listed_triples_count_iterate_and_belong_exactly() -> None:
+    listed = SpeculativeList(
+        triples=(SpeculativeTriple(5, 4, 8), SpeculativeTriple(3, 1, 4)), include_auto=True
+    )
+    assert len(listed) == 3
+    assert list(listed) == [AUTO, SpeculativeTriple(5, 4, 8), SpeculativeTriple(3, 1, 4)]  # listed order
+    assert SpeculativeTriple(3, 1, 4) in listed and AUTO in listed
+    # valid by SGLang's rules, but not listed: not a point
+    assert SpeculativeTriple(4, 1, 5) not in listed
+    assert listed.values_used() == ([3, 5], [1, 4], [4, 8])
+    assert AUTO not in SpeculativeList(triples=(SpeculativeTriple(3, 1, 4),))
+
+
+def test_a_listed_triple_must_follow_sglang_rules() -> None:
+    with pytest.raises(ValueError, match=r"steps=3 topk=1 draft=5.*chain"):
+        SpeculativeList(triples=(SpeculativeTriple(3, 1, 5),))
+    with pytest.raises(ValueError, match="repeated"):
+        SpeculativeList(triples=(SpeculativeTriple(3, 1, 4), SpeculativeTriple(3, 1, 4)))
+    with pytest.raises(ValueError, match="include_auto"):
+        SpeculativeList(triples=(AUTO,))
+
+
+def test_nccl_presets_are_one_dimension_of_exact_settings() -> None:
+    presets = ({}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"})
+    space = SearchSpace(
+        speculative=SpeculativeList(triples=(SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))),
+        all_reduce=("custom", "nccl"),
+        nccl_presets=presets,
+    )
+    assert space.dimension_sizes() == {"speculative": 2, "all_reduce": 2, "nccl_presets": 3}
+    listed = list(space)
+    assert len(listed) == len(space) == 2 * 2 * 3 and len(set(listed)) == len(listed)
+    assert [c.nccl_env for c in listed[:3]] == list(presets)  # the presets' order
+    assert all(c in space for c in listed)
+    # a mix of two presets is not one of them
+    assert Candidate(SpeculativeTriple(3, 1, 4), nccl_env={"NCCL_ALGO": "Ring"}) not in space
+    assert Candidate(SpeculativeTriple(3, 1, 4), nccl_env={"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}) not in space
+
+
+def test_presets_and_a_per_variable_product_exclude_each_other() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        SearchSpace(nccl_env={"NCCL_ALGO": (None, "Ring")}, nccl_presets=({},))
+
+
+def test_spec_triples_build_the_listed_space() -> None:
+    search = SpeculativeSearch(triples=[[3, 1, 4], [5, 4, 8]], include_auto=True)
+    assert isinstance(search.space(), SpeculativeList)
+    assert [t.label() for t in speculative_triples(search)] == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]

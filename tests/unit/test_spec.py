@@ -313,3 +313,97 @@ def test_alias_bomb_and_self_reference_are_refused() -> None:
 def test_integer_too_long_for_python_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="the integer on line 1 has 5000 characters"):
         SweepSpec.from_yaml_text("name: " + "9" * 5000 + "\n")
+
+
+# --- "try exactly these": listed triples and NCCL presets ------------------------------------------
+
+TRIPLES = {"triples": [[3, 1, 4], [5, 4, 8], [2, 2, 4]], "include_auto": True}
+PRESETS = [{}, {"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree", "NCCL_PROTO": "default"}]
+
+
+def test_listed_triples_are_exactly_the_speculative_points() -> None:
+    spec = SweepSpec.from_dict(with_("search.speculative", TRIPLES))
+    labels = [t.label() for t in spec.space().speculative]
+    assert labels == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8", "steps=2 topk=2 draft=4"]
+    assert len(spec.space()) == 4 * 2  # x NCCL_ALGO default / Ring
+
+
+def test_nccl_presets_are_normalised_exact_settings() -> None:
+    data = with_("search.nccl_env", ...)
+    data["search"]["nccl_presets"] = PRESETS
+    spec = SweepSpec.from_dict(data)
+    # spelled canonically, "default" (or null) dropped: a variable absent is unset
+    assert spec.search.nccl_presets == [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}]
+    assert spec.search.nccl_variables() == ["NCCL_ALGO", "NCCL_PROTO"]
+    space = spec.space()
+    assert space.dimension_sizes()["nccl_presets"] == 3
+    assert len(space) == len(space.speculative) * 3
+
+
+def _presets(presets, **search) -> dict:
+    data = with_("search.nccl_env", ...)
+    data["search"].update(nccl_presets=presets, **search)
+    return data
+
+
+LIST_FORMS_BROKEN = [
+    ("triple breaks the chain rule", with_("search.speculative", {"triples": [[3, 1, 4], [3, 1, 5]]}),
+     "search.speculative.triples", "[1] = [3, 1, 5]: eagle_topk=1 is a chain"),
+    ("tree cannot hold the triple's drafts", with_("search.speculative", {"triples": [[1, 2, 8]]}),
+     "search.speculative.triples", "[0] = [1, 2, 8]: num_draft_tokens=8 needs 7 candidates"),
+    ("triple of two numbers", with_("search.speculative", {"triples": [[3, 1]]}),
+     "search.speculative.triples", "three integers"),
+    ("boolean in a triple", with_("search.speculative", {"triples": [[3, True, 4]]}),
+     "search.speculative.triples", "three integers"),
+    ("triple listed twice", with_("search.speculative", {"triples": [[3, 1, 4], [3, 1, 4]]}),
+     "search.speculative.triples", "listed twice"),
+    ("empty triples", with_("search.speculative", {"triples": []}), "search.speculative.triples", "non-empty"),
+    ("triples and dimensions", with_("search.speculative", {"triples": [[3, 1, 4]], "num_steps": 3}),
+     "search.speculative", "give triples or num_steps, not both"),
+    ("neither triples nor steps", with_("search.speculative", {"eagle_topk": 1}),
+     "search.speculative", "num_steps is required (or list the exact points in triples)"),
+    ("presets without NCCL's defaults", _presets([{"NCCL_ALGO": "Ring"}]), "search.nccl_presets", "add {}"),
+    ("preset value outside NCCL's set", _presets([{}, {"NCCL_ALGO": "Rnig"}]),
+     "search.nccl_presets.1.NCCL_ALGO", "unknown token"),
+    ("preset repeated in another spelling", _presets([{}, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "ring"}]),
+     "search.nccl_presets", "preset 2 ({'NCCL_ALGO': 'Ring'}) repeats preset 1"),
+    ("'default' preset repeats {}", _presets([{}, {"NCCL_ALGO": "default"}]), "search.nccl_presets", "repeats preset 0"),
+    ("dangerous preset not allowed", _presets([{}, {"NCCL_PROTO": "LL128"}]),
+     "search.nccl_presets.1.NCCL_PROTO", "allow_dangerous"),
+    ("SGLang-managed variable in a preset", _presets([{}, {"NCCL_CUMEM_ENABLE": "1"}]),
+     "search.nccl_presets.1.NCCL_CUMEM_ENABLE", "enable_symm_mem"),
+    ("boolean in a preset", _presets([{}, {"NCCL_ALGO": True}]),
+     "search.nccl_presets.1.NCCL_ALGO", "a string, an integer or null"),
+    ("presets and nccl_env", _presets([{}, {"NCCL_ALGO": "Ring"}], nccl_env={"NCCL_PROTO": [None, "LL"]}),
+     "search", "not both"),
+    ("preset variable also fixed in engine.env",
+     {**_presets([{}, {"NCCL_ALGO": "Ring"}]), "engine": {**BASE["engine"], "env": {"NCCL_ALGO": "Tree"}}},
+     "search.nccl_presets", "also fixed in engine.env.NCCL_ALGO"),
+    ("presets on one rank", {**_presets([{}, {"NCCL_ALGO": "Ring"}]), "engine": {**BASE["engine"], "tp_size": 1}},
+     "search.nccl_presets", "tp_size > 1"),
+]
+
+
+@pytest.mark.parametrize(("case", "data", "field", "words"), LIST_FORMS_BROKEN, ids=[b[0] for b in LIST_FORMS_BROKEN])
+def test_broken_list_forms_name_the_field(case: str, data: dict, field: str, words: str) -> None:
+    test_broken_spec_names_the_field(case, data, field, words)
+
+
+def test_allow_dangerous_applies_to_presets() -> None:
+    spec = SweepSpec.from_dict(_presets([{}, {"NCCL_PROTO": "LL128"}], allow_dangerous=["NCCL_PROTO=LL128"]))
+    assert spec.search.nccl_presets == [{}, {"NCCL_PROTO": "LL128"}]
+
+
+def test_validate_counts_and_shows_the_list_forms() -> None:
+    from orchestrator.summary import describe_spec
+
+    data = with_("search.speculative", TRIPLES)
+    data["search"].pop("nccl_env")
+    data["search"]["nccl_presets"] = PRESETS
+    summary = describe_spec(SweepSpec.from_dict(data))
+    rows = {d["name"]: d for d in summary["dimensions"]}
+    assert rows["speculative (steps, topk, draft)"] == {
+        "name": "speculative (steps, topk, draft)", "values": "(3,1,4), (5,4,8), (2,2,4) + auto", "count": 4}
+    assert rows["nccl_presets"] == {
+        "name": "nccl_presets", "values": "default; NCCL_ALGO=Ring,NCCL_PROTO=LL; NCCL_ALGO=Tree", "count": 3}
+    assert summary["valid_configurations"] == 4 * 3

@@ -4,7 +4,8 @@
 ``/server_info``, ``/flush_cache``, ``/health_generate``) and of OpenAI's (``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/models``) to exercise every path of the harness in milliseconds:
 a server that lies about its accept length, 5xx answers, dropped streams, hangs, a plain OpenAI
-server without speculative fields, a server that dies mid-run. It runs on its own event loop in a
+server without speculative fields, a server that dies mid-run, one that is slow until warmed at each
+concurrency level, one whose accept length changes from flush to flush. It runs on its own event loop in a
 background thread, bound to port 0.
 """
 
@@ -54,6 +55,14 @@ class Behaviour:
         flush_drops: /flush_cache closes the connection without answering (a failed flush).
         token_delay_s: Pause between chunks (0: as fast as possible).
         vary_output: Make the output depend on this value (a "different seed").
+        cold_requests_per_level: An engine that warms per batch size (as CUDA graphs are captured per
+            size): whenever the number of requests in flight reaches a new high, the next this many
+            requests to arrive (the one that set the high included) are cold, pausing
+            ``cold_delay_s`` between chunks instead of ``token_delay_s`` (0: never cold).
+        cold_delay_s: The pause between chunks of a cold request.
+        accept_lengths_per_flush: The accept length after each /flush_cache, cycled (the first
+            applies from the first flush on; ``accept_length`` before it): repetitions that differ, in
+            a known way, without depending on timing.
     """
 
     accept_length: int = 3
@@ -73,6 +82,9 @@ class Behaviour:
     flush_drops: bool = False
     token_delay_s: float = 0.0
     vary_output: int = 0
+    cold_requests_per_level: int = 0
+    cold_delay_s: float = 0.05
+    accept_lengths_per_flush: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -84,6 +96,10 @@ class _Counters:
     flushes: int = 0
     max_in_flight: int = 0
     prompts: list[str] = field(default_factory=list)
+    peak_in_flight: int = 0
+    cold_left: int = 0
+    cold_requests: list[int] = field(default_factory=list)
+    """Numbers (1, 2, ... in order of arrival) of the requests that were cold."""
 
 
 class FakeServer:
@@ -235,6 +251,9 @@ class FakeServer:
         if self.behaviour.reset_on_flush:
             self.counters.decode_tokens = self.counters.verify_cycles = 0
         self.counters.flushes += 1
+        schedule = self.behaviour.accept_lengths_per_flush
+        if schedule:
+            self.behaviour.accept_length = schedule[(self.counters.flushes - 1) % len(schedule)]
         return web.Response(text="Cache flushed.")
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
@@ -243,6 +262,7 @@ class FakeServer:
         c, b = self.counters, self.behaviour
         c.in_flight += 1
         c.max_in_flight = max(c.max_in_flight, c.in_flight)
+        delay_s = self._chunk_delay(number)
         try:
             params = body.get("sampling_params") or {}
             count = int(params.get("max_new_tokens", 16))
@@ -288,13 +308,25 @@ class FakeServer:
                 event = {"text": "".join(chr(97 + i % 26) for i in ids[:sent]), "output_ids": ids[sent - size:sent],
                          "meta_info": meta}
                 await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-                if b.token_delay_s:
-                    await asyncio.sleep(b.token_delay_s)
+                if delay_s:
+                    await asyncio.sleep(delay_s)
             await resp.write(b"data: [DONE]\n\n")
             self._account(count, cycles)
             return resp
         finally:
             c.in_flight -= 1
+
+    def _chunk_delay(self, number: int) -> float:
+        """The pause between this request's chunks: ``cold_delay_s`` while the level is cold."""
+        c, b = self.counters, self.behaviour
+        if b.cold_requests_per_level and c.in_flight > c.peak_in_flight:
+            c.peak_in_flight = c.in_flight
+            c.cold_left = b.cold_requests_per_level
+        if c.cold_left > 0:
+            c.cold_left -= 1
+            c.cold_requests.append(number)
+            return b.cold_delay_s
+        return b.token_delay_s
 
     def _account(self, count: int, cycles: int) -> None:
         if self.behaviour.speculative and count:

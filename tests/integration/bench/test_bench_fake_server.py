@@ -28,8 +28,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
 def _settings(**overrides) -> BenchSettings:
+    """Small runs with a fixed warm-up and fixed repetitions, so request counts are known in advance
+    (the stability windows and the interval target have tests of their own, in test_bench_adaptive.py)."""
     values = dict(num_prompts=12, output_len=16, concurrency=[1, 4], repetitions=2, warmup_requests=2,
-                  request_timeout_s=10)
+                  request_timeout_s=10, warmup={"tolerance": None}, target_ci_rel=None)
     values.update(overrides)
     return BenchSettings(**values)
 
@@ -444,7 +446,7 @@ def test_every_warmup_request_failing_is_a_failure_before_measuring(fake_server:
         run_benchmark(base_url=fake_server.url, settings=_settings())
     partial = info.value.partial
     assert partial.failure is not None and partial.failure.phase == "warmup"
-    assert partial.failure.concurrency is None and partial.failure.repetition is None
+    assert partial.failure.concurrency == 1 and partial.failure.repetition is None  # the first level's warm-up
     assert partial.levels == [] and partial.warmup.num_errors == 2
     with pytest.raises(KeyError, match="no concurrency level was measured"):
         partial.level()
@@ -454,13 +456,14 @@ def test_bench_command_writes_what_was_measured_when_the_server_dies(dying_serve
     dying_server.behaviour.die_after = 1 + 4 + 4 + 1  # warm-up, two repetitions, one request of the third
     out = tmp_path / "b.json"
     result = CliRunner().invoke(_cli(), ["bench", dying_server.url, "-c", "2", "-r", "4", "--num-prompts", "4",
-                                         "--output-len", "8", "--warmup", "1", "--json-out", str(out)])
+                                         "--output-len", "8", "--warmup", "1", "--fixed-warmup",
+                                         "--fixed-repetitions", "--json-out", str(out)])
     assert result.exit_code == EXIT_FAILED, result.output
     said = " ".join(result.output.split())
     assert "stopped serving during concurrency 2, repetition 2" in said
     assert f"what was measured, 2 finished repetitions, is in {out} with status failed" in said
     data = json.loads(out.read_text())
-    assert data["schema_version"] == "spectune.bench/2" and data["status"] == "failed"
+    assert data["schema_version"] == "spectune.bench/3" and data["status"] == "failed"
     assert data["failure"]["concurrency"] == 2 and data["failure"]["repetition"] == 2
     assert "stopped serving" in data["failure"]["reason"]
     assert [rep["repetition"] for rep in data["levels"][0]["repetitions"]] == [0, 1]
@@ -471,7 +474,7 @@ def test_bench_command_writes_what_was_measured_when_the_server_dies(dying_serve
 def test_bench_command_with_json_prints_the_partial_result(dying_server: FakeServer) -> None:
     dying_server.behaviour.die_after = 1 + 4 + 1
     result = CliRunner().invoke(_cli(), ["bench", dying_server.url, "-c", "2", "-r", "3", "--num-prompts", "4",
-                                         "--output-len", "8", "--warmup", "1", "--json"])
+                                         "--output-len", "8", "--warmup", "1", "--fixed-warmup", "--json"])
     assert result.exit_code == EXIT_FAILED
     printed = json.loads(result.stdout)
     assert printed["status"] == "failed" and len(printed["levels"][0]["repetitions"]) == 1

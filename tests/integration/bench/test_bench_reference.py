@@ -109,7 +109,7 @@ def test_engine_dying_mid_run_ends_the_run(tmp_path: Path) -> None:
         speculative=True, enable_metrics=True, env={"SPECTUNE_REFERENCE_FAULT": "die_after_tokens:400"}
     )
     settings = BenchSettings(num_prompts=6, output_len=32, concurrency=[2], repetitions=4, warmup_requests=1,
-                             request_timeout_s=60)
+                             request_timeout_s=60, warmup={"tolerance": None}, target_ci_rel=None)
     seen: list[RepetitionMetrics] = []
     with running_engine(config, tmp_path) as engine:
         with pytest.raises(BenchmarkError, match="stopped serving during concurrency 2") as info:
@@ -141,7 +141,7 @@ def test_bench_command_keeps_what_was_measured_when_the_engine_dies(tmp_path: Pa
     with running_engine(config, tmp_path / "engine") as engine:
         result = CliRunner().invoke(app, [
             "bench", engine.url, "-c", "2", "-r", "4", "--num-prompts", "4", "--output-len", "32",
-            "--warmup", "1", "--timeout", "60", "--json-out", str(out),
+            "--warmup", "1", "--fixed-warmup", "--fixed-repetitions", "--timeout", "60", "--json-out", str(out),
         ])
     assert result.exit_code == EXIT_FAILED, result.output
     assert "stopped serving during concurrency 2, repetition 2" in result.output

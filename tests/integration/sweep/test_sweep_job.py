@@ -47,6 +47,7 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 "nccl_env": {"NCCL_ALGO": ["default", "Tree"], "NCCL_PROTO": ["default", "LL128"]},
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
         budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        confirmation={"enabled": True, "top_k": 2, "rounds": 2, "repetitions_per_visit": 1},
     )
     results = work / "results"
     proc = cluster.submit(
@@ -94,6 +95,11 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     assert summary["best_trial"] is not None and summary["counts"]["failed"] == 3
     text = (sweep_run["results"] / "best.yaml").read_text()
     assert text.startswith("# spectune sweep ci-sweep") and "no speculation" in text
+    confirmation = summary["confirmation"]
+    # the two best of the search and SGLang's default, each visited twice on a fresh engine, one repetition a visit
+    lengths = [len(v) for v in confirmation["values"].values()]
+    assert len(lengths) >= 2 and set(lengths) == {2}, confirmation
+    assert summary["best_trial"] == confirmation["winner"] and "confirmed best" in text
 
 
 def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -> None:

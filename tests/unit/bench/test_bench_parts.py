@@ -220,8 +220,9 @@ def test_json_round_trip_and_schema_version(tmp_path: Path) -> None:
     result = _result()
     path = write_json(result, tmp_path / "r.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == "spectune.bench/2"
+    assert data["schema_version"] == "spectune.bench/3"
     assert data["status"] == "ok" and data["failure"] is None
+    assert data["levels"][0]["repetitions_used"] == 3  # written for readers, ignored when read back
     assert data["levels"][0]["repetitions"][0]["accept_length"] is None
     assert read_json(path) == result
     data["schema_version"] = "spectune.bench/999"
@@ -238,11 +239,30 @@ def test_a_version_1_document_is_read_as_a_completed_run(tmp_path: Path) -> None
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     old = read_json(path)
-    assert old.schema_version == "spectune.bench/2" and old.status == "ok" and old.failure is None
+    assert old.schema_version == "spectune.bench/3" and old.status == "ok" and old.failure is None
     assert old == result
     path.write_text("{not json")
     with pytest.raises(BenchmarkError, match="cannot be read as a benchmark result"):
         read_json(path)
+
+
+def test_a_version_2_document_is_read_with_the_level_facts_it_lacks_left_unknown(tmp_path: Path) -> None:
+    data = json.loads(_result().model_dump_json())
+    data["schema_version"] = "spectune.bench/2"
+    del data["drift"], data["target_met"], data["warmup"]["duration_s"]
+    for level in data["levels"]:
+        for name in ("warmup", "target_metric", "target_ci_rel", "ci_rel", "target_met", "drift", "repetitions_used"):
+            del level[name]
+    for name in ("warmup", "min_repetitions", "target_ci_rel", "target_metric"):
+        del data["settings"][name]
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(data))
+    old = read_json(path)
+    assert old.schema_version == "spectune.bench/3" and not old.drift and old.target_met is None
+    level = old.level(2)
+    assert level.warmup is None and level.target_met is None and level.drift is None and level.ci_rel is None
+    assert level.repetitions_used == 3 and not level.drifts
+    assert old.settings.repetitions == 10 and old.settings.target_ci_rel == 0.02  # what /2 lacks takes today's default
 
 
 def _failure(**fields) -> BenchFailure:

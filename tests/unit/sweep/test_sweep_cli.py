@@ -16,16 +16,19 @@ KIMI = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
 
 
 def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray() -> None:
-    result = CliRunner().invoke(app, ["sweep", "--dry-run", str(KIMI)])
+    result = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "40", str(KIMI)])
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.index("baseline: no speculation") < out.index("baseline: SGLang's own choice") < out.index("proposed")
     commands = [line for line in out.splitlines() if "sglang.launch_server" in line]
-    assert len(commands) == 5  # two baselines + the first three proposals
+    assert len(commands) == 42  # two baselines + the first forty proposals
+    assert "NCCL variables searched: NCCL_ALGO" in out.replace("\n", " ")
     assert "--speculative-algorithm" not in commands[0], "the first baseline runs without speculation"
     assert "--speculative-algorithm EAGLE3" in commands[1] and "--speculative-num-steps" not in commands[1]
-    assert all("--speculative-algorithm EAGLE3" in c and "--speculative-num-steps" in c for c in commands[2:])
-    assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), commands
+    assert all("--speculative-algorithm EAGLE3" in c for c in commands[2:])
+    assert any("--speculative-num-steps" in c for c in commands[2:])
+    assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), (
+        "the NCCL dimensions are searched: some proposal forces an NCCL variable")
     assert all("NCCL_DEBUG=WARN" in c for c in commands)
     assert "ray" not in sys.modules or not __import__("ray").is_initialized()
 

@@ -159,3 +159,129 @@ def test_the_auto_baseline_informs_the_sampler_the_plain_one_cannot() -> None:
     searcher.on_trial_complete("auto", {"final": True, "status": "ok", OBJECTIVE_KEY: 100.0})
     (told,) = _told(searcher)  # speculation off is not a point of the space
     assert told.value == 100.0 and told.params["speculative"] == "auto"
+
+
+# --- listed triples and NCCL presets ----------------------------------------------------------------
+
+
+def _listed_spec(**search) -> SweepSpec:
+    return SweepSpec.from_dict({
+        "name": "t",
+        "engine": {"kind": "sglang", "model_path": "m", "draft_model_path": "d", "tp_size": 2},
+        "search": {
+            "speculative": {"triples": [[3, 1, 4], [5, 4, 8], [2, 2, 4]], "include_auto": True},
+            "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}],
+            **search,
+        },
+    })
+
+
+def test_listed_triples_and_presets_are_sampled_exactly() -> None:
+    spec = _listed_spec()
+    space = SweepSpace(spec)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(300):
+        trial = study.ask()
+        plan = space.sample(trial)
+        assert plan.candidate in spec.space(), plan
+        seen.add(plan.candidate)
+        study.tell(trial, 1.0)
+    assert len(seen) == len(spec.space()) == 4 * 3  # (3 triples + auto) x 3 presets, nothing else
+    # one categorical each, over the listed points
+    assert set(study.trials[0].distributions) <= {"speculative", "speculative_triple", "nccl_preset"}
+
+
+def test_every_listed_point_replays_to_itself() -> None:
+    space = SweepSpace(_listed_spec())
+    for plan in space.candidates():
+        params, _ = space.replay(plan)
+        study = optuna.create_study()
+        study.enqueue_trial(params)
+        assert candidate_key(space.sample(study.ask())) == candidate_key(plan)
+
+
+# --- the staged search ----------------------------------------------------------------------------
+
+
+def _run(searcher: SweepSearch, values, n: int) -> list[TrialPlan]:
+    """Drive the searcher as Ray Tune does for n trials; ``values(plan)`` is each trial's objective."""
+    plans = []
+    for i in range(n):
+        config = searcher.suggest(f"t{i}")
+        if config == Searcher.FINISHED:
+            break
+        plan = TrialPlan.from_config(config)
+        plans.append(plan)
+        searcher.on_trial_complete(f"t{i}", {"final": True, "status": "ok", OBJECTIVE_KEY: values(plan)})
+    return plans
+
+
+def _throughput(plan: TrialPlan) -> float:
+    """A made-up objective: longer chains are better, any forced NCCL setting costs 5%."""
+    triple = plan.candidate.speculative
+    base = 100.0 if triple.is_auto or not plan.speculative else 50.0 + 20.0 * triple.num_steps / triple.eagle_topk
+    return base * (0.95 if plan.candidate.nccl_env else 1.0)
+
+
+def test_rules_of_thumb_come_right_after_the_baselines() -> None:
+    spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5], "eagle_topk": [1, 2, 4], "num_draft_tokens": [4, 6, 8]})
+    plans = _run(_searcher(spec), _throughput, 4)
+    assert [p.kind for p in plans[:2]] == [BASELINE_PLAIN, BASELINE_AUTO]
+    # SGLang's auto choices for DeepSeek (3, 1, 4) and Llama (5, 4, 8), with NCCL's defaults
+    assert [p.candidate.speculative.label() for p in plans[2:4]] == ["steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in plans[2:4])
+
+
+def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
+    space = SweepSpace(_spec(speculative={"num_steps": [2, 6], "eagle_topk": [1, 2], "num_draft_tokens": [3, 6]}))
+    assert [p.candidate.speculative.label() for p in space.starting_points()] == [
+        "steps=2 topk=1 draft=3", "steps=6 topk=2 draft=6"]
+    listed = SweepSpace(_listed_spec())
+    assert [p.candidate.speculative.label() for p in listed.starting_points()] == [
+        "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+
+
+def test_speculative_stage_holds_nccl_at_defaults_then_varies_one_factor_at_a_time() -> None:
+    spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 6]},
+                 all_reduce=["custom", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
+    searcher = _searcher(spec)
+    stage = searcher.speculative_stage
+    assert stage == 9  # 0.4 x 22 speculative points (6 chains, 16 trees), rounded up
+    plans = _run(searcher, _throughput, 2 + stage + 3)
+    speculative_stage = plans[2:2 + stage]
+    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in speculative_stage)
+    best = max(plans[:2 + stage], key=_throughput).candidate.speculative
+    variants = plans[2 + stage:2 + stage + 3]
+    assert all(p.candidate.speculative == best for p in variants)
+    assert sorted((p.candidate.all_reduce, tuple(p.candidate.nccl_env.items())) for p in variants) == [
+        ("custom", (("NCCL_ALGO", "Ring"),)), ("custom", (("NCCL_ALGO", "Tree"),)), ("nccl", ())]
+
+
+def test_no_stages_when_only_the_speculative_numbers_vary() -> None:
+    spec = _spec(nccl_env={})
+    searcher = _searcher(spec)
+    assert searcher.speculative_stage == 0 and SweepSpace(spec).variants(
+        TrialPlan("search", next(iter(spec.space())))) == []
+
+
+def test_the_staged_search_still_measures_every_point_once_then_finishes() -> None:
+    spec = _listed_spec()
+    plans = _run(_searcher(spec), _throughput, 100)
+    keys = [candidate_key(p) for p in plans]
+    assert len(keys) == len(set(keys)) == 1 + len(spec.space())  # no speculation + every point, then FINISHED
+
+
+def test_one_factor_variants_start_from_a_point_of_the_space_even_when_a_baseline_won() -> None:
+    # SGLang's auto choice is not a point here (include_auto false): its NCCL variants are not either
+    spec = _spec(speculative={"num_steps": [1, 2, 3], "eagle_topk": [1]})
+    searcher = _searcher(spec)
+    searcher.speculative_stage = 2
+
+    def auto_wins(plan: TrialPlan) -> float:
+        return 1000.0 if plan.kind == BASELINE_AUTO else _throughput(plan)
+
+    plans = _run(searcher, auto_wins, 7)
+    assert all(p.candidate in spec.space() for p in plans[2:])
+    assert plans[4].candidate.nccl_env == {"NCCL_ALGO": "Ring"}  # the variant, of the best point measured
+    assert plans[4].candidate.speculative == max(plans[2:4], key=_throughput).candidate.speculative

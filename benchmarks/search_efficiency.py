@@ -1,0 +1,470 @@
+"""How many trials the sweep's searcher needs: a measured grid replayed through it, and through random search.
+
+A sweep of a 1T-parameter model costs hours per dozen trials, so the search must find a good
+configuration in few of them. This script measures that without an engine: it replays a grid of
+measured configurations through the sweep's own searcher (``orchestrator.sweep.search``: the same
+``SweepSpace`` built from a ``SweepSpec``, the same ``SweepSearch`` with its baselines and
+de-duplication, driven exactly as Ray Tune drives it — ``suggest(trial_id)``, then
+``on_trial_complete(trial_id, final result)``), with the engine replaced by a lookup in the grid,
+and through random search over the same space, and reports how many trials each needs to come
+within 2% of the grid's best, as a median and p90 over seeds.
+
+"Needs n trials": after n trials, the configuration the searcher would report as best — the best
+*observed* value so far, noise included, baselines included — is within 2% of the grid's best by
+the grid's own values (for ``mode: min``: at most 2% above it). Every trial counts: the two
+baselines (no speculation; SGLang's auto choice) and failed ones. The first n where this holds
+is the seed's figure; ``null`` where a searcher does not get there within ``grid_size`` trials
+(the number of configurations of the space). Random search is uniform without replacement over the
+space, after the same two baselines (so both start from the same information).
+
+Noise: each looked-up value is multiplied by ``1 + noise_cv * z`` (z standard normal, floored at
+0.01), drawn once per (seed, configuration) so both searchers see the same observation of the same
+configuration in one seed; ``noise_cv`` comes from the grid (default 0) or ``--noise-cv``.
+
+Grid format (JSON; see the README, "Search efficiency")::
+
+    {"name": str, "metric": str, "mode": "max"|"min", "noise_cv": float?, "space": {...}?,
+     "points": [{"params": {...}, "value": number|null, "status": "ok"|"failed"?}]}
+
+``params`` use the sweep's names (``speculative`` off/auto/explicit, ``num_steps``, ``eagle_topk``,
+``num_draft_tokens``, ``all_reduce``, NCCL variable names; an absent or ``default`` variable is
+unset). ``space`` keys: ``speculative`` (a list of ``[steps, topk, draft]`` triples, ``"auto"``
+for SGLang's choice) or ``num_steps`` / ``eagle_topk`` / ``num_draft_tokens`` / ``include_auto``
+(SGLang's rules applied); ``all_reduce``; ``nccl_env`` (a list of whole settings, ``{}`` = NCCL's
+defaults) or one key per NCCL variable with its values. Without ``space`` it is read off the
+points. SGLang's ``bench_speculative.py`` JSONL (``steps``, ``topk``, ``num_draft_tokens``,
+``speed``, ...) is read as a grid too.
+
+    python benchmarks/search_efficiency.py --grid benchmarks/data/reference-cpu-grid.json --seeds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import statistics
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
+    sys.path.insert(0, str(ROOT))
+
+from orchestrator.spec import SweepSpec  # noqa: E402
+from orchestrator.sweep.search import (  # noqa: E402
+    BASELINE_PLAIN,
+    OBJECTIVE_KEY,
+    SweepSearch,
+    SweepSpace,
+    TrialPlan,
+    candidate_key,
+)
+from orchestrator.space import Candidate, SpeculativeTriple  # noqa: E402
+from serving.engine import nccl  # noqa: E402
+
+__all__ = [
+    "Grid",
+    "GridError",
+    "load_grid",
+    "plan_from_params",
+    "random_replay",
+    "run_benchmark",
+    "spectune_replay",
+    "trials_to_target",
+]
+
+TARGET_FRACTION = 0.02
+"""How close to the grid's best the reported configuration must be (2%)."""
+
+NOISE_FLOOR = 0.01
+"""The smallest noise factor: a noisy throughput is never zero or negative."""
+
+DEFAULT_WORDS = ("default", "unset", "")
+SPECULATIVE_WORDS = ("off", "auto", "explicit")
+TRIPLE_KEYS = ("num_steps", "eagle_topk", "num_draft_tokens")
+KNOWN_PARAMS = ("speculative", *TRIPLE_KEYS, "all_reduce")
+
+
+class GridError(ValueError):
+    """A grid file that cannot be replayed; the message names the point or key and what is allowed."""
+
+
+# --- the grid ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A measured grid, ready to replay.
+
+    Attributes:
+        name: The grid's name (the JSON's ``grid``).
+        metric: What the values are (e.g. ``output_tok_per_s``).
+        mode: ``max`` or ``min``.
+        noise_cv: The multiplicative noise to replay with by default.
+        spec: A sweep spec whose space is the grid's space (what the searcher searches).
+        values: candidate key -> measured value, ``None`` for a failed point.
+    """
+
+    name: str
+    metric: str
+    mode: str
+    noise_cv: float
+    spec: SweepSpec
+    values: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def space(self) -> SweepSpace:
+        return SweepSpace(self.spec)
+
+    @property
+    def size(self) -> int:
+        """Configurations in the space (what ``spectune validate`` would count)."""
+        return len(self.spec.space())
+
+    def reachable_keys(self) -> list[str]:
+        """Every configuration a searcher can try: the baselines and the points of the space."""
+        space = self.space
+        keys = [candidate_key(plan) for plan in space.baselines()]
+        keys += [candidate_key(plan) for plan in space.candidates()]
+        return list(dict.fromkeys(keys))
+
+    def best_value(self) -> float:
+        """The grid's best by its own values, among the configurations a searcher can reach."""
+        known = [v for k in self.reachable_keys() if (v := self.values.get(k)) is not None]
+        if not known:
+            raise GridError(f"grid {self.name!r}: no configuration of its space has a value")
+        return max(known) if self.mode == "max" else min(known)
+
+    def within_target(self, value: float, best: float) -> bool:
+        """Whether ``value`` is within ``TARGET_FRACTION`` of ``best`` (the right side for the mode)."""
+        if self.mode == "max":
+            return value >= best - TARGET_FRACTION * abs(best)
+        return value <= best + TARGET_FRACTION * abs(best)
+
+
+def load_grid(path: Path) -> Grid:
+    """Read a grid JSON file, or SGLang's ``bench_speculative.py`` JSONL, into a :class:`Grid`.
+
+    Raises:
+        GridError: the file is neither, or a point or the space breaks the format (named).
+    """
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = _grid_from_bench_speculative(text, name=path.stem)
+    if isinstance(data, dict) and "points" not in data and "speed" in data:  # a one-line JSONL
+        data = _grid_from_bench_speculative(text, name=path.stem)
+    if not isinstance(data, dict):
+        raise GridError(f"{path}: expected a JSON object with 'points', or bench_speculative.py JSONL")
+    return grid_from_data(data, source=str(path))
+
+
+def grid_from_data(data: dict[str, Any], *, source: str = "<grid>") -> Grid:
+    """A :class:`Grid` from the parsed JSON object (see the module docstring for the format)."""
+    unknown = sorted(set(data) - {"name", "metric", "mode", "noise_cv", "space", "points", "description"})
+    if unknown:
+        raise GridError(f"{source}: unknown key(s) {unknown}; allowed: name, metric, mode, noise_cv, space, points")
+    mode = data.get("mode", "max")
+    if mode not in ("max", "min"):
+        raise GridError(f"{source}: mode={mode!r}; use max or min")
+    noise_cv = data.get("noise_cv", 0.0) or 0.0
+    if not isinstance(noise_cv, (int, float)) or noise_cv < 0:
+        raise GridError(f"{source}: noise_cv={noise_cv!r} must be a number >= 0")
+    points = data.get("points")
+    if not isinstance(points, list) or not points:
+        raise GridError(f"{source}: 'points' must be a non-empty list")
+    parsed = [_point(p, i) for i, p in enumerate(points)]
+    name = str(data.get("name") or Path(source).stem)
+    search = _search_section(data["space"], source) if data.get("space") else _search_from_points(parsed)
+    spec = _replay_spec(name, search, source)
+    values: dict[str, float | None] = {}
+    for plan, value in parsed:
+        values[candidate_key(plan)] = value
+    return Grid(name=name, metric=str(data.get("metric", "value")), mode=mode, noise_cv=float(noise_cv),
+                spec=spec, values=values)
+
+
+def _point(point: Any, index: int) -> tuple[TrialPlan, float | None]:
+    """One grid point as the plan the sweep would have run, and its value (``None``: failed)."""
+    where = f"points[{index}]"
+    if not isinstance(point, dict) or not isinstance(point.get("params"), dict):
+        raise GridError(f"{where}: expected {{'params': {{...}}, 'value': number|null}}")
+    status = point.get("status", "ok")
+    if status not in ("ok", "failed"):
+        raise GridError(f"{where}: status={status!r}; use ok or failed")
+    value = point.get("value")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        raise GridError(f"{where}: value={value!r} must be a finite number or null")
+    return plan_from_params(point["params"], where), (None if status == "failed" or value is None else float(value))
+
+
+def plan_from_params(params: dict[str, Any], where: str) -> TrialPlan:
+    """The sweep's ``TrialPlan`` for grid params in the sweep's names (see the module docstring)."""
+    numbers = {k: params.get(k) for k in TRIPLE_KEYS}
+    mode = params.get("speculative") or ("explicit" if numbers["num_steps"] is not None else "auto")
+    if mode not in SPECULATIVE_WORDS:
+        raise GridError(f"{where}.params.speculative={mode!r}; use one of {', '.join(SPECULATIVE_WORDS)}")
+    triple = SpeculativeTriple(None, None, None)
+    if mode == "explicit":
+        bad = [k for k, v in numbers.items() if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise GridError(f"{where}.params: {', '.join(bad)} must be integers for an explicit configuration")
+        triple = SpeculativeTriple(numbers["num_steps"], numbers["eagle_topk"], numbers["num_draft_tokens"])
+    all_reduce = params.get("all_reduce") or "custom"
+    if all_reduce not in ("custom", "nccl"):
+        raise GridError(f"{where}.params.all_reduce={all_reduce!r}; use custom or nccl")
+    env: dict[str, str] = {}
+    for name, value in params.items():
+        if name in KNOWN_PARAMS:
+            continue
+        if not name.startswith("NCCL_"):
+            raise GridError(f"{where}.params: unknown key {name!r}; allowed: {', '.join(KNOWN_PARAMS)}, NCCL_*")
+        if value is not None and str(value).strip().lower() not in DEFAULT_WORDS:
+            env[name] = nccl.normalise_value(name, str(value))
+    kind = BASELINE_PLAIN if mode == "off" else "search"
+    return TrialPlan(kind, Candidate(triple, all_reduce, env))
+
+
+def _search_section(space: Any, source: str) -> dict[str, Any]:
+    """The grid's ``space`` as a sweep spec's ``search`` section (list forms: triples, nccl_presets)."""
+    if not isinstance(space, dict):
+        raise GridError(f"{source}: 'space' must be an object of dimension -> values")
+    search: dict[str, Any] = {}
+    speculative: dict[str, Any] = {}
+    for key, values in space.items():
+        if key == "speculative":
+            listed = values if isinstance(values, list) else []
+            speculative["triples"] = [t for t in listed if t != "auto"]
+            speculative["include_auto"] = "auto" in listed
+        elif key in (*TRIPLE_KEYS, "include_auto"):
+            speculative[key] = values
+        elif key == "all_reduce":
+            search["all_reduce"] = values
+        elif key == "nccl_env":
+            search["nccl_presets"] = values
+        elif key.startswith("NCCL_"):
+            search.setdefault("nccl_env", {})[key] = values
+        else:
+            raise GridError(f"{source}: space.{key} is not a dimension; allowed: speculative, "
+                            f"{', '.join(TRIPLE_KEYS)}, include_auto, all_reduce, nccl_env, NCCL_*")
+    if speculative:
+        search["speculative"] = speculative
+    return search
+
+
+def _search_from_points(points: Iterable[tuple[TrialPlan, float | None]]) -> dict[str, Any]:
+    """A ``search`` section read off the points: every value seen per dimension, SGLang's rules
+    then decide which combinations are points (as for a spec written by hand)."""
+    plans = [plan for plan, _ in points]
+    explicit = [p.candidate.speculative for p in plans if p.speculative and not p.candidate.speculative.is_auto]
+    search: dict[str, Any] = {"all_reduce": sorted({p.candidate.all_reduce for p in plans})}
+    if explicit:
+        drafts = sorted({t.num_draft_tokens for t in explicit if t.eagle_topk != 1})
+        search["speculative"] = {
+            "num_steps": sorted({t.num_steps for t in explicit}),
+            "eagle_topk": sorted({t.eagle_topk for t in explicit}),
+            **({"num_draft_tokens": drafts} if drafts else {}),
+            "include_auto": any(p.speculative and p.candidate.speculative.is_auto for p in plans),
+        }
+    names = sorted({name for p in plans for name in p.candidate.nccl_env})
+    if names:
+        search["nccl_env"] = {
+            name: [None, *sorted({p.candidate.nccl_env[name] for p in plans if name in p.candidate.nccl_env})]
+            for name in names
+        }
+    return search
+
+
+def _replay_spec(name: str, search: dict[str, Any], source: str) -> SweepSpec:
+    """A sweep spec (SGLang engine, 2 ranks so NCCL dimensions are allowed) whose space is the grid's.
+
+    Nothing is launched from it; dangerous NCCL values a published grid holds are allowed, since
+    replaying them is harmless.
+    """
+    from orchestrator.errors import SpecError
+
+    allowed = sorted({f"{n}={v}" for n, v in _nccl_values(search) if nccl.danger_of(n, v)})
+    data = {
+        "name": "".join(c if c.isalnum() or c in "._-" else "-" for c in name)[:100] or "grid",
+        "engine": {"kind": "sglang", "model_path": "grid", "draft_model_path": "grid-draft",
+                   "speculative_algorithm": "EAGLE3", "tp_size": 2},
+        "search": {**search, "allow_dangerous": allowed},
+        "budget": {"num_trials": 10_000},
+    }
+    try:
+        return SweepSpec.from_dict(data, source=source)
+    except SpecError as exc:
+        raise GridError(f"{source}: the grid's space is not a valid sweep space: {exc}") from None
+
+
+def _nccl_values(search: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for name, values in (search.get("nccl_env") or {}).items():
+        for value in values or ():
+            if value is not None:
+                yield name, nccl.normalise_value(name, str(value))
+    for preset in search.get("nccl_presets") or ():
+        for name, value in (preset or {}).items():
+            if value is not None:
+                yield name, nccl.normalise_value(name, str(value))
+
+
+def _grid_from_bench_speculative(text: str, *, name: str) -> dict[str, Any]:
+    """SGLang's ``scripts/playground/bench_speculative.py`` JSONL as a grid (metric ``speed``, max).
+
+    Each line holds ``steps``, ``topk``, ``num_draft_tokens`` and ``speed`` (output tokens/s);
+    lines of several batch sizes for one configuration are averaged. The space is exactly the
+    measured triples (SGLang's script measures no baseline: both baselines count as failed trials).
+    """
+    speeds: dict[tuple[int, int, int], list[float]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            triple = (int(row["steps"]), int(row["topk"]), int(row["num_draft_tokens"]))
+            speed = float(row["speed"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise GridError(f"line {number}: not a bench_speculative.py record with steps, topk, "
+                            f"num_draft_tokens, speed ({exc})") from None
+        speeds.setdefault(triple, []).append(speed)
+    if not speeds:
+        raise GridError("no bench_speculative.py records found")
+    points = [{"params": dict(zip(TRIPLE_KEYS, t)), "value": statistics.fmean(v)} for t, v in speeds.items()]
+    return {"name": name, "metric": "speed", "mode": "max", "space": {"speculative": [list(t) for t in speeds]},
+            "points": points}
+
+
+# --- replaying --------------------------------------------------------------------------------
+
+
+class Observer(Protocol):
+    """How a replay turns a configuration into the value a searcher observes."""
+
+    def __call__(self, key: str) -> float | None: ...
+
+
+def noisy_lookup(grid: Grid, *, seed: int, noise_cv: float) -> Observer:
+    """The grid's value of a configuration times ``1 + noise_cv * z``, z drawn once per (seed, key)."""
+
+    def observe(key: str) -> float | None:
+        value = grid.values.get(key)
+        if value is None or noise_cv == 0:
+            return value
+        z = random.Random(f"{seed}:{key}").gauss(0.0, 1.0)
+        return value * max(NOISE_FLOOR, 1.0 + noise_cv * z)
+
+    return observe
+
+
+def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> Iterator[tuple[str, float | None]]:
+    """The sweep's searcher, driven as Ray Tune drives it: yields (configuration key, observed value)."""
+    searcher = SweepSearch(space=grid.space, mode=grid.mode, seed=seed, slo=False)
+    for number in range(limit):
+        trial_id = f"replay_{number:05d}"
+        config = searcher.suggest(trial_id)
+        if not isinstance(config, dict):  # Searcher.FINISHED: every point measured
+            return
+        key = candidate_key(TrialPlan.from_config(config))
+        value = observe(key)
+        result = {"final": True, "status": "ok", OBJECTIVE_KEY: value} if value is not None else {
+            "final": True, "status": "failed", "reason": "not_in_grid"}
+        searcher.on_trial_complete(trial_id, result)
+        yield key, value
+
+
+def random_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> Iterator[tuple[str, float | None]]:
+    """Random search: the same two baselines, then the space's points uniformly without replacement."""
+    space = grid.space
+    keys = [candidate_key(plan) for plan in space.baselines()]
+    rest = [k for k in (candidate_key(plan) for plan in space.candidates()) if k not in keys]
+    random.Random(seed).shuffle(rest)
+    for key in (keys + rest)[:limit]:
+        yield key, observe(key)
+
+
+Replay = Callable[..., Iterator[tuple[str, float | None]]]
+SEARCHERS: dict[str, Replay] = {"spectune": spectune_replay, "random": random_replay}
+
+
+def trials_to_target(grid: Grid, trials: Iterable[tuple[str, float | None]]) -> int | None:
+    """The first n at which the best observed configuration is within the target by the grid's
+    values (every trial counted), or ``None`` if the trials end first."""
+    best_true = grid.best_value()
+    reported: tuple[float, str] | None = None
+    better = (lambda a, b: a > b) if grid.mode == "max" else (lambda a, b: a < b)
+    for n, (key, observed) in enumerate(trials, start=1):
+        if observed is not None and (reported is None or better(observed, reported[0])):
+            reported = (observed, key)
+        if reported is not None:
+            true = grid.values.get(reported[1])
+            if true is not None and grid.within_target(true, best_true):
+                return n
+    return None
+
+
+def _percentile(values: list[int | None], q: float) -> float | None:
+    """Nearest-rank percentile with ``None`` (never reached) as +infinity; ``None`` if it lands there."""
+    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
+    return ranked[max(0, math.ceil(q * len(ranked)) - 1)]
+
+
+def _median(values: list[int | None]) -> float | None:
+    """The median with ``None`` as +infinity (``None`` if the middle is unreached)."""
+    finite = [math.inf if v is None else float(v) for v in values]
+    middle = statistics.median(finite)
+    return None if math.isinf(middle) else middle
+
+
+def run_benchmark(grid: Grid, *, seeds: int, noise_cv: float | None = None,
+                  searchers: Iterable[str] = tuple(SEARCHERS)) -> dict[str, Any]:
+    """Every searcher over ``seeds`` seeds; the JSON the script prints."""
+    cv = grid.noise_cv if noise_cv is None else noise_cv
+    out: dict[str, Any] = {"grid": grid.name, "grid_size": grid.size, "seeds": seeds, "noise_cv": cv,
+                           "target": f"within {TARGET_FRACTION:.0%} of the grid's best ({grid.best_value():g} "
+                                     f"{grid.metric}, {grid.mode})", "searchers": {}}
+    for name in searchers:
+        needed = []
+        for seed in range(seeds):
+            observe = noisy_lookup(grid, seed=seed, noise_cv=cv)
+            needed.append(trials_to_target(grid, SEARCHERS[name](grid, seed=seed, observe=observe, limit=grid.size)))
+        out["searchers"][name] = {
+            "median_trials_to_target": _median(needed),
+            "p90_trials_to_target": _percentile(needed, 0.9),
+            "reached": sum(n is not None for n in needed),
+            "trials_to_target": needed,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", type=Path, required=True, help="Grid JSON, or bench_speculative.py JSONL.")
+    parser.add_argument("--seeds", type=int, default=20, help="Seeds per searcher (default 20).")
+    parser.add_argument("--noise-cv", type=float, default=None, help="Override the grid's noise_cv.")
+    parser.add_argument("--searcher", action="append", choices=list(SEARCHERS), help="Only these searchers.")
+    parser.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
+    args = parser.parse_args(argv)
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
+    try:
+        grid = load_grid(args.grid)
+    except (GridError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = run_benchmark(grid, seeds=args.seeds, noise_cv=args.noise_cv, searchers=args.searcher or tuple(SEARCHERS))
+    text = json.dumps(result, indent=2)
+    if args.json_out:
+        args.json_out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The Ray cluster ``spectune serve`` runs on: start a local one with the right ingress, or join one.
+
+Ray Serve reads its ingress switch from the environment of the Ray processes, when they start:
+``RAY_SERVE_ENABLE_HA_PROXY=1`` (HAProxy in front, each replica its own HTTP server: "direct
+ingress") must be in the environment of every node's ``ray start``. So:
+
+* a local Ray started here gets the switch from ``ServeOptions.ingress`` (default ``haproxy``, the
+  measured faster path) set before it starts, and free ports for what HAProxy mode otherwise takes
+  at fixed numbers, so two clusters on one machine (a test, a colleague's) do not collide;
+* a joined cluster keeps the ingress it was started with; which one it is, is read from a task
+  running on it (tasks start with the same environment as Serve's processes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from serving.ports import free_port
+from serving.serve.options import IngressPath, ServeOptions, ServeStartError
+
+__all__ = ["HAPROXY_FIXED_PORTS", "ClusterSession", "ServeAddressTaken", "check_serve_address", "start_or_join"]
+
+logger = logging.getLogger(__name__)
+
+HAPROXY_FIXED_PORTS = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",  # 8404, bound on every interface
+    "RAY_SERVE_HAPROXY_METRICS_PORT",  # 9101, bound on every interface
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",  # 8500: the proxy HAProxy falls back to while no replica is up
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",  # 9500
+)
+"""Variables naming ports that Serve's HAProxy mode takes at fixed numbers unless told otherwise."""
+
+
+class ServeAddressTaken(ServeStartError):
+    """The joined cluster runs Serve already, on another host or port than asked for."""
+
+
+@dataclass(frozen=True)
+class ClusterSession:
+    """The cluster this process is connected to.
+
+    Attributes:
+        started_here: This process started it (and shuts it down at the end).
+        ingress: Its ingress path.
+    """
+
+    started_here: bool
+    ingress: IngressPath
+
+
+def start_or_join(options: ServeOptions, *, address: str | None) -> ClusterSession:
+    """Join ``address``, or start a local Ray with the ingress switch of ``options`` set first."""
+    import ray
+
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+        ingress = _cluster_ingress()
+        logger.info("joined the Ray cluster at %s; its ingress path: %s (set when its nodes started)", address, ingress)
+        _warn_if_unreachable_replicas(options, ingress=ingress)
+        return ClusterSession(started_here=False, ingress=ingress)
+    haproxy = options.ingress == "haproxy"
+    os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1" if haproxy else "0"  # inherited by the Ray processes
+    if haproxy:
+        for name in HAPROXY_FIXED_PORTS:
+            if not os.environ.get(name):
+                os.environ[name] = str(free_port())
+        # HAProxy runs 4 threads by default; not more threads than cores on a small machine
+        os.environ.setdefault("RAY_SERVE_HAPROXY_NBTHREAD", str(max(1, min(4, os.cpu_count() or 1))))
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    logger.info("started a local Ray (%s ingress)", options.ingress)
+    return ClusterSession(started_here=True, ingress=options.ingress)
+
+
+def _cluster_ingress() -> IngressPath:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def switch() -> str | None:
+        return os.environ.get("RAY_SERVE_ENABLE_HA_PROXY")
+
+    return "haproxy" if ray.get(switch.remote(), timeout=120) == "1" else "proxy"
+
+
+def _warn_if_unreachable_replicas(options: ServeOptions, *, ingress: str) -> None:
+    """Behind HAProxy each replica serves HTTP itself, on the address Serve binds (``host``): on the
+    loopback, HAProxy on one node cannot reach the replicas on another."""
+    import ray
+
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if ingress == "haproxy" and nodes > 1 and options.host in ("127.0.0.1", "localhost", "::1"):
+        logger.warning(
+            "host=%s on a %d-node cluster with HAProxy ingress: replicas listen on the loopback, so only the "
+            "replicas on the node a request arrives at can answer it; pass --host 0.0.0.0 (with --api-key) to "
+            "use every node's replicas", options.host, nodes,
+        )
+
+
+def check_serve_address(options: ServeOptions) -> None:
+    """After ``serve.start``: a joined cluster may run Serve already, on its own host and port
+    (``serve.start`` then keeps them); say so rather than announce a URL nobody listens on.
+
+    Raises:
+        ServeAddressTaken: the running Serve listens elsewhere.
+    """
+    from ray.serve.context import _get_global_client  # the running Serve's HTTP options (Ray 2.60)
+
+    running = _get_global_client().http_config
+    if (running.host, running.port) != (options.host, options.port):
+        raise ServeAddressTaken(
+            f"Serve already runs on this cluster at {running.host}:{running.port}, not {options.host}:{options.port}; "
+            f"pass --host {running.host} --port {running.port} (and an --app-name and --route-prefix of its own)"
+        )

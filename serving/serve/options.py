@@ -1,0 +1,215 @@
+"""How a configuration is served: ``ServeOptions``, and reading a best-config file.
+
+The file ``spectune serve`` takes is an ``EngineConfig`` YAML — exactly what a sweep writes as
+``best.yaml``, comment lines included — optionally with a ``serve:`` block of ``ServeOptions``
+(``num_replicas``, ``autoscaling_config``, ``port`` ...). The block is taken off before the engine
+part is validated, so ``best.yaml`` is accepted unchanged and the engine part stays exactly the
+configuration that was measured. Options given on the command line win over the block. The API
+key is never read from the file: secrets do not belong in a config that is copied around
+(``--api-key`` or ``SPECTUNE_API_KEY``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from serving.engine.config import EngineConfig
+from serving.environ import EnvVar
+from serving.errors import SpectuneError
+
+__all__ = [
+    "API_KEY_ENV",
+    "IngressPath",
+    "ServeConfigError",
+    "ServeOptions",
+    "ServeStartError",
+    "load_serve_file",
+    "parse_serve_file",
+]
+
+IngressPath = Literal["haproxy", "proxy"]
+"""``haproxy``: Ray Serve's HAProxy ingress with direct ingress (``RAY_SERVE_ENABLE_HA_PROXY=1``);
+``proxy``: Serve's plain Python proxy actor."""
+
+API_KEY_ENV = EnvVar(
+    name="SPECTUNE_API_KEY",
+    parse=str,
+    default="",
+    doc="API key `spectune serve` requires from clients (as `Authorization: Bearer <key>`) when "
+        "`--api-key` is not given. Empty: no key.",
+)
+"""Read by the CLI only; replicas receive the key's SHA-256, never the key."""
+
+
+class ServeConfigError(SpectuneError, ValueError):
+    """A serve configuration (file or options) is invalid; ``problems`` lists each as "field: what"."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems or [])
+        super().__init__(message + "".join(f"\n  - {p}" for p in self.problems))
+
+
+class ServeStartError(SpectuneError):
+    """The application did not come up (a replica failed to start, e.g. its env audit failed)."""
+
+
+class ServeOptions(BaseModel):
+    """Everything about serving that is not the engine: replicas, resources, network, health."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    app_name: str = Field(default="spectune", min_length=1, description="Name of the Serve application.")
+    route_prefix: str = Field(default="/", description="Path the application is mounted at ('/': the root).")
+    host: str = Field(
+        default="127.0.0.1", min_length=1,
+        description="Address Serve's HTTP ingress binds; 127.0.0.1 keeps it on this machine, 0.0.0.0 exposes it.",
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of Serve's HTTP ingress.")
+    ingress: IngressPath = Field(
+        default="haproxy",
+        description="Ingress path when spectune starts Ray itself: 'haproxy' (HAProxy + direct ingress, the "
+                    "measured faster one) or 'proxy' (Serve's Python proxy). A joined cluster keeps its own.",
+    )
+    num_replicas: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Replicas, each with its own engine and GPUs (default 1; not with autoscaling_config).",
+    )
+    autoscaling_config: dict[str, Any] | None = Field(
+        default=None,
+        description="Ray Serve autoscaling_config, passed through (min_replicas, max_replicas, "
+                    "target_ongoing_requests, ...).",
+    )
+    gpus_per_replica: int | None = Field(
+        default=None, ge=0, le=64,
+        description="GPUs each replica (its engine) reserves: default tp_size for SGLang, 0 for the reference engine.",
+    )
+    cpus_per_replica: float = Field(default=1.0, ge=0, le=1024, description="CPUs each replica reserves.")
+    max_ongoing_requests: int = Field(
+        default=1024, ge=1,
+        description="Requests Serve lets into one replica at once; the engine queues and batches them "
+                    "(Serve's default of 5 would cap the engine's batch).",
+    )
+    max_queued_requests: int | None = Field(
+        default=None, ge=-1,
+        description="Serve's max_queued_requests, passed through (default: Serve's, no limit). Not a way to make "
+                    "an outage fail faster: Serve counts a request as queued for a moment on its way in, so a small "
+                    "limit refuses simultaneous arrivals on a healthy replica.",
+    )
+    health_check_period_s: float = Field(
+        default=5.0, gt=0, le=600,
+        description="Serve checks each replica this often (engine process alive and healthy: /health_generate); "
+                    "three failures in a row replace the replica.",
+    )
+    health_check_timeout_s: float = Field(default=30.0, gt=0, le=600, description="A health check slower than this fails.")
+    engine_start_timeout_s: float = Field(
+        default=1800.0, gt=0, description="How long an engine may take to become healthy (a large SGLang model loads for minutes)."
+    )
+    log_dir: str | None = Field(
+        default=None, description="Directory for engine logs on each node (default: <temp dir>/spectune-serve)."
+    )
+
+    @field_validator("route_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
+            raise ValueError(f"route_prefix must start with '/' and not end with one (e.g. /llm), got {value!r}")
+        return value
+
+    @field_validator("max_queued_requests")
+    @classmethod
+    def _queue(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("max_queued_requests must be -1 (no limit) or at least 1 (Serve's rule)")
+        return value
+
+    @model_validator(mode="after")
+    def _replicas(self) -> "ServeOptions":
+        if self.autoscaling_config is not None and self.num_replicas is not None:
+            raise ValueError(
+                "set num_replicas or autoscaling_config, not both (autoscaling decides the number of replicas)"
+            )
+        return self
+
+    def replicas_text(self) -> str:
+        """How many replicas, in words (for the readiness line)."""
+        if self.autoscaling_config is not None:
+            low = self.autoscaling_config.get("min_replicas", 1)
+            high = self.autoscaling_config.get("max_replicas", "?")
+            return f"{low}-{high} replicas (autoscaling)"
+        count = self.num_replicas or 1
+        return f"{count} replica{'s' if count != 1 else ''}"
+
+    def gpus_for(self, config: EngineConfig) -> int:
+        """GPUs one replica reserves for ``config``'s engine."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        return config.tp_size if config.kind == "sglang" else 0
+
+
+def _problems(error: ValidationError, *, prefix: str = "") -> list[str]:
+    out = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        out.append(f"{prefix}{where}: {message}" if where else f"{prefix.rstrip('.')}: {message}")
+    return out
+
+
+def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
+    """An engine configuration and its serve options from YAML text.
+
+    Args:
+        text: An ``EngineConfig`` YAML (a sweep's ``best.yaml``), optionally with a ``serve:`` block.
+        source: Names the text in errors (the file path).
+        overrides: Serve options that win over the block (what the command line set).
+
+    Raises:
+        ServeConfigError: the YAML, the engine part or the serve options are invalid; every
+            problem is listed with its field.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ServeConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ServeConfigError(f"{source}: expected an engine configuration (a mapping with kind, model_path, ...), "
+                               f"got {type(data).__name__}")
+    block = data.pop("serve", None) or {}
+    if not isinstance(block, dict):
+        raise ServeConfigError(f"{source}: 'serve' must be a mapping of serve options, got {type(block).__name__}")
+    problems: list[str] = []
+    config = options = None
+    try:
+        config = EngineConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += _problems(exc)
+    try:
+        options = ServeOptions.model_validate({**block, **(overrides or {})})
+    except ValidationError as exc:
+        problems += _problems(exc, prefix="serve.")
+    if problems or config is None or options is None:
+        raise ServeConfigError(f"{source}: invalid serve configuration", problems)
+    if config.kind == "sglang" and options.gpus_for(config) < config.tp_size:
+        raise ServeConfigError(
+            f"{source}: invalid serve configuration",
+            [f"serve.gpus_per_replica: {options.gpus_per_replica} is below tp_size={config.tp_size}; "
+             f"an SGLang engine needs one GPU per TP rank"],
+        )
+    return config, options
+
+
+def load_serve_file(path: str | Path, *, overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
+    """``parse_serve_file`` of a file (see there).
+
+    Raises:
+        ServeConfigError: the file cannot be read, or its content is invalid.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServeConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_serve_file(text, source=str(path), overrides=overrides)

@@ -1,0 +1,204 @@
+"""The Serve deployment whose replica owns one engine: its GPUs, its process, its env audit.
+
+Why not Ray Serve LLM's SGLang server: it runs SGLang in-process (RayEngine), whose scheduler
+actors get no runtime_env, so SGLang's own NCCL settings stay behind in the engine process
+(DESIGN.md). Here the replica runs the same ``EngineProcess`` as the sweep — the engine is a
+subprocess of the replica, which Serve creates with the configuration's NCCL variables in its
+``runtime_env`` and, for a GPU engine, inside a placement group bundle holding the engine's GPUs
+(Ray sets CUDA_VISIBLE_DEVICES; the engine and its TP workers inherit both). The replica does not
+add the variables to the launch itself (``apply_env=False``), so a variable that did not arrive
+through Ray fails the audit instead of being papered over — and a failed audit fails the
+replica's start: Serve never routes a request to an engine that is not the one measured.
+
+Serve calls ``check_health`` every ``health_check_period_s``: the engine process must be alive
+and answer its health check (``EngineProcess.check_healthy``: ``/health_generate``, which proves
+the engine still generates, not only that its HTTP server is up). Three failures in a row make
+Serve replace the replica. Until then the ingress answers a dead engine with a fast 503.
+
+The engine is launched from the thread that runs the replica's constructor (the replica's event
+loop, alive as long as the replica), never from a worker thread, because ``die_with_parent``
+(PR_SET_PDEATHSIG) follows the thread that forked: a replica killed outright takes its engine with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+
+from serving.engine.audit import AuditReport, audit_process_tree
+from serving.engine.command import engine_managed_env
+from serving.engine.config import EngineConfig
+from serving.engine.process import EngineProcess
+from serving.errors import SpectuneError
+from serving.serve.ingress import EngineEndpoint, OpenAIIngress
+
+__all__ = ["EngineReplica", "EnvAuditFailed", "default_log_dir"]
+
+logger = logging.getLogger(__name__)
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class EnvAuditFailed(SpectuneError):
+    """The engine's processes do not carry the configuration's variables; the replica refuses to serve."""
+
+
+def default_log_dir() -> str:
+    """Where engine logs go when no ``log_dir`` is given (on each node)."""
+    return str(Path(tempfile.gettempdir()) / "spectune-serve")
+
+
+def _log_through_serve() -> None:
+    """Send spectune's records in this replica process (loggers ``serving.*``) where Serve sends its
+    own: the replica's log file under the Ray session's ``logs/serve/`` (and stderr). The replica is
+    the top of its process, as the CLI is of its own; without this its records would be dropped."""
+    ours, serve_logger = logging.getLogger("serving"), logging.getLogger("ray.serve")
+    if ours.handlers or not serve_logger.handlers:
+        return
+    for handler in serve_logger.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+
+
+def _replica_id() -> str:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - outside a replica (unit tests): a stable stand-in
+        return f"pid-{os.getpid()}"
+
+
+class _EngineReplica:
+    """One replica: start the engine, prove its env, serve it through ``OpenAIIngress``.
+
+    Serve wraps this class (``serve.ingress()`` below); ``__serve_build_asgi_app__`` hands Serve the
+    ingress once the engine is up.
+    """
+
+    async def __init__(self, *, config: dict[str, Any], settings: dict[str, Any]) -> None:
+        """Launch the engine, wait until healthy, audit it; raise (failing the replica) otherwise.
+
+        Args:
+            config: ``EngineConfig.model_dump()``.
+            settings: ``log_dir``, ``start_timeout_s``, ``health_check_timeout_s``,
+                ``api_key_sha256`` (see ``serving.app.build_app``).
+
+        Raises:
+            EngineLaunchError: the engine did not become healthy (it is stopped).
+            EnvAuditFailed: a process of the engine lacks a variable (the engine is stopped).
+        """
+        _log_through_serve()
+        self.config = EngineConfig.model_validate(config)
+        self.replica_id = _replica_id()
+        self._health_timeout_s = float(settings.get("health_check_timeout_s", 30.0))
+        self._engine = EngineProcess.from_config(
+            self.config,
+            log_dir=Path(settings.get("log_dir") or default_log_dir()),
+            start_timeout_s=float(settings.get("start_timeout_s", 1800.0)),
+            apply_env=False,
+            die_with_parent=True,
+        )
+        self._engine.start()  # on this (long-lived) thread: see the module docstring
+        try:
+            await asyncio.to_thread(self._engine.wait_healthy)
+            self._startup_audit = await asyncio.to_thread(self._audit_now)
+            if not self._startup_audit.ok:
+                raise EnvAuditFailed(
+                    f"replica {self.replica_id}: the engine does not carry the configured environment, so it is "
+                    f"not the configuration that was measured; refusing to serve it.\n{self._startup_audit.summary()}\n"
+                    "A variable every process lacks never reached the replica: it must come through Ray's runtime_env "
+                    "(spectune puts the config's env there; a driver's shell does not count). One the server has "
+                    "but its workers lack was set after they were spawned. Engine log: "
+                    f"{self._engine.log_path}"
+                )
+            models = await asyncio.to_thread(self._models_body)
+        except BaseException:
+            await asyncio.to_thread(self._engine.stop_quietly)
+            raise
+        self._ingress = OpenAIIngress(
+            engine=EngineEndpoint(url=self._engine.url, models_body=models),
+            replica_id=self.replica_id,
+            api_key_sha256=settings.get("api_key_sha256"),
+            audit=self.audit_report,
+        )
+        logger.info(
+            "replica %s: engine pid %d at %s (CUDA_VISIBLE_DEVICES=%s); %s",
+            self.replica_id, self._engine.pid, self._engine.url, os.environ.get("CUDA_VISIBLE_DEVICES"),
+            self._startup_audit.summary(),
+        )
+
+    def __serve_build_asgi_app__(self) -> OpenAIIngress:
+        return self._ingress
+
+    def _audit_now(self) -> AuditReport:
+        return audit_process_tree(
+            root_pid=self._engine.pid, expected=dict(self.config.env), worker_expected=engine_managed_env(self.config)
+        )
+
+    def _models_body(self) -> bytes:
+        with _NO_PROXY.open(self._engine.url + "/v1/models", timeout=30) as response:
+            return response.read()
+
+    async def audit_report(self) -> dict[str, Any]:
+        """What ``GET /spectune/audit`` answers: who this replica is, its engine, and the audit
+        at start-up and now (the engine's processes re-read: a worker restarted since shows here)."""
+        now = await asyncio.to_thread(self._audit_now)
+        return {
+            "replica": self.replica_id,
+            "node_ip": _node_ip(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "engine": {"pid": self._engine.pid, "url": self._engine.url, "log_path": str(self._engine.log_path),
+                       "kind": self.config.kind, "model_path": self.config.model_path, "tp_size": self.config.tp_size},
+            "ok": self._startup_audit.ok and now.ok,
+            "startup": self._startup_audit.to_dict(),
+            "now": now.to_dict(),
+        }
+
+    async def check_health(self) -> None:
+        """Serve's health hook: raise unless the engine is alive and healthy.
+
+        Raises:
+            EngineDied: the engine exited (Serve replaces the replica after three failures).
+            EngineNotReady: it is alive but not healthy.
+        """
+        await asyncio.to_thread(self._engine.check_healthy, timeout_s=self._health_timeout_s)
+
+    def __del__(self) -> None:
+        """Stop the engine and prove nothing of it is left: at Serve's graceful shutdown (after the
+        ASGI lifespan shutdown, which closes the pooled client) and, for an instance that never
+        finished starting, when Python collects it (``stop()`` of a stopped engine does nothing).
+
+        Synchronous on purpose: an ``async`` destructor would only be awaited by Serve, never by
+        the garbage collector. It runs once, at the very end, so blocking the loop costs nothing.
+        """
+        engine = getattr(self, "_engine", None)
+        if engine is None:
+            return
+        try:
+            report = engine.stop()
+        except Exception:  # noqa: BLE001 - a destructor can only report
+            logger.exception("replica %s: stopping its engine failed", getattr(self, "replica_id", "?"))
+            return
+        if report.stopped_pids:
+            logger.info("replica %s: engine stopped (%d processes, exit code %s)",
+                        getattr(self, "replica_id", "?"), len(report.stopped_pids), report.exit_code)
+
+
+def _node_ip() -> str | None:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+
+
+EngineReplica = serve.ingress()(_EngineReplica)
+"""The deployment class (``serve.deployment(EngineReplica).options(...)`` in ``serving.app``)."""

@@ -1,0 +1,245 @@
+"""``spectune serve`` in the foreground: the application, one readiness line, a clean stop.
+
+Ready means: the application is RUNNING (so every replica's engine is healthy and passed its env
+audit — a replica whose audit fails never starts) and the endpoint answers through the ingress.
+On Ctrl-C or SIGTERM the application is deleted (each replica stops its engine and proves its
+process tree gone) and a Ray started here (``serving.serve.cluster``) is shut down; a second
+Ctrl-C does not cut that short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import ray
+from ray import serve
+
+from serving.app import build_app
+from serving.engine.config import EngineConfig
+from serving.serve.cluster import check_serve_address, start_or_join
+from serving.serve.ingress import key_digest
+from serving.serve.options import ServeOptions, ServeStartError
+from serving.waiting import wait_until
+
+__all__ = ["Readiness", "ServeStartError", "base_url", "run_foreground"]
+
+logger = logging.getLogger(__name__)
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+READY_TIMEOUT_S = 120.0
+"""How long the endpoint may take to answer through the ingress once the application is RUNNING
+(HAProxy picks up new replicas on its next reload)."""
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Died|Timeout|NotReady)\b.*:")
+
+@dataclass(frozen=True)
+class Readiness:
+    """What the readiness line says.
+
+    Attributes:
+        url: Base URL of the OpenAI-compatible endpoint (``.../v1`` is the client's base_url).
+        model: The model id clients send.
+        audit: ``GET /spectune/audit`` of the replica that answered.
+        replicas: How many replicas, in words.
+        ingress: The ingress path (``haproxy`` or ``proxy``; a joined cluster's is read from it).
+        api_key_required: Whether clients must send the key.
+    """
+
+    url: str
+    model: str
+    audit: dict[str, Any]
+    replicas: str
+    ingress: str
+    api_key_required: bool
+
+    def line(self) -> str:
+        """One line: URL, model, audit verdict."""
+        report = self.audit.get("startup", {})
+        processes = report.get("processes", [])
+        workers = sum(1 for p in processes if p.get("role") == "tp_worker")
+        names = ", ".join(sorted({*report.get("expected", {}), *report.get("worker_expected", {})})) or "nothing expected"
+        verdict = (f"env audit passed ({len(processes)} processes, {workers} TP workers carry {names})"
+                   if self.audit.get("ok") else "env audit FAILED")
+        key = "API key required" if self.api_key_required else "no API key"
+        return (f"serving {self.model} at {self.url}/v1 ({self.replicas}, {self.ingress} ingress, {key}); {verdict}; "
+                f"audit: {self.url}/spectune/audit")
+
+
+def base_url(options: ServeOptions) -> str:
+    """The URL clients use (a wildcard bind is reached through the loopback)."""
+    host = "127.0.0.1" if options.host in ("0.0.0.0", "") else "::1" if options.host == "::" else options.host
+    host = f"[{host}]" if ":" in host else host
+    prefix = "" if options.route_prefix == "/" else options.route_prefix
+    return f"http://{host}:{options.port}{prefix}"
+
+
+def _get(url: str, *, key: str | None, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with _NO_PROXY.open(request, timeout=timeout_s) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def _deployment_messages(name: str) -> str:
+    """Why the application's deployments are not running (a failed replica's exception, with its
+    message: e.g. the env audit that failed), as Serve recorded it."""
+    app = serve.status().applications.get(name)
+    if app is None:
+        return ""
+    return "\n".join(f"{deployment}: {_without_traceback(status.message)}"
+                     for deployment, status in app.deployments.items() if status.message)
+
+
+def _without_traceback(message: str) -> str:
+    """Serve's message with the replica's traceback cut down to its first line and the exception
+    that ended it (e.g. ``serving.serve.replica.EnvAuditFailed: ...`` and the lines it names)."""
+    lines = message.splitlines()
+    last_traceback = max((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), default=-1)
+    if last_traceback < 0:
+        return message
+    raised = next((i for i in range(len(lines) - 1, last_traceback, -1)
+                   if _EXCEPTION_LINE.match(lines[i])), None)
+    return "\n".join([lines[0], *lines[raised:]]) if raised is not None else message
+
+
+def _application_status(name: str) -> tuple[str, str]:
+    app = serve.status().applications.get(name)
+    return (str(getattr(app.status, "value", app.status)), app.message or "") if app is not None else ("MISSING", "")
+
+
+def _report_status_changes(name: str, *, every_s: float) -> None:
+    """Until interrupted: log each change of the application's status (a replica being replaced
+    shows as UNHEALTHY, then RUNNING again)."""
+    last = ("RUNNING", "")
+    ticker = threading.Event()  # never set: its wait() is a sleep that Ctrl-C interrupts
+    while not ticker.wait(every_s):
+        now = _application_status(name)
+        if now != last:
+            level = logging.INFO if now[0] == "RUNNING" else logging.WARNING
+            logger.log(level, "application %r is %s%s", name, now[0], f": {now[1]}" if now[1] else "")
+            last = now
+
+
+@contextlib.contextmanager
+def _signals_stop() -> Iterator[None]:
+    """While serving, SIGTERM stops like Ctrl-C (KeyboardInterrupt); restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _uninterruptible(what: str) -> Iterator[None]:
+    """A teardown that a second Ctrl-C must not cut short (it would leave engines behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ignore(signum: int, frame: object) -> None:
+        logger.warning("still %s; please wait", what)
+
+    previous = {sig: signal.signal(sig, ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str) -> Readiness:
+    url = base_url(options)
+    try:
+        wait_until(lambda: _get(url + "/health", key=None)[0] == 200, timeout_s=READY_TIMEOUT_S,
+                   what=f"{url}/health to answer 200 through the ingress", poll_s=0.25)
+    except TimeoutError as exc:
+        raise ServeStartError(f"the application is running but {exc}") from None
+    status, body = _get(url + "/v1/models", key=api_key)
+    models = json.loads(body).get("data", []) if status == 200 else []
+    status, body = _get(url + "/spectune/audit", key=api_key, timeout_s=30)
+    audit = json.loads(body) if status == 200 else {"ok": False, "error": body.decode(errors="replace")[:300]}
+    return Readiness(
+        url=url, model=models[0]["id"] if models else "?", audit=audit, replicas=options.replicas_text(),
+        ingress=ingress, api_key_required=api_key is not None,
+    )
+
+
+def run_foreground(
+    config: EngineConfig,
+    options: ServeOptions,
+    *,
+    api_key: str | None,
+    address: str | None,
+    on_ready: Callable[[Readiness], None],
+    status_every_s: float = 5.0,
+) -> None:
+    """Serve ``config`` until Ctrl-C / SIGTERM, then stop everything this call started.
+
+    Args:
+        config: The engine configuration (a sweep's best.yaml).
+        options: How to serve it.
+        api_key: Clients must send it (``Authorization: Bearer``); replicas get only its SHA-256.
+        address: A running Ray cluster to join; None starts a local one.
+        on_ready: Called once with the readiness facts (the CLI prints the line).
+        status_every_s: How often the application's status is checked (changes are logged).
+
+    Raises:
+        ServeStartError: the application failed to deploy or never answered.
+    """
+    with _signals_stop():
+        cluster = start_or_join(options, address=address)
+        deployed = False
+        try:
+            serve.start(http_options={"host": options.host, "port": options.port}, proxy_location="EveryNode")
+            check_serve_address(options)
+            app = build_app(config, options, api_key_sha256=key_digest(api_key) if api_key else None)
+            logger.info("deploying %s (%s) as application %r", config.model_path, options.replicas_text(), options.app_name)
+            deployed = True
+            try:
+                serve.run(app, name=options.app_name, route_prefix=options.route_prefix, blocking=False)
+            except RuntimeError as exc:
+                raise ServeStartError(
+                    f"application {options.app_name!r} failed to deploy: {exc}\n{_deployment_messages(options.app_name)}"
+                ) from None
+            on_ready(_wait_ready(options, api_key=api_key, ingress=cluster.ingress))
+            _report_status_changes(options.app_name, every_s=status_every_s)
+        except KeyboardInterrupt:
+            logger.info("stopping")
+        finally:
+            with _uninterruptible("stopping the application and its engines"):
+                _teardown(options, deployed=deployed, started_ray=cluster.started_here)
+
+
+def _teardown(options: ServeOptions, *, deployed: bool, started_ray: bool) -> None:
+    """Delete the application (each replica stops its engine), then a Ray started here."""
+    began = time.monotonic()
+    try:
+        if deployed:
+            serve.delete(options.app_name)
+        if started_ray:
+            serve.shutdown()
+    finally:
+        ray.shutdown()  # a cluster started here stops; a joined one only loses this driver
+    logger.info("stopped in %.1f s", time.monotonic() - began)
