@@ -154,9 +154,10 @@ def simulate_nccl(grid: dict[str, Any], presets: list[tuple[dict[str, str], floa
             value = round(point["value"] * factor, 2) if point["value"] is not None else None
             points.append({**point, "params": {**point["params"], **env}, "value": value,
                            **({"simulated_factor": round(factor, 4)} if env else {})})
-    out = {**grid, "name": f"{grid['name']}+simulated-nccl", "points": points,
-           "description": "NCCL presets simulated: measured values x factors from DESIGN.md's 2x H200 decode-step "
-                          "times (benchmarks/grid_from_sweep.py SIMULATED_NCCL)"}
+    simulated = ("NCCL presets simulated: measured values x factors from DESIGN.md's 2x H200 decode-step times "
+                 "(benchmarks/grid_from_sweep.py SIMULATED_NCCL)")
+    description = f"{grid['description']}; {simulated}" if grid.get("description") else simulated
+    out = {**grid, "name": f"{grid['name']}+simulated-nccl", "description": description, "points": points}
     if "space" in grid:
         out["space"] = {**grid["space"], "nccl_env": [env for env, _ in presets]}
     return out
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trials", type=Path, nargs="+", help="trials.jsonl of one or more sweeps of one spec.")
     parser.add_argument("--spec", type=Path, help="The sweep's spec: its space goes into the grid (exact lists).")
     parser.add_argument("--name", help="Grid name (default: the spec's name, else the first file's folder).")
+    parser.add_argument("--description", help="A line on how the sweeps were run (kept in the grid).")
     parser.add_argument("--simulate-nccl", action="store_true", help="Cross with simulated NCCL presets.")
     parser.add_argument("-o", "--output", type=Path, help="Write here (default: stdout).")
     args = parser.parse_args(argv)
@@ -191,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or (spec.name if spec else args.trials[0].parent.name)
     try:
         grid = grid_from_trials(_records(args.trials), name=name, space=space_of(spec) if spec else None)
+        if args.description:
+            grid = {"name": grid["name"], "description": args.description, **grid}
         if args.simulate_nccl:
             grid = simulate_nccl(grid)
-    except (GridError, KeyError, json.JSONDecodeError) as exc:
+    except (GridError, KeyError, ValueError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = dumps_grid(grid)

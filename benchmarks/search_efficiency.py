@@ -32,8 +32,8 @@ unset). ``space`` keys: ``speculative`` (a list of ``[steps, topk, draft]`` trip
 for SGLang's choice) or ``num_steps`` / ``eagle_topk`` / ``num_draft_tokens`` / ``include_auto``
 (SGLang's rules applied); ``all_reduce``; ``nccl_env`` (a list of whole settings, ``{}`` = NCCL's
 defaults) or one key per NCCL variable with its values. Without ``space`` it is read off the
-points. SGLang's ``bench_speculative.py`` JSONL (``steps``, ``topk``, ``num_draft_tokens``,
-``speed``, ...) is read as a grid too.
+points. SGLang's ``bench_speculative.py`` JSONL (``batch_size``, ``steps``, ``topk``,
+``num_draft_tokens``, ``speed``, ...) is read as a grid too, one batch size at a time.
 
     python benchmarks/search_efficiency.py --grid benchmarks/data/reference-cpu-grid.json --seeds 30
 """
@@ -103,7 +103,7 @@ class Grid:
     """A measured grid, ready to replay.
 
     Attributes:
-        name: The grid's name (the JSON's ``grid``).
+        name: The grid's name (the output's ``grid``).
         metric: What the values are (e.g. ``output_tok_per_s``).
         mode: ``max`` or ``min``.
         noise_cv: The multiplicative noise to replay with by default.
@@ -148,8 +148,12 @@ class Grid:
         return value <= best + TARGET_FRACTION * abs(best)
 
 
-def load_grid(path: Path) -> Grid:
+def load_grid(path: Path, *, batch_size: int | None = None) -> Grid:
     """Read a grid JSON file, or SGLang's ``bench_speculative.py`` JSONL, into a :class:`Grid`.
+
+    Args:
+        path: The file.
+        batch_size: For ``bench_speculative.py`` JSONL: which batch size's speeds (default: the largest).
 
     Raises:
         GridError: the file is neither, or a point or the space breaks the format (named).
@@ -158,9 +162,9 @@ def load_grid(path: Path) -> Grid:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = _grid_from_bench_speculative(text, name=path.stem)
+        data = _grid_from_bench_speculative(text, name=path.stem, batch_size=batch_size)
     if isinstance(data, dict) and "points" not in data and "speed" in data:  # a one-line JSONL
-        data = _grid_from_bench_speculative(text, name=path.stem)
+        data = _grid_from_bench_speculative(text, name=path.stem, batch_size=batch_size)
     if not isinstance(data, dict):
         raise GridError(f"{path}: expected a JSON object with 'points', or bench_speculative.py JSONL")
     return grid_from_data(data, source=str(path))
@@ -315,30 +319,38 @@ def _nccl_values(search: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 yield name, nccl.normalise_value(name, str(value))
 
 
-def _grid_from_bench_speculative(text: str, *, name: str) -> dict[str, Any]:
+def _grid_from_bench_speculative(text: str, *, name: str, batch_size: int | None = None) -> dict[str, Any]:
     """SGLang's ``scripts/playground/bench_speculative.py`` JSONL as a grid (metric ``speed``, max).
 
-    Each line holds ``steps``, ``topk``, ``num_draft_tokens`` and ``speed`` (output tokens/s);
-    lines of several batch sizes for one configuration are averaged. The space is exactly the
-    measured triples (SGLang's script measures no baseline: both baselines count as failed trials).
+    Each line holds ``batch_size``, ``steps``, ``topk``, ``num_draft_tokens`` and ``speed`` (output
+    tokens/s). One batch size is one workload: the grid takes ``batch_size`` (default: the largest
+    measured). The space is exactly the measured triples; SGLang's script measures no baseline, so
+    both baselines count as failed trials.
     """
-    speeds: dict[tuple[int, int, int], list[float]] = {}
+    rows: list[tuple[int, tuple[int, int, int], float]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             triple = (int(row["steps"]), int(row["topk"]), int(row["num_draft_tokens"]))
-            speed = float(row["speed"])
+            rows.append((int(row.get("batch_size", 1)), triple, float(row["speed"])))
         except (ValueError, KeyError, TypeError) as exc:
             raise GridError(f"line {number}: not a bench_speculative.py record with steps, topk, "
                             f"num_draft_tokens, speed ({exc})") from None
-        speeds.setdefault(triple, []).append(speed)
-    if not speeds:
+    if not rows:
         raise GridError("no bench_speculative.py records found")
-    points = [{"params": dict(zip(TRIPLE_KEYS, t)), "value": statistics.fmean(v)} for t, v in speeds.items()]
-    return {"name": name, "metric": "speed", "mode": "max", "space": {"speculative": [list(t) for t in speeds]},
-            "points": points}
+    sizes = sorted({size for size, _, _ in rows})
+    chosen = sizes[-1] if batch_size is None else batch_size
+    if chosen not in sizes:
+        raise GridError(f"batch_size={chosen} was not measured; measured: {sizes}")
+    speeds: dict[tuple[int, int, int], list[float]] = {}
+    for size, triple, speed in rows:
+        if size == chosen:
+            speeds.setdefault(triple, []).append(speed)
+    points = [{"params": dict(zip(TRIPLE_KEYS, t)), "value": statistics.median(v)} for t, v in speeds.items()]
+    return {"name": f"{name}-bs{chosen}", "metric": "speed", "mode": "max",
+            "space": {"speculative": [list(t) for t in speeds]}, "points": points}
 
 
 # --- replaying --------------------------------------------------------------------------------
@@ -449,12 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20, help="Seeds per searcher (default 20).")
     parser.add_argument("--noise-cv", type=float, default=None, help="Override the grid's noise_cv.")
     parser.add_argument("--searcher", action="append", choices=list(SEARCHERS), help="Only these searchers.")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="bench_speculative.py JSONL: the batch size to replay (default: the largest).")
     parser.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
     args = parser.parse_args(argv)
     logging.getLogger("optuna").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
     try:
-        grid = load_grid(args.grid)
+        grid = load_grid(args.grid, batch_size=args.batch_size)
     except (GridError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -144,7 +144,7 @@ def sweep(
     """
     from orchestrator.spec_file import read_spec_file
     from orchestrator.sweep import dry_run as show_dry_run
-    from orchestrator.sweep import run_sweep
+    from orchestrator.sweep.driver import SweepBusyError, SweepResumeError, run_sweep
 
     if resume is not None:
         if spec is None:
@@ -160,10 +160,10 @@ def sweep(
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
                             resume=resume is not None)
-    except FileNotFoundError as exc:
+    except SweepResumeError as exc:
         Console(stderr=True).print(f"[bold red]cannot resume[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    except RuntimeError as exc:
+    except SweepBusyError as exc:
         Console(stderr=True).print(f"[bold red]cannot start[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit(outcome.exit_code)

@@ -12,7 +12,7 @@ from serving.engine.audit import read_environ
 from serving.engine.config import EngineConfig
 from serving.waiting import wait_until
 
-__all__ = ["SPECULATIVE", "processes_with_marker", "read_environ", "reference_config", "wait_until"]
+__all__ = ["SPECULATIVE", "alive", "processes_with_marker", "read_environ", "reference_config", "wait_until"]
 
 SPECULATIVE = dict(
     speculative_algorithm="EAGLE3",
@@ -53,3 +53,11 @@ def processes_with_marker(marker: str) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -10,6 +10,6 @@ Modules, in the order data flows through them:
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """
 
-from orchestrator.sweep.driver import SweepOutcome, dry_run, resolve_results_dir, run_sweep
+from orchestrator.sweep.driver import SweepOutcome, SweepResumeError, dry_run, resolve_results_dir, run_sweep
 
-__all__ = ["SweepOutcome", "dry_run", "resolve_results_dir", "run_sweep"]
+__all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]

@@ -32,11 +32,12 @@ from orchestrator.sweep.coordinator import (
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
 from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
+from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from serving.environ import ENV
 from serving.waiting import wait_until
 
-__all__ = ["SweepOutcome", "dry_run", "resolve_results_dir", "run_sweep"]
+__all__ = ["SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,14 @@ EXIT_NO_BEST = 1
 
 _RAY_WORKING_DIR_MARKER = "runtime_resources"
 """Part of the path of the copy ``ray job submit --working-dir`` runs in (inside Ray's session dir)."""
+
+
+class SweepResumeError(SpectuneError):
+    """``--resume`` named a directory that holds no sweep."""
+
+
+class SweepBusyError(SpectuneError):
+    """Another sweep is writing the same results directory."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +240,9 @@ def _callbacks(display: _Display, ref: CoordinatorRef) -> list[Any]:
             error = getattr(trial, "error_message", None) or "the trial's worker failed (see the job log)"
             self._ended(trial, status="failed", reason="error", message=str(error)[-2000:])
 
-    return [SweepCallback()]
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    return [SweepCallback(), JsonLoggerCallback(), CSVLoggerCallback()]
 
 
 class _BaselineAwareASHA:
@@ -265,7 +276,7 @@ def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any
     coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
 
     Raises:
-        RuntimeError: another sweep is writing this results directory.
+        SweepBusyError: another sweep is writing this results directory.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -285,7 +296,7 @@ def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any
     try:
         wait_until(create, timeout_s=60, what="the results directory's coordinator name to be free", poll_s=2.0)
     except TimeoutError:
-        raise RuntimeError(
+        raise SweepBusyError(
             f"another sweep is writing {kwargs['results_dir']} (its coordinator {ref.name} is alive); wait for it, "
             "stop it (ray job stop), or use another --results-dir"
         ) from None
@@ -305,12 +316,17 @@ def run_sweep(
     out = resolve_results_dir(spec, results_dir)
     if resume:
         if not (out / STATE_FILE).exists():
-            raise FileNotFoundError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
+            raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
     else:
         _archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         atomic_write_text(out / "spec.yaml", spec_text)  # what --resume reads back
+    # The driver works in the results directory from here on: under `ray job submit` its working
+    # directory is Ray's copy of the project, which Ray may garbage-collect while the job still
+    # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
+    # resolve any relative path. Every path below is absolute already.
+    os.chdir(out)
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
     _connect_ray(address)
     # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
@@ -318,9 +334,10 @@ def run_sweep(
     # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
     # silent at verbose=0, and the job log then holds only spectune's lines (see _Display).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Tune's default CSV/JSON/TensorBoard loggers duplicate trials.jsonl and MLflow, and the
-    # TensorBoard one imports torch into the driver once trials ask for GPUs (seen to fail there
-    # with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy two-node cluster).
+    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
+    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
+    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
+    # results need, are passed explicitly (see _callbacks).
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     import optuna
 

@@ -136,7 +136,11 @@ def _report_status_changes(name: str, *, every_s: float) -> None:
 
 @contextlib.contextmanager
 def _signals_stop() -> Iterator[None]:
-    """While serving, SIGTERM stops like Ctrl-C (KeyboardInterrupt); restored afterwards."""
+    """While serving, Ctrl-C and SIGTERM stop it (KeyboardInterrupt); restored afterwards.
+
+    SIGINT gets the handler explicitly too: a process started from a non-interactive shell's
+    background job inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -144,11 +148,12 @@ def _signals_stop() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

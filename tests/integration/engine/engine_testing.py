@@ -7,19 +7,11 @@ The engine config, the bounded wait and the environ reader are the shared ones o
 from __future__ import annotations
 
 import psutil
-from engine_support import processes_with_marker, reference_config, wait_until
+from engine_support import alive, processes_with_marker, reference_config, wait_until
 
 __all__ = ["NCCL_ENV", "alive", "listening", "processes_with_marker", "reference_config", "wait_until"]
 
 NCCL_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "INFO"}
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (not zombie) process."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def listening(port: int) -> bool:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
-from engine_support import read_environ, wait_until
+from engine_support import alive, wait_until
+from engine_support import processes_with_marker as marked_processes
 
 __all__ = [
     "REPO",
@@ -62,28 +62,6 @@ def write_config(path: Path, *, engine: dict[str, Any], serve: dict[str, Any] | 
         text += yaml.safe_dump({"serve": serve}, sort_keys=False)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (not zombie) process."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def marked_processes(marker: str) -> list[psutil.Process]:
-    """Live (not zombie) processes whose start-up environment has SPECTUNE_TEST_MARKER=marker."""
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if read_environ(proc.pid).get("SPECTUNE_TEST_MARKER") == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 @dataclass

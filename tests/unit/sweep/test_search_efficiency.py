@@ -107,10 +107,13 @@ def test_bench_speculative_jsonl_is_a_grid(tmp_path: Path) -> None:
             {"batch_size": 1, "steps": 5, "topk": 4, "num_draft_tokens": 8, "speed": 130.0, "accept_length": 3.4}]
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    grid = se.load_grid(path)
-    assert grid.size == 2 and grid.metric == "speed" and grid.best_value() == 130.0
-    (key,) = [k for k, v in grid.values.items() if v == 110.0]  # batch sizes of one config averaged
-    assert '"num_steps": 3' in key
+    grid = se.load_grid(path)  # the largest batch size: only (3, 1, 4) was measured at 8
+    assert grid.size == 1 and grid.metric == "speed" and grid.best_value() == 120.0
+    assert grid.name == "bench-bs8"
+    small = se.load_grid(path, batch_size=1)
+    assert small.size == 2 and small.best_value() == 130.0
+    with pytest.raises(se.GridError, match=r"batch_size=4 was not measured; measured: \[1, 8\]"):
+        se.load_grid(path, batch_size=4)
 
 
 # --- counting trials --------------------------------------------------------------------------------
@@ -246,3 +249,4 @@ def test_the_shipped_grids_load_and_match_their_spec() -> None:
         factor = len(grid.spec.search.nccl_presets or [{}])
         assert grid.size == len(spec.space()) * factor, path.name
         assert grid.best_value() > 0
+
