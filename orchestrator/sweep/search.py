@@ -327,13 +327,16 @@ class SweepSpace:
         """Whether anything besides the speculative numbers varies (all-reduce path, NCCL)."""
         return len(self.all_reduce) > 1 or any(len(v) > 1 for v in self.nccl.values()) or len(self.presets or {}) > 1
 
-    def default_pins(self) -> dict[str, Any]:
-        """Optuna params that hold the all-reduce path and every NCCL variable at their defaults
-        (enqueued as a partial trial, the sampler then chooses only the speculative numbers)."""
-        pins: dict[str, Any] = {"all_reduce": self.default_all_reduce} if len(self.all_reduce) > 1 else {}
+    def pins(self, candidate: Candidate | None = None) -> dict[str, Any]:
+        """Optuna params that hold the all-reduce path and the NCCL variables at ``candidate``'s
+        settings (default: the default path and NCCL's defaults). Enqueued as a partial trial, they
+        leave the sampler only the speculative numbers to choose."""
+        all_reduce = candidate.all_reduce if candidate is not None else self.default_all_reduce
+        env = dict(candidate.nccl_env) if candidate is not None else {}
+        pins: dict[str, Any] = {"all_reduce": all_reduce} if len(self.all_reduce) > 1 else {}
         if self.presets is not None and len(self.presets) > 1:
-            pins[PRESET_PARAM] = preset_label({})
-        pins.update({name: DEFAULT_WORD for name, values in self.nccl.items() if len(values) > 1})
+            pins[PRESET_PARAM] = preset_label(env)
+        pins.update({name: env.get(name, DEFAULT_WORD) for name, values in self.nccl.items() if len(values) > 1})
         return pins
 
     def starting_points(self) -> list[TrialPlan]:
@@ -388,7 +391,9 @@ class SweepSearch(OptunaSearch):
        NCCL variables stay at their defaults (they act mostly independently of the numbers, and
        NCCL's defaults are often the best), ``speculative_stage`` proposals long;
     4. the best configuration so far with one NCCL / all-reduce setting changed at a time;
-    5. TPE over everything, with all of the above in its history.
+    5. alternately: TPE on the speculative numbers with the settings of the best configuration so
+       far (where NCCL is best), and TPE over everything (settings that interact, such as the
+       all-reduce path with the NCCL variables), all of the above in its history.
 
     Stages 3 and 4 only apply where the space varies more than the speculative numbers.
 
@@ -446,7 +451,7 @@ class SweepSearch(OptunaSearch):
         queued = self._next_queued()
         if queued is not None:
             return self._propose(trial_id, queued)
-        pins = self.search_space.default_pins() if self._proposed < self.speculative_stage else {}
+        pins = self._pins()
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
             if pins:  # a partial trial: the sampler picks the rest
                 self._ot_study.enqueue_trial(pins)
@@ -482,6 +487,29 @@ class SweepSearch(OptunaSearch):
         self._in_flight[trial_id] = key
         self._plans[key] = plan
         self._proposed += 1
+
+    def _pins(self) -> dict[str, Any]:
+        """What the sampler may not choose for the next proposal: in the speculative stage, the
+        all-reduce path and NCCL at their defaults; once the one-factor variants are done, every
+        other proposal holds them at the best configuration's settings (the numbers searched where
+        NCCL is best, while the proposals between search everything, for settings that interact),
+        until every speculative point has been measured with those settings."""
+        if self._proposed < self.speculative_stage:
+            return self.search_space.pins()
+        if not self._variants_queued or self._queue or self._proposed % 2:
+            return {}
+        best = self._incumbent()
+        if best is None or self._measured_with(best.candidate) >= len(self.search_space.triples):
+            return {}
+        return self.search_space.pins(best.candidate)
+
+    def _measured_with(self, candidate: Candidate) -> int:
+        """How many points with ``candidate``'s all-reduce path and NCCL settings were measured."""
+        def same(plan: TrialPlan | None) -> bool:
+            return plan is not None and plan.candidate.all_reduce == candidate.all_reduce and (
+                plan.candidate.nccl_env == candidate.nccl_env) and self.search_space.holds(plan)
+
+        return sum(1 for key in self._measured if same(self._plans.get(key)))
 
     def _next_queued(self) -> TrialPlan | None:
         """The next planned proposal not yet measured: a starting point, or (once the speculative stage

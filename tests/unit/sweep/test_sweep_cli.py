@@ -16,7 +16,10 @@ KIMI = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
 
 
 def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray() -> None:
+    ray_before = "ray" in sys.modules and __import__("ray").is_initialized()
     result = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "40", str(KIMI)])
+    ray_after = "ray" in sys.modules and __import__("ray").is_initialized()
+    assert ray_after == ray_before, "a dry run must not connect to or start Ray"
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.index("baseline: no speculation") < out.index("baseline: SGLang's own choice") < out.index("proposed")
@@ -30,7 +33,6 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray() -> None:
     assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), (
         "the NCCL dimensions are searched: some proposal forces an NCCL variable")
     assert all("NCCL_DEBUG=WARN" in c for c in commands)
-    assert "ray" not in sys.modules or not __import__("ray").is_initialized()
 
 
 def test_the_same_seed_dry_runs_the_same_trials() -> None:
