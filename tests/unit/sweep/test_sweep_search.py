@@ -285,3 +285,17 @@ def test_one_factor_variants_start_from_a_point_of_the_space_even_when_a_baselin
     assert all(p.candidate in spec.space() for p in plans[2:])
     assert plans[4].candidate.nccl_env == {"NCCL_ALGO": "Ring"}  # the variant, of the best point measured
     assert plans[4].candidate.speculative == max(plans[2:4], key=_throughput).candidate.speculative
+
+
+def test_after_the_variants_every_other_proposal_keeps_the_best_settings() -> None:
+    spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 6]},
+                 all_reduce=["custom", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
+    searcher = _searcher(spec)
+    stage = searcher.speculative_stage
+    plans = _run(searcher, _throughput, 2 + stage + 3 + 8)
+    after = list(enumerate(plans[2 + stage + 3:], start=stage + 3))  # (proposal number, plan)
+    pinned = [p for number, p in after if number % 2 == 0]
+    # the best settings are NCCL's defaults and the custom path (_throughput: any forced setting costs 5%)
+    assert len(pinned) == 4 and all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in pinned)
+    keys = [candidate_key(p) for p in plans]
+    assert len(keys) == len(set(keys))
