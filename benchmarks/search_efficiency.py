@@ -204,7 +204,8 @@ def _point(point: Any, index: int) -> tuple[TrialPlan, float | None]:
     if status not in ("ok", "failed"):
         raise GridError(f"{where}: status={status!r}; use ok or failed")
     value = point.get("value")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value is not None and not (number and math.isfinite(value)):
         raise GridError(f"{where}: value={value!r} must be a finite number or null")
     return plan_from_params(point["params"], where), (None if status == "failed" or value is None else float(value))
 

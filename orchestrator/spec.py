@@ -254,7 +254,9 @@ def _triples(value: Any) -> list[list[int]]:
     """``search.speculative.triples``: a non-empty list of ``[num_steps, eagle_topk, num_draft_tokens]``,
     each valid by SGLang's rules (``serving.speculative_rules``), without repeats."""
     if not isinstance(value, list) or not value:
-        raise ValueError(f"must be a non-empty list of [num_steps, eagle_topk, num_draft_tokens], got {short_repr(value)}")
+        raise ValueError(
+            f"must be a non-empty list of [num_steps, eagle_topk, num_draft_tokens], got {short_repr(value)}"
+        )
     if len(value) > MAX_CHOICES:
         raise ValueError(f"{len(value)} triples; at most {MAX_CHOICES} are allowed")
     seen: set[tuple[int, ...]] = set()

@@ -11,7 +11,8 @@ Listed points (``search.speculative.triples``, ``search.nccl_presets``) are one 
 
 The search is staged, because a sweep of a large model affords a few dozen trials (see
 :class:`SweepSearch`): SGLang's rule-of-thumb configurations first, then the speculative numbers
-with NCCL at its defaults, then NCCL one setting at a time on the best point, then everything.
+with NCCL at its defaults, then NCCL one setting at a time on the best point, then the numbers at
+the best NCCL settings and everything at once, in turn.
 ``benchmarks/search_efficiency.py`` measures what this buys on measured grids.
 
 :class:`SweepSearch` is Ray Tune's ``OptunaSearch`` with four additions: the baselines (no

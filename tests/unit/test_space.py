@@ -237,4 +237,5 @@ def test_presets_and_a_per_variable_product_exclude_each_other() -> None:
 def test_spec_triples_build_the_listed_space() -> None:
     search = SpeculativeSearch(triples=[[3, 1, 4], [5, 4, 8]], include_auto=True)
     assert isinstance(search.space(), SpeculativeList)
-    assert [t.label() for t in speculative_triples(search)] == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+    labels = [t.label() for t in speculative_triples(search)]
+    assert labels == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
