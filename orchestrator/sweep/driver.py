@@ -444,7 +444,7 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, s
         confirmation = run_confirmation(
             spec, records, visit=visit, say=lambda line: console.print(line, highlight=False, markup=False))
     confirmed = next((r for r in records if confirmation and r.number == confirmation.winner), None)
-    report = build_report(records, nccl_variables=sorted(spec.search.nccl_env), metric=metric, concurrency=level,
+    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
                           confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
     report["confirmation"] = confirmation.to_dict() if confirmation else None
     wall_s = time.monotonic() - started

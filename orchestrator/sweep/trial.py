@@ -181,7 +181,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
 def _params(plan: TrialPlan, spec: SweepSpec) -> dict[str, Any]:
     """Every parameter of the trial, each NCCL variable of the space by name ('default' = unset)."""
     params: dict[str, Any] = plan.params()
-    for name in sorted(spec.search.nccl_env):
+    for name in spec.search.nccl_variables():
         params[name] = plan.candidate.nccl_env.get(name, "default")
     for name, value in sorted(spec.engine.env.items()):
         params.setdefault(f"env.{name}", value)

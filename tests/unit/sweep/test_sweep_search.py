@@ -299,3 +299,16 @@ def test_after_the_variants_every_other_proposal_keeps_the_best_settings() -> No
     assert len(pinned) == 4 and all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in pinned)
     keys = [candidate_key(p) for p in plans]
     assert len(keys) == len(set(keys))
+
+
+def test_a_preset_trial_records_every_listed_variable_by_name() -> None:
+    """MLflow's params and the report's NCCL effects key on the variable names: with
+    ``search.nccl_presets`` they must be the presets' variables, 'default' where a preset leaves one unset."""
+    from orchestrator.sweep.trial import _params
+
+    spec = _listed_spec()
+    by_env = {tuple(sorted(p.candidate.nccl_env.items())): p for p in SweepSpace(spec).candidates()}
+    tree = _params(by_env[(("NCCL_ALGO", "Tree"),)], spec)
+    assert tree["NCCL_ALGO"] == "Tree" and tree["NCCL_PROTO"] == "default"
+    defaults = _params(by_env[()], spec)
+    assert defaults["NCCL_ALGO"] == defaults["NCCL_PROTO"] == "default"
