@@ -60,7 +60,10 @@ speculative_eagle_topk: 1
 speculative_num_draft_tokens: 3
 env: {NCCL_ALGO: Ring}
 """
-SPECTUNE = str(Path(sys.executable).with_name("spectune"))
+_SCRIPT = Path(sys.executable).with_name("spectune")
+# The console script where spectune is installed; the module itself where it only is on the path
+# (a GPU node with the wheels unpacked under PYTHONPATH, say).
+SPECTUNE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "orchestrator.cli"]
 
 
 @contextlib.contextmanager
@@ -71,11 +74,17 @@ def served(config: Path, *, ingress: str, workdir: Path) -> Iterator[dict[str, s
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
            "RAY_USAGE_STATS_ENABLED": "0"}
     log = open(workdir / f"serve-{ingress}.log", "wb")
-    proc = subprocess.Popen([SPECTUNE, "serve", str(config), "--port", str(port), "--ingress", ingress],
+    proc = subprocess.Popen([*SPECTUNE, "serve", str(config), "--port", str(port), "--ingress", ingress],
                             stdout=subprocess.PIPE, stderr=log, env=env, cwd=REPO, start_new_session=True)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
+        # The readiness line; Ray's own processes may print to the same stdout first (a raylet
+        # warning about an earlier cluster's actors, say), so skip lines until it or the end.
+        line = ""
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode(errors="replace")
+            if line.startswith("serving "):
+                break
         if not line.startswith("serving "):
             raise RuntimeError(f"spectune serve did not come up ({ingress}); see {log.name}: {line!r}")
         url = f"http://127.0.0.1:{port}"

@@ -94,6 +94,16 @@ class RequestRecord(BaseModel):
     spec_accept_length: float | None = Field(
         default=None, description="meta_info.spec_accept_length as sent (counts the prefill token)."
     )
+    spec_correct_drafts: int | None = Field(
+        default=None,
+        description="Draft tokens accepted (bonus excluded): meta_info.spec_num_correct_drafts (SGLang "
+        "0.5.23+), spec_accepted_drafts (earlier 0.5.x) or spec_accept_token_num (older); None if absent.",
+    )
+    spec_proposed_drafts: int | None = Field(
+        default=None,
+        description="Draft tokens proposed = spec_verify_ct * (num_draft_tokens - 1): meta_info."
+        "spec_num_proposed_drafts, spec_proposed_drafts or spec_draft_token_num; None if absent.",
+    )
     server_e2e_latency_s: float | None = Field(default=None, description="meta_info.e2e_latency (server side).")
     finish_reason: str | None = Field(default=None, description="Why generation stopped (length, stop, ...).")
     status: int | None = Field(default=None, description="HTTP status.")
@@ -188,6 +198,26 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+CORRECT_DRAFTS_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+"""meta_info's accepted-draft count, newest SGLang spelling first: ``spec_num_correct_drafts``
+(tokenizer_manager_components/spec_decoding_meta.py, which also still sends the next one as a
+"backward-compat alias, remove in next release"), ``spec_accepted_drafts`` (the release before),
+``spec_accept_token_num`` (older tokenizer_manager._calculate_spec_decoding_metrics). All of them
+are sent only after a verify cycle ran; absent means "not reported", never 0."""
+
+PROPOSED_DRAFTS_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+"""The proposed-draft count (spec_verify_ct * (speculative_num_draft_tokens - 1)), same order."""
+
+
+def _first_int(meta: dict, keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` that ``meta`` carries as a number (one SGLang version's spelling)."""
+    for key in keys:
+        value = _int_or_none(meta.get(key))
+        if value is not None:
+            return value
+    return None
+
+
 class _Fail(Exception):
     """Internal: ends one request with an error record."""
 
@@ -201,8 +231,8 @@ class _Response:
 
     __slots__ = (
         "api", "keep_output", "t0", "ttft_ms", "num_chunks", "last_tokens", "finished", "done",
-        "output_tokens", "prompt_tokens", "verify_ct", "spec_accept", "server_e2e", "finish_reason",
-        "text", "pieces", "output_ids",
+        "output_tokens", "prompt_tokens", "verify_ct", "spec_accept", "correct_drafts", "proposed_drafts",
+        "server_e2e", "finish_reason", "text", "pieces", "output_ids",
     )
 
     def __init__(self, api: ApiKind, keep_output: bool, t0: float) -> None:
@@ -218,6 +248,8 @@ class _Response:
         self.prompt_tokens: int | None = None
         self.verify_ct: int | None = None
         self.spec_accept: float | None = None
+        self.correct_drafts: int | None = None
+        self.proposed_drafts: int | None = None
         self.server_e2e: float | None = None
         self.finish_reason: str | None = None
         self.text: str | None = None
@@ -252,6 +284,8 @@ class _Response:
             self.verify_ct = _int_or_none(meta.get("spec_verify_ct"))
             accept = meta.get("spec_accept_length")
             self.spec_accept = float(accept) if isinstance(accept, (int, float)) else None
+            self.correct_drafts = _first_int(meta, CORRECT_DRAFTS_KEYS)
+            self.proposed_drafts = _first_int(meta, PROPOSED_DRAFTS_KEYS)
             e2e = meta.get("e2e_latency")
             self.server_e2e = float(e2e) if isinstance(e2e, (int, float)) else None
 
@@ -450,6 +484,8 @@ async def send_request(
         prompt_tokens=state.prompt_tokens,
         spec_verify_ct=state.verify_ct,
         spec_accept_length=state.spec_accept,
+        spec_correct_drafts=state.correct_drafts,
+        spec_proposed_drafts=state.proposed_drafts,
         server_e2e_latency_s=state.server_e2e,
         finish_reason=state.finish_reason,
         status=status,

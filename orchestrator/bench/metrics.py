@@ -65,6 +65,7 @@ __all__ = [
     "queue_delay_ms",
     "request_per_s",
     "spec_accept_length_meta",
+    "spec_accept_rate_requests",
     "t975",
     "tokens_per_chunk",
     "tpot_ms",
@@ -303,6 +304,28 @@ def spec_accept_length_meta(records: Iterable["RequestRecord"]) -> float | None:
     return sum(r.output_tokens for r in spec) / cycles  # type: ignore[misc]
 
 
+def spec_accept_rate_requests(records: Iterable["RequestRecord"]) -> float | None:
+    """sum(spec_correct_drafts) / sum(spec_proposed_drafts) over successful requests that report
+    both (meta_info's accepted and proposed draft counts, in whichever spelling the SGLang
+    version sends): the fraction of proposed draft tokens that were accepted, bonus tokens
+    excluded. It is SGLang's per-request ``spec_accept_rate``, aggregated by weight (a request
+    with more cycles counts more), and the decode log's "accept rate" definition.
+
+    ``None`` when no request reports both counts or none proposed a draft.
+    """
+    correct = proposed = 0
+    seen = False
+    for record in ok_records(records):
+        if record.spec_correct_drafts is None or record.spec_proposed_drafts is None:
+            continue
+        seen = True
+        correct += record.spec_correct_drafts
+        proposed += record.spec_proposed_drafts
+    if not seen or proposed == 0:
+        return None
+    return correct / proposed
+
+
 def accepted_drafts_per_cycle(accept_length: float | None) -> float | None:
     """accept_length - 1: draft tokens accepted per verify cycle (the bonus token taken out).
 
@@ -447,6 +470,15 @@ class RepetitionMetrics(BaseModel):
         description="sum(completion_tokens) / sum(spec_verify_ct): SGLang's per-request definition (counts prefill)."
     )
     accepted_drafts_per_cycle: float | None = Field(description="accept_length - 1.")
+    spec_correct_drafts: int | None = Field(
+        default=None, description="sum(meta_info accepted draft tokens) over requests reporting it (any spelling)."
+    )
+    spec_proposed_drafts: int | None = Field(
+        default=None, description="sum(meta_info proposed draft tokens) over requests reporting it (any spelling)."
+    )
+    spec_accept_rate: float | None = Field(
+        default=None, description="spec_correct_drafts / spec_proposed_drafts (bonus tokens excluded)."
+    )
     cycle_ms: float | None = Field(description="sum(e2e - TTFT) / sum(spec_verify_ct) (ms per verify cycle).")
     accept_length_mismatch: bool | None = Field(
         description="True if server and per-request accept lengths disagree beyond tolerance; None if not "
@@ -516,6 +548,7 @@ METRICS: dict[str, Metric] = {
     "accept_length_server": Metric(lambda rep: rep.accept_length_server),
     "accept_length_server_lifetime": Metric(lambda rep: rep.accept_length_server_lifetime),
     "accepted_drafts_per_cycle": Metric(lambda rep: rep.accepted_drafts_per_cycle),
+    "spec_accept_rate": Metric(lambda rep: rep.spec_accept_rate),
     **_latency("ttft_ms"),
     **_latency("tpot_ms"),
     **_latency("e2e_ms"),
@@ -530,6 +563,12 @@ OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
     name: metric.direction for name, metric in METRICS.items() if metric.direction is not None
 }
 """Metrics a sweep can optimise, with the direction that means "better" (derived from :data:`METRICS`)."""
+
+
+def _sum_reported(records: Sequence["RequestRecord"], field: str) -> int | None:
+    """Sum of an optional per-request count over the records that report it; None if none does."""
+    values = [getattr(r, field) for r in records if getattr(r, field) is not None]
+    return sum(values) if values else None
 
 
 def compute_repetition_metrics(
@@ -606,6 +645,9 @@ def compute_repetition_metrics(
         accept_length_server_lifetime=server_lifetime,
         spec_accept_length_meta=spec_accept_length_meta(ok),
         accepted_drafts_per_cycle=accepted_drafts_per_cycle(accept),
+        spec_correct_drafts=_sum_reported(ok, "spec_correct_drafts"),
+        spec_proposed_drafts=_sum_reported(ok, "spec_proposed_drafts"),
+        spec_accept_rate=spec_accept_rate_requests(ok),
         cycle_ms=cycle_ms(ok),
         accept_length_mismatch=None if agrees is None else not agrees,
         accept_length_check=check,

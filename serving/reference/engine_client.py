@@ -28,10 +28,11 @@ from serving.reference.protocol import (
     Stats,
     TokenBatch,
     TokenOut,
+    TopLogprobs,
     WorkerFailed,
 )
 
-__all__ = ["EngineClient", "RequestState"]
+__all__ = ["WEIGHT_VERSION", "EngineClient", "RequestState"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +48,15 @@ class RequestState:
     finish: Optional[dict[str, Any]] = None
     spec_verify_ct: int = 0
     spec_accepted_drafts: int = 0
+    spec_correct_drafts_histogram: tuple[int, ...] = ()
+    output_logprobs: list[float] = dataclasses.field(default_factory=list)
+    output_top_logprobs: list[TopLogprobs] = dataclasses.field(default_factory=list)
+    input_logprobs: list[Optional[float]] = dataclasses.field(default_factory=list)
+    input_top_logprobs: list[Optional[TopLogprobs]] = dataclasses.field(default_factory=list)
     first_token_at: Optional[float] = None
     last_token_at: Optional[float] = None
     finished_at: Optional[float] = None
+    is_streaming: bool = False  # set by the SSE responder: SGLang's is_streaming metric label
 
     @property
     def rid(self) -> str:
@@ -240,8 +247,7 @@ class EngineClient:
             self.num_running_reqs = msg.num_running_reqs
             self.num_queue_reqs = msg.num_queue_reqs
             if self.metrics is not None:
-                self.metrics.num_running_reqs.set(msg.num_running_reqs)
-                self.metrics.num_queue_reqs.set(msg.num_queue_reqs)
+                self.metrics.set_queue_sizes(running=msg.num_running_reqs, queued=msg.num_queue_reqs)
             for out in msg.outputs:
                 self._on_output(out)
             if self.die_after_tokens is not None and self._tokens_total >= self.die_after_tokens:
@@ -273,17 +279,28 @@ class EngineClient:
         now = time.perf_counter()
         new = out.token_ids
         self._tokens_total += len(new)
+        if out.queue_time_s is not None and self.metrics is not None and not state.req.is_health_check:
+            self.metrics.observe_queue_time(out.queue_time_s)
         if new:
             if state.first_token_at is None:
                 state.first_token_at = now
                 if self.metrics is not None and not state.req.is_health_check:
-                    self.metrics.time_to_first_token.observe(now - state.created)
+                    self.metrics.observe_time_to_first_token(now - state.created, is_streaming=state.is_streaming)
             elif self.metrics is not None and not state.req.is_health_check and state.last_token_at is not None:
-                self.metrics.inter_token_latency.observe((now - state.last_token_at) / len(new), len(new))
+                self.metrics.observe_inter_token_latency(
+                    now - state.last_token_at, len(new), is_streaming=state.is_streaming
+                )
             state.last_token_at = now
             state.output_ids.extend(new)
         state.spec_verify_ct = out.spec_verify_ct
         state.spec_accepted_drafts = out.spec_accepted_drafts
+        if out.spec_correct_drafts_histogram:
+            state.spec_correct_drafts_histogram = out.spec_correct_drafts_histogram
+        if state.req.return_logprob:
+            state.output_logprobs.extend(out.logprobs)
+            state.output_top_logprobs.extend(out.top_logprobs)
+            state.input_logprobs.extend(out.input_logprobs)
+            state.input_top_logprobs.extend(out.input_top_logprobs)
         if out.finish is not None:
             self._finish(state, out.finish, new)
         else:
@@ -296,34 +313,94 @@ class EngineClient:
         state.finished_at = time.perf_counter()
         self._states.pop(state.rid, None)
         if self.metrics is not None and not state.req.is_health_check:
-            self.metrics.num_requests_total.inc()
-            self.metrics.prompt_tokens_total.inc(len(state.req.input_ids))
-            self.metrics.generation_tokens_total.inc(len(state.output_ids))
-            self.metrics.e2e_request_latency.observe(state.finished_at - state.created)
-            if finish.get("type") == "abort":
-                self.metrics.num_aborted_requests_total.inc()
+            self.metrics.observe_finished_request(
+                prompt_tokens=len(state.req.input_ids),
+                generation_tokens=len(state.output_ids),
+                cached_tokens=0,
+                e2e_latency=state.finished_at - state.created,
+                spec_verify_ct=state.spec_verify_ct,
+                finish_type=finish.get("type"),
+                decode_seconds=(
+                    state.finished_at - state.first_token_at if state.first_token_at is not None else None
+                ),
+                is_streaming=state.is_streaming,
+            )
         state.queue.put_nowait(new)
 
     # ----------------------------------------------------------------------------- reporting
-    def meta_info(self, state: RequestState) -> dict[str, Any]:
-        """SGLang's ``meta_info`` for a request (per-request accept length counts the prefill
-        token: completion_tokens / spec_verify_ct, as SGLang computes it)."""
-        end = state.finished_at if state.finished_at is not None else time.perf_counter()
+    def meta_info(self, state: RequestState, *, decode: Optional[Callable[[int], str]] = None) -> dict[str, Any]:
+        """SGLang's ``meta_info`` for a request, keys as the newest SGLang sends them
+        (``tokenizer_manager_components/output_processor.py`` and ``spec_decoding_meta.py``).
+
+        ``e2e_latency`` and the speculative keys come with the final output only, and the latter
+        only once a verify ran (a request that finished at prefill has none), as in SGLang. The
+        draft counters carry the new names (``spec_num_correct_drafts``,
+        ``spec_num_proposed_drafts``, ``spec_correct_drafts_histogram``) and, like SGLang's
+        compatibility aliases, the old ones (``spec_accepted_drafts``, ``spec_proposed_drafts``,
+        ``spec_accept_histogram``). Per-request accept length counts the prefill token:
+        completion_tokens / spec_verify_ct, as SGLang computes it.
+
+        Args:
+            state: The request.
+            decode: Token id -> text for the logprob tuples (SGLang's
+                ``return_text_in_logprobs``); None puts None there, SGLang's default.
+        """
         completion = len(state.output_ids)
+        req = state.req
         meta: dict[str, Any] = {
             "id": state.rid,
             "finish_reason": state.finish,
-            "prompt_tokens": len(state.req.input_ids),
-            "completion_tokens": completion,
-            "cached_tokens": 0,
-            "e2e_latency": end - state.created,
+            "prompt_tokens": len(req.input_ids),
+            "weight_version": WEIGHT_VERSION,
+            "num_retractions": 0,
         }
-        if self.num_draft_tokens is not None:
-            ct = state.spec_verify_ct
+        if req.return_logprob:
+            meta.update(_logprob_meta(state, decode))
+        meta.update({"reasoning_tokens": 0, "completion_tokens": completion, "cached_tokens": 0})
+        if not state.finished:
+            return meta
+        end = state.finished_at if state.finished_at is not None else time.perf_counter()
+        meta["e2e_latency"] = end - state.created
+        ct = state.spec_verify_ct
+        if self.num_draft_tokens is not None and ct > 0:
             proposed = ct * (self.num_draft_tokens - 1)
-            meta["spec_verify_ct"] = ct
-            meta["spec_accept_length"] = completion / ct if ct else 0.0
-            meta["spec_accept_rate"] = state.spec_accepted_drafts / proposed if proposed else 0.0
-            meta["spec_accepted_drafts"] = state.spec_accepted_drafts
-            meta["spec_proposed_drafts"] = proposed
+            correct = state.spec_accepted_drafts
+            if proposed > 0:
+                meta["spec_accept_rate"] = correct / proposed
+                meta["spec_accept_length"] = completion / ct
+                meta["spec_num_correct_drafts"] = correct
+                meta["spec_num_proposed_drafts"] = proposed
+                meta["spec_verify_ct"] = ct
+                meta["spec_accepted_drafts"] = correct
+                meta["spec_proposed_drafts"] = proposed
+            if state.spec_correct_drafts_histogram:
+                meta["spec_correct_drafts_histogram"] = list(state.spec_correct_drafts_histogram)
+                meta["spec_accept_histogram"] = list(state.spec_correct_drafts_histogram)
         return meta
+
+
+WEIGHT_VERSION = "default"
+"""SGLang's ``--weight-version`` default; the reference engine's weights never change."""
+
+def _logprob_meta(state: RequestState, decode: Optional[Callable[[int], str]]) -> dict[str, Any]:
+    """SGLang's logprob keys: ``(logprob, token_id, text-or-None)`` triples per position."""
+
+    def triple(value: Optional[float], token: int) -> tuple[Optional[float], int, Optional[str]]:
+        return (value, token, decode(token) if decode is not None else None)
+
+    def tops(rows: list[Optional[TopLogprobs]]) -> list[Optional[list[Any]]]:
+        return [None if row is None else [triple(v, t) for v, t in row] for row in rows]
+
+    req = state.req
+    start = req.logprob_start_len
+    prompt_tokens = req.input_ids[start:] if 0 <= start < len(req.input_ids) else ()
+    out_tokens = state.output_ids[: len(state.output_logprobs)]
+    meta: dict[str, Any] = {
+        "input_token_logprobs": [triple(v, t) for v, t in zip(state.input_logprobs, prompt_tokens)],
+        "output_token_logprobs": [triple(v, t) for v, t in zip(state.output_logprobs, out_tokens)],
+        "output_token_logprobs_length": len(out_tokens),
+    }
+    if req.top_logprobs_num > 0:
+        meta["input_top_logprobs"] = tops(state.input_top_logprobs)
+        meta["output_top_logprobs"] = tops(list(state.output_top_logprobs))
+    return meta

@@ -12,13 +12,14 @@ that goes away is a normal event: logged at debug level, its request aborted (an
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import dataclasses
 import json
 import logging
 import time
 import zlib
-from typing import Any, AsyncGenerator, Awaitable, Callable, Optional
+from typing import Any, AsyncGenerator, Awaitable, Callable, Optional, Sequence
 
 from aiohttp import web
 
@@ -36,12 +37,14 @@ __all__ = [
     "AppState",
     "ErrorShape",
     "RequestError",
+    "StreamInterval",
     "check_ids",
     "check_length",
     "dumps",
     "encode_text",
     "final_state",
     "json_response",
+    "merged_updates",
     "output_text",
     "read_json",
     "request_seed",
@@ -87,6 +90,7 @@ class AppState:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     worker_info: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     max_total_num_tokens: int = 0
+    startup_time: Optional[float] = None  # seconds from process start to ready (/server_info)
 
     @property
     def healthy(self) -> bool:
@@ -285,32 +289,90 @@ def output_text(tokenizer: ByteTokenizer, state: RequestState) -> str:
 
 # --------------------------------------------------------------------------------- streams
 async def stream_response(
-    request: web.Request, client: EngineClient, state: RequestState, events: AsyncGenerator[bytes, None]
+    request: web.Request,
+    client: EngineClient,
+    states: RequestState | Sequence[RequestState],
+    events: AsyncGenerator[bytes, None],
 ) -> web.StreamResponse:
-    """Answer a submitted request as server-sent ``events``, then ``data: [DONE]``.
+    """Answer submitted requests (one, or a batch's items) as server-sent ``events``, then
+    ``data: [DONE]``.
 
     A client that goes away, before the headers are out or mid-stream, is a normal event and
-    not an error: its request is aborted in the engine (and counted as aborted) and a debug line
-    says so. A cancelled handler (aiohttp's handler cancellation) aborts it the same way.
+    not an error: its requests are aborted in the engine (and counted as aborted) and a debug
+    line says so. A cancelled handler (aiohttp's handler cancellation) aborts them the same way.
     """
+    submitted = [states] if isinstance(states, RequestState) else list(states)
+    rids = ", ".join(s.rid for s in submitted)
+    for state in submitted:
+        state.is_streaming = True  # before the first await: no token of this request is observed yet
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
         try:
             await response.prepare(request)
         except ConnectionResetError:
-            logger.debug("client of %s went away before the response started; request %s aborted", request.path, state.rid)
-            client.abort(state.rid)
+            logger.debug("client of %s went away before the response started; request %s aborted", request.path, rids)
+            for state in submitted:
+                client.abort(state.rid)
             return response
         try:
             async for event in events:
                 await response.write(event)
             await response.write(b"data: [DONE]\n\n")
         except ConnectionResetError:
-            logger.debug("client of %s went away mid-stream; request %s aborted", request.path, state.rid)
-            client.abort(state.rid)
+            logger.debug("client of %s went away mid-stream; request %s aborted", request.path, rids)
+            for state in submitted:
+                client.abort(state.rid)
         return response
     finally:
         await events.aclose()
+
+
+async def merged_updates(
+    client: EngineClient, states: Sequence[RequestState]
+) -> AsyncGenerator[tuple[int, RequestState, tuple[int, ...], bool], None]:
+    """``client.updates`` of several requests as one stream of (item index, state, new ids,
+    is_last), in the order the engine produced them: SGLang's batched streaming, which yields
+    each item's chunk as it comes (``_handle_batch_request``). Closing it aborts what is left."""
+    queue: asyncio.Queue[tuple[int, RequestState, tuple[int, ...], bool]] = asyncio.Queue()
+
+    async def pump(index: int, state: RequestState) -> None:
+        async for rs, new_ids, last in client.updates(state):
+            queue.put_nowait((index, rs, new_ids, last))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(states)]
+    try:
+        remaining = len(states)
+        while remaining:
+            item = await queue.get()
+            if item[3]:
+                remaining -= 1
+            yield item
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        for state in states:
+            if not state.finished:
+                client.abort(state.rid)
+
+
+class StreamInterval:
+    """SGLang's per-request ``stream_interval`` rule (``scheduler_output_processor_mixin``): a
+    chunk goes out when the output length ``% interval == 1`` (every iteration for 1), and always
+    at the end. SGLang applies it in the scheduler; here the HTTP side drops the updates in
+    between, which a client cannot tell apart."""
+
+    def __init__(self, interval: Optional[int]) -> None:
+        self.interval = interval or 1
+
+    def due(self, state: RequestState, new_ids: tuple[int, ...], last: bool) -> bool:
+        if last:
+            return True
+        if not new_ids:
+            return False
+        if self.interval == 1:
+            return True
+        return len(state.output_ids) % self.interval == 1
 
 
 async def final_state(client: EngineClient, state: RequestState) -> RequestState:

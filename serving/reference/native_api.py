@@ -6,9 +6,11 @@
   readiness signal to poll.
 * ``GET /server_info`` (alias ``/get_server_info``): the resolved server args, scheduler info,
   ``internal_states: [{"avg_spec_accept_length": ..., ...}]`` and ``version``.
-* ``POST /generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream`` (SSE chunks
-  ``data: {...}`` with the cumulative text, then ``data: [DONE]``), ``rid``; the response has
-  ``text``, ``output_ids`` and ``meta_info``.
+* ``POST /generate``: ``text`` or ``input_ids`` (one prompt or a batch), ``sampling_params``
+  (incl. ``stream_interval``), ``stream`` (SSE chunks ``data: {...}`` with the cumulative text,
+  a batch's with their ``index``, then ``data: [DONE]``), ``rid``, ``return_logprob``,
+  ``top_logprobs_num``, ``logprob_start_len``; the response has ``text``, ``output_ids`` and
+  ``meta_info`` (a list of such for a batch).
 * ``GET|POST /flush_cache``: resets the speculative counters; 400 while requests are in flight.
 * ``GET /metrics``: Prometheus text (only with ``--enable-metrics``).
 * ``GET /get_model_info`` (alias ``/model_info``), ``POST /abort_request``.
@@ -29,15 +31,18 @@ from typing import Any, AsyncGenerator, Mapping
 
 from aiohttp import web
 
+from serving.reference.checks import check_int, show
 from serving.reference.engine_client import RequestState
 from serving.reference.http_common import (
     AppState,
     RequestError,
+    StreamInterval,
     check_ids,
     check_length,
     encode_text,
     final_state,
     json_response,
+    merged_updates,
     output_text,
     read_json,
     request_seed,
@@ -49,9 +54,19 @@ from serving.reference.http_common import (
 )
 from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
+from serving.reference.server_info import build_server_info
 from serving.reference.tokenizer import BOS_ID
 
-__all__ = ["HEALTH_CHECK_TIMEOUT_S", "VERSION", "native_error", "parse_generate", "register"]
+__all__ = [
+    "HEALTH_CHECK_TIMEOUT_S",
+    "MAX_BATCH_SIZE",
+    "VERSION",
+    "lora_not_enabled",
+    "logprob_options",
+    "native_error",
+    "parse_generate",
+    "register",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,37 +79,169 @@ def native_error(message: str, status: int) -> dict[str, Any]:
     return {"error": {"message": message}}
 
 
-def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[GenerateReq, bool]:
-    """Validate a ``/generate`` body into a request and its ``stream`` flag."""
-    args, tok = state.args, state.tokenizer
+MAX_BATCH_SIZE = 4096
+"""Most items in one batched ``/generate`` or ``/v1/completions`` (SGLang sets none; the body
+limit would be the only one). Larger batches are a 400 that says so."""
+
+
+def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[list[GenerateReq], bool, bool]:
+    """Validate a ``/generate`` body into its requests, whether it is a single request (not a
+    batch), and its ``stream`` flag.
+
+    Follows SGLang's ``GenerateReqInput.normalize_batch_and_arguments``: ``text`` as a string or
+    ``input_ids`` as a list of ids is one request; ``text`` as a list of strings or ``input_ids``
+    as a list of id lists is a batch (even of one), answered with one result per item.
+    ``sampling_params``, ``return_logprob``, ``top_logprobs_num`` and ``logprob_start_len`` may be
+    one value for all items or a list with one per item; ``rid`` may be a list, or a string that
+    becomes ``<rid>_<i>`` per item.
+    """
+    tok = state.tokenizer
     text, input_ids = body.get("text"), body.get("input_ids")
     if (text is None) == (input_ids is None):
         raise RequestError("give exactly one of 'text' or 'input_ids'")
+    prompts: list[list[int]]
     if text is not None:
-        if isinstance(text, list):
-            raise RequestError("batched 'text' (a list) is not supported by the reference engine; send one request each")
-        ids = encode_text(tok, text, field="'text'")
+        single = not isinstance(text, list)
+        items = [text] if single else text
+        _check_batch_size(len(items), field="text")
+        prompts = [encode_text(tok, t, field="'text'" if single else f"'text[{i}]'") for i, t in enumerate(items)]
     else:
         if not isinstance(input_ids, list) or not input_ids:
-            raise RequestError("'input_ids' must be a non-empty list of token ids")
-        if isinstance(input_ids[0], list):
-            raise RequestError("batched 'input_ids' is not supported by the reference engine; send one request each")
-        ids = check_ids(tok, input_ids, field="input_ids")
-    for flag in ("return_logprob", "return_hidden_states"):
+            raise RequestError("'input_ids' must be a non-empty list of token ids, or a list of such lists (a batch)")
+        single = not isinstance(input_ids[0], list)
+        if single:
+            prompts = [check_ids(tok, input_ids, field="input_ids")]
+        else:
+            _check_batch_size(len(input_ids), field="input_ids")
+            prompts = []
+            for i, ids in enumerate(input_ids):
+                if not isinstance(ids, list) or not ids:
+                    raise RequestError(
+                        f"input_ids[{i}] must be a non-empty list of token ids (a batch needs one list per item), "
+                        f"got {show(ids)}"
+                    )
+                prompts.append(check_ids(tok, ids, field=f"input_ids[{i}]"))
+    for flag in ("return_hidden_states", "token_ids_logprob"):
         if body.get(flag):
             raise RequestError(f"'{flag}' is not supported by the reference engine")
+    lora_path = body.get("lora_path")
+    if lora_path is not None and not isinstance(lora_path, (str, list)):
+        raise RequestError(f"'lora_path' must be a string or a list of strings, got {show(lora_path)}")
+    adapters = [a for a in ([lora_path] if isinstance(lora_path, str) else lora_path or []) if a]
+    if adapters:
+        raise RequestError(lora_not_enabled(adapters[0]))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"'stream' must be true or false, got {stream!r}")
-    params = sampling_params(body.get("sampling_params"))
-    check_length(args, len(ids), params.max_new_tokens)
-    rid = body.get("rid")
+    n = len(prompts)
+    raw_params = body.get("sampling_params")
+    if isinstance(raw_params, list):
+        if single:
+            raise RequestError("'sampling_params' is a list, which needs a batch: 'text' as a list or 'input_ids' as a list of lists")
+        per_item = _per_item(raw_params, n, field="sampling_params")
+        params = [sampling_params(p, field=f"sampling_params[{i}]") for i, p in enumerate(per_item)]
+    else:
+        params = [sampling_params(raw_params)] * n
+    logprob = _per_item(body.get("return_logprob"), n, field="return_logprob", single=single)
+    top_num = _per_item(body.get("top_logprobs_num"), n, field="top_logprobs_num", single=single)
+    start_len = _per_item(body.get("logprob_start_len"), n, field="logprob_start_len", single=single)
+    text_in_logprobs = body.get("return_text_in_logprobs", False)
+    if not isinstance(text_in_logprobs, bool):
+        raise RequestError(f"'return_text_in_logprobs' must be true or false, got {show(text_in_logprobs)}")
+    rids = _rids(body.get("rid"), n, single=single)
+    reqs = []
+    for i, (ids, p, rid) in enumerate(zip(prompts, params, rids)):
+        check_length(state.args, len(ids), p.max_new_tokens)
+        where = "" if single else f"[{i}]"
+        options = logprob_options(
+            state,
+            return_logprob=logprob[i],
+            top_logprobs_num=top_num[i],
+            logprob_start_len=start_len[i],
+            prompt_len=len(ids),
+            names=(f"return_logprob{where}", f"top_logprobs_num{where}", f"logprob_start_len{where}"),
+        )
+        reqs.append(GenerateReq(rid=rid, input_ids=tuple(ids), params=p, seed=request_seed(state.args, rid, p), **options))
+    return reqs, single, stream
+
+
+def lora_not_enabled(adapter: Any) -> str:
+    """SGLang's message (``tokenizer_manager._validate_and_resolve_lora``) for a LoRA adapter
+    asked of a server without ``--enable-lora``; the reference engine has no LoRA support."""
+    return (
+        f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "
+        "Please launch the server with --enable-lora flag and preload adapters "
+        "using --lora-paths or /load_lora_adapter endpoint."
+    )
+
+
+def logprob_options(
+    state: AppState,
+    *,
+    return_logprob: Any,
+    top_logprobs_num: Any,
+    logprob_start_len: Any,
+    prompt_len: int,
+    names: tuple[str, str, str] = ("return_logprob", "top_logprobs_num", "logprob_start_len"),
+) -> dict[str, Any]:
+    """Checked logprob fields of one request, as ``GenerateReq`` keywords (None: the default).
+
+    ``top_logprobs_num`` is bounded by the vocabulary; ``logprob_start_len`` is -1 (output
+    logprobs only) or a prompt position.
+    """
+    flag_name, top_name, start_name = names
+    if return_logprob is None:
+        return_logprob = False
+    if not isinstance(return_logprob, bool):
+        raise RequestError(f"'{flag_name}' must be true or false, got {show(return_logprob)}")
+    vocab = state.tokenizer.vocab_size
+    top = 0 if top_logprobs_num is None else _int(top_logprobs_num, name=top_name, low=0, high=vocab)
+    start = -1 if logprob_start_len is None else _int(logprob_start_len, name=start_name, low=-1, high=prompt_len - 1)
+    return {"return_logprob": return_logprob, "top_logprobs_num": top, "logprob_start_len": start}
+
+
+def _int(value: Any, *, name: str, low: int, high: int) -> int:
+    try:
+        return check_int(value, name=f"'{name}'", low=low, high=high)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+
+
+def _check_batch_size(n: int, *, field: str) -> None:
+    if n == 0:
+        raise RequestError(f"'{field}' is an empty list; a batch needs at least one item")
+    if n > MAX_BATCH_SIZE:
+        raise RequestError(f"'{field}' holds {n} items; a batch may hold at most {MAX_BATCH_SIZE}")
+
+
+def _per_item(value: Any, n: int, *, field: str, single: bool = False) -> list[Any]:
+    """One value per item: a list must have one entry per item (only in a batch)."""
+    if not isinstance(value, list):
+        return [value] * n
+    if single:
+        raise RequestError(f"'{field}' is a list, which needs a batch: 'text' as a list or 'input_ids' as a list of lists")
+    if len(value) != n:
+        raise RequestError(f"'{field}' has {len(value)} entries for a batch of {n}; give one per item (or one value for all)")
+    return value
+
+
+def _rids(rid: Any, n: int, *, single: bool) -> list[str]:
+    """SGLang's ``_normalize_rid``: fresh ids, ``<rid>_<i>`` from one string, or a list of n."""
     if rid is None:
-        rid = uuid.uuid4().hex
-    elif not isinstance(rid, str) or not rid:
-        raise RequestError(f"'rid' must be a non-empty string, got {rid!r}")
-    seed = request_seed(args, rid, params)
-    return GenerateReq(rid=rid, input_ids=tuple(ids), params=params, seed=seed), stream
+        return [uuid.uuid4().hex for _ in range(n)]
+    if isinstance(rid, str) and rid:
+        return [rid] if single else [f"{rid}_{i}" for i in range(n)]
+    if isinstance(rid, list) and not single:
+        if len(rid) != n:
+            raise RequestError(f"'rid' has {len(rid)} entries for a batch of {n}; give one per item")
+        for i, r in enumerate(rid):
+            if not isinstance(r, str) or not r:
+                raise RequestError(f"'rid[{i}]' must be a non-empty string, got {show(r)}")
+        duplicates = sorted({r for r in rid if rid.count(r) > 1})
+        if duplicates:
+            raise RequestError(f"Duplicate request IDs detected within the request: {duplicates}")
+        return list(rid)
+    raise RequestError(f"'rid' must be a non-empty string{'' if single else ' or a list of them'}, got {show(rid)}")
 
 
 # --------------------------------------------------------------------------------- handlers
@@ -142,25 +289,7 @@ async def health_generate(request: web.Request) -> web.Response:
 
 
 async def server_info(request: web.Request) -> web.Response:
-    state = state_of(request)
-    internal = dict(state.client.internal_state) if state.client else {}
-    return json_response(
-        {
-            **state.args.to_dict(),
-            "max_total_num_tokens": state.max_total_num_tokens,
-            "max_req_input_len": state.args.context_length - 1,
-            "internal_states": [internal],
-            "version": VERSION,
-            "reference_engine": {
-                "workers": state.worker_info,
-                "ready": state.ready,
-                "counters": (
-                    "lifetime since the last /flush_cache; folded every --decode-log-interval "
-                    "iterations and whenever the server goes idle"
-                ),
-            },
-        }
-    )
+    return json_response(build_server_info(state_of(request), version=VERSION))
 
 
 async def model_info(request: web.Request) -> web.Response:
@@ -177,25 +306,56 @@ async def model_info(request: web.Request) -> web.Response:
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
+    """SGLang's ``/generate``: one result, or for a batch a JSON list of per-item results; a
+    streamed batch interleaves its items' chunks, each carrying its ``index`` (SGLang's
+    ``_handle_batch_request``). Chunks follow each item's ``stream_interval``."""
     state = state_of(request)
     client = state.ready_client()
-    req, stream = parse_generate(state, await read_json(request))
-    if client.is_in_flight(req.rid):
-        raise RequestError(f"request id {req.rid!r} is already in flight")
-    submitted = client.submit(req)
+    body = await read_json(request)
+    reqs, single, stream = parse_generate(state, body)
+    for req in reqs:
+        if client.is_in_flight(req.rid):
+            raise RequestError(f"Duplicate request ID detected: {req.rid!r} is already in flight")
+    decode = _decoder(state) if body.get("return_text_in_logprobs") else None
+    submitted = [client.submit(req) for req in reqs]
 
     def payload(rs: RequestState) -> dict[str, Any]:
-        return {"text": output_text(state.tokenizer, rs), "output_ids": list(rs.output_ids), "meta_info": client.meta_info(rs)}
+        return {
+            "text": output_text(state.tokenizer, rs),
+            "output_ids": list(rs.output_ids),
+            "meta_info": client.meta_info(rs, decode=decode),
+        }
 
     if not stream:
-        return json_response(payload(await final_state(client, submitted)))
+        if single:
+            return json_response(payload(await final_state(client, submitted[0])))
+        try:
+            done = await asyncio.gather(*(final_state(client, rs) for rs in submitted))
+        finally:
+            for rs in submitted:
+                if not rs.finished:
+                    client.abort(rs.rid)
+        return json_response([payload(rs) for rs in done])
+
+    intervals = [StreamInterval(req.params.stream_interval) for req in reqs]
 
     async def events() -> AsyncGenerator[bytes, None]:
-        async for rs, new_ids, last in client.updates(submitted):
-            if new_ids or last:
-                yield sse(payload(rs))
+        if single:
+            async for rs, new_ids, last in client.updates(submitted[0]):
+                if intervals[0].due(rs, new_ids, last):
+                    yield sse(payload(rs))
+            return
+        async for index, rs, new_ids, last in merged_updates(client, submitted):
+            if intervals[index].due(rs, new_ids, last):
+                yield sse({**payload(rs), "index": index})
 
     return await stream_response(request, client, submitted, events())
+
+
+def _decoder(state: AppState) -> Any:
+    """Token id -> its text (special tokens kept), as SGLang's per-token ``batch_decode``."""
+    tok = state.tokenizer
+    return lambda token: tok.decode([token], skip_special_tokens=False)
 
 
 async def flush_cache(request: web.Request) -> web.Response:

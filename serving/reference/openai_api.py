@@ -1,18 +1,27 @@
-"""OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``.
+"""OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``
+and ``/v1/models/{model}``.
 
 Shapes follow SGLang's ``entrypoints/openai`` (``choices[].matched_stop``, ``usage``, streaming
 chunks, the final usage chunk when ``stream_options.include_usage`` is true, ``data: [DONE]``).
-Errors use SGLang's OpenAI error body ``{"object": "error", "message", "type", "param", "code"}``.
-Unknown top-level fields are ignored, as SGLang's pydantic models do; parameters the reference
-engine cannot honour (``n > 1``, ``logprobs``, ``echo``, tools...) are a 400 that says so.
+Errors use SGLang's OpenAI error body ``{"object": "error", "message", "type", "param", "code"}``
+(``GET /v1/models/{model}`` answers an unknown id with SGLang's nested ``{"error": {...}}`` 404).
+Unknown top-level fields are ignored, as SGLang's pydantic models do. As in SGLang:
+``/v1/completions`` takes a batch of prompts (one choice per prompt, each with its ``index``);
+``logprobs`` (completions: an int; chat: ``logprobs`` + ``top_logprobs``) are served; chat's
+``return_meta_info`` adds ``choices[i].meta_info`` (refused with ``stream``); a ``model`` of
+``<base>:<adapter>`` asks for a LoRA adapter, which this engine (no ``--enable-lora``) refuses
+with SGLang's message, while any other ``model`` is served by the one model. Parameters the
+reference engine cannot honour (``n > 1``, ``echo``, ``suffix``, tools, ``response_format``,
+``logit_bias``) are a 400 that says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from typing import Any, AsyncGenerator, Mapping, Optional
+from typing import Any, AsyncGenerator, Callable, Mapping, Optional
 
 from aiohttp import web
 
@@ -25,6 +34,7 @@ from serving.reference.http_common import (
     check_length,
     final_state,
     json_response,
+    merged_updates,
     output_text,
     read_json,
     request_seed,
@@ -34,6 +44,7 @@ from serving.reference.http_common import (
     state_of,
     stream_response,
 )
+from serving.reference.native_api import MAX_BATCH_SIZE, logprob_options, lora_not_enabled
 from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
 from serving.reference.tokenizer import END_OF_TURN_ID, IncrementalDecoder, render_chat
@@ -58,7 +69,11 @@ _SAMPLING_FIELDS = {
     "frequency_penalty": "frequency_penalty",
     "repetition_penalty": "repetition_penalty",
 }
-_UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "suffix", "tools", "response_format", "logit_bias")
+_UNSUPPORTED = ("echo", "suffix", "tools", "response_format", "logit_bias")
+_STREAM_META_INFO = (
+    "return_meta_info is not supported with streaming. "
+    "Please set stream=false when using return_meta_info=true."
+)
 
 
 def openai_error(message: str, status: int) -> dict[str, Any]:
@@ -76,6 +91,7 @@ def _sampling(body: Mapping[str, Any], *, max_tokens_keys: tuple[str, ...], defa
             raise RequestError(f"'n' must be an integer, got {show(n)}")
         if n != 1:
             raise RequestError(f"'n'={n} is not supported by the reference engine (only 1)")
+    _check_model(body)
     for key in _UNSUPPORTED:
         value = body.get(key)
         if value not in (None, False, [], {}) and not (key == "response_format" and value == {"type": "text"}):
@@ -105,9 +121,73 @@ def _finish_reason(state: RequestState) -> Optional[str]:
     return "stop" if kind == "stop" else "length" if kind == "length" else "abort"
 
 
-def _usage(state: RequestState) -> dict[str, int]:
-    prompt, completion = len(state.req.input_ids), len(state.output_ids)
+def _usage(states: list[RequestState]) -> dict[str, int]:
+    """Summed over a batch's items, as SGLang's ``aggregate_token_usage``."""
+    prompt = sum(len(s.req.input_ids) for s in states)
+    completion = sum(len(s.output_ids) for s in states)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _check_model(body: Mapping[str, Any]) -> None:
+    """SGLang's ``model`` handling (``serving_base._parse_model_parameter`` and
+    ``_resolve_lora_path``): ``<base>:<adapter>`` (or the ``lora_path`` extension) names a LoRA
+    adapter, refused without ``--enable-lora`` as SGLang refuses it; the base name itself is not
+    checked (SGLang serves any ``model`` with its one model)."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError(f"'model' must be a string, got {show(model)}")
+    adapter = None
+    if model and ":" in model:
+        adapter = model.split(":", 1)[1].strip() or None
+    lora_path = body.get("lora_path")
+    if adapter is None and isinstance(lora_path, str) and lora_path:
+        adapter = lora_path
+    elif adapter is None and isinstance(lora_path, list):
+        adapter = next((a for a in lora_path if a), None)
+    if adapter is not None:
+        raise RequestError(lora_not_enabled(adapter))
+
+
+def _token_text(state: AppState) -> Callable[[int], str]:
+    tok = state.tokenizer
+    return lambda token: tok.decode([token], skip_special_tokens=False)
+
+
+def _completion_logprobs(text_of: Callable[[int], str], tokens: list[int], values: list[float], tops: list[Any]) -> dict[str, Any]:
+    """SGLang's ``to_openai_style_logprobs``: ``{text_offset, token_logprobs, tokens, top_logprobs}``
+    (``text_offset`` is -1 per token: SGLang does not compute it either)."""
+    return {
+        "text_offset": [-1] * len(tokens),
+        "token_logprobs": list(values),
+        "tokens": [text_of(t) for t in tokens],
+        "top_logprobs": [{text_of(t): v for v, t in row} for row in tops],
+    }
+
+
+def _chat_logprobs(text_of: Callable[[int], str], tokens: list[int], values: list[float], tops: list[Any]) -> dict[str, Any]:
+    """SGLang's ``ChoiceLogprobs``: ``{content: [{token, bytes, logprob, top_logprobs}]}``."""
+
+    def entry(text: str, value: float) -> dict[str, Any]:
+        return {"token": text, "bytes": list(text.encode("utf-8")), "logprob": value}
+
+    content = []
+    for i, (token, value) in enumerate(zip(tokens, values)):
+        row = tops[i] if i < len(tops) else ()
+        top = [entry(text, v) for text, v in {text_of(t): v for v, t in row}.items()]
+        content.append({**entry(text_of(token), value), "top_logprobs": top})
+    return {"content": content}
+
+
+def _logprobs_of(state: AppState, rs: RequestState, start: int, *, chat: bool) -> Optional[dict[str, Any]]:
+    """The OpenAI logprobs of ``rs``'s output tokens from ``start`` on (None without logprobs)."""
+    if not rs.req.return_logprob:
+        return None
+    end = len(rs.output_logprobs)
+    tokens = rs.output_ids[start:end]
+    values = rs.output_logprobs[start:end]
+    tops = rs.output_top_logprobs[start:end] if rs.req.top_logprobs_num else []
+    shape = _chat_logprobs if chat else _completion_logprobs
+    return shape(_token_text(state), tokens, values, tops)
 
 
 async def _respond(
@@ -115,42 +195,61 @@ async def _respond(
     *,
     state: AppState,
     client: EngineClient,
-    req: GenerateReq,
+    reqs: list[GenerateReq],
     stream: bool,
     include_usage: bool,
     chat: bool,
+    return_meta_info: bool = False,
 ) -> web.StreamResponse:
-    if client.is_in_flight(req.rid):
-        raise RequestError(f"request id {req.rid!r} is already in flight")
-    rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+    """Submit ``reqs`` (one, or a completions batch) and answer in SGLang's OpenAI shapes."""
+    for req in reqs:
+        if client.is_in_flight(req.rid):
+            raise RequestError(f"request id {req.rid!r} is already in flight")
+    prefix = "chatcmpl-" if chat else "cmpl-"
     created = int(time.time())
     model = state.args.served_model_name
-    submitted = client.submit(req)
+    submitted = [client.submit(req) for req in reqs]
 
     if not stream:
-        final = await final_state(client, submitted)
-        text = output_text(state.tokenizer, final)
-        matched = (final.finish or {}).get("matched")
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": _finish_reason(final), "matched_stop": matched}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-        else:
-            choice["text"] = text
+        try:
+            finals = await asyncio.gather(*(final_state(client, rs) for rs in submitted))
+        finally:
+            for rs in submitted:
+                if not rs.finished:
+                    client.abort(rs.rid)
+        choices = []
+        for index, final in enumerate(finals):
+            text = output_text(state.tokenizer, final)
+            matched = (final.finish or {}).get("matched")
+            choice: dict[str, Any] = {
+                "index": index,
+                "logprobs": _logprobs_of(state, final, 0, chat=chat),
+                "finish_reason": _finish_reason(final),
+                "matched_stop": matched,
+            }
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+            else:
+                choice["text"] = text
+            if return_meta_info:
+                choice["meta_info"] = client.meta_info(final, decode=_token_text(state))  # return_text_in_logprobs
+            choices.append(choice)
         obj = "chat.completion" if chat else "text_completion"
         return json_response(
-            {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": _usage(final)}
+            {"id": prefix + reqs[0].rid, "object": obj, "created": created, "model": model, "choices": choices,
+             "usage": _usage(finals)}
         )
 
     chunk_obj = "chat.completion.chunk" if chat else "text_completion"
 
-    def chunk(choices: list[dict[str, Any]], usage: Optional[dict[str, int]] = None) -> bytes:
-        out: dict[str, Any] = {"id": rid, "object": chunk_obj, "created": created, "model": model, "choices": choices}
+    def chunk(rid: str, choices: list[dict[str, Any]], usage: Optional[dict[str, int]] = None) -> bytes:
+        out: dict[str, Any] = {"id": prefix + rid, "object": chunk_obj, "created": created, "model": model, "choices": choices}
         if usage is not None:
             out["usage"] = usage
         return sse(out)
 
-    def piece(text: str, finish: Optional[str], matched: Any = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+    def piece(index: int, text: str, finish: Optional[str], matched: Any = None, logprobs: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish, "matched_stop": matched}
         if chat:
             out["delta"] = {"content": text} if text or finish is None else {}
         else:
@@ -158,53 +257,94 @@ async def _respond(
         return out
 
     async def events() -> AsyncGenerator[bytes, None]:
-        decoder = IncrementalDecoder()
-        sent = ""
+        decoders = [IncrementalDecoder() for _ in reqs]
+        sent = [""] * len(reqs)
+        logprobs_sent = [0] * len(reqs)
+
+        def new_logprobs(index: int, rs: RequestState) -> Any:
+            """Logprobs of the tokens not yet carried by a chunk (SGLang slices them per chunk)."""
+            out = _logprobs_of(state, rs, logprobs_sent[index], chat=chat)
+            logprobs_sent[index] = len(rs.output_logprobs)
+            return out
+
         if chat:
-            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
-        async for rs, new_ids, last in client.updates(submitted):
+            yield chunk(reqs[0].rid, [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+        async for index, rs, new_ids, last in merged_updates(client, submitted):
+            decoder = decoders[index]
             if not last:
                 delta = decoder.push(new_ids)
                 if rs.req.params.stop and not rs.req.params.no_stop_trim:
                     # Hold back text that could be the start of a stop string.
                     hold = max(len(s) for s in rs.req.params.stop) - 1
-                    visible = decoder.text[: max(len(sent), len(decoder.text) - hold)]
-                    delta = visible[len(sent):]
+                    visible = decoder.text[: max(len(sent[index]), len(decoder.text) - hold)]
+                    delta = visible[len(sent[index]):]
                 if delta:
-                    sent += delta
-                    yield chunk([piece(delta, None)])
+                    sent[index] += delta
+                    yield chunk(rs.rid, [piece(index, delta, None, logprobs=new_logprobs(index, rs))])
                 continue
             decoder.push(new_ids, final=True)
             final_text = output_text(state.tokenizer, rs)
-            rest = final_text[len(sent):] if final_text.startswith(sent) else ""
+            rest = final_text[len(sent[index]):] if final_text.startswith(sent[index]) else ""
             if rest:
-                yield chunk([piece(rest, None)])
-            yield chunk([piece("", _finish_reason(rs), (rs.finish or {}).get("matched"))])
-            if include_usage:
-                yield chunk([], _usage(rs))
+                yield chunk(rs.rid, [piece(index, rest, None, logprobs=new_logprobs(index, rs))])
+            tail = new_logprobs(index, rs) if logprobs_sent[index] < len(rs.output_logprobs) else None
+            yield chunk(rs.rid, [piece(index, "", _finish_reason(rs), (rs.finish or {}).get("matched"), logprobs=tail)])
+        if include_usage:
+            yield chunk(reqs[0].rid, [], _usage(submitted))
 
     return await stream_response(request, client, submitted, events())
+
+
+def _prompts(state: AppState, prompt: Any) -> list[list[int]]:
+    """SGLang's completion prompt forms: a string or a list of token ids (one prompt), a list of
+    strings or a list of token-id lists (a batch, one choice per prompt)."""
+    tok = state.tokenizer
+    if isinstance(prompt, str):
+        return [tok.encode(prompt)]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return [check_ids(tok, prompt, field="prompt")]
+        if len(prompt) > MAX_BATCH_SIZE:
+            raise RequestError(f"'prompt' holds {len(prompt)} prompts; a batch may hold at most {MAX_BATCH_SIZE}")
+        if all(isinstance(p, str) for p in prompt):
+            return [tok.encode(p) for p in prompt]
+        if all(isinstance(p, list) for p in prompt):
+            out = []
+            for i, ids in enumerate(prompt):
+                if not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                    raise RequestError(f"prompt[{i}] must be a non-empty list of token ids, got {show(ids)}")
+                out.append(check_ids(tok, ids, field=f"prompt[{i}]"))
+            return out
+    raise RequestError(
+        "'prompt' must be a string, a list of token ids, a list of strings or a list of token-id lists, "
+        f"got {show(prompt)}"
+    )
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     client = state.ready_client()
     body = await read_json(request)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        ids = state.tokenizer.encode(prompt)
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        ids = check_ids(state.tokenizer, prompt, field="prompt")
-    else:
-        raise RequestError("'prompt' must be a string or a list of token ids (one prompt per request)")
+    prompts = _prompts(state, body.get("prompt"))
     params = _sampling(body, max_tokens_keys=("max_tokens",), default_max_tokens=16)
     stream, include_usage = _stream_flags(body)
-    check_length(state.args, len(ids), params.max_new_tokens)
-    rid = uuid.uuid4().hex
-    req = GenerateReq(rid=rid, input_ids=tuple(ids), params=params, seed=request_seed(state.args, rid, params))
-    return await _respond(request, state=state, client=client, req=req, stream=stream, include_usage=include_usage, chat=False)
+    logprobs = body.get("logprobs")
+    if isinstance(logprobs, bool):
+        raise RequestError(f"'logprobs' of /v1/completions is the number of top logprobs (an integer), got {show(logprobs)}")
+    reqs = []
+    for ids in prompts:
+        check_length(state.args, len(ids), params.max_new_tokens)
+        options = logprob_options(
+            state,
+            return_logprob=logprobs is not None,
+            top_logprobs_num=logprobs,
+            logprob_start_len=None,
+            prompt_len=len(ids),
+            names=("logprobs", "logprobs", "logprob_start_len"),
+        )
+        rid = uuid.uuid4().hex
+        reqs.append(GenerateReq(rid=rid, input_ids=tuple(ids), params=params, seed=request_seed(state.args, rid, params), **options))
+    return await _respond(request, state=state, client=client, reqs=reqs, stream=stream, include_usage=include_usage, chat=False)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -224,33 +364,75 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         default_max_tokens=max(0, state.args.context_length - len(ids) - 1),
     )
     stream, include_usage = _stream_flags(body)
+    return_meta_info = body.get("return_meta_info", False)
+    if not isinstance(return_meta_info, bool):
+        raise RequestError(f"'return_meta_info' must be true or false, got {show(return_meta_info)}")
+    if stream and return_meta_info:
+        raise RequestError(_STREAM_META_INFO)
+    logprobs = body.get("logprobs", False)
+    if logprobs is None:
+        logprobs = False
+    if not isinstance(logprobs, bool):
+        raise RequestError(f"'logprobs' must be true or false, got {show(logprobs)}")
     check_length(state.args, len(ids), params.max_new_tokens)
+    # SGLang: return_logprob=logprobs, top_logprobs_num=top_logprobs or 0 (ignored without logprobs).
+    options = logprob_options(
+        state,
+        return_logprob=logprobs,
+        top_logprobs_num=body.get("top_logprobs") if logprobs else None,
+        logprob_start_len=None,
+        prompt_len=len(ids),
+        names=("logprobs", "top_logprobs", "logprob_start_len"),
+    )
     rid = uuid.uuid4().hex
     req = GenerateReq(
         rid=rid, input_ids=tuple(ids), params=params, seed=request_seed(state.args, rid, params),
-        extra_stop_ids=(END_OF_TURN_ID,),
+        extra_stop_ids=(END_OF_TURN_ID,), **options,
     )
-    return await _respond(request, state=state, client=client, req=req, stream=stream, include_usage=include_usage, chat=True)
+    return await _respond(
+        request, state=state, client=client, reqs=[req], stream=stream, include_usage=include_usage, chat=True,
+        return_meta_info=return_meta_info,
+    )
+
+
+def _model_card(state: AppState, model_id: str) -> dict[str, Any]:
+    """SGLang's ``ModelCard`` for the served model."""
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "sglang",
+        "root": model_id,
+        "parent": None,
+        "max_model_len": state.args.context_length,
+    }
 
 
 async def models(request: web.Request) -> web.Response:
     state = state_of(request)
-    args = state.args
-    return json_response(
-        {
-            "object": "list",
-            "data": [
-                {
-                    "id": args.served_model_name,
-                    "object": "model",
-                    "created": state.created,
-                    "owned_by": "sglang",
-                    "root": args.model_path,
-                    "max_model_len": args.context_length,
+    return json_response({"object": "list", "data": [_model_card(state, state.args.served_model_name)]})
+
+
+async def retrieve_model(request: web.Request) -> web.Response:
+    """SGLang's ``GET /v1/models/{model:path}``: the card of the served model, else SGLang's 404
+    ``{"error": {"message": "The model '<id>' does not exist", "type": "invalid_request_error",
+    "param": "model", "code": "model_not_found"}}`` (OpenAI's own error shape, unlike SGLang's
+    other OpenAI errors)."""
+    state = state_of(request)
+    model = request.match_info["model"]
+    if model != state.args.served_model_name:
+        return json_response(
+            {
+                "error": {
+                    "message": f"The model '{model}' does not exist",
+                    "type": "invalid_request_error",
+                    "param": "model",
+                    "code": "model_not_found",
                 }
-            ],
-        }
-    )
+            },
+            status=404,
+        )
+    return json_response(_model_card(state, model))
 
 
 def register(app: web.Application) -> None:
@@ -258,3 +440,4 @@ def register(app: web.Application) -> None:
     app.router.add_post("/v1/completions", route(completions, error=openai_error))
     app.router.add_post("/v1/chat/completions", route(chat_completions, error=openai_error))
     app.router.add_get("/v1/models", route(models, error=openai_error))
+    app.router.add_get("/v1/models/{model:.+}", route(retrieve_model, error=openai_error))

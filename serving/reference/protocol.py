@@ -11,6 +11,9 @@ from typing import Any, Optional
 
 from serving.reference.sampling import SamplingParams
 
+TopLogprobs = tuple[tuple[float, int], ...]
+"""The most likely tokens at one position, as ``(logprob, token_id)``, most likely first."""
+
 __all__ = [
     "AbortReq",
     "FlushReq",
@@ -20,6 +23,7 @@ __all__ = [
     "Stats",
     "TokenBatch",
     "TokenOut",
+    "TopLogprobs",
     "WorkerFailed",
     "WorkerReady",
 ]
@@ -36,6 +40,11 @@ class GenerateReq:
         seed: Seed of the request's random stream (sampling only).
         extra_stop_ids: Stop tokens the endpoint adds (e.g. chat's end-of-turn).
         is_health_check: Excluded from metrics, like SGLang's HEALTH_CHECK requests.
+        return_logprob: Report the log-probability of every output token (SGLang's
+            ``return_logprob``); the workers compute it only for requests that ask.
+        top_logprobs_num: Also report this many most likely tokens per position.
+        logprob_start_len: First prompt position with an input log-probability (-1: none,
+            SGLang's default of output logprobs only).
     """
 
     rid: str
@@ -44,6 +53,9 @@ class GenerateReq:
     seed: int
     extra_stop_ids: tuple[int, ...] = ()
     is_health_check: bool = False
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    logprob_start_len: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +83,19 @@ class TokenOut:
         finish: SGLang's finish_reason once done (``{"type": "length", "length": n}``,
             ``{"type": "stop", "matched": token_or_str}``, ``{"type": "abort", ...}``), else None.
         spec_verify_ct: Verify cycles this request has gone through so far.
-        spec_accepted_drafts: Draft tokens accepted so far (bonus tokens excluded).
+        spec_accepted_drafts: Draft tokens accepted so far (bonus tokens excluded): SGLang's
+            ``spec_num_correct_drafts``.
+        spec_correct_drafts_histogram: ``[k]`` = verify cycles that accepted k drafts (sent with
+            the final output only, as SGLang reports it at the end).
+        logprobs: Log-probability of each of ``token_ids`` under the target model (only for a
+            request with ``return_logprob``).
+        top_logprobs: Per token of ``token_ids``, the ``top_logprobs_num`` most likely
+            ``(logprob, token_id)`` pairs of the same distribution.
+        input_logprobs: Prefill only: log-probability of each prompt token from
+            ``logprob_start_len`` on (None for position 0, which nothing predicts).
+        input_top_logprobs: Prefill only: the top pairs per prompt position (None at position 0).
+        queue_time_s: Prefill only: seconds the request waited in the scheduler's queue before
+            its prefill began (SGLang's ``sglang:queue_time_seconds``); None otherwise.
     """
 
     rid: str
@@ -79,6 +103,12 @@ class TokenOut:
     finish: Optional[dict[str, Any]]
     spec_verify_ct: int
     spec_accepted_drafts: int
+    spec_correct_drafts_histogram: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    top_logprobs: tuple[TopLogprobs, ...] = ()
+    input_logprobs: tuple[Optional[float], ...] = ()
+    input_top_logprobs: tuple[Optional[TopLogprobs], ...] = ()
+    queue_time_s: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)

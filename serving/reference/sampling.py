@@ -15,7 +15,7 @@ import torch
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int, show
 
-__all__ = ["MAX_TOKEN_ID", "MAX_TOP_K", "SamplingParams", "target_probs"]
+__all__ = ["MAX_STREAM_INTERVAL", "MAX_TOKEN_ID", "MAX_TOP_K", "SamplingParams", "output_logprobs", "target_probs"]
 
 _GREEDY_EPS = 1e-6
 
@@ -37,6 +37,8 @@ class SamplingParams:
         no_stop_trim: Keep the matched stop string in the text.
         sampling_seed: Seed of this request's random stream (sampling only). Without it the
             stream is seeded from ``--random-seed`` and the request id.
+        stream_interval: Tokens between streamed chunks (SGLang's per-request override of
+            ``--stream-interval``; None: every iteration). The HTTP process applies it.
     """
 
     max_new_tokens: int = 128
@@ -50,6 +52,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     sampling_seed: Optional[int] = None
+    stream_interval: Optional[int] = None
 
     @property
     def greedy(self) -> bool:
@@ -137,10 +140,14 @@ class SamplingParams:
             check_int(token, name=f"{name('stop_token_ids')}[{index}]", low=0, high=MAX_TOKEN_ID)
         if self.sampling_seed is not None:
             check_int(self.sampling_seed, name=name("sampling_seed"), low=SEED_MIN, high=SEED_MAX)
+        if self.stream_interval is not None:
+            check_int(self.stream_interval, name=name("stream_interval"), low=1, high=MAX_STREAM_INTERVAL)
 
 
 MAX_TOP_K = 1 << 30
 """Largest ``top_k`` accepted (SGLang's own stand-in for "off" is ``1 << 30``)."""
+MAX_STREAM_INTERVAL = 1 << 30
+"""Largest ``stream_interval`` accepted (larger means: one chunk at the end, as this does)."""
 MAX_TOKEN_ID = 2**31 - 1
 """Largest stop token id accepted (ids past the vocabulary never match, but stay int32)."""
 
@@ -153,7 +160,6 @@ _IGNORED_NEUTRAL: dict[str, Any] = {
     "min_new_tokens": 0,
     "n": 1,
     "spaces_between_special_tokens": True,
-    "stream_interval": None,
     "logit_bias": None,
     "regex": None,
     "json_schema": None,
@@ -181,7 +187,7 @@ def _is_neutral(value: Any, neutral: Any) -> bool:
 
 def _coerce(key: str, value: Any, *, name: str) -> Any:
     """Check the JSON type of one field and convert it (ranges are ``verify``'s job)."""
-    if key in {"max_new_tokens", "top_k", "sampling_seed"}:
+    if key in {"max_new_tokens", "top_k", "sampling_seed", "stream_interval"}:
         if isinstance(value, float) and value.is_integer():  # 16.0 is 16, as pydantic's lax mode
             return int(value)
         return check_int(value, name=name)
@@ -228,3 +234,18 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         floor = probs.max(dim=-1, keepdim=True).values * params.min_p
         probs = torch.where(probs >= floor, probs, torch.zeros_like(probs))
     return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def output_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Log-probabilities SGLang reports for output tokens (``return_logprob``), float64 on CPU.
+
+    SGLang's sampler returns ``log_softmax(logits)`` for greedy requests and the log of the
+    temperature-scaled distribution (before top-k/top-p/min-p filtering) for sampled ones,
+    unless ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is set; this follows the default.
+
+    Args:
+        logits: ``[..., vocab]`` raw target logits.
+        params: The request's parameters.
+    """
+    scaled = logits.double() if params.greedy else logits.double() / params.temperature
+    return torch.log_softmax(scaled, dim=-1).cpu()

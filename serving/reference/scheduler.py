@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from serving.reference.model import Attention, Model, PrefillSpan
-from serving.reference.protocol import GenerateReq, TokenOut
-from serving.reference.sampling import SamplingParams, target_probs
+from serving.reference.protocol import GenerateReq, TokenOut, TopLogprobs
+from serving.reference.sampling import SamplingParams, output_logprobs, target_probs
 from serving.reference.speculative import SpecConfig, draft_tree, verify_tree, walk_greedy, walk_sampled
 from serving.reference.tokenizer import EOS_ID, NUM_BYTE_TOKENS
 
@@ -47,13 +47,20 @@ class Request:
     stop_ids: frozenset[int]
     generator: Optional[torch.Generator]
     is_health_check: bool = False
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    logprob_start_len: int = -1
     output: list[int] = dataclasses.field(default_factory=list)
     committed: int = 0  # KV positions written for good
     pending: int = -1  # last emitted token; its KV is written by the next step
     verify_ct: int = 0
     accepted_drafts: int = 0
+    correct_drafts_histogram: list[int] = dataclasses.field(default_factory=list)
     finish: Optional[dict[str, Any]] = None
     _stop_tail_len: int = 0
+    # When the request joined the queue, and (once, for its first output) how long it waited there.
+    queued_at: float = dataclasses.field(default_factory=time.monotonic)
+    queue_time_s: Optional[float] = None
 
     @classmethod
     def from_req(cls, req: GenerateReq) -> "Request":
@@ -72,8 +79,25 @@ class Request:
             stop_ids=frozenset(stop_ids),
             generator=gen,
             is_health_check=req.is_health_check,
+            return_logprob=req.return_logprob,
+            top_logprobs_num=req.top_logprobs_num if req.return_logprob else 0,
+            logprob_start_len=req.logprob_start_len if req.return_logprob else -1,
             _stop_tail_len=max((len(s.encode("utf-8")) for s in params.stop), default=0) + 3,
         )
+
+    @property
+    def input_logprob_start(self) -> Optional[int]:
+        """First prompt position whose log-probability is reported, or None (the default)."""
+        if self.logprob_start_len < 0 or self.logprob_start_len >= len(self.prompt):
+            return None
+        return self.logprob_start_len
+
+    def count_correct_drafts(self, accepted: int) -> None:
+        """SGLang's ``update_spec_correct_drafts_histogram``: ``[k]`` counts cycles with k accepted."""
+        hist = self.correct_drafts_histogram
+        if len(hist) <= accepted:
+            hist.extend([0] * (accepted + 1 - len(hist)))
+        hist[accepted] += 1
 
     def emit(self, tokens: list[int]) -> list[int]:
         """Append tokens until a stop condition; return those actually emitted."""
@@ -235,12 +259,18 @@ class Scheduler:
             if batch and tokens + len(nxt.prompt) > self.max_prefill_tokens:
                 break
             batch.append(self.waiting.popleft())
+            nxt.queue_time_s = time.monotonic() - nxt.queued_at
             tokens += len(nxt.prompt)
         base = len(self.running)
         self.running.extend(batch)
         longest = max(len(r.prompt) for r in batch)
         self.cache.reserve(rows=len(self.running), cols=longest + self._scratch())
-        ids, pos, rows, spans, last = [], [], [], [], []
+        ids, pos, rows, spans = [], [], [], []
+        # Logits are read at each prompt's last token, and, for a request that asked for input
+        # logprobs, also at every position from the one predicting its logprob_start_len on.
+        at: list[int] = []
+        last: list[int] = []  # index into ``at`` of each request's last prompt token
+        first_at: list[Optional[tuple[int, int]]] = []  # (index into ``at``, its position)
         offset = 0
         for i, req in enumerate(batch):
             n = len(req.prompt)
@@ -248,8 +278,16 @@ class Scheduler:
             pos.extend(range(n))
             rows.extend([base + i] * n)
             spans.append(PrefillSpan(row=base + i, start=0, length=n, offset=offset))
+            start = req.input_logprob_start
+            if start is None:
+                first_at.append(None)
+                at.append(offset + n - 1)
+            else:
+                first = max(start - 1, 0)
+                first_at.append((len(at), first))
+                at.extend(range(offset + first, offset + n))
+            last.append(len(at) - 1)
             offset += n
-            last.append(offset - 1)
         dev = self.device
         pos_t = torch.tensor(pos, device=dev)
         logits = self.model.forward(
@@ -260,20 +298,22 @@ class Scheduler:
             attention=Attention(spans=spans),
             cache=self.cache,
             num_layers=self.model.num_layers,
-            logits_at=torch.tensor(last, device=dev),
+            logits_at=torch.tensor(at, device=dev),
         )
-        picks = self._sample_rows(logits, batch)
+        last_logits = logits[torch.tensor(last, device=dev)] if len(at) != len(batch) else logits
+        picks = self._sample_rows(last_logits, batch)
         outs = []
-        for req, token in zip(batch, picks):
+        for i, (req, token) in enumerate(zip(batch, picks)):
             req.committed = len(req.prompt)
+            inputs = self._input_logprobs(req, logits, first_at[i])
             if req.params.max_new_tokens == 0:
                 req.finish = {"type": "length", "length": 0}
-                outs.append(self._out(req, []))
+                outs.append(self._out(req, [], inputs=inputs))
                 continue
             req.pending = token
             emitted = req.emit([token])
             self._gen_tokens += len(emitted)
-            outs.append(self._out(req, emitted))
+            outs.append(self._out(req, emitted, last_logits[i : i + 1], inputs=inputs))
         return outs
 
     def _decode(self) -> list[TokenOut]:
@@ -292,12 +332,12 @@ class Scheduler:
         )
         picks = self._sample_rows(logits, batch)
         outs = []
-        for req, token in zip(batch, picks):
+        for i, (req, token) in enumerate(zip(batch, picks)):
             req.committed += 1
             req.pending = token
             emitted = req.emit([token])
             self._gen_tokens += len(emitted)
-            outs.append(self._out(req, emitted))
+            outs.append(self._out(req, emitted, logits[i : i + 1]))
         return outs
 
     def _spec_cycle(self) -> list[TokenOut]:
@@ -332,11 +372,15 @@ class Scheduler:
             emitted = req.emit([tokens[b][node] for node in path] + [bonus])
             req.verify_ct += 1
             req.accepted_drafts += min(len(path), len(emitted))
+            req.count_correct_drafts(min(len(path), len(emitted)))
             self._win_verify_ct += 1
             self._win_accept_tokens += len(emitted)
             self._win_accepted_drafts += min(len(path), len(emitted))
             self._gen_tokens += len(emitted)
-            outs.append(self._out(req, emitted))
+            # Each emitted token was predicted by the target at the node before it (the root, then
+            # the accepted nodes): those verify rows are its logprobs, never the draft's.
+            predicted_at = [0, *path][: len(emitted)]
+            outs.append(self._out(req, emitted, logits[b, predicted_at] if req.return_logprob else None))
         if move_rows:
             self.cache.move_cols(
                 rows=torch.tensor(move_rows, device=dev),
@@ -367,14 +411,61 @@ class Scheduler:
                 self.running[row] = moved
             self.running.pop()
 
-    def _out(self, req: Request, emitted: list[int]) -> TokenOut:
+    def _out(
+        self,
+        req: Request,
+        emitted: list[int],
+        logits: Optional[torch.Tensor] = None,
+        *,
+        inputs: Optional[tuple[tuple[Optional[float], ...], tuple[Optional[TopLogprobs], ...]]] = None,
+    ) -> TokenOut:
+        """The request's output of this iteration; ``logits`` are the target's rows that
+        predicted ``emitted`` (read only when the request asked for logprobs)."""
+        logprobs: tuple[float, ...] = ()
+        top: tuple[TopLogprobs, ...] = ()
+        if req.return_logprob and emitted and logits is not None:
+            logp = output_logprobs(logits, req.params)
+            logprobs, top = _gather(logp, emitted, req.top_logprobs_num)
         return TokenOut(
             rid=req.rid,
             token_ids=tuple(emitted),
             finish=req.finish,
             spec_verify_ct=req.verify_ct,
             spec_accepted_drafts=req.accepted_drafts,
+            spec_correct_drafts_histogram=tuple(req.correct_drafts_histogram) if req.finish is not None else (),
+            logprobs=logprobs,
+            top_logprobs=top,
+            input_logprobs=inputs[0] if inputs else (),
+            input_top_logprobs=inputs[1] if inputs else (),
+            queue_time_s=self._take_queue_time(req),
         )
+
+    @staticmethod
+    def _take_queue_time(req: Request) -> Optional[float]:
+        """The queue wait, on the request's first output only (one observation per request)."""
+        wait, req.queue_time_s = req.queue_time_s, None
+        return wait
+
+    def _input_logprobs(
+        self, req: Request, logits: torch.Tensor, first: Optional[tuple[int, int]]
+    ) -> Optional[tuple[tuple[Optional[float], ...], tuple[Optional[TopLogprobs], ...]]]:
+        """Prompt logprobs from ``logprob_start_len`` on: token p's is read from the row of
+        position p - 1 (raw logits, as SGLang's input logprobs); position 0 has none."""
+        start = req.input_logprob_start
+        if first is None or start is None:
+            return None
+        index, first_pos = first
+        n = len(req.prompt)
+        positions = [p for p in range(start, n) if p > 0]
+        values: list[Optional[float]] = [None] if start == 0 else []
+        tops: list[Optional[TopLogprobs]] = [None] if start == 0 else []
+        if positions:
+            rows = torch.tensor([index + (p - 1 - first_pos) for p in positions], device=logits.device)
+            logp = torch.log_softmax(logits[rows].double(), dim=-1).cpu()
+            got, top = _gather(logp, [req.prompt[p] for p in positions], req.top_logprobs_num)
+            values.extend(got)
+            tops.extend(top if top else [()] * len(got))
+        return tuple(values), (tuple(tops) if req.top_logprobs_num else ())
 
     # ----------------------------------------------------------------------------- counters
     def _reset_counters(self) -> None:
@@ -434,3 +525,13 @@ class Scheduler:
             if self.cum_spec_verify_ct > 0:
                 state["avg_spec_accept_length"] = self.cum_spec_accept_tokens / self.cum_spec_verify_ct
         return state
+
+
+def _gather(logp: torch.Tensor, tokens: list[int], k: int) -> tuple[tuple[float, ...], tuple[TopLogprobs, ...]]:
+    """Each row's logprob of its token, and (if ``k``) its ``k`` most likely (logprob, id) pairs."""
+    logp = logp.cpu()
+    values = tuple(logp.gather(-1, torch.tensor(tokens)[:, None])[:, 0].tolist())
+    if not k:
+        return values, ()
+    top_v, top_i = torch.topk(logp, min(k, logp.shape[-1]), dim=-1)
+    return values, tuple(tuple(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist()))

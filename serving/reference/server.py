@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from typing import Callable, Optional
 
 from aiohttp import web
@@ -86,6 +87,8 @@ def attach_engine(
     args = state.args
     state.worker_info = workers.worker_info()
     state.max_total_num_tokens = ready[0].max_total_num_tokens
+    if state.metrics is not None:
+        state.metrics.set_max_total_num_tokens(state.max_total_num_tokens)
     client = EngineClient(
         workers=workers,
         num_draft_tokens=args.speculative_num_draft_tokens if args.speculative else None,
@@ -142,6 +145,7 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, request_stop, 0, f"received {signal.Signals(sig).name}; shutting down")
 
+    started = time.monotonic()
     state = new_state(args)
     app_runner = runner(build_app(state))
     await app_runner.setup()
@@ -184,6 +188,7 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
         if not warmed:
             logger.error("the warm-up request was aborted; the server cannot serve")
             return 1
+        state.startup_time = time.monotonic() - started
         state.ready = True
         logger.info(
             "The server is fired up and ready to roll! (%s, tp_size=%d, device=%s, workers %s)",

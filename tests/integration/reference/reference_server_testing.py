@@ -116,6 +116,21 @@ def generate_concurrently(engine: HasUrl, bodies: Sequence[Any], *, timeout_s: f
     return asyncio.run(run())
 
 
+def metric_total(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called ``name`` in Prometheus text, over every label set that has
+    ``labels`` (0 when there is none): how SGLang's own clients read a counter, e.g.
+    ``get_cache_tokens_from_metrics`` in ``python/sglang/bench_one_batch_server.py`` adds up every
+    ``sglang:prompt_tokens_total{...}`` line, whatever its labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 def worker_processes(engine: EngineProcess) -> list[psutil.Process]:
     """The server's TP workers (children named ``ref::tp<r>``)."""
     return [c for c in psutil.Process(engine.pid).children() if c.name().startswith("ref::tp")]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Iterator
 
 import pytest
 from engine_support import wait_until
-from reference_server_testing import generate_concurrently, http, running_server, sse_events
+from reference_server_testing import generate_concurrently, http, metric_total, running_server, sse_events
 
 from serving.engine.process import EngineProcess
 
@@ -218,7 +217,7 @@ def test_metrics_use_sglang_names(spec_server: EngineProcess) -> None:
                  "sglang:spec_accept_length", "sglang:time_to_first_token_seconds_bucket",
                  "sglang:e2e_request_latency_seconds_count", "sglang:gen_throughput"):
         assert name in text, name
-    generated = float(re.search(r'^sglang:generation_tokens_total\{model_name="ref-tiny"\} (\S+)$', text, re.M).group(1))
+    generated = metric_total(text, "sglang:generation_tokens_total", model_name="ref-tiny")
     assert generated >= 8
 
 
@@ -266,7 +265,7 @@ def test_client_disconnect_aborts_the_request(spec_server: EngineProcess) -> Non
 
     def aborted() -> float:
         text = http(spec_server, "/metrics")[1]
-        return float(re.search(r'^sglang:num_aborted_requests_total\{model_name="ref-tiny"\} (\S+)$', text, re.M).group(1))
+        return metric_total(text, "sglang:num_aborted_requests_total", model_name="ref-tiny")
 
     before = aborted()
     body = json.dumps(greedy("abandon me", 1800)).encode()

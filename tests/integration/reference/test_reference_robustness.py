@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client as http_client
 import json
 import logging
-import re
 import urllib.error
 import urllib.request
 from typing import Iterator
@@ -17,7 +16,7 @@ import pytest
 from engine_support import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_server_testing import InProcessServer, http, in_process_server
+from reference_server_testing import InProcessServer, http, in_process_server, metric_total
 
 from serving.reference.http_common import MAX_JSON_DEPTH
 
@@ -46,7 +45,7 @@ def server() -> Iterator[InProcessServer]:
 
 def aborted(server: InProcessServer) -> float:
     text = http(server, "/metrics")[1]
-    return float(re.search(r'^sglang:num_aborted_requests_total\{model_name="ref-tiny"\} (\S+)$', text, re.M).group(1))
+    return metric_total(text, "sglang:num_aborted_requests_total", model_name="ref-tiny")
 
 
 @pytest.mark.parametrize("path, body", [

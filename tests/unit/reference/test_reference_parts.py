@@ -116,14 +116,19 @@ def test_env_registry_reads_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_metrics_text_uses_sglang_names() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
     m = ReferenceMetrics(model_name="ref-tiny")
-    m.generation_tokens_total.inc(5)
-    m.time_to_first_token.observe(0.03)
+    m.observe_finished_request(prompt_tokens=3, generation_tokens=5, cached_tokens=0, e2e_latency=0.5,
+                               spec_verify_ct=2, finish_type="length", decode_seconds=0.4, is_streaming=False)
+    m.observe_time_to_first_token(0.03, is_streaming=False)
     m.set_scheduler_state({"num_running_reqs": 2, "last_spec_accept_length": 2.5, "last_gen_throughput": 10.0})
-    text = m.render()
-    assert 'sglang:generation_tokens_total{model_name="ref-tiny"} 5.0' in text
-    assert 'sglang:time_to_first_token_seconds_bucket{model_name="ref-tiny",le="0.04"} 1' in text
-    assert 'sglang:time_to_first_token_seconds_bucket{model_name="ref-tiny",le="+Inf"} 1' in text
-    assert "# TYPE sglang:time_to_first_token_seconds histogram" in text
-    assert 'sglang:spec_accept_length{model_name="ref-tiny",engine_type="unified",tp_rank="0",pp_rank="0"} 2.5' in text
-    assert "sglang:num_running_reqs{" in text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(m.render()) for s in f.samples}
+    req = (("engine_type", "unified"), ("is_streaming", "false"), ("model_name", "ref-tiny"))
+    assert samples[("sglang:generation_tokens_total", req)] == 5.0
+    assert samples[("sglang:time_to_first_token_seconds_bucket", tuple(sorted(req + (("le", "0.1"),))))] == 1.0
+    sched = (("engine_type", "unified"), ("model_name", "ref-tiny"), ("moe_ep_rank", "0"), ("pp_rank", "0"),
+             ("tp_rank", "0"))
+    assert samples[("sglang:spec_accept_length", sched)] == 2.5
+    assert samples[("sglang:num_running_reqs", sched)] == 2.0

@@ -1,0 +1,121 @@
+"""``/server_info`` (alias ``/get_server_info``) in the shape SGLang's own clients read.
+
+SGLang's handler (``srt/entrypoints/http_server.py`` ``server_info``) returns
+``{**dataclasses.asdict(server_args), **scheduler_info, "internal_states": [...], "version"}``;
+each ``internal_states[i]`` is one DP rank's ``Scheduler.get_internal_state``: again every server
+arg (``vars(get_global_server_args())``), then ``last_gen_throughput``, ``memory_usage``
+(``weight``/``kvcache``/``graph`` in GB, ``token_capacity`` in tokens),
+``effective_max_running_requests_per_dp`` and, after a verify cycle, ``avg_spec_accept_length``.
+
+What reads it: ``python/sglang/bench_one_batch_server.py`` asserts
+``internal_states[0]["effective_max_running_requests_per_dp"] > 0``, multiplies it by
+``internal_states[0].get("dp_size") or 1``, sums ``memory_usage.token_capacity`` over the states,
+and takes ``tokenizer_path`` and ``avg_spec_accept_length`` / ``last_gen_throughput``; SGLang's
+speculative tests read ``internal_states[0]["avg_spec_accept_length"]``. spectune's own harness
+(``orchestrator/bench/server.py``) reads the same accept length.
+
+The reference engine has no DP, pipeline or expert parallelism and no paged or radix cache; the
+server args SGLang would report for those are given SGLang's defaults (``dp_size`` 1,
+``page_size`` 1, ``disable_radix_cache`` false, ...) instead of null, because a client computes
+with them (``max_running * dp_size``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.reference.config import get_preset
+from serving.reference.http_common import AppState
+
+__all__ = ["SGLANG_DEFAULTS", "build_server_info"]
+
+SGLANG_DEFAULTS: dict[str, Any] = {
+    # SGLang ServerArgs defaults for what the reference engine does not have or does not resolve.
+    "page_size": 1,
+    "disable_radix_cache": False,
+    "schedule_policy": "fcfs",
+    "kv_cache_dtype": "auto",
+    "dp_size": 1,
+    "attn_dp_size": 1,  # newest SGLang's name next to dp_size (dp_size if --enable-dp-attention, else 1)
+    "enable_dp_attention": False,
+    "pp_size": 1,
+    "ep_size": 1,
+    "attn_cp_size": 1,
+    "moe_dp_size": 1,
+    "nnodes": 1,
+    "node_rank": 0,
+    "disaggregation_mode": "null",
+    "disable_cuda_graph": True,  # eager only: there are no CUDA graphs here
+}
+"""Filled in where the reference engine's value is None (or the arg does not exist here)."""
+
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _server_args(state: AppState) -> dict[str, Any]:
+    args = state.args.to_dict()
+    for name, value in SGLANG_DEFAULTS.items():
+        if args.get(name) is None:
+            args[name] = value
+    return args
+
+
+def _memory_usage(state: AppState, scheduler_memory: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's ``memory_usage``: GB of rank 0's weights and full-size KV cache, from the preset's
+    shapes (this engine's cache grows on demand up to that size), and ``token_capacity`` =
+    ``max_total_num_tokens``. The scheduler's own cache figures are kept next to them."""
+    args = state.args
+    preset = get_preset(args.model_path)
+    size = _DTYPE_BYTES.get(args.dtype, 4)
+    h, layers, tp = preset.hidden_size, preset.num_layers, args.tp_size
+    replicated = 2 * preset.vocab_size * h + (2 * layers + 1) * h  # embedding, output layer, norms
+    sharded = layers * (4 * h * h + 3 * h * preset.intermediate_size) // tp
+    kv_bytes = state.max_total_num_tokens * layers * 2 * (h // tp) * size
+    return {
+        **scheduler_memory,
+        "weight": round((replicated + sharded) * size / 2**30, 2),
+        "kvcache": round(kv_bytes / 2**30, 2),
+        "token_capacity": int(state.max_total_num_tokens),
+        "graph": 0,
+    }
+
+
+def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
+    """The ``/server_info`` body (SGLang's shape, plus a ``reference_engine`` section).
+
+    Before the workers are ready ``internal_states[0]`` still carries the server args,
+    ``memory_usage`` and ``effective_max_running_requests_per_dp`` (from the resolved flags), so a
+    client polling early sees the final shape; the scheduler's counters join once it reports.
+    """
+    args = _server_args(state)
+    scheduler = dict(state.client.internal_state) if state.client else {}
+    scheduler_memory = scheduler.pop("memory_usage", {}) or {}
+    internal: dict[str, Any] = {
+        **args,
+        **scheduler,
+        "last_gen_throughput": scheduler.get("last_gen_throughput", 0.0),
+        "memory_usage": _memory_usage(state, scheduler_memory),
+        # SGLang: self.max_running_requests after resolve_max_num_reqs (speculation caps it at 48).
+        "effective_max_running_requests_per_dp": state.args.max_running_requests,
+    }
+    body: dict[str, Any] = {
+        **args,
+        "max_total_num_tokens": state.max_total_num_tokens,
+        "max_req_input_len": state.args.context_length - 1,
+        "internal_states": [internal],
+        "version": version,
+    }
+    if state.ready:
+        body["status"] = "ready"
+    if state.startup_time is not None:
+        # Seconds from process start to ready (SGLang's sglang:engine_startup_time meaning).
+        internal["startup_time"] = body["startup_time"] = state.startup_time
+    body["reference_engine"] = {
+        "workers": state.worker_info,
+        "ready": state.ready,
+        "counters": (
+            "lifetime since the last /flush_cache; folded every --decode-log-interval "
+            "iterations and whenever the server goes idle"
+        ),
+    }
+    return body
