@@ -149,4 +149,14 @@ ENV = Registry(
             "job's working directory is a temporary copy): default ~/spectune-results."
         ),
     ),
+    EnvVar(
+        name="SPECTUNE_API_KEY",
+        parse=str,
+        default="",
+        doc=(
+            "API key `spectune serve` requires from clients (as `Authorization: Bearer <key>`) when "
+            "`--api-key` is not given. Empty: no key. Read by the CLI only; replicas receive the "
+            "key's SHA-256, never the key."
+        ),
+    ),
 )

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serving.engine.config import EngineConfig
-from serving.environ import EnvVar
+from serving.environ import ENV
 from serving.errors import SpectuneError
 
 __all__ = [
@@ -35,14 +35,8 @@ IngressPath = Literal["haproxy", "proxy"]
 """``haproxy``: Ray Serve's HAProxy ingress with direct ingress (``RAY_SERVE_ENABLE_HA_PROXY=1``);
 ``proxy``: Serve's plain Python proxy actor."""
 
-API_KEY_ENV = EnvVar(
-    name="SPECTUNE_API_KEY",
-    parse=str,
-    default="",
-    doc="API key `spectune serve` requires from clients (as `Authorization: Bearer <key>`) when "
-        "`--api-key` is not given. Empty: no key.",
-)
-"""Read by the CLI only; replicas receive the key's SHA-256, never the key."""
+API_KEY_ENV = ENV.SPECTUNE_API_KEY
+"""The registry's ``SPECTUNE_API_KEY`` (``serving.environ``), named here for the CLI."""
 
 
 class ServeConfigError(SpectuneError, ValueError):
