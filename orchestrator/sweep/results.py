@@ -44,6 +44,7 @@ FAILURE_REASONS: dict[str, str] = {
     "launch_failed": "the engine exited before it became healthy",
     "not_healthy": "the engine did not become healthy in time",
     "env_audit": "a process of the engine lacks one of the trial's variables (or has another value)",
+    "nccl_log": "with NCCL_DEBUG=INFO, a rank's NCCL reported another value (or none) for a trial's NCCL variable",
     "probe_mismatch": "greedy outputs differ from the no-speculation baseline",
     "probe_failed": "the correctness probe's requests failed, so there was nothing to compare",
     "no_baseline": "the correctness baseline could not be written (the no-speculation trial failed)",

@@ -43,6 +43,7 @@ from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
 from serving.engine.host import create_engine_host
+from serving.engine.nccl_log import check_nccl_log, nccl_debug_enabled
 from serving.environ import ENV
 from serving.waiting import wait_until
 
@@ -234,6 +235,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         tic = time.monotonic()
         _probe(spec, state, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
+        _nccl_log_proof(state, coordinator, tp_size=engine_config.tp_size)
         tic = time.monotonic()
         try:
             _benchmark(spec, ctx, state)
@@ -340,6 +342,26 @@ def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: s
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts=texts))
     if not result.passed:
         raise TrialFailure("probe_mismatch", result.message)
+
+
+def _nccl_log_proof(state: _TrialState, coordinator: Any, *, tp_size: int) -> None:
+    """The second per-rank proof, from NCCL itself: with ``NCCL_DEBUG=INFO`` every rank logs the
+    NCCL variables it read ("NCCL_ALGO set by environment to Ring"), and they must be the trial's.
+    Runs after the probe, when every rank has all-reduced; without INFO logging it only records
+    that it did not apply (``serving.engine.nccl_log``)."""
+    audit = state.info["audit"]
+    expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
+    if not nccl_debug_enabled(expected) or tp_size < 2:
+        check = check_nccl_log("", expected, tp_size=tp_size)
+    else:
+        log_text = ray.get(state.host.log_text.remote())
+        check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
+    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={"spectune.nccl_log": check.status},
+                                         texts={"nccl_log.json": _json(check.to_dict())}))
+    if check.status != "not_applicable":
+        (logger.info if check.ok else logger.warning)("trial %d (%s): %s", state.number, state.trial_id, check.summary())
+    if not check.ok:
+        raise TrialFailure("nccl_log", check.summary())
 
 
 def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:

@@ -125,6 +125,9 @@ def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -
         assert child.info.status in ("FINISHED", "FAILED")
     ok = [c for c in children if c.data.tags["spectune.status"] == "ok"]
     assert len(ok) == 3
+    for child in ok:  # NCCL's own per-rank check ran and says why it cannot apply on CPU (gloo)
+        assert child.data.tags["spectune.nccl_log"] == "not_applicable"
+        assert "nccl_log.json" in {a.path for a in client.list_artifacts(child.info.run_id)}
     for child in ok:
         history = client.get_metric_history(child.info.run_id, "c2.output_tok_per_s")
         assert sorted(m.step for m in history) == [0, 1], "one point per repetition, step = repetition"

@@ -1,0 +1,174 @@
+"""NCCL's own word on what it read: the "NCCL_X set by environment to V" lines, per process.
+
+The env audit (``serving.engine.audit``) reads each TP worker's environment from ``/proc``: it
+proves what the process was given. NCCL's INFO log proves what NCCL inside that process read from
+it. With ``NCCL_DEBUG=INFO`` (NCCL's default ``NCCL_DEBUG_SUBSYS`` includes ``ENV``; a custom one
+must keep ``ENV`` or ``INIT``), every process that initialises a communicator logs one line per
+NCCL variable it reads that is set, prefixed by host, pid, thread and CUDA device::
+
+    vm:642:642 [1] NCCL INFO NCCL_ALGO set by environment to Ring
+    vm:642:642 [1] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0.
+
+(integer parameters end with a period, string ones do not; both NCCL 2.28 on 2x H200,
+``docs/measurements/nccl-env-propagation-h200x2.log-excerpt.txt``). The two sources together are
+the per-rank proof: a rank whose NCCL reports another value than the trial's, or nothing for a
+variable NCCL reads at every communicator's start, fails the check.
+
+Some variables are read only on a code path (``NCCL_IB_*`` without InfiniBand, say): when no
+process reports one, it is *unconfirmed* (listed, not a failure) unless it is in
+:data:`READ_AT_INIT`. Standard library only (engine hosts may run on bare GPU images).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "NOT_ECHOED",
+    "READ_AT_INIT",
+    "NcclLogCheck",
+    "check_nccl_log",
+    "nccl_debug_enabled",
+    "parse_nccl_env_lines",
+]
+
+_LINE = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO "
+    r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$"
+)
+_ANY_NCCL = re.compile(r"^[^\s:]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN)")
+
+READ_AT_INIT = frozenset({"NCCL_ALGO", "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
+"""Variables every rank's NCCL reads (and, when set, logs) at communicator start: seen on 2x H200
+with NCCL 2.28 for each of these. A rank that does not report one of them did not have it."""
+
+NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+"""NCCL's own logging settings: read before logging starts, never logged as "set by environment"."""
+
+
+def nccl_debug_enabled(env: Mapping[str, str | None]) -> bool:
+    """Whether ``env`` makes NCCL log its INFO lines (INFO or TRACE; NCCL reads it case-insensitively)."""
+    return (env.get("NCCL_DEBUG") or "").strip().upper() in ("INFO", "TRACE")
+
+
+def parse_nccl_env_lines(log_text: str) -> dict[int, dict[str, Any]]:
+    """pid -> ``{"device": cuda device index, "values": {variable: value}}`` from NCCL's lines.
+
+    A variable logged twice by one process (one line per communicator) keeps the last value."""
+    out: dict[int, dict[str, Any]] = {}
+    for line in log_text.splitlines():
+        match = _LINE.match(line.strip())
+        if match is None:
+            continue
+        entry = out.setdefault(int(match["pid"]), {"device": int(match["dev"]), "values": {}})
+        entry["values"][match["name"]] = match["value"]
+    return out
+
+
+def _nccl_pids(log_text: str) -> set[int]:
+    """Every process that logged any NCCL INFO/WARN line (initialised NCCL)."""
+    pids = set()
+    for line in log_text.splitlines():
+        line = line.strip()
+        if _ANY_NCCL.match(line):
+            pids.add(int(line.split(":", 2)[1]))
+    return pids
+
+
+@dataclass(frozen=True)
+class NcclLogCheck:
+    """The verdict of NCCL's own lines against what the trial set.
+
+    Attributes:
+        status: ``ok``, ``failed`` or ``not_applicable`` (NCCL_DEBUG is not INFO, or no process
+            logged NCCL lines: a CPU engine on gloo, or one rank).
+        expected: The NCCL variables checked, with the trial's values.
+        ranks: Per NCCL process: pid, CUDA device, role/name from the env audit where known, and
+            what NCCL reported for each expected variable (None: nothing).
+        problems: One line per disagreement, naming pid, variable, what NCCL said and what was set.
+        unconfirmed: Expected variables no process reported (read on a code path not taken).
+        reason: Why the check does not apply (``not_applicable`` only).
+    """
+
+    status: str
+    expected: dict[str, str]
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """False only for a failed check: not applicable is not a failure."""
+        return self.status != "failed"
+
+    def summary(self) -> str:
+        """One line for the log, then one per problem."""
+        if self.status == "not_applicable":
+            return f"NCCL log check not applicable: {self.reason}"
+        names = ", ".join(f"{k}={v}" for k, v in sorted(self.expected.items())) or "no NCCL variables"
+        head = f"NCCL log check {'passed' if self.status == 'ok' else 'FAILED'}: {len(self.ranks)} NCCL processes, {names}"
+        if self.unconfirmed:
+            head += f" (not reported by NCCL, so unconfirmed: {', '.join(self.unconfirmed)})"
+        return "\n".join([head, *(f"  {p}" for p in self.problems)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "ok": self.ok, "summary": self.summary(), "expected": dict(self.expected),
+                "ranks": list(self.ranks), "problems": list(self.problems), "unconfirmed": list(self.unconfirmed),
+                "reason": self.reason}
+
+
+def check_nccl_log(
+    log_text: str,
+    expected_env: Mapping[str, str | None],
+    *,
+    tp_size: int,
+    processes: Iterable[Mapping[str, Any]] = (),
+) -> NcclLogCheck:
+    """Compare NCCL's "set by environment" lines of every NCCL process with ``expected_env``.
+
+    Args:
+        log_text: The engine log (every process's stderr goes there).
+        expected_env: What the trial set (the engine config's env plus the searched NCCL
+            variables); None values (unset) are not checked.
+        tp_size: Ranks that must have logged NCCL lines.
+        processes: The env audit's process records (``pid``, ``role``, ``name``), to name ranks.
+    """
+    expected = {k: v for k, v in expected_env.items() if k.startswith("NCCL_") and v is not None and k not in NOT_ECHOED}
+    if not nccl_debug_enabled(expected_env):
+        return NcclLogCheck("not_applicable", expected, reason="NCCL_DEBUG is not INFO, so NCCL logs nothing to check")
+    if tp_size < 2:
+        return NcclLogCheck("not_applicable", expected, reason="one rank: no communicator, NCCL reads nothing")
+    reported = parse_nccl_env_lines(log_text)
+    pids = _nccl_pids(log_text) | set(reported)
+    if not pids:
+        return NcclLogCheck("not_applicable", expected,
+                            reason="no NCCL lines in the engine log (a CPU engine all-reduces over gloo)")
+    known = {int(p["pid"]): p for p in processes if "pid" in p}
+    ranks, problems = [], []
+    for pid in sorted(pids):
+        values = reported.get(pid, {}).get("values", {})
+        who = known.get(pid, {})
+        label = f"pid {pid}" + (f" ({who.get('role')}, {who.get('name')})" if who else "")
+        ranks.append({"pid": pid, "device": reported.get(pid, {}).get("device"), "role": who.get("role"),
+                      "name": who.get("name"), "reported": {k: values.get(k) for k in sorted(expected)}})
+        for name, want in sorted(expected.items()):
+            got = values.get(name)
+            if got is not None and got.lower() != want.lower():
+                problems.append(f"{label}: NCCL read {name}={got}, the trial set {want}")
+    everyone = [set(reported.get(pid, {}).get("values", {})) for pid in sorted(pids)]
+    seen = set().union(*everyone)
+    for name in sorted(expected):
+        missing = [pid for pid, names in zip(sorted(pids), everyone) if name not in names]
+        if not missing:
+            continue
+        if name in READ_AT_INIT or name in seen:
+            why = "NCCL reads it at every communicator's start" if name in READ_AT_INIT else "other ranks report it"
+            problems += [f"pid {pid}: NCCL reported nothing for {name} ({why}): the variable did not reach it"
+                         for pid in missing]
+    if len(pids) < tp_size:
+        problems.append(f"NCCL lines from {len(pids)} of {tp_size} ranks: the others did not initialise NCCL or log")
+    unconfirmed = sorted(name for name in expected if name not in seen and name not in READ_AT_INIT)
+    return NcclLogCheck("failed" if problems else "ok", expected, ranks, problems, unconfirmed)
