@@ -27,8 +27,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
+    sys.path.insert(0, str(ROOT))
+
+from serving.engine.nccl_log import parse_nccl_env_lines  # noqa: E402  (standard library only)
+
 WORKER_LINE = re.compile(r"worker (ref::tp\d+) starting: rank=(\d+) .*? env: (.*)$")
-NCCL_LINE = re.compile(r"\[(\d+)\] NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to ([^\s.]+)")
 
 
 def _free_port() -> int:
@@ -89,9 +94,10 @@ def run_scenario(*, name: str, args: argparse.Namespace, nccl_env: dict[str, str
         if worker:
             seen = dict(item.split("=", 1) for item in worker.group(3).split() if "=" in item)
             ranks.setdefault(int(worker.group(2)), {})["worker_env"] = {k: seen.get(k) for k in nccl_env}
-        nccl = NCCL_LINE.search(line)
-        if nccl and nccl.group(2) in nccl_env:
-            ranks.setdefault(int(nccl.group(1)), {}).setdefault("nccl_reported", {})[nccl.group(2)] = nccl.group(3)
+    for process in parse_nccl_env_lines(text).values():  # NCCL's own lines, keyed by CUDA device = rank here
+        reported = {k: v for k, v in process["values"].items() if k in nccl_env}
+        if reported:
+            ranks.setdefault(process["device"], {}).setdefault("nccl_reported", {}).update(reported)
     every_rank_has_all = len(ranks) == args.tp_size and all(
         all(r.get("worker_env", {}).get(k) == v for k, v in nccl_env.items()) for r in ranks.values()
     )

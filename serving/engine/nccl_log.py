@@ -34,11 +34,9 @@ __all__ = [
     "parse_nccl_env_lines",
 ]
 
-_LINE = re.compile(
-    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO "
-    r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$"
-)
-_ANY_NCCL = re.compile(r"^[^\s:]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN)")
+_NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?:INFO|WARN) (?P<rest>.*)$")
+"""Any line NCCL logs: the process logging it has initialised NCCL."""
+_SET_BY_ENV = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$")
 
 READ_AT_INIT = frozenset({"NCCL_ALGO", "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 """Variables every rank's NCCL reads (and, when set, logs) at communicator start: seen on 2x H200
@@ -54,27 +52,20 @@ def nccl_debug_enabled(env: Mapping[str, str | None]) -> bool:
 
 
 def parse_nccl_env_lines(log_text: str) -> dict[int, dict[str, Any]]:
-    """pid -> ``{"device": cuda device index, "values": {variable: value}}`` from NCCL's lines.
+    """pid -> ``{"device": cuda device index, "values": {variable: value}}`` for every process that
+    logged NCCL lines (``values`` empty when it reported no variable).
 
     A variable logged twice by one process (one line per communicator) keeps the last value."""
     out: dict[int, dict[str, Any]] = {}
     for line in log_text.splitlines():
-        match = _LINE.match(line.strip())
+        match = _NCCL_LINE.match(line.strip())
         if match is None:
             continue
         entry = out.setdefault(int(match["pid"]), {"device": int(match["dev"]), "values": {}})
-        entry["values"][match["name"]] = match["value"]
+        setting = _SET_BY_ENV.match(match["rest"])
+        if setting is not None:
+            entry["values"][setting["name"]] = setting["value"]
     return out
-
-
-def _nccl_pids(log_text: str) -> set[int]:
-    """Every process that logged any NCCL INFO/WARN line (initialised NCCL)."""
-    pids = set()
-    for line in log_text.splitlines():
-        line = line.strip()
-        if _ANY_NCCL.match(line):
-            pids.add(int(line.split(":", 2)[1]))
-    return pids
 
 
 @dataclass(frozen=True)
@@ -142,26 +133,25 @@ def check_nccl_log(
     if tp_size < 2:
         return NcclLogCheck("not_applicable", expected, reason="one rank: no communicator, NCCL reads nothing")
     reported = parse_nccl_env_lines(log_text)
-    pids = _nccl_pids(log_text) | set(reported)
+    pids = sorted(reported)
     if not pids:
         return NcclLogCheck("not_applicable", expected,
                             reason="no NCCL lines in the engine log (a CPU engine all-reduces over gloo)")
     known = {int(p["pid"]): p for p in processes if "pid" in p}
     ranks, problems = [], []
-    for pid in sorted(pids):
-        values = reported.get(pid, {}).get("values", {})
+    for pid in pids:
+        values = reported[pid]["values"]
         who = known.get(pid, {})
         label = f"pid {pid}" + (f" ({who.get('role')}, {who.get('name')})" if who else "")
-        ranks.append({"pid": pid, "device": reported.get(pid, {}).get("device"), "role": who.get("role"),
+        ranks.append({"pid": pid, "device": reported[pid]["device"], "role": who.get("role"),
                       "name": who.get("name"), "reported": {k: values.get(k) for k in sorted(expected)}})
         for name, want in sorted(expected.items()):
             got = values.get(name)
             if got is not None and got.lower() != want.lower():
                 problems.append(f"{label}: NCCL read {name}={got}, the trial set {want}")
-    everyone = [set(reported.get(pid, {}).get("values", {})) for pid in sorted(pids)]
-    seen = set().union(*everyone)
+    seen = {name for pid in pids for name in reported[pid]["values"]}
     for name in sorted(expected):
-        missing = [pid for pid, names in zip(sorted(pids), everyone) if name not in names]
+        missing = [pid for pid in pids if name not in reported[pid]["values"]]
         if not missing:
             continue
         if name in READ_AT_INIT or name in seen:
