@@ -135,43 +135,41 @@ def _report_status_changes(name: str, *, every_s: float) -> None:
 
 
 @contextlib.contextmanager
-def _signals_stop() -> Iterator[None]:
+def _on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` for SIGINT and SIGTERM while the block runs, the previous handlers after it.
+
+    Only the main thread may install handlers; elsewhere the block runs with them unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _signals_stop() -> contextlib.AbstractContextManager[None]:
     """While serving, Ctrl-C and SIGTERM stop it (KeyboardInterrupt); restored afterwards.
 
     SIGINT gets the handler explicitly too: a process started from a non-interactive shell's
     background job inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _on_stop_signals(interrupt)
 
 
-@contextlib.contextmanager
-def _uninterruptible(what: str) -> Iterator[None]:
+def _uninterruptible(what: str) -> contextlib.AbstractContextManager[None]:
     """A teardown that a second Ctrl-C must not cut short (it would leave engines behind)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def ignore(signum: int, frame: object) -> None:
         logger.warning("still %s; please wait", what)
 
-    previous = {sig: signal.signal(sig, ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _on_stop_signals(ignore)
 
 
 def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str) -> Readiness:
