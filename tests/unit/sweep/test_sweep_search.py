@@ -38,17 +38,24 @@ def _searcher(spec: SweepSpec, seed: int = 0, slo: bool = False) -> SweepSearch:
     return SweepSearch(space=SweepSpace(spec), mode="max", seed=seed, slo=slo)
 
 
-def test_sampled_points_are_exactly_the_valid_ones() -> None:
-    spec = _spec()
+def _sample_randomly(spec: SweepSpec, *, trials: int, seed: int) -> tuple[set, optuna.Study]:
+    """Every candidate random sampling of the sweep's space reaches in ``trials`` asks, each checked
+    to be a point of ``spec.space()``; and the study, for its distributions."""
     space = SweepSpace(spec)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     seen = set()
-    for _ in range(400):
+    for _ in range(trials):
         trial = study.ask()
         plan = space.sample(trial)
         assert plan.candidate in spec.space(), plan
         seen.add(plan.candidate)
         study.tell(trial, 1.0)
+    return seen, study
+
+
+def test_sampled_points_are_exactly_the_valid_ones() -> None:
+    spec = _spec()
+    seen, _ = _sample_randomly(spec, trials=400, seed=1)
     # 6 explicit triples + auto, x 2 NCCL choices (see test_space for the hand count)
     assert len(seen) == len(spec.space()) == 14
 
@@ -178,15 +185,7 @@ def _listed_spec(**search) -> SweepSpec:
 
 def test_listed_triples_and_presets_are_sampled_exactly() -> None:
     spec = _listed_spec()
-    space = SweepSpace(spec)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
-    seen = set()
-    for _ in range(300):
-        trial = study.ask()
-        plan = space.sample(trial)
-        assert plan.candidate in spec.space(), plan
-        seen.add(plan.candidate)
-        study.tell(trial, 1.0)
+    seen, study = _sample_randomly(spec, trials=300, seed=3)
     assert len(seen) == len(spec.space()) == 4 * 3  # (3 triples + auto) x 3 presets, nothing else
     # one categorical each, over the listed points
     assert set(study.trials[0].distributions) <= {"speculative", "speculative_triple", "nccl_preset"}
