@@ -62,6 +62,7 @@ __all__ = [
     "MAX_BATCH_SIZE",
     "VERSION",
     "lora_not_enabled",
+    "requested_lora_adapter",
     "logprob_options",
     "native_error",
     "parse_generate",
@@ -127,9 +128,9 @@ def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[list[Gener
     lora_path = body.get("lora_path")
     if lora_path is not None and not isinstance(lora_path, (str, list)):
         raise RequestError(f"'lora_path' must be a string or a list of strings, got {show(lora_path)}")
-    adapters = [a for a in ([lora_path] if isinstance(lora_path, str) else lora_path or []) if a]
-    if adapters:
-        raise RequestError(lora_not_enabled(adapters[0]))
+    adapter = requested_lora_adapter(lora_path)
+    if adapter is not None:
+        raise RequestError(lora_not_enabled(adapter))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"'stream' must be true or false, got {stream!r}")
@@ -163,6 +164,17 @@ def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[list[Gener
         )
         reqs.append(GenerateReq(rid=rid, input_ids=tuple(ids), params=p, seed=request_seed(state.args, rid, p), **options))
     return reqs, single, stream
+
+
+def requested_lora_adapter(lora_path: Any) -> Any:
+    """The first adapter a ``lora_path`` extension names (a string, or a list with one per batch
+    item; empty entries name none), else None. Types other than those name none either: the
+    native route refuses them before asking, the OpenAI routes ignore them."""
+    if isinstance(lora_path, str):
+        return lora_path or None
+    if isinstance(lora_path, list):
+        return next((a for a in lora_path if a), None)
+    return None
 
 
 def lora_not_enabled(adapter: Any) -> str:

@@ -44,7 +44,7 @@ from serving.reference.http_common import (
     state_of,
     stream_response,
 )
-from serving.reference.native_api import MAX_BATCH_SIZE, logprob_options, lora_not_enabled
+from serving.reference.native_api import MAX_BATCH_SIZE, logprob_options, lora_not_enabled, requested_lora_adapter
 from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
 from serving.reference.tokenizer import END_OF_TURN_ID, IncrementalDecoder, render_chat
@@ -139,11 +139,8 @@ def _check_model(body: Mapping[str, Any]) -> None:
     adapter = None
     if model and ":" in model:
         adapter = model.split(":", 1)[1].strip() or None
-    lora_path = body.get("lora_path")
-    if adapter is None and isinstance(lora_path, str) and lora_path:
-        adapter = lora_path
-    elif adapter is None and isinstance(lora_path, list):
-        adapter = next((a for a in lora_path if a), None)
+    if adapter is None:
+        adapter = requested_lora_adapter(body.get("lora_path"))
     if adapter is not None:
         raise RequestError(lora_not_enabled(adapter))
 
