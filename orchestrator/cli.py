@@ -137,14 +137,20 @@ def sweep(
     address: Annotated[
         Optional[str], typer.Option("--address", help="Ray cluster to use (default: the running one, else a new local one).")
     ] = None,
+    wait_for_resources: Annotated[
+        float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
+                            help="If no node can hold one trial yet (an autoscaling cluster, nodes still joining), wait "
+                            "this long for one, saying every 30 s what is missing; default 0: exit 2 at once."),
+    ] = 0.0,
 ) -> None:
     """Run a tuning sweep on Ray (Ray Tune + Optuna), one MLflow run per trial.
 
-    Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input.
+    Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input or a
+    sweep that cannot run here (preflight: resources, engine package, model paths, MLflow).
     """
     from orchestrator.spec_file import read_spec_file
     from orchestrator.sweep import dry_run as show_dry_run
-    from orchestrator.sweep.driver import SweepBusyError, SweepResumeError, run_sweep
+    from orchestrator.sweep.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 
     if resume is not None:
         if spec is None:
@@ -159,7 +165,13 @@ def sweep(
         return
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
-                            resume=resume is not None)
+                            resume=resume is not None, wait_for_resources_s=wait_for_resources)
+    except PreflightError as exc:
+        err = Console(stderr=True)
+        err.print("[bold red]cannot start the sweep[/] (nothing was run):", highlight=False)
+        for line in str(exc).splitlines():
+            err.print(f"  - {escape(line)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepResumeError as exc:
         Console(stderr=True).print(f"[bold red]cannot resume[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -21,8 +21,11 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -322,6 +325,17 @@ class SpeculativeSearch(_Model):
         if self.num_draft_tokens is None and any(k > 1 for k in dimension_values(self.eagle_topk)):
             raise ValueError("num_draft_tokens is required when eagle_topk has values above 1")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        """With ``triples`` the three dimensions are not part of the spec: leave them out of the dump,
+        so ``model_validate(model_dump())`` gives the same spec back (a trial re-validates its
+        spec from the dump; the "triples or dimensions, not both" rule would refuse them)."""
+        data = handler(self)
+        if self.triples is not None:
+            for name in ("num_steps", "eagle_topk", "num_draft_tokens"):
+                data.pop(name, None)
+        return data
 
     def space(self) -> SpeculativeSpace | SpeculativeList:
         """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``).

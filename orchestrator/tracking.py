@@ -74,6 +74,12 @@ class Tracker:
             reversed(self.client.search_runs([self.experiment_id], filter_string=clause, max_results=1000))
         )
 
+    def running_children(self, parent_run_id: str) -> list[str]:
+        """Ids of the nested runs of ``parent_run_id`` still marked RUNNING."""
+        clause = f"tags.`{PARENT_TAG}` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+        return [run.info.run_id for run in self.client.search_runs([self.experiment_id], filter_string=clause,
+                                                                     max_results=1000)]
+
     def start_sweep_run(self, *, sweep: str, run_name: str, tags: Mapping[str, str]) -> str:
         """Create the parent run of a sweep; returns its id."""
         run = self.client.create_run(

@@ -150,6 +150,16 @@ ENV = Registry(
         ),
     ),
     EnvVar(
+        name="SPECTUNE_QUIET_LIMIT_S",
+        parse=float,
+        default=30.0,
+        doc=(
+            "Longest a sweep's job log stays silent: after this many seconds without a trial event, "
+            "the driver prints what it is waiting for (a trial's engine, a free node, a confirmation "
+            "visit), and again every as many seconds. Default 30."
+        ),
+    ),
+    EnvVar(
         name="SPECTUNE_API_KEY",
         parse=str,
         default="",

@@ -130,6 +130,17 @@ class SweepCoordinator:
             self.tracker.log_text(self.parent_run_id, text, name)
 
     def end_sweep(self, *, status: str) -> None:
+        """End the sweep's MLflow runs, every one of them: trials still open are recorded as
+        interrupted (``--resume`` runs them again), a trial run left RUNNING by an earlier driver
+        that this one did not take over is ended KILLED, then the parent run gets ``status``."""
+        for trial_id in sorted(self._registered):
+            self.finalize_trial(trial_id=trial_id, status="interrupted", reason="interrupted",
+                                message="the sweep ended while the trial ran (Ctrl-C, ray job stop or an error); "
+                                "spectune sweep --resume runs it again")
+        for run_id in self.tracker.running_children(self.parent_run_id):
+            logger.info("MLflow run %s of sweep %s was left running by an earlier driver; ended as KILLED",
+                        run_id, self.sweep_name)
+            self.tracker.end_run(run_id, status="KILLED")
         self.tracker.end_run(self.parent_run_id, status=status)
 
     # --- trials ---------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +31,7 @@ from orchestrator.sweep.coordinator import (
     SweepCoordinator,
     coordinator_name,
 )
+from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
 from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
@@ -37,7 +40,9 @@ from orchestrator.spec import SweepSpec
 from serving.environ import ENV
 from serving.waiting import wait_until
 
-__all__ = ["SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]
+__all__ = [
+    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -123,20 +128,6 @@ def _connect_ray(address: str | None) -> None:
     ray.init(address=address, log_to_driver=False, configure_logging=False)
 
 
-def _engine_resources(spec: SweepSpec) -> tuple[list[dict[str, float]], int]:
-    """Placement-group bundles of one trial, and the bundle the engine host goes into.
-
-    Bundle 0 is the trial function's (CPUs for the load generator); bundle 1 holds the engine's
-    GPUs. A CPU engine reserves no GPUs, and Ray refuses an empty bundle, so it shares bundle 0.
-    """
-    gpus = spec.gpus_per_trial
-    bundles: list[dict[str, float]] = [{"CPU": float(spec.resources.cpus_per_trial)}]
-    if gpus > 0:
-        bundles.append({"GPU": float(gpus)})
-        return bundles, 1
-    return bundles, 0
-
-
 class _Display:
     """One readable line per event on the job log: trial n/N, its config, the current best, time."""
 
@@ -147,6 +138,11 @@ class _Display:
         self.started = time.monotonic()
         self.finished = 0
         self.best: tuple[float, str] | None = None
+        self.last_line = time.monotonic()
+        self.running: dict[int, tuple[str, float]] = {}
+        """Trial number -> (label, when it started): what a quiet job log is waiting for."""
+        self.activity: tuple[str, float] | None = None
+        """What the driver itself is doing outside the search (a confirmation visit), and since when."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
@@ -168,10 +164,25 @@ class _Display:
         return f"elapsed {_duration(spent)}{left}"
 
     def line(self, text: str) -> None:
+        self.last_line = time.monotonic()
         self.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def started_trial(self, number: int, plan: TrialPlan) -> None:
+        self.running[number] = (plan.label(), time.monotonic())
         self.line(f"[trial {number}/{self.total}] start  {plan.label()}  ({self._elapsed()})")
+
+    def waiting_line(self, free: str) -> str:
+        """What the sweep is waiting for, in one line (printed when the log has been quiet)."""
+        now = time.monotonic()
+        if self.activity is not None:
+            what, since = self.activity
+            return f"[still waiting] {what} (for {_duration(now - since)}; {self._elapsed()})"
+        if self.running:
+            parts = [f"trial {n} {label} running for {_duration(now - since)}"
+                     for n, (label, since) in sorted(self.running.items())]
+            return f"[still waiting] {'; '.join(parts)} (engine start, probe or benchmark; {self._elapsed()})"
+        return (f"[still waiting] for Ray to start the next trial: it needs {free} ({self._elapsed()}); "
+                "`ray status` shows what holds the cluster")
 
     def repetition(self, number: int, result: dict[str, Any]) -> None:
         value = result.get(OBJECTIVE_KEY)
@@ -181,6 +192,7 @@ class _Display:
 
     def ended(self, record: TrialRecord | None, number: int, fallback: str) -> None:
         self.finished += 1
+        self.running.pop(number, None)
         if record is None:
             self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
             return
@@ -198,6 +210,44 @@ class _Display:
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class _QuietWatch:
+    """Never a silent job log: once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S``
+    (default 30 s), print what the sweep is waiting for, and again after as long.
+
+    A thread of the driver, apart from :class:`_Display` (which Ray Tune pickles with its
+    callbacks); it only reads the display's state and Ray's free resources.
+    """
+
+    def __init__(self, display: _Display, *, needs: str) -> None:
+        self.display = display
+        self.needs = needs
+        self.limit_s = max(0.5, ENV.SPECTUNE_QUIET_LIMIT_S.get())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="spectune-quiet-watch", daemon=True)
+
+    def __enter__(self) -> "_QuietWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _free(self) -> str:
+        import ray
+
+        try:
+            free = ray.available_resources()
+        except Exception:  # noqa: BLE001 - a progress line must never break the sweep
+            return self.needs
+        return f"{self.needs} on one node; free now: {free.get('CPU', 0.0):g} CPUs, {free.get('GPU', 0.0):g} GPUs"
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.limit_s / 2)):
+            if time.monotonic() - self.display.last_line >= self.limit_s:
+                self.display.line(self.display.waiting_line(self._free()))
 
 
 def _callbacks(display: _Display, ref: CoordinatorRef) -> list[Any]:
@@ -303,21 +353,57 @@ def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any
     return made[-1]
 
 
+def _needs(spec: SweepSpec) -> str:
+    bundles, _ = trial_bundles(spec)
+    cpus = sum(b.get("CPU", 0.0) for b in bundles)
+    return f"{spec.gpus_per_trial:g} GPUs and {cpus:g} CPUs"
+
+
+def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
+               console: Console) -> None:
+    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
+    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    notes = [check_tracking(tracking_uri)]
+    _connect_ray(address)
+    notes.append(check_resources(spec, wait_s=wait_s, say=say))
+    notes += check_engine(spec, wait_s=wait_s, say=say)
+    for note in notes:
+        say(f"preflight: {note}")
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Interrupted(f"signal {signal.Signals(signum).name}")
+
+
 def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
-    resume: bool = False, console: Console | None = None,
+    resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
 ) -> SweepOutcome:
-    """Run the whole sweep; returns its outcome (never raises for a failed trial)."""
+    """Run the whole sweep; returns its outcome (never raises for a failed trial).
+
+    Raises:
+        PreflightError: the sweep cannot run as specified here (nothing was started or moved).
+        SweepResumeError, SweepBusyError: as their names say.
+    """
     import ray
     from ray import tune
     from ray.tune import PlacementGroupFactory
 
     console = console or _console()
     out = resolve_results_dir(spec, results_dir)
-    if resume:
-        if not (out / STATE_FILE).exists():
-            raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
-    else:
+    if resume and not (out / STATE_FILE).exists():
+        raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
+    tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
+    console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
+    _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
+    if not resume:
         _archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -327,8 +413,6 @@ def run_sweep(
     # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
     # resolve any relative path. Every path below is absolute already.
     os.chdir(out)
-    console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
-    _connect_ray(address)
     # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
@@ -339,10 +423,12 @@ def run_sweep(
     # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
     # results need, are passed explicitly (see _callbacks).
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
+    # confirmation round); the interrupted trials are recorded and --resume runs them again.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
     node = ray.get_runtime_context().get_node_id()
     ref = CoordinatorRef(coordinator_name(out))
     coordinator = _create_coordinator(
@@ -354,7 +440,7 @@ def run_sweep(
                   f"parent run {info['parent_run_id']})", highlight=False)
     from orchestrator.sweep.trial import TrialContext, run_trial
 
-    bundles, _ = _engine_resources(spec)
+    bundles, _ = trial_bundles(spec)
     ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
     trainable = tune.with_resources(
@@ -384,18 +470,27 @@ def run_sweep(
             ),
         )
     started = time.monotonic()
+    in_main = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
-        tuner.fit()
-        return _finish(spec, out=out, coordinator=coordinator, console=console, started=started,
-                       visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
-    except BaseException:
-        # A sweep that cannot finish (a bug, Ctrl-C) must not leave its parent run RUNNING forever;
-        # --resume marks it RUNNING again.
+        with _QuietWatch(display, needs=_needs(spec)):
+            tuner.fit()
+            return _finish(spec, out=out, coordinator=coordinator, console=console, started=started, display=display,
+                           visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
+    except BaseException as exc:
+        # A sweep that cannot finish (Ctrl-C, ray job stop, a bug) leaves no MLflow run RUNNING:
+        # its open trials are recorded as interrupted (--resume runs them again), every run ends.
+        if isinstance(exc, KeyboardInterrupt):
+            console.print(f"sweep interrupted ({exc or 'Ctrl-C'}): open trials recorded as interrupted; continue it "
+                          f"with: spectune sweep --resume {escape(str(out))}", highlight=False)
         try:
             ray.get(coordinator.end_sweep.remote(status="KILLED"), timeout=30)
         except Exception:  # noqa: BLE001 - the original error is the one to see
-            logger.warning("could not mark the sweep's MLflow run as ended", exc_info=True)
+            logger.warning("could not mark the sweep's MLflow runs as ended", exc_info=True)
         raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[dict[str, float]]) -> dict[str, Any]:
@@ -422,7 +517,7 @@ def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[di
 
 
 def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
-            visit: Any) -> SweepOutcome:
+            display: _Display, visit: Any) -> SweepOutcome:
     """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
     import ray
 
@@ -441,8 +536,15 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, s
     if spec.confirmation.enabled:
         console.print("confirmation round: the best trials and SGLang's default on fresh engines, interleaved",
                       highlight=False)
-        confirmation = run_confirmation(
-            spec, records, visit=visit, say=lambda line: console.print(line, highlight=False, markup=False))
+        def visit_shown(record: TrialRecord, round_number: int) -> dict[str, Any]:
+            display.activity = (f"confirmation visit {round_number + 1} of trial {record.number} {record.label} "
+                                "(a fresh engine: start, warm-up, repetitions)", time.monotonic())
+            try:
+                return visit(record, round_number)
+            finally:
+                display.activity = None
+
+        confirmation = run_confirmation(spec, records, visit=visit_shown, say=display.line)
     confirmed = next((r for r in records if confirmation and r.number == confirmation.winner), None)
     report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
                           confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)

@@ -56,3 +56,17 @@ def engine_marker() -> str:
     import uuid
 
     return f"sweep-{uuid.uuid4().hex[:12]}"
+
+
+def all_runs_ended(results: Path) -> bool:
+    """Every MLflow run in the results directory's SQLite store is FINISHED, FAILED or KILLED (true
+    when there is no store: a sweep that never started made no run)."""
+    db = results / "mlflow.db"
+    if not db.exists():
+        return True
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, max_results=1000)
+    return all(run.info.status in ("FINISHED", "FAILED", "KILLED") for run in runs)

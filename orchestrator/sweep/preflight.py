@@ -1,0 +1,283 @@
+"""Preflight: what a sweep needs, checked in seconds before its first trial.
+
+A sweep that cannot run must say so at once, naming what is missing, instead of leaving Ray Tune
+to wait forever for a node that does not exist, or MLflow's client to retry a dead server for
+minutes. Each check raises :class:`PreflightError` (exit 2) with the spec field, the value and the
+fix:
+
+* **tracking** (before Ray): an ``http(s)`` tracking server answers ``/health`` within a few
+  seconds; a SQLite file's directory can be written.
+* **resources**: one node of the cluster has the CPUs and GPUs of one trial's placement group
+  (trials are ``STRICT_PACK``: one node). With ``--wait-for-resources S`` (an autoscaling
+  cluster, nodes still joining) the driver waits up to S seconds, saying every 30 s what for.
+* **engine** (a Ray task in a placement group shaped like a trial's, so it runs where the engine
+  will): the engine's package imports there (``sglang`` for ``kind: sglang``), and the model and
+  draft paths exist there when they are local paths (a hub id is accepted with a note; a
+  reference preset must be a known one).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from orchestrator.errors import SpectuneError
+from orchestrator.spec import SweepSpec
+
+__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "trial_bundles"]
+
+logger = logging.getLogger(__name__)
+
+TRACKING_TIMEOUT_S = 5.0
+"""How long an MLflow tracking server may take to answer ``/health`` before the sweep refuses it."""
+
+PROGRESS_EVERY_S = 30.0
+"""How often a waiting preflight says what it waits for."""
+
+ENGINE_CHECK_TIMEOUT_S = 120.0
+"""How long the engine check may wait for its placement group when no wait was asked for (the
+resources exist, so only other work can hold them)."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""``org/name``: a Hugging Face hub id (SGLang downloads it, or finds it in the HF cache)."""
+
+
+class PreflightError(SpectuneError):
+    """The sweep cannot run as specified on this cluster (exit 2); the message says what to change."""
+
+
+def trial_bundles(spec: SweepSpec) -> tuple[list[dict[str, float]], int]:
+    """Placement-group bundles of one trial, and the bundle the engine host goes into.
+
+    Bundle 0 is the trial function's (CPUs for the load generator); bundle 1 holds the engine's
+    GPUs. A CPU engine reserves no GPUs, and Ray refuses an empty bundle, so it shares bundle 0.
+    """
+    gpus = spec.gpus_per_trial
+    bundles: list[dict[str, float]] = [{"CPU": float(spec.resources.cpus_per_trial)}]
+    if gpus > 0:
+        bundles.append({"GPU": float(gpus)})
+        return bundles, 1
+    return bundles, 0
+
+
+# --- tracking ----------------------------------------------------------------------------------
+
+
+def check_tracking(uri: str, *, timeout_s: float = TRACKING_TIMEOUT_S) -> str:
+    """The MLflow store of ``uri`` can be written; returns a one-line note of what was checked.
+
+    Raises:
+        PreflightError: a tracking server that does not answer ``/health`` in ``timeout_s``, or a
+            SQLite file whose directory cannot be created or written.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https"):
+        return _check_server(uri, timeout_s=timeout_s)
+    if parts.scheme == "sqlite":
+        path = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        if path is None or not str(path):
+            return f"tracking: {uri} (not checked: not a sqlite:///path URI)"
+        directory = _existing_ancestor(path.parent)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PreflightError(
+                f"tracking.mlflow_uri: {uri}: cannot write {path.parent} ({directory} is not writable); choose a "
+                "writable results directory (--results-dir) or another tracking URI"
+            )
+        return f"tracking: SQLite file {path} (directory writable)"
+    return f"tracking: {uri} (not checked: {parts.scheme or 'a path'} store)"
+
+
+def _check_server(uri: str, *, timeout_s: float) -> str:
+    health = uri.rstrip("/") + "/health"
+    fix = ("start it (mlflow server --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000), fix the "
+           "URI, or leave tracking.mlflow_uri unset for a SQLite file in the results directory")
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(health, timeout=timeout_s) as answer:
+            status = answer.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PreflightError(
+            f"tracking.mlflow_uri: {uri} does not answer ({reason}; waited at most {timeout_s:g} s); {fix}"
+        ) from None
+    if status >= 500:
+        raise PreflightError(f"tracking.mlflow_uri: {uri} answered {health} with HTTP {status}; {fix}")
+    return f"tracking: MLflow server {uri} answers (HTTP {status})"
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+# --- resources ---------------------------------------------------------------------------------
+
+
+def _nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(node.get("Resources", {})) for node in ray.nodes() if node.get("Alive")]
+
+
+def _fits(node: dict[str, float], bundles: list[dict[str, float]]) -> bool:
+    need: dict[str, float] = {}
+    for bundle in bundles:
+        for name, amount in bundle.items():
+            need[name] = need.get(name, 0.0) + amount
+    return all(node.get(name, 0.0) >= amount for name, amount in need.items())
+
+
+def _plural(count: float, word: str) -> str:
+    shown = f"{count:g}"
+    return f"{shown} {word}{'' if shown == '1' else 's'}"
+
+
+def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
+    gpus, cpus = spec.gpus_per_trial, spec.resources.cpus_per_trial
+    total_gpus = sum(n.get("GPU", 0.0) for n in nodes)
+    total_cpus = sum(n.get("CPU", 0.0) for n in nodes)
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
+    where = "resources.gpus_per_trial" if spec.resources.gpus_per_trial is not None else "engine.tp_size"
+    return (
+        f"resources: the spec asks for {_plural(gpus, 'GPU')} per trial ({where}) and {_plural(cpus, 'CPU')} "
+        f"(resources.cpus_per_trial) on one node, but the cluster has {_plural(total_gpus, 'GPU')} and "
+        f"{_plural(total_cpus, 'CPU')} in {_plural(len(nodes), 'node')} (the largest node: "
+        f"{_plural(largest.get('GPU', 0.0), 'GPU')}, {_plural(largest.get('CPU', 0.0), 'CPU')})"
+    )
+
+
+def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], None],
+                    poll_s: float = 2.0) -> str:
+    """One node of the connected Ray cluster can hold a trial; returns a note.
+
+    Args:
+        wait_s: Keep looking this long (nodes joining, an autoscaler adding them), saying every
+            ``PROGRESS_EVERY_S`` what is missing; 0 decides at once.
+        say: Where the waiting lines go (the job log).
+
+    Raises:
+        PreflightError: no node fits (after ``wait_s``).
+    """
+    bundles, _ = trial_bundles(spec)
+    started = last_said = time.monotonic()
+    while True:
+        nodes = _nodes()
+        if any(_fits(node, bundles) for node in nodes):
+            return f"resources: a node holds a trial ({_plural(spec.gpus_per_trial, 'GPU')}, " \
+                   f"{_plural(spec.resources.cpus_per_trial, 'CPU')})"
+        waited = time.monotonic() - started
+        if waited >= wait_s:
+            hint = (f"gave up after waiting {waited:.0f} s (--wait-for-resources {wait_s:g})" if wait_s else
+                    "add a node that has them, lower the spec's needs, or pass --wait-for-resources SECONDS on an "
+                    "autoscaling cluster")
+            raise PreflightError(f"{_shortfall(spec, nodes)}; {hint}")
+        if time.monotonic() - last_said >= PROGRESS_EVERY_S:
+            say(f"waiting for resources ({waited:.0f} of {wait_s:g} s): {_shortfall(spec, nodes)}")
+            last_said = time.monotonic()
+        time.sleep(poll_s)
+
+
+# --- the engine, where it will run ------------------------------------------------------------
+
+
+def _engine_problems(*, kind: str, model_path: str, draft_path: str | None) -> dict[str, Any]:
+    """Runs on the engine's node: what would stop the engine from starting there (plain data back)."""
+    import socket
+
+    problems: list[str] = []
+    notes: list[str] = []
+    node = socket.gethostname()
+    if kind == "sglang":
+        if importlib.util.find_spec("sglang") is None:
+            problems.append(
+                f"engine.kind: sglang: the package 'sglang' cannot be imported on node {node} ({sys.executable}); "
+                "install it there: pip install 'sglang[all]' (or pip install 'spectune[sglang]'), or use kind: "
+                "reference to try spectune on the CPU reference engine"
+            )
+        for field, path in (("engine.model_path", model_path), ("engine.draft_model_path", draft_path)):
+            if path is None:
+                continue
+            local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+            if local and not Path(path).expanduser().exists():
+                problems.append(f"{field}: {path} does not exist on node {node}; give an existing local path "
+                                "or a Hugging Face hub id (org/name)")
+            elif not local and _HUB_ID.match(path):
+                notes.append(f"{field}: {path!r} is taken as a Hugging Face hub id (SGLang loads it from the HF "
+                             "cache or downloads it on the first start, which can take long)")
+            elif not local:
+                problems.append(f"{field}: {path!r} is neither an existing local path on node {node} nor a hub "
+                                "id (org/name)")
+    else:
+        for module in ("torch", "serving.reference"):
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"engine.kind: reference: the module {module!r} cannot be imported on node {node} "
+                                f"({sys.executable}); install spectune there (pip install -e .)")
+        if not problems:
+            from serving.reference.config import get_preset, resolve_draft_layers
+
+            try:
+                preset = get_preset(model_path)
+            except (KeyError, ValueError) as exc:
+                problems.append(f"engine.model_path: {exc}")
+            else:
+                if draft_path is not None:
+                    try:
+                        resolve_draft_layers(draft_path=draft_path, preset=preset)
+                    except ValueError as exc:
+                        problems.append(f"engine.draft_model_path: {exc}")
+    return {"problems": problems, "notes": notes, "node": node}
+
+
+def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], None]) -> list[str]:
+    """The engine can start where a trial's engine will run; returns notes (hub ids, the node).
+
+    A placement group shaped like a trial's is reserved, and a task with no resources of its own
+    runs in the engine's bundle: the same node, the same Python and runtime_env as the trials.
+
+    Raises:
+        PreflightError: every problem found, one per line.
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundles, engine_bundle = trial_bundles(spec)
+    group = placement_group(bundles, strategy="STRICT_PACK")
+    try:
+        limit = max(wait_s, ENGINE_CHECK_TIMEOUT_S)
+        started = time.monotonic()
+        while True:
+            ready, _ = ray.wait([group.ready()], timeout=PROGRESS_EVERY_S)
+            if ready:
+                break
+            waited = time.monotonic() - started
+            if waited >= limit:
+                raise PreflightError(
+                    f"resources: no node could give one trial's resources ({bundles}) within {waited:.0f} s: other "
+                    "work holds them (ray status shows what); wait for it, or pass --wait-for-resources SECONDS"
+                )
+            say(f"waiting for a node to free one trial's resources {bundles} ({waited:.0f} s so far)")
+        task = ray.remote(_engine_problems).options(
+            num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=engine_bundle),
+        )
+        found = ray.get(task.remote(kind=spec.engine.kind, model_path=spec.engine.model_path,
+                                    draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm
+                                    else None), timeout=limit)
+    finally:
+        remove_placement_group(group)
+    if found["problems"]:
+        raise PreflightError("\n".join(found["problems"]))
+    return [*found["notes"], f"engine: {spec.engine.kind} can start on node {found['node']}"]

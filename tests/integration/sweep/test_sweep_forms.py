@@ -1,0 +1,98 @@
+"""Every spec form the README shows runs end to end, not only ``validate``: listed triples with
+NCCL presets (a trial once failed at once on its own spec's dump); and a sweep stopped as
+``ray job stop`` stops it (SIGTERM) leaves no MLflow run RUNNING."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_support import processes_with_marker, wait_until
+from sweep_testing import all_runs_ended, engine_marker, write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+SPECTUNE = str(Path(sys.executable).with_name("spectune"))
+
+
+def _records(results: Path) -> list[dict]:
+    path = results / "trials.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_path: Path) -> None:
+    marker = engine_marker()
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 2, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"triples": [[2, 1, 3], [3, 2, 6]]}, "nccl_env": {},
+                "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}], "seed": 5,
+                "early_stopping": {"enabled": False}},
+        budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+    )
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [SPECTUNE, "sweep", str(spec), "--results-dir", str(results), "--address", ray_cluster["address"]],
+        env={**os.environ, "SPECTUNE_QUIET_LIMIT_S": "1"}, capture_output=True, text=True, timeout=800,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    records = _records(results)
+    searched = [r for r in records if r["kind"] == "search"]
+    assert len(records) == 4 and len(searched) == 2, [(r["label"], r["status"]) for r in records]
+    for record in records:
+        assert record["status"] == "ok", (record["label"], record["reason"], record["message"][-2000:])
+    for record in searched:
+        assert [record["params"][k] for k in ("num_steps", "eagle_topk", "num_draft_tokens")] in ([2, 1, 3], [3, 2, 6])
+        assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(record["params"])
+    assert "[still waiting]" in log, "a quiet stretch longer than SPECTUNE_QUIET_LIMIT_S says what it waits for"
+    assert all_runs_ended(results)
+    assert processes_with_marker(marker) == []
+
+
+def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp_path: Path) -> None:
+    marker = engine_marker()
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"num_steps": [1, 2, 4], "eagle_topk": [1]}, "nccl_env": {}, "seed": 2,
+                "early_stopping": {"enabled": False}},
+        budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+    )
+    results = tmp_path / "results"
+    with open(tmp_path / "driver.log", "wb") as log:
+        driver = subprocess.Popen(
+            [SPECTUNE, "sweep", str(spec), "--results-dir", str(results), "--address", ray_cluster["address"]],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_until(lambda: "[trial 2/4] start" in (tmp_path / "driver.log").read_text() or driver.poll() is not None,
+                       timeout_s=600, what="the second trial to start", poll_s=0.5)
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-4000:]
+            driver.send_signal(signal.SIGTERM)  # what `ray job stop` sends the entrypoint
+            driver.wait(timeout=120)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(timeout=30)
+    text = (tmp_path / "driver.log").read_text()
+    assert driver.returncode != 0, text[-4000:]
+    assert "spectune sweep --resume" in text, text[-4000:]
+    assert all_runs_ended(results), text[-4000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("ci-sweep").experiment_id], max_results=100)
+    (parent,) = [r for r in runs if r.data.tags.get("spectune.role") == "sweep"]
+    assert parent.info.status == "KILLED"
+    interrupted = [r for r in _records(results) if r["status"] == "interrupted"]
+    assert interrupted and interrupted[0]["number"] == 2, _records(results)
+    wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
