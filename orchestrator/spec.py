@@ -43,6 +43,7 @@ from orchestrator.space import (
     triple_problem,
 )
 from orchestrator.spec_file import read_spec_file, yaml_data
+from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
 from serving.engine.config import EngineConfig, EngineKind, FlagValue, validated_extra_args
@@ -607,18 +608,31 @@ class ProbeSpec(_Model):
 
 
 class ConfirmationSpec(_Model):
-    """After the search: the top configurations and SGLang's default re-measured on fresh engines,
-    interleaved (A B C D A B C D ...), so the winner is stated with an interval against SGLang's
-    default rather than picked from one noisy run. Switch it off for engines that take minutes to load."""
+    """After the search: the search's best few, SGLang's default and no speculation re-measured on
+    fresh engines in interleaved rounds (A B C D, D C B A, ...), until the search's best is decided
+    better than, equivalent to or worse than SGLang's default, or ``max_visits`` rounds ran
+    (``orchestrator.sweep.confirm``). Switch it off for engines that take many minutes to load."""
 
     enabled: bool = Field(default=True, description="Run the confirmation round.")
-    top_k: int = Field(default=3, ge=1, le=10, description="How many of the best trials to re-measure.")
-    rounds: int = Field(
-        default=2, ge=1, le=20, description="Visits per configuration (each a fresh engine), interleaved."
-    )
+    top_k: int = Field(default=2, ge=1, le=10, description="How many of the search's best trials take part "
+                       "(2: the best and the runner-up).")
+    min_visits: int = Field(default=3, ge=1, le=100, description="Rounds before a verdict is judged (an interval "
+                            "needs 3 visits of each contender).")
+    max_visits: int = Field(default=8, ge=1, le=100, description="Most rounds (visits per contender, each a fresh "
+                            "engine); still undecided then, the verdict is 'undecided'.")
     repetitions_per_visit: int = Field(
-        default=2, ge=1, le=20, description="Benchmark repetitions of the objective level per visit."
+        default=1, ge=1, le=20, description="Benchmark repetitions of the objective level per visit (their "
+        "geometric mean is the visit's value)."
     )
+    margin: float = Field(default=0.01, gt=0, lt=0.5, description="Practical margin: 'better' needs the whole "
+                          "interval above 1 + margin, 'equivalent' the whole interval within it.")
+
+    @model_validator(mode="after")
+    def _visit_bounds(self) -> "ConfirmationSpec":
+        if self.min_visits > self.max_visits:
+            raise ValueError(f"min_visits ({self.min_visits}) is above max_visits ({self.max_visits}); lower "
+                             "min_visits or raise max_visits")
+        return self
 
 
 class TrackingSpec(_Model):
@@ -699,6 +713,23 @@ class SweepSpec(_Model):
                 f"budget.max_concurrent_trials: {self.budget.max_concurrent_trials} exceeds "
                 f"budget.num_trials={self.budget.num_trials}"
             )
+
+    def warnings(self) -> list[str]:
+        """Settings that are valid but cannot give what a user would act on (``spectune validate``
+        and the sweep print them): intervals need 3 values (``orchestrator.statistics``)."""
+        out = []
+        fewest, most = self.benchmark.repetition_bounds()
+        if most < MIN_VALUES:
+            out.append(f"benchmark.repetitions: {most} gives no interval for a trial (an interval needs {MIN_VALUES} "
+                       "repetitions); the table will say 'too few repetitions for an interval'")
+        confirmation = self.confirmation
+        if confirmation.enabled and confirmation.max_visits < MIN_VALUES:
+            out.append(f"confirmation.max_visits: {confirmation.max_visits} can never decide a verdict (an interval "
+                       f"needs {MIN_VALUES} visits of each contender); it will end 'undecided'")
+        if self.benchmark.min_repetition_s == 0 and self.engine.kind == "sglang":
+            out.append("benchmark.min_repetition_s: 0 lets a repetition on a GPU last a few seconds (16 prompts x 128 "
+                       "tokens took 8 s on an H200, and two such repetitions were 18% apart)")
+        return out
 
     # --- resolved values -------------------------------------------------------------------
 

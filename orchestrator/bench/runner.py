@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -223,6 +224,8 @@ class _WarmupTally:
     errors: Counter = field(default_factory=Counter)
     window_tok_per_s: list[float | None] = field(default_factory=list)
     converged: bool | None = None
+    last_rate_rps: float | None = None
+    """Successful requests per second of the last warm-up batch: what sizes the first repetition."""
 
     def add(self, result: LoadResult) -> None:
         self.num_requests += len(result.records)
@@ -466,8 +469,12 @@ async def run_level(
     fewest, most = s.repetition_bounds()
     read = METRICS[s.target_metric].read
     values: list[float | None] = []
+    tally = run.measured.running_warmup
+    count = repetition_size(s, rate_rps=tally.last_rate_rps if tally is not None else None)
     for repetition in range(most):
-        metrics = await run_repetition(run, concurrency=concurrency, repetition=repetition)
+        metrics = await run_repetition(run, concurrency=concurrency, repetition=repetition, count=count)
+        if metrics.duration_s > 0 and metrics.num_ok:
+            count = max(count, repetition_size(s, rate_rps=metrics.num_ok / metrics.duration_s))
         run.measured.running.append(metrics)
         if on_repetition is not None:
             on_repetition(metrics)
@@ -477,6 +484,20 @@ async def run_level(
     level = run.finish_level(concurrency)
     _log_level(level)
     return level
+
+
+MAX_REPETITION_REQUESTS = 100_000
+"""The most requests one repetition grows to (``min_repetition_s`` at a very high request rate)."""
+
+
+def repetition_size(settings: BenchSettings, *, rate_rps: float | None) -> int:
+    """Requests per repetition: ``num_prompts``, grown so that at ``rate_rps`` (requests/s measured at
+    this level: the last warm-up batch, then each repetition) one repetition lasts at least
+    ``min_repetition_s``. Only ever grows within a level, so repetitions stay comparable."""
+    count = settings.num_prompts
+    if settings.min_repetition_s > 0 and rate_rps and rate_rps > 0:
+        count = max(count, math.ceil(settings.min_repetition_s * rate_rps))
+    return min(count, MAX_REPETITION_REQUESTS)
 
 
 async def warm_up_level(run: BenchRun, *, concurrency: int) -> LevelWarmup:
@@ -516,6 +537,9 @@ async def _warmup_batch(run: BenchRun, tally: _WarmupTally, *, concurrency: int,
     """Send ``count`` warm-up requests and tally them; a hung engine or a batch that failed whole ends the run."""
     result = await run.load(_items(run.prompts, count), concurrency=concurrency, phase="warmup", batch=batch)
     tally.add(result)
+    done = sum(1 for r in result.records if r.error is None)
+    if result.duration_s > 0 and done:
+        tally.last_rate_rps = done / result.duration_s
     failed = [r for r in result.records if r.error is not None]
     kinds = error_counts(result.records)
     if result.hung is not None:
@@ -533,8 +557,10 @@ async def _warmup_batch(run: BenchRun, tally: _WarmupTally, *, concurrency: int,
     return result
 
 
-async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int) -> RepetitionMetrics:
-    """One measured repetition: ``/flush_cache``, every prompt at ``concurrency``, ``/server_info``.
+async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
+                         count: int | None = None) -> RepetitionMetrics:
+    """One measured repetition: ``/flush_cache``, ``count`` requests (default: every prompt once;
+    more cycle through the prompts) at ``concurrency``, ``/server_info``.
 
     Returns its metrics (not added to the running level: :func:`run_level` does that).
 
@@ -544,7 +570,7 @@ async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int) ->
     """
     s = run.settings
     flushed, before = await run.flush()
-    result = await run.load(_items(run.prompts, len(run.prompts)), concurrency=concurrency, phase="measure",
+    result = await run.load(_items(run.prompts, count or len(run.prompts)), concurrency=concurrency, phase="measure",
                             batch=repetition)
     after = await run.accept_length()
     counters = run.counters

@@ -5,7 +5,7 @@ Modules, in the order data flows through them:
 * ``search``: the define-by-run space (SGLang's rules), the baselines, the Optuna searcher.
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
 * ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
-* ``results``: trial records (``trials.jsonl``), atomic files, ratio intervals.
+* ``results``: trial records (``trials.jsonl``), atomic files.
 * ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """

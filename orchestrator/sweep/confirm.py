@@ -1,25 +1,55 @@
-"""The confirmation round: the best few configurations and SGLang's default, re-measured on fresh
-engines, interleaved (A B C D A B C D ...), before a winner is named.
+"""The sequential confirmation: the search's best few, SGLang's default and no speculation,
+re-measured on fresh engines in interleaved rounds until the verdict against SGLang's default is
+decided, or the visit cap is reached.
 
 A search ranks configurations by a few repetitions each, taken at different times on a machine
-whose speed drifts; the top of that ranking is partly noise. Re-measuring the candidates in
-alternation, each visit on a fresh engine, spreads the drift evenly over them, and the verdict is
-a ratio with an interval: "steps=3 topk=1 draft=4: x1.07 [1.04, 1.10] over SGLang's default", or
-"not distinguishable from SGLang's default" when the interval includes 1.
+whose speed drifts; the top of that ranking is partly noise (two sweeps of one spec on one H200
+named winners x1.10 and x0.78 against SGLang's default). So the verdict comes from here:
+
+* **Contenders**: the ``confirmation.top_k`` best complete search trials (the search's best and
+  its runner-up by default), SGLang's default (the auto baseline, whose resolved point is never
+  also visited under another name) and no speculation as the floor.
+* **Rounds**: every contender once per round, each visit on a fresh engine, the order reversed
+  every other round (A B C D, D C B A, ...) so linear drift falls evenly on all of them. A visit's
+  value is the geometric mean of its repetitions.
+* **Decision** after each round from ``min_visits`` on: the leader (the best search contender over
+  its visits) against SGLang's default, paired by round (``statistics.paired_ratio``), judged with
+  the practical margin (``statistics.decide``): ``better``, ``equivalent``, ``worse``, or, at
+  ``max_visits``, ``undecided`` with the visits the observed spread would need.
+* **The choice**: the leader if it is better; otherwise SGLang's default (the simpler choice);
+  and no speculation where the chosen configuration is decidedly worse than it.
+
+Every visit is handed to ``on_visit`` as it ends (the coordinator appends it to
+``confirmation.jsonl``), and visits passed in as ``done`` are not run again: a resumed sweep
+resumes its confirmation.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.results import Ratio, TrialRecord, ratio_interval
+from orchestrator.statistics import Ratio, decide, paired_ratio, visits_needed
+from orchestrator.sweep.results import TrialRecord
 
-__all__ = ["Confirmation", "confirmation_candidates", "run_confirmation", "verdict"]
+__all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
 
 logger = logging.getLogger(__name__)
+
+Visit = Callable[[TrialRecord, int], dict[str, Any]]
+"""Runs one visit of a record's engine (round given); returns ``{"values", "status", "reason", "message"}``."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One configuration of the round and why it is there (``best``, ``runner_up``, ``default``, ``no_speculation``)."""
+
+    role: str
+    record: TrialRecord
 
 
 @dataclass
@@ -27,106 +57,212 @@ class Confirmation:
     """What the round measured and concluded.
 
     Attributes:
-        values: Trial number -> objective values of all its visits, in order.
-        failures: Trial number -> reasons of visits that failed.
-        winner: Trial number with the best median (None if nothing was measured).
-        default: Trial number of SGLang's default (the auto baseline), if it took part.
-        ratio: The winner against SGLang's default, oriented so > 1 is better.
+        contenders: In visiting order.
+        visits: Every visit, ``{"trial", "round", "values", "value", "status", "reason", "message"}``.
+        leader: The best search contender over its visits (None without one).
+        chosen: The trial whose configuration best.yaml holds.
+        vs_sglang_default / vs_no_speculation: ``{"kind", "ratio", "ci95_low", "ci95_high", "visits", ...}``.
         lines: The verdict in words.
     """
 
-    values: dict[int, list[float]] = field(default_factory=dict)
-    failures: dict[int, list[str]] = field(default_factory=dict)
-    winner: int | None = None
-    default: int | None = None
-    ratio: Ratio | None = None
+    contenders: list[Contender]
+    margin: float
+    direction: str
+    visits: list[dict[str, Any]] = field(default_factory=list)
+    leader: int | None = None
+    chosen: int | None = None
+    vs_sglang_default: dict[str, Any] | None = None
+    vs_no_speculation: dict[str, Any] | None = None
     lines: list[str] = field(default_factory=list)
+    rounds: int = 0
+    wall_s: float = 0.0
+
+    def role(self, role: str) -> TrialRecord | None:
+        return next((c.record for c in self.contenders if c.role == role), None)
+
+    def series(self, number: int) -> list[float | None]:
+        """Per-round value of trial ``number`` (None where its visit failed or did not run)."""
+        out: list[float | None] = [None] * self.rounds
+        for v in self.visits:
+            if v["trial"] == number and v["status"] == "ok" and v["value"] is not None and v["round"] < self.rounds:
+                out[v["round"]] = v["value"]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"values": {str(k): v for k, v in self.values.items()},
-                "failures": {str(k): v for k, v in self.failures.items()}, "winner": self.winner,
-                "default": self.default, "ratio": self.ratio.model_dump() if self.ratio else None, "lines": self.lines}
+        return {
+            "contenders": [{"role": c.role, "trial": c.record.number, "label": c.record.label} for c in self.contenders],
+            "visits": self.visits, "rounds": self.rounds, "margin": self.margin, "leader": self.leader,
+            "chosen": self.chosen, "vs_sglang_default": self.vs_sglang_default,
+            "vs_no_speculation": self.vs_no_speculation, "lines": self.lines, "wall_s": round(self.wall_s, 1),
+        }
 
 
-def _key(direction: str) -> Callable[[TrialRecord], float]:
-    return (lambda r: -(r.value or 0.0)) if direction == "max" else (lambda r: r.value or 0.0)
+def _usable(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    return [r for r in records if r.status == "ok" and r.complete and r.value is not None]
 
 
-def confirmation_candidates(records: list[TrialRecord], *, top_k: int) -> list[TrialRecord]:
-    """The ``top_k`` best complete, feasible trials, then SGLang's default if it is not among them."""
-    complete = [r for r in records if r.status == "ok" and r.complete and r.value is not None]
-    if not complete:
+def choose_contenders(records: list[TrialRecord], *, top_k: int) -> list[Contender]:
+    """The ``top_k`` best complete search trials, SGLang's default, then no speculation.
+
+    A search trial that ran as SGLang's default (the point auto resolved to) is the default, not a
+    contender of its own: one configuration is never visited twice under two names.
+    """
+    usable = _usable(records)
+    if not usable:
         return []
-    direction = complete[0].objective.direction  # type: ignore[union-attr]
-    chosen = sorted(complete, key=_key(direction))[:top_k]
-    auto = next((r for r in complete if r.kind == "baseline_auto"), None)
-    if auto is not None and auto not in chosen:
-        chosen.append(auto)
-    return chosen
+    sign = 1.0 if usable[0].objective.direction == "max" else -1.0  # type: ignore[union-attr]
+    default = next((r for r in usable if r.kind == "baseline_auto"), None)
+    plain = next((r for r in usable if r.kind == "baseline_plain"), None)
+    taken = {default.ran_as()} if default is not None else set()
+    searched: list[TrialRecord] = []
+    for record in sorted((r for r in usable if r.kind == "search"), key=lambda r: -sign * (r.value or 0.0)):
+        if record.ran_as() not in taken and len(searched) < top_k:
+            taken.add(record.ran_as())
+            searched.append(record)
+    roles = ["best", "runner_up"] + [f"top_{i}" for i in range(3, top_k + 1)]
+    out = [Contender(role, record) for role, record in zip(roles, searched)]
+    out += [Contender("default", default)] if default is not None else []
+    out += [Contender("no_speculation", plain)] if plain is not None else []
+    return out
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+def _geomean(values: list[float]) -> float | None:
+    positive = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else None
 
 
-def verdict(confirmation: Confirmation, records: dict[int, TrialRecord], *, direction: str) -> Confirmation:
-    """Name the winner (best median over its visits) and state it against SGLang's default."""
-    measured = {n: v for n, v in confirmation.values.items() if v}
-    if not measured:
-        confirmation.lines = ["confirmation: no visit measured anything; the search's best stands unconfirmed"]
-        return confirmation
-    best = max(measured, key=lambda n: _median(measured[n]) * (1 if direction == "max" else -1))
-    confirmation.winner = best
-    label = records[best].label
-    default = confirmation.default
-    if default is None or default not in measured:
-        confirmation.lines = [f"confirmed best: trial {best} {label} (SGLang's default was not re-measured)"]
-        return confirmation
-    if best == default:
-        confirmation.lines = [f"confirmed best: SGLang's default (trial {best}); nothing measured beat it"]
-        return confirmation
-    a, b = measured[best], measured[default]
-    ratio = ratio_interval(a, b) if direction == "max" else ratio_interval(b, a)
-    confirmation.ratio = ratio
-    if ratio is None:
-        text = "no comparison with SGLang's default"
-    elif ratio.ci95_low is not None and not ratio.distinguishable:
-        text = f"not distinguishable from SGLang's default ({ratio.text()})"
-    else:
-        text = f"{ratio.text()} over SGLang's default"
-    confirmation.lines = [f"confirmed best: trial {best} {label}: {text}"]
-    return confirmation
+def _oriented(confirmation: Confirmation, a: int, b: int) -> Ratio | None:
+    """Trial ``a`` against trial ``b``, paired by round, > 1 meaning ``a`` is better."""
+    first, second = confirmation.series(a), confirmation.series(b)
+    if confirmation.direction == "min":
+        first, second = second, first
+    return paired_ratio(first, second)
+
+
+def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict[str, Any]:
+    ratio = _oriented(confirmation, a.number, b.number)
+    kind = decide(ratio, margin=confirmation.margin)
+    return {
+        "kind": kind, "ratio": ratio.ratio if ratio else None,
+        "ci95_low": ratio.ci95_low if ratio else None, "ci95_high": ratio.ci95_high if ratio else None,
+        "visits": ratio.visits if ratio else 0, "margin": confirmation.margin,
+        "trial": a.number, "label": a.label, "against_trial": b.number, "against_label": b.label,
+        "visits_needed": visits_needed(ratio, margin=confirmation.margin) if kind == "undecided" else None,
+        "text": ratio.text() if ratio else "not measured",
+    }
+
+
+def _leader(confirmation: Confirmation) -> TrialRecord | None:
+    """The search contender with the best geometric mean over its visits."""
+    sign = 1.0 if confirmation.direction == "max" else -1.0
+    best: tuple[float, TrialRecord] | None = None
+    for contender in confirmation.contenders:
+        if contender.role in ("default", "no_speculation"):
+            continue
+        values = [v for v in confirmation.series(contender.record.number) if v is not None]
+        center = _geomean(values)  # type: ignore[arg-type]
+        if center is not None and (best is None or sign * center > best[0]):
+            best = (sign * center, contender.record)
+    return best[1] if best else None
+
+
+def _decided(confirmation: Confirmation) -> bool:
+    """Whether the question of the round (the leader against SGLang's default; without a search
+    contender, the default against no speculation) has its answer."""
+    leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
+    a, b = (leader, default) if leader is not None else (default, plain)
+    if a is None or b is None:
+        return False
+    return _verdict(confirmation, a, b)["kind"] != "undecided"
+
+
+def _conclude(confirmation: Confirmation) -> None:
+    """The verdicts, the choice and the lines, from the visits made."""
+    leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
+    confirmation.leader = leader.number if leader else None
+    margin = f"margin {confirmation.margin:.0%}"
+    lines: list[str] = []
+    chosen = default
+    if leader is not None and default is not None:
+        verdict = confirmation.vs_sglang_default = _verdict(confirmation, leader, default)
+        kind, text, n = verdict["kind"], verdict["text"], verdict["visits"]
+        head = f"verdict: trial {leader.number} {leader.label} vs SGLang's default ({default.label})"
+        if kind == "better":
+            chosen = leader
+            lines.append(f"{head}: better, {text} from {n} interleaved visits each ({margin})")
+        elif kind == "equivalent":
+            lines.append(f"{head}: equivalent, {text} within ±{confirmation.margin:.0%} from {n} interleaved visits "
+                         "each; best.yaml is SGLang's default, the simpler choice")
+        elif kind == "worse":
+            lines.append(f"{head}: worse, {text} from {n} interleaved visits each; best.yaml is SGLang's default")
+        else:
+            needed = verdict["visits_needed"]
+            hint = (f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
+                    if needed else "the observed spread cannot decide it at any practical number of visits")
+            lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}); {hint}; "
+                         "best.yaml keeps SGLang's default")
+    elif default is not None:
+        lines.append(f"verdict: no search trial completed apart from SGLang's default ({default.label}); best.yaml "
+                     "is SGLang's default")
+    if chosen is not None and plain is not None:
+        floor = confirmation.vs_no_speculation = _verdict(confirmation, chosen, plain)
+        lines.append(f"  {chosen.label} vs no speculation: {floor['kind']}, {floor['text']} ({floor['visits']} visits)")
+        if floor["kind"] == "worse":
+            chosen = plain
+            lines.append("  no speculation is faster than every speculative configuration measured here: best.yaml "
+                         "turns speculation off")
+    confirmation.chosen = chosen.number if chosen is not None else None
+    confirmation.lines = lines
 
 
 def run_confirmation(
-    spec: SweepSpec, records: list[TrialRecord], *, visit: Callable[[TrialRecord, int], dict[str, Any]],
-    say: Callable[[str], None],
+    spec: SweepSpec, records: list[TrialRecord], *, visit: Visit, say: Callable[[str], None],
+    done: Iterable[dict[str, Any]] = (), on_visit: Callable[[dict[str, Any]], None] | None = None,
 ) -> Confirmation | None:
-    """Interleave the visits: every candidate once per round, ``spec.confirmation.rounds`` rounds.
+    """Visit the contenders round by round until decided or ``confirmation.max_visits`` rounds ran.
 
     Args:
-        visit: Runs one visit of a record's engine (round number given) and returns
-            ``{"values", "status", "reason", "message"}`` (``trial.run_visit``'s shape).
+        visit: Runs one visit (``trial.run_visit`` in a placement group, or a test double).
         say: One line of progress for the job log.
+        done: Visits an earlier (interrupted) run of this confirmation made; not run again.
+        on_visit: Called with each new visit's record as it ends (persisted for resume).
+
+    Returns:
+        None when there are fewer than two contenders or no SGLang default to judge against.
     """
     settings = spec.confirmation
-    candidates = confirmation_candidates(records, top_k=settings.top_k)
-    if len(candidates) < 2:
+    contenders = choose_contenders(records, top_k=settings.top_k)
+    if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
-    confirmation = Confirmation(default=next((r.number for r in candidates if r.kind == "baseline_auto"), None))
-    total = settings.rounds * len(candidates)
-    done = 0
-    for round_number in range(settings.rounds):
-        for record in candidates:
-            done += 1
+    started = time.monotonic()
+    confirmation = Confirmation(contenders=contenders, margin=settings.margin, direction=spec.objective.direction)
+    numbers = {c.record.number for c in contenders}
+    confirmation.visits = [dict(v) for v in done if v.get("trial") in numbers]
+    seen = {(v["trial"], v["round"]) for v in confirmation.visits}
+    say(f"confirmation: {', '.join(f'{c.role} = trial {c.record.number} {c.record.label}' for c in contenders)}; "
+        f"{settings.min_visits}-{settings.max_visits} fresh-engine visits each, interleaved, until the verdict against "
+        f"SGLang's default is decided (margin {settings.margin:.0%})" + (f"; {len(seen)} visits resumed" if seen else ""))
+    for round_number in range(settings.max_visits):
+        confirmation.rounds = round_number + 1
+        order = contenders if round_number % 2 == 0 else list(reversed(contenders))
+        for contender in order:
+            record = contender.record
+            if (record.number, round_number) in seen:
+                continue
             outcome = visit(record, round_number)
-            if outcome["status"] == "ok":
-                confirmation.values.setdefault(record.number, []).extend(outcome["values"])
-                shown = ", ".join(f"{v:.4g}" for v in outcome["values"])
-                say(f"[confirm {done}/{total}] trial {record.number} {record.label}: {spec.objective.metric} {shown}")
-            else:
-                confirmation.failures.setdefault(record.number, []).append(f"{outcome['reason']}: {outcome['message']}")
-                say(f"[confirm {done}/{total}] trial {record.number} {record.label}: {outcome['reason']}")
-    return verdict(confirmation, {r.number: r for r in records}, direction=spec.objective.direction)
+            values = [float(v) for v in outcome.get("values", []) if isinstance(v, (int, float))]
+            entry = {"trial": record.number, "round": round_number, "values": values, "value": _geomean(values),
+                     "status": outcome["status"] if values or outcome["status"] != "ok" else "failed",
+                     "reason": outcome.get("reason") or (None if values else "no_values"),
+                     "message": outcome.get("message", "")}
+            confirmation.visits.append(entry)
+            if on_visit is not None:
+                on_visit(entry)
+            shown = ", ".join(f"{v:.4g}" for v in values) if entry["status"] == "ok" else entry["reason"]
+            say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
+                f"({contender.role}): {spec.objective.metric} {shown}")
+        if confirmation.rounds >= settings.min_visits and _decided(confirmation):
+            break
+    _conclude(confirmation)
+    confirmation.wall_s = time.monotonic() - started
+    return confirmation

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,17 +24,19 @@ from typing import Any
 from orchestrator.sweep.results import (
     TrialRecord,
     append_record,
+    auto_label,
     atomic_write_text,
     read_records,
     write_json_file,
 )
 from orchestrator.tracking import open_tracker
 
-__all__ = ["BASELINE_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE", "coordinator_name"]
+__all__ = ["BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE", "coordinator_name"]
 
 logger = logging.getLogger(__name__)
 
 TRIALS_FILE = "trials.jsonl"
+CONFIRMATION_FILE = "confirmation.jsonl"
 STATE_FILE = "sweep-state.json"
 BASELINE_FILE = "probe-baseline.json"
 
@@ -161,6 +164,7 @@ class SweepCoordinator:
 
     def register_trial(
         self, *, trial_id: str, kind: str, label: str, params: dict[str, Any], engine_command: str,
+        engine_config: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Number a starting trial and give it its MLflow run (the existing one when it is re-run).
 
@@ -182,9 +186,21 @@ class SweepCoordinator:
         self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running"})
         self._registered[trial_id] = {
             "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
-            "engine_command": engine_command, "started_at": _now(),
+            "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": _now(),
         }
         return {"number": number, "run_id": run["run_id"], "finished": None}
+
+    def note_resolved(self, *, trial_id: str, resolved: dict[str, int]) -> None:
+        """The speculative numbers a trial's engine reported (SGLang's auto choice resolved): an MLflow
+        param of the trial (``resolved.num_steps``, ...) and part of its record even if it is stopped
+        before it records itself."""
+        registered = self._registered[trial_id]
+        registered["resolved"] = dict(resolved)
+        self.tracker.log_params(registered["run_id"], {f"resolved.{k}": v for k, v in resolved.items()})
+        if registered["kind"] == "baseline_auto":
+            label = registered["label"].replace("SGLang auto", auto_label(resolved), 1)
+            registered["label"] = label
+            self.tracker.set_tags(registered["run_id"], {"spectune.label": label})
 
     def log_repetition(self, *, trial_id: str, step: int, metrics: dict[str, float | None]) -> None:
         """One repetition's metrics, at ``step`` = repetition (per concurrency level in the names)."""
@@ -252,6 +268,7 @@ class SweepCoordinator:
             "message": message, "objective": objective, "repetitions_done": len(values),
             "repetitions_planned": int(last.get("repetitions_planned", 0)),
             "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
+            "engine_config": registered.get("engine_config", {}), "resolved_params": registered.get("resolved"),
             "started_at": registered["started_at"], "node_id": seen.get("spectune.node_id") or last.get("node_id") or None,
             "cuda_visible_devices": seen.get("spectune.cuda_visible_devices"),
             "audit_ok": seen.get("spectune.audit_ok"),
@@ -265,6 +282,29 @@ class SweepCoordinator:
     def open_trials(self) -> list[str]:
         """Trials that started and have not recorded an end."""
         return sorted(self._registered)
+
+    # --- the confirmation round ------------------------------------------------------------------
+
+    def record_visit(self, entry: dict[str, Any]) -> None:
+        """One confirmation visit, appended to ``confirmation.jsonl`` (flushed: a resumed sweep reads it back)."""
+        path = self.results_dir / CONFIRMATION_FILE
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, default=str) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def confirmation_visits(self) -> list[dict[str, Any]]:
+        """The visits recorded so far (a torn last line, from a kill mid-write, is skipped)."""
+        path = self.results_dir / CONFIRMATION_FILE
+        if not path.exists():
+            return []
+        visits = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                visits.append(json.loads(line))
+            except ValueError:
+                logger.warning("%s: a torn line (a kill mid-write?) skipped", path)
+        return visits
 
     # --- the correctness baseline ----------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.sweep.coordinator import (
+    CONFIRMATION_FILE,
     NAMESPACE,
     STATE_FILE,
     TRIALS_FILE,
@@ -99,7 +100,7 @@ def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Pa
 def _archive_previous(results_dir: Path, console: Console) -> None:
     """A fresh sweep into a directory holding an earlier one moves the earlier outputs aside (the
     MLflow database stays: it keeps every sweep's runs)."""
-    outputs = [TRIALS_FILE, STATE_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
+    outputs = [TRIALS_FILE, STATE_FILE, CONFIRMATION_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
                "plots", "tune"]
     present = [name for name in outputs if (results_dir / name).exists()]
     if not present:
@@ -516,12 +517,42 @@ def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[di
         remove_placement_group(group)
 
 
+def _verdict_summary(confirmation: Any) -> dict[str, Any] | None:
+    """``summary.json``'s ``verdict``: each comparison as ``{"kind", "ratio", "ci95_low", "ci95_high",
+    "visits", ...}`` (None where it was not made)."""
+    if confirmation is None:
+        return None
+    return {"vs_sglang_default": confirmation.vs_sglang_default, "vs_no_speculation": confirmation.vs_no_speculation,
+            "chosen_trial": confirmation.chosen, "rounds": confirmation.rounds,
+            "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
+
+
+def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, display: _Display,
+             visit: Any) -> Any:
+    """The sequential confirmation (``confirm.run_confirmation``), its visits persisted by the
+    coordinator (a resumed sweep continues where it stopped), each visit shown while it runs."""
+    import ray
+
+    from orchestrator.sweep.confirm import run_confirmation
+
+    def visit_shown(record: TrialRecord, round_number: int) -> dict[str, Any]:
+        display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
+                            "engine (start, warm-up, repetitions)", time.monotonic())
+        try:
+            return visit(record, round_number)
+        finally:
+            display.activity = None
+
+    return run_confirmation(
+        spec, records, visit=visit_shown, say=display.line, done=ray.get(coordinator.confirmation_visits.remote()),
+        on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
+    )
+
+
 def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
             display: _Display, visit: Any) -> SweepOutcome:
     """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
     import ray
-
-    from orchestrator.sweep.confirm import run_confirmation
 
     from orchestrator.sweep.plots import draw_plots
 
@@ -532,23 +563,13 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, s
         ))
     records = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
     metric, level = spec.objective.metric, spec.objective_concurrency
-    confirmation = None
-    if spec.confirmation.enabled:
-        console.print("confirmation round: the best trials and SGLang's default on fresh engines, interleaved",
-                      highlight=False)
-        def visit_shown(record: TrialRecord, round_number: int) -> dict[str, Any]:
-            display.activity = (f"confirmation visit {round_number + 1} of trial {record.number} {record.label} "
-                                "(a fresh engine: start, warm-up, repetitions)", time.monotonic())
-            try:
-                return visit(record, round_number)
-            finally:
-                display.activity = None
-
-        confirmation = run_confirmation(spec, records, visit=visit_shown, say=display.line)
-    confirmed = next((r for r in records if confirmation and r.number == confirmation.winner), None)
+    confirmation = _confirm(spec, records, coordinator=coordinator, display=display, visit=visit) \
+        if spec.confirmation.enabled else None
+    confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
     report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
                           confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
     report["confirmation"] = confirmation.to_dict() if confirmation else None
+    report["verdict"] = _verdict_summary(confirmation)
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
@@ -563,34 +584,34 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, s
         best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
         write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
                                                                     "concurrency", "over_sglang_default",
-                                                                    "over_no_speculation", "confirmation",
-                                                                    "best_config")})
+                                                                    "over_no_speculation", "verdict", "best_config")})
         files += [out / "best.yaml", out / "best.json"]
     write_json_file(out / "summary.json", dict(report))
     text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
     text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
     summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
-    (out / "summary.txt").write_text(summary_text, encoding="utf-8")
+    atomic_write_text(out / "summary.txt", summary_text)
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
+    if confirmation is not None:
+        files.append(out / CONFIRMATION_FILE)
     plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level)
     figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
     if report["best_value"] is not None:
         figures["best." + metric] = report["best_value"]
-    if confirmation is not None and confirmation.ratio is not None:
-        figures["confirmed.over_sglang_default.ratio"] = confirmation.ratio.ratio
-        for end in ("ci95_low", "ci95_high"):
-            if getattr(confirmation.ratio, end) is not None:
-                figures[f"confirmed.over_sglang_default.{end}"] = getattr(confirmation.ratio, end)
+    for name, verdict in (report["verdict"] or {}).items():
+        if isinstance(verdict, dict) and verdict.get("ratio") is not None:
+            for key in ("ratio", "ci95_low", "ci95_high", "visits"):
+                if verdict.get(key) is not None:
+                    figures[f"verdict.{name}.{key}"] = float(verdict[key])
     for key in ("over_sglang_default", "over_no_speculation"):
         if report[key]:
-            figures[f"{key}.ratio"] = report[key]["ratio"]
-            for end in ("ci95_low", "ci95_high"):
+            for end in ("ratio", "ci95_low", "ci95_high"):
                 if report[key].get(end) is not None:
-                    figures[f"{key}.{end}"] = report[key][end]
-    ray.get(coordinator.log_sweep.remote(
-        metrics=figures, tags={"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]},
-        files=[str(p) for p in files + plots],
-    ))
+                    figures[f"search.{key}.{end}"] = report[key][end]
+    tags = {"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]}
+    if confirmation is not None and confirmation.vs_sglang_default:
+        tags["spectune.verdict"] = confirmation.vs_sglang_default["kind"]
+    ray.get(coordinator.log_sweep.remote(metrics=figures, tags=tags, files=[str(p) for p in files + plots]))
     ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
     console.print(f"results: {escape(str(out))}", highlight=False)
     console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "

@@ -1,9 +1,10 @@
 """The sweep's verdict: the best configuration, what it gained over both baselines, what each forced
 NCCL variable gained or cost against NCCL's default, and the table a person reads at the end.
 
-Comparisons are ratios of repetitions with 95% intervals (``results.ratio_interval``): "x1.07
-[1.04, 1.10] over SGLang's default". A ratio whose interval includes 1 is said to be
-indistinguishable, not a gain.
+The search's comparisons are ratios of two trials' repetitions, measured minutes apart, with
+log-scale 95% intervals (``orchestrator.statistics.unpaired_ratio``): labelled as the search's
+estimates, they carry the machine's drift. The verdict a user acts on is the confirmation's
+(``orchestrator.sweep.confirm``: interleaved visits, paired); its lines are added here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any, Iterable
 
 from rich.table import Table
 
-from orchestrator.sweep.results import Ratio, TrialRecord, best_record, ratio_interval
+from orchestrator.statistics import Ratio, unpaired_ratio
+from orchestrator.sweep.results import TrialRecord, best_record
 from orchestrator.sweep.search import DEFAULT_WORD
 
 __all__ = ["SweepReport", "build_report", "summary_table"]
@@ -25,15 +27,16 @@ def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
     if not a.objective.values or not b.objective.values:
         return None
     if a.objective.direction == "max":
-        return ratio_interval(a.objective.values, b.objective.values)
-    return ratio_interval(b.objective.values, a.objective.values)
+        return unpaired_ratio(a.objective.values, b.objective.values)
+    return unpaired_ratio(b.objective.values, a.objective.values)
 
 
 def _describe(ratio: Ratio | None, what: str) -> str:
+    """One comparison in words; an interval that contains 1 is "within the noise", never a gain."""
     if ratio is None:
         return f"no comparison with {what} (not measured)"
-    if ratio.ci95_low is not None and not ratio.distinguishable:
-        return f"not distinguishable from {what} ({ratio.text()})"
+    if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
+        return f"within the noise of {what} ({ratio.text()})"
     return f"{ratio.text()} over {what}"
 
 
@@ -97,17 +100,20 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
     bench = sum(r.timings_s.get("bench", 0.0) for r in records)
     total = sum(r.timings_s.get("total", 0.0) for r in records)
     lines = []
-    if best is None:
+    searched = best_record(records)
+    if searched is None:
         lines.append("no trial measured every repetition successfully: there is no best configuration")
     else:
-        lines.append(f"best: trial {best.number} {best.label}: {metric} {best.value:.4g} at concurrency {concurrency}")
-        lines.append(
-            "  " + (_describe(over_auto, "SGLang's default") if best is not auto else "SGLang's default is the best")
-        )
-        lines.append(
-            "  " + (_describe(over_plain, "no speculation") if best is not plain else "no speculation is the best")
-        )
-    lines += [f"  {line}" for line in confirmation_lines or []]
+        estimate = "search estimates, trials measured minutes apart"
+        lines.append(f"search's best: trial {searched.number} {searched.label}: {metric} {searched.value:.4g} at "
+                     f"concurrency {concurrency}")
+        if searched is not auto and auto is not None:
+            lines.append("  " + _describe(_ratio(searched, auto), "SGLang's default") + f" ({estimate})")
+        if searched is not plain and plain is not None:
+            lines.append("  " + _describe(_ratio(searched, plain), "no speculation") + f" ({estimate})")
+    lines += list(confirmation_lines or [])
+    if best is not None and best is not searched:
+        lines.append(f"best.yaml: trial {best.number} {best.label} (the confirmation's choice)")
     effects = _nccl_effects(records, nccl_variables)
     lines += [f"  {e['text']}" for e in effects]
     return SweepReport(
@@ -137,14 +143,17 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
     ordered = sorted(measured, key=lambda r: r.value if direction == "min" else -r.value)  # type: ignore[operator]
     ordered += [r for r in records if r.value is None]
     best = next((r for r in records if r.number == best_trial), None) if best_trial else best_record(records)
-    table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions, 95% interval)", box=None)
+    table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions; 95% interval on the log "
+                        "scale, from 3 repetitions on)", box=None)
     for column, justify in (("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
                             ("reps", "right"), ("status", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r in ordered:
         obj = r.objective
-        interval = (f"[{obj.ci95_low:.4g}, {obj.ci95_high:.4g}]" if obj and obj.ci95_low is not None
-                    and obj.ci95_high is not None else "-")
+        if obj and obj.ci95_low is not None and obj.ci95_high is not None:
+            interval = f"[{obj.ci95_low:.4g}, {obj.ci95_high:.4g}]"
+        else:
+            interval = "too few reps" if obj and obj.values else "-"
         status = r.status + (f" ({r.reason})" if r.reason else "") + ("  <- best" if best is r else "")
         table.add_row(str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
                       f"{r.repetitions_done}/{r.repetitions_planned}", status)

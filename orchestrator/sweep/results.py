@@ -12,26 +12,23 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import statistics
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "FAILURE_REASONS",
-    "Ratio",
     "TrialKind",
     "TrialRecord",
     "TrialStatus",
     "append_record",
     "atomic_write_text",
+    "auto_label",
     "best_record",
-    "ratio_interval",
     "read_records",
 ]
 
@@ -70,7 +67,7 @@ class Objective(BaseModel):
     direction: Literal["max", "min"]
     values: list[float] = Field(default_factory=list, description="One value per repetition, in order.")
     median: float | None = None
-    ci95_low: float | None = None
+    ci95_low: float | None = Field(default=None, description="95% interval (log scale; none from < 3 values).")
     ci95_high: float | None = None
 
 
@@ -103,6 +100,9 @@ class TrialRecord(BaseModel):
     cuda_visible_devices: str | None = None
     audit_ok: bool | None = None
     engine_config: dict[str, Any] = Field(default_factory=dict, description="EngineConfig.model_dump() of the trial.")
+    resolved_params: dict[str, int] | None = Field(
+        default=None, description="The speculative numbers the running engine reported in /server_info "
+        "({num_steps, eagle_topk, num_draft_tokens}): SGLang's automatic choice resolved, or a count it adjusted.")
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
     mlflow_run_id: str | None = None
     started_at: str | None = None
@@ -119,6 +119,23 @@ class TrialRecord(BaseModel):
     def value(self) -> float | None:
         """The objective's median, if measured."""
         return self.objective.median if self.objective else None
+
+    def ran_as(self) -> str:
+        """One string per configuration *as it ran*: the params with the speculative numbers the engine
+        reported (SGLang's auto choice resolved), so SGLang's auto and the explicit point it resolved
+        to are one configuration, never two names for the same engine."""
+        params = dict(self.params)
+        if self.resolved_params and params.get("speculative") != "off":
+            params.update(self.resolved_params, speculative="explicit")
+        return json.dumps(params, sort_keys=True, default=str)
+
+
+def auto_label(resolved: dict[str, int] | None) -> str:
+    """``SGLang auto (= steps 3 topk 1 draft 4)``: SGLang's own choice, with what it resolved to."""
+    if not resolved:
+        return "SGLang auto"
+    return (f"SGLang auto (= steps {resolved['num_steps']} topk {resolved['eagle_topk']} "
+            f"draft {resolved['num_draft_tokens']})")
 
 
 def atomic_write_text(path: Path, text: str) -> Path:
@@ -181,51 +198,6 @@ def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
         if best is None or _better(record.objective.direction, record.value, best.value):  # type: ignore[arg-type]
             best = record
     return best
-
-
-class Ratio(BaseModel):
-    """``a / b`` of two sets of repetitions, with a 95% interval (None where it cannot be had)."""
-
-    ratio: float
-    ci95_low: float | None = None
-    ci95_high: float | None = None
-
-    @property
-    def distinguishable(self) -> bool:
-        """The interval excludes 1 (no interval: not shown to differ)."""
-        return self.ci95_low is not None and self.ci95_high is not None and not (self.ci95_low <= 1.0 <= self.ci95_high)
-
-    def text(self) -> str:
-        """``x1.07 [1.04, 1.10]`` or ``x1.07 (no interval)``."""
-        if self.ci95_low is None or self.ci95_high is None:
-            return f"x{self.ratio:.2f} (no interval)"
-        return f"x{self.ratio:.2f} [{self.ci95_low:.2f}, {self.ci95_high:.2f}]"
-
-
-def ratio_interval(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
-    """The ratio of the geometric means of ``a`` and ``b``, with a Welch 95% interval on the logs.
-
-    Formula: r = exp(mean(log a) - mean(log b)); the interval is exp(d +/- t * se) with
-    se = sqrt(var(log a)/n_a + var(log b)/n_b) and Welch-Satterthwaite degrees of freedom. Needs
-    two values on each side for an interval; positive values only (throughputs, latencies).
-    """
-    from scipy import stats  # heavy import, only needed when a summary is made
-
-    la = [math.log(v) for v in a if v and v > 0]
-    lb = [math.log(v) for v in b if v and v > 0]
-    if not la or not lb:
-        return None
-    diff = sum(la) / len(la) - sum(lb) / len(lb)
-    if len(la) < 2 or len(lb) < 2:
-        return Ratio(ratio=math.exp(diff))
-    va = statistics.variance(la) / len(la)
-    vb = statistics.variance(lb) / len(lb)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff), ci95_high=math.exp(diff))
-    df = (va + vb) ** 2 / ((va**2) / (len(la) - 1) + (vb**2) / (len(lb) - 1))
-    t = float(stats.t.ppf(0.975, df))
-    return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff - t * se), ci95_high=math.exp(diff + t * se))
 
 
 def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str]) -> Path:

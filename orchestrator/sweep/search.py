@@ -575,6 +575,14 @@ class SweepSearch(OptunaSearch):
         plan = self._baseline_trials.pop(trial_id, None)
         if plan is not None:
             self._add_baseline(plan, state, value, violation)
+            resolved = _resolved_plan(plan, result)
+            if resolved is not None:
+                # SGLang's auto choice *is* this explicit point: a later proposal of it is answered
+                # from this measurement, and the sampler learns it as that point.
+                key = candidate_key(resolved)
+                self._measured[key] = (state, value, violation)
+                self._plans[key] = resolved
+                self._add_baseline(resolved, state, value, violation)
             return
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
@@ -599,6 +607,16 @@ class SweepSearch(OptunaSearch):
                 params=params, distributions=distributions, value=value, system_attrs=attrs,
             )
         )
+
+
+def _resolved_plan(plan: TrialPlan, result: dict) -> TrialPlan | None:
+    """The explicit point SGLang's auto choice resolved to (``resolved_*`` of the auto baseline's final
+    report), with the baseline's all-reduce path and NCCL settings; None for other trials."""
+    numbers = [result.get(f"resolved_{name}") for name in ("num_steps", "eagle_topk", "num_draft_tokens")]
+    if plan.kind != BASELINE_AUTO or not all(isinstance(v, int) for v in numbers):
+        return None
+    return TrialPlan("search", Candidate(SpeculativeTriple(*numbers), plan.candidate.all_reduce,
+                                         dict(plan.candidate.nccl_env)))
 
 
 def default_sampler(seed: int) -> optuna.samplers.BaseSampler:

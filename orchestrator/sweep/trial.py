@@ -23,6 +23,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +38,9 @@ from orchestrator.bench.report import BenchResult
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
-from orchestrator.sweep.results import Objective, TrialRecord
-from orchestrator.sweep.search import BASELINE_PLAIN, OBJECTIVE_KEY, TrialPlan
+from orchestrator.statistics import log_interval
+from orchestrator.sweep.results import Objective, TrialRecord, auto_label
+from orchestrator.sweep.search import BASELINE_AUTO, BASELINE_PLAIN, OBJECTIVE_KEY, TrialPlan
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
@@ -114,19 +116,57 @@ class _TrialState:
     bench: BenchResult | None = None
     other_levels: BenchResult | None = None
     audit_ok: bool | None = None
+    resolved: dict[str, int] | None = None
     measured_in_full: bool = False
     host: Any = None
     started_at: str = field(default_factory=_now)
 
 
 def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
-    from orchestrator.bench.metrics import Distribution
+    """The objective's repetitions: their median, and the log-scale 95% interval (none from < 3 values)."""
+    import statistics
 
-    dist = Distribution.of(values)
+    interval = log_interval(values)
     return Objective(
         metric=spec.objective.metric, concurrency=spec.objective_concurrency, direction=spec.objective.direction,
-        values=values, median=dist.median, ci95_low=dist.ci95_low, ci95_high=dist.ci95_high,
+        values=values, median=statistics.median(values), ci95_low=interval[0] if interval else None,
+        ci95_high=interval[1] if interval else None,
     )
+
+
+SPECULATIVE_FIELDS = {
+    "num_steps": "speculative_num_steps",
+    "eagle_topk": "speculative_eagle_topk",
+    "num_draft_tokens": "speculative_num_draft_tokens",
+}
+"""The sweep's names of the speculative numbers -> SGLang's server-arg names in ``/server_info``."""
+
+
+def resolved_speculative(url: str, *, timeout_s: float = 30.0) -> dict[str, int] | None:
+    """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
+
+    SGLang's ``/server_info`` returns its ``ServerArgs`` after ``__post_init__``, i.e. with the
+    automatic choice made (``speculative_num_steps``, ``speculative_eagle_topk``,
+    ``speculative_num_draft_tokens`` at the top level, and again in ``internal_states[0]``); the
+    reference engine reports them the same way. Unset numbers in the command are therefore
+    resolved here, and a count the engine adjusted shows as what it is.
+    """
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    try:
+        with opener.open(url.rstrip("/") + "/server_info", timeout=timeout_s) as answer:
+            info = json.loads(answer.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    states = info.get("internal_states") if isinstance(info.get("internal_states"), list) else []
+    for source in (info, *states[:1]):
+        if not isinstance(source, dict):
+            continue
+        values = {ours: source.get(theirs) for ours, theirs in SPECULATIVE_FIELDS.items()}
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values.values()):
+            return values  # type: ignore[return-value]
+    return None
 
 
 def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:
@@ -166,7 +206,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     coordinator = ctx.coordinator.get()
     registration = ray.get(coordinator.register_trial.remote(
         trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
-        engine_command=command.shell(redacted=True),
+        engine_command=command.shell(redacted=True), engine_config=engine_config.model_dump(),
     ))
     if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
         done = TrialRecord.model_validate(registration["finished"])
@@ -198,6 +238,8 @@ def _final_report(spec: SweepSpec, record: TrialRecord) -> dict[str, Any]:
         report[OBJECTIVE_KEY] = record.value
     if record.slo_violation is not None:
         report["slo_violation"] = record.slo_violation
+    for name, value in (record.resolved_params or {}).items():
+        report[f"resolved_{name}"] = value  # the searcher counts SGLang's auto choice as this point
     return report
 
 
@@ -232,6 +274,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         }, texts={"env_audit.json": _json(audit)}))
         if not state.audit_ok:
             raise TrialFailure("env_audit", audit.get("summary") or "env audit failed")
+        _resolve(state, coordinator, engine_config)
         tic = time.monotonic()
         _probe(spec, state, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
@@ -265,6 +308,26 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
             status, reason, message = "failed", "stop_failed", teardown_problem
     state.timings["total"] = time.monotonic() - started
     return _record(spec, state, status=status, reason=reason, message=message, engine_config=engine_config)
+
+
+def _resolve(state: _TrialState, coordinator: Any, engine_config: EngineConfig) -> None:
+    """Record the speculative numbers the engine runs with (``resolved_speculative``): SGLang's
+    automatic choice for the auto baseline, and, for an explicit point, whatever the engine made of
+    it (a rewritten count is logged once, naming the field). The record is what ran."""
+    if engine_config.speculative_algorithm is None:
+        return
+    state.resolved = resolved_speculative(state.info["url"])
+    if state.resolved is None:
+        logger.warning("trial %d (%s): /server_info reports no speculative numbers; the record keeps the requested "
+                       "ones", state.number, state.trial_id)
+        return
+    requested = {"num_steps": engine_config.speculative_num_steps, "eagle_topk": engine_config.speculative_eagle_topk,
+                 "num_draft_tokens": engine_config.speculative_num_draft_tokens}
+    changed = {k: (v, state.resolved[k]) for k, v in requested.items() if v is not None and v != state.resolved[k]}
+    if changed:
+        logger.warning("trial %d (%s): the engine rewrote %s; recorded as run", state.number, state.trial_id,
+                       ", ".join(f"{SPECULATIVE_FIELDS[k]} {a} -> {b}" for k, (a, b) in changed.items()))
+    ray.get(coordinator.note_resolved.remote(trial_id=state.trial_id, resolved=state.resolved))
 
 
 def _create_host(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_config: EngineConfig) -> Any:
@@ -458,15 +521,18 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         if result is not None:
             metrics.update(result.flat())
     objective = _objective_of(spec, state.objective_values) if state.objective_values else None
+    label = state.plan.label()
+    if state.plan.kind == BASELINE_AUTO:
+        label = label.replace("SGLang auto", auto_label(state.resolved), 1)
     return TrialRecord(
-        trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=state.plan.label(),  # type: ignore[arg-type]
+        trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=label,  # type: ignore[arg-type]
         params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
         objective=objective, metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
         repetitions_done=len(state.objective_values), repetitions_planned=spec.benchmark.repetitions,
         measured_in_full=state.measured_in_full,
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
-        audit_ok=state.audit_ok, engine_config=engine_config.model_dump(),
+        audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
         engine_command=build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True),
         mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=_now(),
     )

@@ -29,7 +29,7 @@ BASE_SPEC: dict[str, Any] = {
     "objective": {"metric": "output_tok_per_s", "concurrency": 2},
     "benchmark": {"dataset": "builtin", "num_prompts": 4, "output_len": 24, "concurrency": [2],
                   "warmup_requests": 2, "repetitions": 2,
-                  "warmup": {"tolerance": None}},
+                  "warmup": {"tolerance": None}, "min_repetition_s": 0},
     "budget": {"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
     "resources": {"cpus_per_trial": 1},
     "confirmation": {"enabled": False},

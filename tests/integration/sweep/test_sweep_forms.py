@@ -96,3 +96,49 @@ def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp
     interrupted = [r for r in _records(results) if r["status"] == "interrupted"]
     assert interrupted and interrupted[0]["number"] == 2, _records(results)
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
+
+
+def test_sglangs_auto_choice_is_resolved_and_never_measured_twice(ray_cluster: dict, tmp_path: Path) -> None:
+    """The reference engine's auto choice resolves to (3, 1, 4): that point is answered from the auto
+    baseline's measurement, so of the space's two points only (2, 1, 3) runs, and the sweep ends
+    with the space exhausted; the confirmation then judges (2, 1, 3) against SGLang's default."""
+    marker = engine_marker()
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"num_steps": [2, 3], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
+                "early_stopping": {"enabled": False}},
+        budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        confirmation={"enabled": True, "top_k": 2, "min_visits": 3, "max_visits": 3, "repetitions_per_visit": 1},
+    )
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [SPECTUNE, "sweep", str(spec), "--results-dir", str(results), "--address", ray_cluster["address"]],
+        capture_output=True, text=True, timeout=800,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    records = {r["number"]: r for r in _records(results)}
+    auto = next(r for r in records.values() if r["kind"] == "baseline_auto")
+    assert auto["resolved_params"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert auto["label"] == "SGLang auto (= steps 3 topk 1 draft 4)"
+    searched = [r for r in records.values() if r["kind"] == "search"]
+    assert [r["label"] for r in searched] == ["steps=2 topk=1 draft=3"], "(3, 1, 4) is the auto baseline's point"
+    assert searched[0]["resolved_params"] == {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3}
+    summary = json.loads((results / "summary.json").read_text())
+    roles = {c["role"]: c["trial"] for c in summary["confirmation"]["contenders"]}
+    assert roles == {"best": searched[0]["number"], "default": auto["number"],
+                     "no_speculation": next(r["number"] for r in records.values() if r["kind"] == "baseline_plain")}
+    verdict = summary["verdict"]["vs_sglang_default"]
+    assert verdict["kind"] in ("better", "equivalent", "worse", "undecided") and verdict["visits"] == 3
+    assert {"kind", "ratio", "ci95_low", "ci95_high", "visits"} <= set(summary["verdict"]["vs_no_speculation"])
+    assert summary["verdict"]["vs_no_speculation"]["ci95_low"] > 0
+    assert len((results / "confirmation.jsonl").read_text().splitlines()) == 9
+    assert "SGLang auto (= steps 3 topk 1 draft 4)" in log and "verdict:" in log
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    run = client.get_run(auto["mlflow_run_id"])
+    assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
+    assert processes_with_marker(marker) == []

@@ -1,76 +1,163 @@
-"""The confirmation round on test doubles with known speeds: interleaved visits, a verdict with an
-interval, and "not distinguishable" when the interval includes 1."""
+"""The sequential confirmation on test doubles with known speeds: interleaved rounds, each of the
+four verdicts, a stop as soon as the verdict is decided, one configuration never visited under
+two names, failed visits recorded, and an interrupted round resumed from its visits."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm import confirmation_candidates, run_confirmation
+from orchestrator.statistics import decide, paired_ratio
+from orchestrator.sweep.confirm import choose_contenders, run_confirmation
 from orchestrator.sweep.results import Objective, TrialRecord
+
+AUTO_POINT = {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 
 
 def _spec(**confirmation) -> SweepSpec:
     return SweepSpec.from_dict({
         "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
         "objective": {"metric": "output_tok_per_s", "concurrency": 4}, "benchmark": {"concurrency": [4]},
-        "confirmation": {"top_k": 2, "rounds": 3, "repetitions_per_visit": 2, **confirmation},
+        "confirmation": {"top_k": 2, "min_visits": 3, "max_visits": 8, "margin": 0.01, **confirmation},
     })
 
 
-def _record(number: int, value: float, kind: str = "search", status: str = "ok") -> TrialRecord:
+def _record(number: int, value: float, kind: str = "search", status: str = "ok", point: dict | None = None,
+            resolved: dict | None = None) -> TrialRecord:
+    params = {"speculative": {"baseline_plain": "off", "baseline_auto": "auto"}.get(kind, "explicit"),
+              "num_steps": None, "eagle_topk": None, "num_draft_tokens": None, "all_reduce": "custom"}
+    params.update(point or {})
     return TrialRecord(
-        trial_id=f"t{number}", number=number, kind=kind, label=f"config {number}", params={}, status=status,
+        trial_id=f"t{number}", number=number, kind=kind, label=f"config {number}", params=params, status=status,
         objective=Objective(metric="output_tok_per_s", concurrency=4, direction="max", values=[value], median=value),
-        repetitions_done=1, repetitions_planned=1, measured_in_full=status == "ok",
+        repetitions_done=1, repetitions_planned=1, measured_in_full=status == "ok", resolved_params=resolved,
     )
 
 
-RECORDS = [_record(1, 50.0, "baseline_plain"), _record(2, 100.0, "baseline_auto"), _record(3, 112.0),
-           _record(4, 108.0), _record(5, 130.0, status="early_stopped")]
+RECORDS = [
+    _record(1, 50.0, "baseline_plain"), _record(2, 100.0, "baseline_auto", resolved=AUTO_POINT),
+    _record(3, 112.0, point={"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3}),
+    _record(4, 108.0, point={"num_steps": 5, "eagle_topk": 1, "num_draft_tokens": 6}),
+    _record(5, 130.0, status="early_stopped", point={"num_steps": 4, "eagle_topk": 1, "num_draft_tokens": 5}),
+]
 
 
-def _visits(speeds: dict[int, list[float]]):
-    order: list[int] = []
+class Double:
+    """Engines of known speed: each visit draws fresh log-normal noise (``cv``) around ``speeds``,
+    and the machine drifts by ``drift`` per visit, shared by whoever is visited then."""
 
-    def visit(record: TrialRecord, round_number: int) -> dict:
-        order.append(record.number)
-        base = speeds[record.number]
-        # two repetitions per visit, the round shifts them a little (drift is shared by everyone)
-        return {"values": [v * (1 + 0.01 * round_number) for v in base], "status": "ok", "reason": None,
-                "message": ""}
+    def __init__(self, speeds: dict[int, float], *, cv: float = 0.002, drift: float = 0.0, seed: int = 1) -> None:
+        self.speeds, self.cv, self.drift = speeds, cv, drift
+        self.rng = random.Random(seed)
+        self.order: list[int] = []
 
-    return visit, order
-
-
-def test_candidates_are_the_top_k_complete_trials_and_sglangs_default() -> None:
-    chosen = confirmation_candidates(RECORDS, top_k=2)
-    assert [r.number for r in chosen] == [3, 4, 2], "early-stopped trial 5 is never a candidate"
+    def __call__(self, record: TrialRecord, round_number: int) -> dict:
+        self.order.append(record.number)
+        value = self.speeds[record.number] * (1 + self.drift * len(self.order)) * self.rng.lognormvariate(0, self.cv)
+        return {"values": [value], "status": "ok", "reason": None, "message": ""}
 
 
-def test_a_clear_winner_is_stated_with_its_interval() -> None:
-    visit, order = _visits({3: [110.0, 111.0], 4: [104.0, 106.0], 2: [100.0, 101.0]})
+def _run(speeds: dict[int, float], records=RECORDS, **kwargs):
+    double = Double(speeds, **{k: kwargs.pop(k) for k in ("cv", "drift", "seed") if k in kwargs})
     lines: list[str] = []
-    result = run_confirmation(_spec(), RECORDS, visit=visit, say=lines.append)
-    assert order == [3, 4, 2, 3, 4, 2, 3, 4, 2], "interleaved: A B C A B C A B C"
-    assert result.winner == 3 and result.default == 2
-    assert result.ratio.distinguishable and 1.08 < result.ratio.ratio < 1.11
-    assert result.lines[0].startswith("confirmed best: trial 3 config 3: x1.")
-    assert "over SGLang's default" in result.lines[0] and len(lines) == 9
+    result = run_confirmation(_spec(**kwargs), records, visit=double, say=lines.append)
+    return result, double, lines
 
 
-def test_a_winner_within_the_noise_is_not_distinguishable() -> None:
-    visit, _ = _visits({3: [102.0, 99.5], 4: [98.0, 100.0], 2: [100.0, 100.5]})
-    result = run_confirmation(_spec(), RECORDS, visit=visit, say=lambda line: None)
-    assert result.ratio is not None and not result.ratio.distinguishable
-    assert "not distinguishable from SGLang's default" in result.lines[0]
+def test_contenders_are_the_best_the_runner_up_sglangs_default_and_no_speculation() -> None:
+    chosen = choose_contenders(RECORDS, top_k=2)
+    assert [(c.role, c.record.number) for c in chosen] == [
+        ("best", 3), ("runner_up", 4), ("default", 2), ("no_speculation", 1)], "early-stopped trial 5 never is one"
+
+
+def test_a_search_trial_that_ran_as_sglangs_default_is_not_visited_twice() -> None:
+    same_as_auto = _record(6, 125.0, point=AUTO_POINT)  # e.g. proposed while the auto baseline still ran
+    chosen = choose_contenders([*RECORDS, same_as_auto], top_k=2)
+    assert [c.record.number for c in chosen] == [3, 4, 2, 1]
+
+
+def test_rounds_are_interleaved_and_reverse_every_other_round() -> None:
+    result, double, _ = _run({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0})
+    assert double.order[:8] == [3, 4, 2, 1, 1, 2, 4, 3]
+    assert result.rounds * 4 == len(double.order)
+
+
+def test_better_stops_as_soon_as_decided_and_chooses_the_leader() -> None:
+    result, double, lines = _run({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0})
+    verdict = result.vs_sglang_default
+    assert verdict["kind"] == "better" and verdict["trial"] == 3 and 1.18 < verdict["ratio"] < 1.22
+    assert verdict["ci95_low"] > 1.01 and result.chosen == 3
+    assert result.rounds == 3, "decidable after the first three rounds: no visit more"
+    assert len(double.order) == 12
+    assert "better, x1.20" in result.lines[0] and "3 interleaved visits each" in result.lines[0]
+    assert result.vs_no_speculation["kind"] == "better"
+
+
+def test_equivalent_chooses_sglangs_default() -> None:
+    result, _, _ = _run({3: 100.1, 4: 99.0, 2: 100.0, 1: 50.0}, cv=0.001)
+    assert result.vs_sglang_default["kind"] == "equivalent"
+    assert result.chosen == 2, "equal speed: SGLang's default, the simpler choice"
+    assert "best.yaml is SGLang's default, the simpler choice" in result.lines[0]
+
+
+def test_worse_chooses_sglangs_default() -> None:
+    result, _, _ = _run({3: 90.0, 4: 88.0, 2: 100.0, 1: 50.0})
+    assert result.vs_sglang_default["kind"] == "worse" and result.vs_sglang_default["ratio"] < 0.92
+    assert result.chosen == 2 and result.rounds == 3
+
+
+def test_too_noisy_for_the_cap_is_undecided_with_the_visits_it_would_need() -> None:
+    result, double, _ = _run({3: 103.0, 4: 95.0, 2: 100.0, 1: 50.0}, cv=0.05, seed=4, max_visits=4)
+    verdict = result.vs_sglang_default
+    assert verdict["kind"] == "undecided" and result.rounds == 4 and len(double.order) == 16
+    assert verdict["ci95_low"] < 1.01 < verdict["ci95_high"]
+    assert verdict["visits_needed"] is None or verdict["visits_needed"] > 4
+    assert result.chosen == 2 and "undecided after 4 interleaved visits each" in result.lines[0]
+
+
+def test_no_speculation_faster_than_everything_turns_speculation_off() -> None:
+    result, _, _ = _run({3: 80.0, 4: 79.0, 2: 82.0, 1: 100.0})
+    assert result.vs_no_speculation["kind"] == "worse"
+    assert result.chosen == 1 and any("turns speculation off" in line for line in result.lines)
+
+
+def test_the_pairing_cancels_drift_that_a_plain_comparison_would_read_as_a_gain() -> None:
+    # equal speeds, the machine speeding up 1% per visit: paired by round, the ratio stays near 1
+    result, _, _ = _run({3: 100.0, 4: 100.0, 2: 100.0, 1: 50.0}, cv=0.0005, drift=0.01, max_visits=6)
+    assert 0.97 < result.vs_sglang_default["ratio"] < 1.03
 
 
 def test_failed_visits_are_recorded_and_the_rest_still_decides() -> None:
+    double = Double({3: 120.0, 4: 110.0, 2: 100.0, 1: 50.0})
+
     def visit(record: TrialRecord, round_number: int) -> dict:
         if record.number == 3:
             return {"values": [], "status": "failed", "reason": "engine_died", "message": "boom"}
-        return {"values": [105.0 + record.number, 106.0 + record.number], "status": "ok", "reason": None,
-                "message": ""}
+        return double(record, round_number)
 
     result = run_confirmation(_spec(), RECORDS, visit=visit, say=lambda line: None)
-    assert result.failures[3] == ["engine_died: boom"] * 3
-    assert result.winner == 4
+    failed = [v for v in result.visits if v["trial"] == 3]
+    assert failed and all(v["status"] == "failed" and v["reason"] == "engine_died" for v in failed)
+    assert result.leader == 4 and result.vs_sglang_default["kind"] == "better"
+
+
+def test_an_interrupted_confirmation_resumes_from_its_visits() -> None:
+    first, double, _ = _run({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0})
+    done = first.visits[:6]  # killed in round 2
+    again = Double({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0}, seed=9)
+    result = run_confirmation(_spec(), RECORDS, visit=again, say=lambda line: None, done=done)
+    assert len(again.order) == 12 - 6, "the six visits made before the kill are not run again"
+    assert result.vs_sglang_default["kind"] == "better" and result.visits[:6] == done
+
+
+@pytest.mark.parametrize("values,kind", [
+    (([1.10, 1.12, 1.11], [1.0, 1.0, 1.0]), "better"),
+    (([1.0, 1.001, 0.999], [1.0, 1.0, 1.0]), "equivalent"),
+    (([0.9, 0.91, 0.89], [1.0, 1.0, 1.0]), "worse"),
+    (([1.0, 1.2, 0.85], [1.0, 1.0, 1.0]), "undecided"),
+    (([1.5, 1.5], [1.0, 1.0]), "undecided"),  # two pairs: no interval, never a verdict
+])
+def test_decide_on_hand_made_pairs(values, kind) -> None:
+    assert decide(paired_ratio(*values), margin=0.01) == kind

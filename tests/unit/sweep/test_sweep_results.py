@@ -1,4 +1,4 @@
-"""Trial records, the best trial, ratio intervals and the NCCL comparison: hand-computed values."""
+"""Trial records, the best trial and the NCCL comparison: hand-computed values."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from orchestrator.sweep.results import (
     append_record,
     atomic_write_text,
     best_record,
-    ratio_interval,
     read_records,
 )
 
@@ -30,31 +29,6 @@ def _record(number: int, values: list[float], *, status: str = "ok", kind: str =
         repetitions_done=len(values), repetitions_planned=reps if reps is not None else len(values),
         measured_in_full=status in ("ok", "infeasible") and (reps is None or reps == len(values)),
     )
-
-
-def test_ratio_interval_matches_hand_computation() -> None:
-    a, b = [110.0, 121.0], [100.0, 100.0]
-    got = ratio_interval(a, b)
-    la = [math.log(110), math.log(121)]
-    diff = sum(la) / 2 - math.log(100)
-    assert got is not None and got.ratio == pytest.approx(math.exp(diff))
-    # b has no spread: se = sd(log a)/sqrt(2), df = 1 -> t = 12.706
-    sd = abs(la[0] - la[1]) / math.sqrt(2)
-    se = sd / math.sqrt(2)
-    assert got.ci95_low == pytest.approx(math.exp(diff - 12.7062 * se), rel=1e-3)
-    assert got.ci95_high == pytest.approx(math.exp(diff + 12.7062 * se), rel=1e-3)
-    assert not got.distinguishable  # so few repetitions: the interval includes 1
-
-
-def test_ratio_interval_distinguishes_clear_differences() -> None:
-    got = ratio_interval([200.0, 201.0, 199.0, 200.5], [100.0, 101.0, 99.5, 100.2])
-    assert got is not None and got.distinguishable and 1.97 < got.ratio < 2.03
-
-
-def test_ratio_without_repetitions_has_no_interval() -> None:
-    got = ratio_interval([120.0], [100.0])
-    assert got is not None and got.ratio == pytest.approx(1.2) and got.ci95_low is None
-    assert not got.distinguishable and "no interval" in got.text()
 
 
 def test_best_excludes_early_stopped_failed_and_incomplete_trials() -> None:
