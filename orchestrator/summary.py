@@ -63,8 +63,9 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
     """Summarise the space and settings of ``spec``.
 
     Returns:
-        ``{"name", "dimensions": [{"name", "values", "count"}], "valid_configurations", "text": {...}}``
-        where ``text`` holds one readable line per section.
+        ``{"name", "dimensions": [{"name", "values", "count"}], "valid_configurations", "text": {...},
+        "warnings": [...]}`` where ``text`` holds one readable line per section and ``warnings`` the
+        settings that cannot give an interval (``SweepSpec.warnings``).
     """
     dimensions: list[dict[str, Any]] = []
     engine = spec.engine
@@ -108,8 +109,15 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         ),
         "benchmark": (
             f"{bench.dataset} prompts x{bench.num_prompts}, {bench.output_len} output tokens, concurrency "
-            f"{bench.concurrency}, {bench.warmup_requests} warm-up + {bench.repetitions} repetitions, "
-            f"temperature {bench.temperature}, seed {bench.seed}"
+            f"{bench.concurrency}, {bench.warmup_requests} warm-up + {bench.repetitions} repetitions"
+            + (f" of at least {bench.min_repetition_s:g} s" if bench.min_repetition_s else "")
+            + f", temperature {bench.temperature}, seed {bench.seed}"
+        ),
+        "confirmation": (
+            f"the search's best {spec.confirmation.top_k}, SGLang's default and no speculation, "
+            f"{spec.confirmation.min_visits}-{spec.confirmation.max_visits} interleaved visits each "
+            f"({spec.confirmation.repetitions_per_visit} repetition(s) a visit), margin {spec.confirmation.margin:.0%}"
+            if spec.confirmation.enabled else "off"
         ),
         "budget": (
             f"{spec.budget.num_trials} trials, {spec.budget.max_concurrent_trials} at a time, "
@@ -123,4 +131,5 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         "dimensions": dimensions,
         "valid_configurations": len(space),
         "text": text,
+        "warnings": spec.warnings(),
     }

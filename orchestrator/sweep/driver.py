@@ -404,6 +404,8 @@ def run_sweep(
     tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
     _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
+    for warning in spec.warnings():
+        console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     if not resume:
         _archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)

@@ -408,3 +408,26 @@ def test_validate_counts_and_shows_the_list_forms() -> None:
     assert rows["nccl_presets"] == {
         "name": "nccl_presets", "values": "default; NCCL_ALGO=Ring,NCCL_PROTO=LL; NCCL_ALGO=Tree", "count": 3}
     assert summary["valid_configurations"] == 4 * 3
+
+
+def test_validate_warns_when_settings_cannot_give_an_interval() -> None:
+    spec = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 2},
+                                "confirmation": {"min_visits": 2, "max_visits": 2}})
+    warnings = spec.warnings()
+    assert any(w.startswith("benchmark.repetitions: 2 gives no interval") for w in warnings), warnings
+    assert any(w.startswith("confirmation.max_visits: 2 can never decide") for w in warnings), warnings
+    assert SweepSpec.from_dict(BASE).warnings() == [], "the defaults give intervals"
+    switched_off = {**BASE, "confirmation": {"enabled": False, "min_visits": 1, "max_visits": 2}}
+    assert SweepSpec.from_dict(switched_off).warnings() == [], "no confirmation: nothing to warn about"
+
+
+def test_validate_prints_the_warnings(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "benchmark": {"repetitions": 2}}))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "benchmark.repetitions: 2 gives no interval" in " ".join(result.output.split())

@@ -43,7 +43,7 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 "speculative_algorithm": "EAGLE3", "tp_size": 2,
                 "extra_args": {"enable_metrics": True, "context_length": 2048},
                 "env": {"SPECTUNE_REFERENCE_FAULT": FAULTS, "SPECTUNE_TEST_MARKER": marker}},
-        search={"speculative": {"num_steps": [3], "eagle_topk": [1]},
+        search={"speculative": {"num_steps": [2], "eagle_topk": [1]},
                 "nccl_env": {"NCCL_ALGO": ["default", "Tree"], "NCCL_PROTO": ["default", "LL128"]},
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
         budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
@@ -71,13 +71,13 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
     records = {r["label"]: r for r in _records(sweep_run["results"])}
     assert len(records) == 6, sorted(records)
     assert records["no speculation"]["status"] == "ok"
-    assert records["SGLang auto"]["status"] == "ok"
-    assert records["steps=3 topk=1 draft=4"]["status"] == "ok"
-    died = records["steps=3 topk=1 draft=4 NCCL_ALGO=Tree"]
+    assert records["SGLang auto (= steps 3 topk 1 draft 4)"]["status"] == "ok"
+    assert records["steps=2 topk=1 draft=3"]["status"] == "ok"
+    died = records["steps=2 topk=1 draft=3 NCCL_ALGO=Tree"]
     assert (died["status"], died["reason"]) == ("failed", "engine_died"), died["message"]
-    corrupt = records["steps=3 topk=1 draft=4 NCCL_PROTO=LL128"]
+    corrupt = records["steps=2 topk=1 draft=3 NCCL_PROTO=LL128"]
     assert (corrupt["status"], corrupt["reason"]) == ("failed", "probe_mismatch"), corrupt["message"]
-    both = records["steps=3 topk=1 draft=4 NCCL_ALGO=Tree NCCL_PROTO=LL128"]
+    both = records["steps=2 topk=1 draft=3 NCCL_ALGO=Tree NCCL_PROTO=LL128"]
     assert both["status"] == "failed" and both["reason"] in ("probe_mismatch", "engine_died")
     for record in records.values():
         assert record["audit_ok"] is True, record
@@ -96,10 +96,15 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     text = (sweep_run["results"] / "best.yaml").read_text()
     assert text.startswith("# spectune sweep ci-sweep") and "no speculation" in text
     confirmation = summary["confirmation"]
-    # the two best of the search and SGLang's default, each visited twice on a fresh engine, one repetition a visit
-    lengths = [len(v) for v in confirmation["values"].values()]
-    assert len(lengths) >= 2 and set(lengths) == {2}, confirmation
-    assert summary["best_trial"] == confirmation["winner"] and "confirmed best" in text
+    # the one ok search trial, SGLang's default and no speculation, each visited twice on a fresh engine
+    roles = [c["role"] for c in confirmation["contenders"]]
+    assert roles == ["best", "default", "no_speculation"], confirmation["contenders"]
+    visits = sorted((v["trial"], v["round"]) for v in confirmation["visits"])
+    assert visits == sorted((c["trial"], r) for c in confirmation["contenders"] for r in (0, 1)), visits
+    assert all(len(v["values"]) == 1 for v in confirmation["visits"] if v["status"] == "ok")
+    verdict = summary["verdict"]["vs_sglang_default"]
+    assert verdict["kind"] == "undecided" and verdict["visits"] == 2, "two visits give no interval: no verdict"
+    assert summary["best_trial"] == confirmation["chosen"] and "verdict:" in text
 
 
 def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -> None:

@@ -399,3 +399,14 @@ def test_error_messages_quoting_model_output_are_not_read_as_markup(capsys: pyte
     assert exit_.exit_code == commands.EXIT_FAILED
     assert "error: HTTP 500: [/INST] then [bold]x[/bold] and a \\" in capsys.readouterr().err
 
+
+
+def test_a_repetition_grows_to_last_min_repetition_s_at_the_measured_rate() -> None:
+    from orchestrator.bench.runner import MAX_REPETITION_REQUESTS, repetition_size
+
+    spec = BenchSettings(num_prompts=16, min_repetition_s=20.0)
+    assert repetition_size(spec, rate_rps=2.0) == 40, "16 requests at 2/s last 8 s; 40 fill 20 s"
+    assert repetition_size(spec, rate_rps=0.5) == 16, "already longer than 20 s: never fewer than num_prompts"
+    assert repetition_size(spec, rate_rps=None) == 16, "no rate measured yet (no warm-up)"
+    assert repetition_size(BenchSettings(num_prompts=16), rate_rps=2.0) == 16, "spectune bench: exactly as asked"
+    assert repetition_size(spec, rate_rps=1e9) == MAX_REPETITION_REQUESTS

@@ -93,3 +93,33 @@ def test_the_baseline_is_kept_or_its_failure_told(results: Path) -> None:
     assert coordinator.get_baseline() == {"failed": "launch_failed: boom"}
     coordinator.put_baseline('{"outputs": []}')
     assert coordinator.get_baseline() == {"text": '{"outputs": []}'}
+
+
+def test_confirmation_visits_survive_the_driver_and_a_torn_line(results: Path) -> None:
+    coordinator = _coordinator(results)
+    visits = [{"trial": 3, "round": 0, "values": [10.0], "value": 10.0, "status": "ok", "reason": None, "message": ""},
+              {"trial": 2, "round": 0, "values": [], "value": None, "status": "failed", "reason": "engine_died",
+               "message": "boom"}]
+    for visit in visits:
+        coordinator.record_visit(visit)
+    with open(results / "confirmation.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"trial": 1, "rou')  # killed mid-write
+    assert _coordinator(results, resume=True).confirmation_visits() == visits
+
+
+def test_ending_the_sweep_ends_every_run_it_left_open(results: Path) -> None:
+    coordinator = _coordinator(results)
+    coordinator.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3},
+                               engine_command="python -m serving.reference", engine_config={"kind": "reference"})
+    coordinator.note_resolved(trial_id="a", resolved={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4})
+    # an earlier driver's trial run, still RUNNING, that this driver never took over
+    stale = coordinator.tracker.trial_run(parent_run_id=coordinator.parent_run_id, sweep="unit", trial_id="old",
+                                          run_name="trial old", params={}, tags={})
+    coordinator.end_sweep(status="KILLED")
+    runs = {r.info.run_id: r for r in _runs(results)}
+    assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs.values())
+    assert runs[stale["run_id"]].info.status == "KILLED"
+    (record,) = read_records(results / "trials.jsonl")
+    assert (record.status, record.reason) == ("interrupted", "interrupted")
+    assert record.resolved_params == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert record.engine_config == {"kind": "reference"}, "an interrupted trial's record is what ran"
