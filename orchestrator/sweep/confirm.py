@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import Ratio, decide, paired_ratio, visits_needed
+from orchestrator.statistics import MIN_VALUES, Ratio, decide, paired_ratio, visits_needed
 from orchestrator.sweep.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
@@ -197,8 +197,12 @@ def _conclude(confirmation: Confirmation) -> None:
             lines.append(f"{head}: worse, {text} from {n} interleaved visits each; best.yaml is SGLang's default")
         else:
             needed = verdict["visits_needed"]
-            hint = (f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
-                    if needed else "the observed spread cannot decide it at any practical number of visits")
+            if verdict["ci95_low"] is None:
+                hint = f"an interval needs {MIN_VALUES} visits of each (confirmation.max_visits)"
+            elif needed:
+                hint = f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
+            else:
+                hint = "the ratio sits on the margin: no practical number of visits would decide it"
             lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}); {hint}; "
                          "best.yaml keeps SGLang's default")
     elif default is not None:

@@ -31,7 +31,10 @@ from orchestrator.sweep.results import (
 )
 from orchestrator.tracking import open_tracker
 
-__all__ = ["BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE", "coordinator_name"]
+__all__ = [
+    "BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE",
+    "coordinator_name",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +203,8 @@ class SweepCoordinator:
         if registered["kind"] == "baseline_auto":
             label = registered["label"].replace("SGLang auto", auto_label(resolved), 1)
             registered["label"] = label
-            self.tracker.set_tags(registered["run_id"], {"spectune.label": label})
+            self.tracker.set_tags(registered["run_id"], {"spectune.label": label,
+                                                         "mlflow.runName": f"trial {registered['number']:03d} {label}"})
 
     def log_repetition(self, *, trial_id: str, step: int, metrics: dict[str, float | None]) -> None:
         """One repetition's metrics, at ``step`` = repetition (per concurrency level in the names)."""

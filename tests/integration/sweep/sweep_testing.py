@@ -50,6 +50,12 @@ def write_spec(path: Path, **overrides: Any) -> Path:
     return path
 
 
+def reference_engine(*, tp_size: int, marker: str, **env: str) -> dict[str, Any]:
+    """A spec's ``engine`` section: the CPU reference preset, speculative, its processes marked."""
+    return {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+            "speculative_algorithm": "EAGLE3", "tp_size": tp_size, "env": {"SPECTUNE_TEST_MARKER": marker, **env}}
+
+
 def engine_marker() -> str:
     """A value for SPECTUNE_TEST_MARKER in a spec's engine.env: the sweep's engines (and their TP
     workers) carry it, so a test finds exactly its own leftovers."""

@@ -1,6 +1,7 @@
 """Every spec form the README shows runs end to end, not only ``validate``: listed triples with
-NCCL presets (a trial once failed at once on its own spec's dump); and a sweep stopped as
-``ray job stop`` stops it (SIGTERM) leaves no MLflow run RUNNING."""
+NCCL presets (a trial once failed at once on its own spec's dump), with SGLang's auto choice
+resolved and never measured twice; and a sweep stopped as ``ray job stop`` stops it (SIGTERM)
+leaves no MLflow run RUNNING."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine_support import processes_with_marker, wait_until
-from sweep_testing import all_runs_ended, engine_marker, write_spec
+from sweep_testing import all_runs_ended, engine_marker, reference_engine, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -27,12 +28,13 @@ def _records(results: Path) -> list[dict]:
 
 
 def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_path: Path) -> None:
+    """Four points; (3, 1, 4) with NCCL's defaults is where the reference engine's auto choice
+    resolves, so it is answered from the auto baseline and never run under its own name."""
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 2, "env": {"SPECTUNE_TEST_MARKER": marker}},
-        search={"speculative": {"triples": [[2, 1, 3], [3, 2, 6]]}, "nccl_env": {},
+        engine=reference_engine(tp_size=2, marker=marker),
+        search={"speculative": {"triples": [[2, 1, 3], [3, 1, 4]]}, "nccl_env": {},
                 "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}], "seed": 5,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
@@ -50,8 +52,19 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
     for record in records:
         assert record["status"] == "ok", (record["label"], record["reason"], record["message"][-2000:])
     for record in searched:
-        assert [record["params"][k] for k in ("num_steps", "eagle_topk", "num_draft_tokens")] in ([2, 1, 3], [3, 2, 6])
+        point = [record["params"][k] for k in ("num_steps", "eagle_topk", "num_draft_tokens")]
+        assert point in ([2, 1, 3], [3, 1, 4]) and record["resolved_params"] == dict(
+            zip(("num_steps", "eagle_topk", "num_draft_tokens"), point))
         assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(record["params"])
+        assert record["label"] != "steps=3 topk=1 draft=4", "SGLang's auto choice, measured twice under two names"
+    auto = next(r for r in records if r["kind"] == "baseline_auto")
+    assert auto["resolved_params"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert auto["label"] == "SGLang auto (= steps 3 topk 1 draft 4)" and auto["label"] in log
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}").get_run(auto["mlflow_run_id"])
+    assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
+    assert run.data.tags["mlflow.runName"].endswith("SGLang auto (= steps 3 topk 1 draft 4)")
     assert "[still waiting]" in log, "a quiet stretch longer than SPECTUNE_QUIET_LIMIT_S says what it waits for"
     assert all_runs_ended(results)
     assert processes_with_marker(marker) == []
@@ -61,8 +74,7 @@ def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        engine=reference_engine(tp_size=1, marker=marker),
         search={"speculative": {"num_steps": [1, 2, 4], "eagle_topk": [1]}, "nccl_env": {}, "seed": 2,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
@@ -97,48 +109,3 @@ def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp
     assert interrupted and interrupted[0]["number"] == 2, _records(results)
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
 
-
-def test_sglangs_auto_choice_is_resolved_and_never_measured_twice(ray_cluster: dict, tmp_path: Path) -> None:
-    """The reference engine's auto choice resolves to (3, 1, 4): that point is answered from the auto
-    baseline's measurement, so of the space's two points only (2, 1, 3) runs, and the sweep ends
-    with the space exhausted; the confirmation then judges (2, 1, 3) against SGLang's default."""
-    marker = engine_marker()
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
-        search={"speculative": {"num_steps": [2, 3], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
-                "early_stopping": {"enabled": False}},
-        budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
-        confirmation={"enabled": True, "top_k": 2, "min_visits": 3, "max_visits": 3, "repetitions_per_visit": 1},
-    )
-    results = tmp_path / "results"
-    proc = subprocess.run(
-        [SPECTUNE, "sweep", str(spec), "--results-dir", str(results), "--address", ray_cluster["address"]],
-        capture_output=True, text=True, timeout=800,
-    )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-6000:]
-    records = {r["number"]: r for r in _records(results)}
-    auto = next(r for r in records.values() if r["kind"] == "baseline_auto")
-    assert auto["resolved_params"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
-    assert auto["label"] == "SGLang auto (= steps 3 topk 1 draft 4)"
-    searched = [r for r in records.values() if r["kind"] == "search"]
-    assert [r["label"] for r in searched] == ["steps=2 topk=1 draft=3"], "(3, 1, 4) is the auto baseline's point"
-    assert searched[0]["resolved_params"] == {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3}
-    summary = json.loads((results / "summary.json").read_text())
-    roles = {c["role"]: c["trial"] for c in summary["confirmation"]["contenders"]}
-    assert roles == {"best": searched[0]["number"], "default": auto["number"],
-                     "no_speculation": next(r["number"] for r in records.values() if r["kind"] == "baseline_plain")}
-    verdict = summary["verdict"]["vs_sglang_default"]
-    assert verdict["kind"] in ("better", "equivalent", "worse", "undecided") and verdict["visits"] == 3
-    assert {"kind", "ratio", "ci95_low", "ci95_high", "visits"} <= set(summary["verdict"]["vs_no_speculation"])
-    assert summary["verdict"]["vs_no_speculation"]["ci95_low"] > 0
-    assert len((results / "confirmation.jsonl").read_text().splitlines()) == 9
-    assert "SGLang auto (= steps 3 topk 1 draft 4)" in log and "verdict:" in log
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
-    run = client.get_run(auto["mlflow_run_id"])
-    assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
-    assert processes_with_marker(marker) == []

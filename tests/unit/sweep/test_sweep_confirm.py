@@ -161,3 +161,9 @@ def test_an_interrupted_confirmation_resumes_from_its_visits() -> None:
 ])
 def test_decide_on_hand_made_pairs(values, kind) -> None:
     assert decide(paired_ratio(*values), margin=0.01) == kind
+
+
+def test_a_cap_below_three_visits_says_an_interval_needs_three() -> None:
+    result, double, _ = _run({3: 150.0, 4: 105.0, 2: 100.0, 1: 50.0}, min_visits=2, max_visits=2)
+    assert result.vs_sglang_default["kind"] == "undecided" and result.vs_sglang_default["ci95_low"] is None
+    assert "an interval needs 3 visits of each" in result.lines[0] and len(double.order) == 8
