@@ -76,7 +76,7 @@ class Ratio(BaseModel):
         return f"x{self.ratio:.2f} [{self.ci95_low:.2f}, {self.ci95_high:.2f}]"
 
 
-def _t975(df: int) -> float:
+def _t975(df: float) -> float:
     from scipy import stats  # heavy import, needed only when a verdict is made
 
     return float(stats.t.ppf(0.975, df))
@@ -133,9 +133,7 @@ def unpaired_ratio(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
         return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff), ci95_high=math.exp(diff),
                      visits=min(len(la), len(lb)), basis="unpaired")
     df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.975, df)) * se
+    half = _t975(df) * se
     return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff - half), ci95_high=math.exp(diff + half),
                  visits=min(len(la), len(lb)), basis="unpaired")
 

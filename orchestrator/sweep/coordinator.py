@@ -201,7 +201,7 @@ class SweepCoordinator:
         registered["resolved"] = dict(resolved)
         self.tracker.log_params(registered["run_id"], {f"resolved.{k}": v for k, v in resolved.items()})
         if registered["kind"] == "baseline_auto":
-            label = registered["label"].replace("SGLang auto", auto_label(resolved), 1)
+            label = auto_label(registered["label"], resolved)
             registered["label"] = label
             self.tracker.set_tags(registered["run_id"], {"spectune.label": label,
                                                          "mlflow.runName": f"trial {registered['number']:03d} {label}"})

@@ -130,12 +130,13 @@ class TrialRecord(BaseModel):
         return json.dumps(params, sort_keys=True, default=str)
 
 
-def auto_label(resolved: dict[str, int] | None) -> str:
-    """``SGLang auto (= steps 3 topk 1 draft 4)``: SGLang's own choice, with what it resolved to."""
+def auto_label(label: str, resolved: dict[str, int] | None) -> str:
+    """The auto baseline's ``label`` with what SGLang's choice resolved to:
+    ``SGLang auto`` -> ``SGLang auto (= steps 3 topk 1 draft 4)`` (the rest of the label kept)."""
     if not resolved:
-        return "SGLang auto"
-    return (f"SGLang auto (= steps {resolved['num_steps']} topk {resolved['eagle_topk']} "
-            f"draft {resolved['num_draft_tokens']})")
+        return label
+    return label.replace("SGLang auto", f"SGLang auto (= steps {resolved['num_steps']} topk "
+                         f"{resolved['eagle_topk']} draft {resolved['num_draft_tokens']})", 1)
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -523,7 +523,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
     objective = _objective_of(spec, state.objective_values) if state.objective_values else None
     label = state.plan.label()
     if state.plan.kind == BASELINE_AUTO:
-        label = label.replace("SGLang auto", auto_label(state.resolved), 1)
+        label = auto_label(label, state.resolved)
     return TrialRecord(
         trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=label,  # type: ignore[arg-type]
         params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
