@@ -1,25 +1,29 @@
-"""How many trials the sweep's searcher needs: a measured grid replayed through it, and through random search.
+"""What a sweep ends on, and in how many engine launches: a measured grid replayed through the
+sweep's searcher and its confirmation, and through random search with the same confirmation.
 
-A sweep of a 1T-parameter model costs hours per dozen trials, so the search must find a good
-configuration in few of them. This script measures that without an engine: it replays a grid of
-measured configurations through the sweep's own searcher (``orchestrator.sweep.search``: the same
-``SweepSpace`` built from a ``SweepSpec``, the same ``SweepSearch`` with its baselines and
-de-duplication, driven exactly as Ray Tune drives it — ``suggest(trial_id)``, then
-``on_trial_complete(trial_id, final result)``), with the engine replaced by a lookup in the grid,
-and through random search over the same space, and reports how many trials each needs to come
-within 2% of the grid's best, as a median and p90 over seeds.
+A sweep of a 1T-parameter model costs 5-15 minutes per engine launch, and what the user gets is
+the configuration the sweep *reports*. This script measures both without an engine: each seed
+replays one sweep. The search is the sweep's own searcher (``orchestrator.sweep.search``: the same
+``SweepSpace`` built from a ``SweepSpec``, the same ``SweepSearch`` with its baselines,
+enumeration and de-duplication, driven exactly as Ray Tune drives it — ``suggest(trial_id)``,
+then ``on_trial_complete(trial_id, final result)``) for ``budget`` trials, with the engine replaced
+by a lookup in the grid; then the sweep's own confirmation (``confirm.run_confirmation``) visits
+the contenders, each visit a fresh draw of noise. Random search (uniform without replacement over
+the space, after the same two baselines) gets the same budget and the same confirmation.
 
-"Needs n trials": after n trials, the configuration the searcher would report as best — the best
-*observed* value so far, noise included, baselines included — is within 2% of the grid's best by
-the grid's own values (for ``mode: min``: at most 2% above it). Every trial counts: the two
-baselines (no speculation; SGLang's auto choice) and failed ones. The first n where this holds
-is the seed's figure; ``null`` where a searcher does not get there within ``grid_size`` trials
-(the number of configurations of the space). Random search is uniform without replacement over the
-space, after the same two baselines (so both start from the same information).
+Per searcher, over seeds:
+
+* ``final_within_target_rate``: share of seeds whose final pick (best.yaml) is within 2% of the
+  grid's best by the grid's own values (for ``mode: min``: at most 2% above it);
+* ``median_launches``: trials plus confirmation visits;
+* ``median_trials_to_target`` / ``p90_trials_to_target``: the first n at which the best *observed*
+  trial (noise, baselines and failed trials included) is truly within 2%; ``null`` where a searcher
+  does not get there within the configurations of the space.
 
 Noise: each looked-up value is multiplied by ``1 + noise_cv * z`` (z standard normal, floored at
-0.01), drawn once per (seed, configuration) so both searchers see the same observation of the same
-configuration in one seed; ``noise_cv`` comes from the grid (default 0) or ``--noise-cv``.
+0.01): for the search drawn once per (seed, configuration), so both searchers observe the same
+value of a configuration; for a confirmation visit drawn per (seed, configuration, round).
+``noise_cv`` comes from the grid (default 0) or ``--noise-cv``.
 
 Grid format (JSON; see the README, "Search efficiency")::
 
@@ -35,7 +39,8 @@ defaults) or one key per NCCL variable with its values. Without ``space`` it is 
 points. SGLang's ``bench_speculative.py`` JSONL (``batch_size``, ``steps``, ``topk``,
 ``num_draft_tokens``, ``speed``, ...) is read as a grid too, one batch size at a time.
 
-    python benchmarks/search_efficiency.py --grid benchmarks/data/reference-cpu-grid.json --seeds 30
+    python benchmarks/search_efficiency.py --grid benchmarks/data/reference-cpu-grid-quiet.json --seeds 20
+    python benchmarks/search_efficiency.py --table benchmarks/data/results   # the README's table
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
+from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
+from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
+from orchestrator.sweep.results import Objective, TrialRecord  # noqa: E402
 from orchestrator.sweep.search import (  # noqa: E402
     BASELINE_PLAIN,
     OBJECTIVE_KEY,
@@ -134,6 +142,14 @@ class Grid:
         keys += [candidate_key(plan) for plan in space.candidates()]
         return list(dict.fromkeys(keys))
 
+    def plans(self) -> dict[str, TrialPlan]:
+        """Every reachable configuration's plan by key (the baselines with their kinds)."""
+        space = self.space
+        out: dict[str, TrialPlan] = {}
+        for plan in [*space.baselines(), *space.candidates()]:
+            out.setdefault(candidate_key(plan), plan)
+        return out
+
     def best_value(self) -> float:
         """The grid's best by its own values, among the configurations a searcher can reach."""
         known = [v for k in self.reachable_keys() if (v := self.values.get(k)) is not None]
@@ -187,7 +203,7 @@ def grid_from_data(data: dict[str, Any], *, source: str = "<grid>") -> Grid:
     parsed = [_point(p, i) for i, p in enumerate(points)]
     name = str(data.get("name") or Path(source).stem)
     search = _search_section(data["space"], source) if data.get("space") else _search_from_points(parsed)
-    spec = _replay_spec(name, search, source)
+    spec = _replay_spec(name, search, source, mode)
     values: dict[str, float | None] = {}
     for plan, value in parsed:
         values[candidate_key(plan)] = value
@@ -287,7 +303,7 @@ def _search_from_points(points: Iterable[tuple[TrialPlan, float | None]]) -> dic
     return search
 
 
-def _replay_spec(name: str, search: dict[str, Any], source: str) -> SweepSpec:
+def _replay_spec(name: str, search: dict[str, Any], source: str, mode: str = "max") -> SweepSpec:
     """A sweep spec (SGLang engine, 2 ranks so NCCL dimensions are allowed) whose space is the grid's.
 
     Nothing is launched from it; dangerous NCCL values a published grid holds are allowed, since
@@ -296,11 +312,13 @@ def _replay_spec(name: str, search: dict[str, Any], source: str) -> SweepSpec:
     from orchestrator.errors import SpecError
 
     allowed = sorted({f"{n}={v}" for n, v in _nccl_values(search) if nccl.danger_of(n, v)})
+    metric = next(m for m, direction in OBJECTIVE_METRICS.items() if direction == mode)
     data = {
         "name": "".join(c if c.isalnum() or c in "._-" else "-" for c in name)[:100] or "grid",
         "engine": {"kind": "sglang", "model_path": "grid", "draft_model_path": "grid-draft",
                    "speculative_algorithm": "EAGLE3", "tp_size": 2},
         "search": {**search, "allow_dangerous": allowed},
+        "objective": {"metric": metric},
         "budget": {"num_trials": 10_000},
     }
     try:
@@ -363,22 +381,35 @@ class Observer(Protocol):
     def __call__(self, key: str) -> float | None: ...
 
 
+def _noisy(grid: Grid, key: str, *, noise_cv: float, draw: str) -> float | None:
+    """The grid's value of ``key`` times ``1 + noise_cv * z``, z standard normal seeded by ``draw``."""
+    value = grid.values.get(key)
+    if value is None or noise_cv == 0:
+        return value
+    z = random.Random(draw).gauss(0.0, 1.0)
+    return value * max(NOISE_FLOOR, 1.0 + noise_cv * z)
+
+
 def noisy_lookup(grid: Grid, *, seed: int, noise_cv: float) -> Observer:
-    """The grid's value of a configuration times ``1 + noise_cv * z``, z drawn once per (seed, key)."""
-
-    def observe(key: str) -> float | None:
-        value = grid.values.get(key)
-        if value is None or noise_cv == 0:
-            return value
-        z = random.Random(f"{seed}:{key}").gauss(0.0, 1.0)
-        return value * max(NOISE_FLOOR, 1.0 + noise_cv * z)
-
-    return observe
+    """The search's observation of a configuration: z drawn once per (seed, key)."""
+    return lambda key: _noisy(grid, key, noise_cv=noise_cv, draw=f"{seed}:{key}")
 
 
-def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> Iterator[tuple[str, float | None]]:
-    """The sweep's searcher, driven as Ray Tune drives it: yields (configuration key, observed value)."""
-    searcher = SweepSearch(space=grid.space, mode=grid.mode, seed=seed, slo=False)
+def visit_lookup(grid: Grid, *, seed: int, noise_cv: float) -> Callable[[str, int], float | None]:
+    """A confirmation visit's value: a fresh engine, so a fresh draw of noise for every
+    (seed, configuration, round), independent of the search's observation of it. Every searcher's
+    confirmation sees the same draw for the same configuration and round."""
+    return lambda key, round_number: _noisy(grid, key, noise_cv=noise_cv, draw=f"{seed}:{key}:visit:{round_number}")
+
+
+def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int, budget: int | None = None,
+                    staged: bool = True) -> Iterator[tuple[str, float | None]]:
+    """The sweep's searcher, driven as Ray Tune drives it: yields (configuration key, observed value).
+
+    ``budget`` is the sweep's ``budget.num_trials`` as the driver passes it (it decides whether the
+    searcher enumerates a small space); ``staged=False`` is the ablation without the NCCL stages.
+    """
+    searcher = SweepSearch(space=grid.space, mode=grid.mode, seed=seed, slo=False, budget=budget, staged=staged)
     for number in range(limit):
         trial_id = f"replay_{number:05d}"
         config = searcher.suggest(trial_id)
@@ -392,8 +423,10 @@ def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> 
         yield key, value
 
 
-def random_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> Iterator[tuple[str, float | None]]:
+def random_replay(grid: Grid, *, seed: int, observe: Observer, limit: int,
+                  budget: int | None = None) -> Iterator[tuple[str, float | None]]:
     """Random search: the same two baselines, then the space's points uniformly without replacement."""
+    del budget  # random search does not plan
     space = grid.space
     keys = [candidate_key(plan) for plan in space.baselines()]
     rest = [k for k in (candidate_key(plan) for plan in space.candidates()) if k not in keys]
@@ -402,8 +435,19 @@ def random_replay(grid: Grid, *, seed: int, observe: Observer, limit: int) -> It
         yield key, observe(key)
 
 
+def _unstaged(grid: Grid, **kwargs: Any) -> Iterator[tuple[str, float | None]]:
+    return spectune_replay(grid, staged=False, **kwargs)
+
+
+def _sampled(grid: Grid, **kwargs: Any) -> Iterator[tuple[str, float | None]]:
+    return spectune_replay(grid, **{**kwargs, "budget": None})
+
+
 Replay = Callable[..., Iterator[tuple[str, float | None]]]
 SEARCHERS: dict[str, Replay] = {"spectune": spectune_replay, "random": random_replay}
+ABLATIONS: dict[str, Replay] = {"spectune-unstaged": _unstaged, "spectune-sampled": _sampled}
+"""The sweep's searcher without one of its parts: the NCCL stages (TPE over everything from the
+start), the enumeration of small spaces (TPE even where the budget covers the space)."""
 
 
 def trials_to_target(grid: Grid, trials: Iterable[tuple[str, float | None]]) -> int | None:
@@ -435,37 +479,203 @@ def _median(values: list[int | None]) -> float | None:
     return None if math.isinf(middle) else middle
 
 
+def default_budget(grid: Grid) -> int:
+    """The replay's ``budget.num_trials``: 30% of the configurations a sweep can reach (baselines
+    included), at least 10 and at most 40 — what a user of a large model affords — never more
+    than there are configurations."""
+    reachable = len(grid.reachable_keys())
+    return min(reachable, max(10, min(40, math.ceil(0.3 * reachable))))
+
+
+@dataclass(frozen=True)
+class FinalPick:
+    """How one replayed sweep ended: the configuration best.yaml would hold, and what it cost."""
+
+    key: str | None
+    within_target: bool
+    trials: int
+    visits: int
+    verdict: str
+    confirmation: Confirmation | None = None
+
+    @property
+    def launches(self) -> int:
+        return self.trials + self.visits
+
+
+def replay_records(grid: Grid, trials: list[tuple[str, float | None]]) -> tuple[list[TrialRecord], dict[int, str]]:
+    """The search's trials as the sweep records them (one repetition each: its observed value), and
+    trial number -> configuration key."""
+    plans = grid.plans()
+    metric = grid.spec.objective.metric
+    records: list[TrialRecord] = []
+    keys: dict[int, str] = {}
+    for number, (key, value) in enumerate(trials, start=1):
+        plan = plans[key]
+        ok = value is not None and value > 0
+        objective = Objective(metric=metric, concurrency=1, direction=grid.mode, values=[value], median=value) if ok \
+            else None
+        records.append(TrialRecord(
+            trial_id=f"replay_{number:05d}", number=number, kind=plan.kind, label=plan.label(),
+            params={**plan.params(), **plan.candidate.nccl_env}, status="ok" if ok else "failed",
+            reason=None if ok else "bench_failed", objective=objective, repetitions_done=1 if ok else 0,
+            repetitions_planned=1, measured_in_full=ok,
+        ))
+        keys[number] = key
+    return records, keys
+
+
+def final_pick(grid: Grid, trials: list[tuple[str, float | None]], *, seed: int, noise_cv: float,
+               spec: SweepSpec | None = None) -> FinalPick:
+    """The search's trials, then the sweep's own confirmation (``confirm.run_confirmation``, the
+    spec's ``confirmation`` settings), each visit a fresh draw of noise for its configuration and
+    round: the configuration best.yaml would hold, and whether it is truly within the target."""
+    spec = spec or grid.spec
+    records, keys = replay_records(grid, trials)
+    observe_visit = visit_lookup(grid, seed=seed, noise_cv=noise_cv)
+    visits = 0
+
+    def visit(record: TrialRecord, round_number: int) -> dict[str, Any]:
+        nonlocal visits
+        visits += 1
+        value = observe_visit(keys[record.number], round_number)
+        if value is None:
+            return {"status": "failed", "reason": "bench_failed", "values": [], "message": "not in the grid"}
+        return {"status": "ok", "values": [value]}
+
+    confirmation: Confirmation | None = None
+    if spec.confirmation.enabled:
+        confirmation = run_confirmation(spec, records, visit=visit, say=lambda _line: None)
+    if confirmation is not None and confirmation.chosen is not None:
+        chosen: int | None = confirmation.chosen
+        verdict = (confirmation.vs_sglang_default or {}).get("kind") or "no_search_trial"
+    else:
+        usable = [r for r in records if r.status == "ok" and r.value is not None]
+        sign = 1.0 if grid.mode == "max" else -1.0
+        chosen = max(usable, key=lambda r: sign * r.value).number if usable else None  # type: ignore[operator]
+        verdict = "not_confirmed"
+    key = keys.get(chosen) if chosen is not None else None
+    true = grid.values.get(key) if key is not None else None
+    within = true is not None and grid.within_target(true, grid.best_value())
+    return FinalPick(key=key, within_target=within, trials=len(trials), visits=visits, verdict=verdict,
+                     confirmation=confirmation)
+
+
+def _trials_until_known(grid: Grid, replay: Iterator[tuple[str, float | None]], *, budget: int
+                        ) -> list[tuple[str, float | None]]:
+    """The replay's trials until both figures are known: the sweep's ``budget`` trials ran and the
+    target was reached (the searcher is not asked further: TPE over a large space is slow)."""
+    trials: list[tuple[str, float | None]] = []
+    for trial in replay:
+        trials.append(trial)
+        if len(trials) >= budget and trials_to_target(grid, trials) is not None:
+            break
+    return trials
+
+
 def run_benchmark(grid: Grid, *, seeds: int, noise_cv: float | None = None,
-                  searchers: Iterable[str] = tuple(SEARCHERS)) -> dict[str, Any]:
-    """Every searcher over ``seeds`` seeds; the JSON the script prints."""
+                  searchers: Iterable[str] = tuple(SEARCHERS), budget: int | None = None,
+                  spec: SweepSpec | None = None) -> dict[str, Any]:
+    """Every searcher over ``seeds`` seeds; the JSON the script prints.
+
+    Per seed, the searcher runs until the space is measured (for trials-to-target); the first
+    ``budget`` trials are then the sweep, followed by the confirmation (for the final pick).
+    """
     cv = grid.noise_cv if noise_cv is None else noise_cv
-    out: dict[str, Any] = {"grid": grid.name, "grid_size": grid.size, "seeds": seeds, "noise_cv": cv,
-                           "target": f"within {TARGET_FRACTION:.0%} of the grid's best ({grid.best_value():g} "
-                                     f"{grid.metric}, {grid.mode})", "searchers": {}}
+    budget = budget or default_budget(grid)
+    spec = spec or grid.spec
+    replays = {**SEARCHERS, **ABLATIONS}
+    settings = spec.confirmation
+    out: dict[str, Any] = {
+        "grid": grid.name, "grid_size": grid.size, "seeds": seeds, "noise_cv": cv, "budget": budget,
+        "target": f"within {TARGET_FRACTION:.0%} of the grid's best ({grid.best_value():g} {grid.metric}, {grid.mode})",
+        "confirmation": settings.model_dump() if settings.enabled else None, "searchers": {}}
     for name in searchers:
-        needed = []
+        needed: list[int | None] = []
+        picks: list[FinalPick] = []
         for seed in range(seeds):
             observe = noisy_lookup(grid, seed=seed, noise_cv=cv)
-            needed.append(trials_to_target(grid, SEARCHERS[name](grid, seed=seed, observe=observe, limit=grid.size)))
+            trials = _trials_until_known(grid, replays[name](
+                grid, seed=seed, observe=observe, budget=budget, limit=max(len(grid.reachable_keys()), budget)),
+                budget=budget)
+            needed.append(trials_to_target(grid, trials))
+            picks.append(final_pick(grid, trials[:budget], seed=seed, noise_cv=cv, spec=spec))
+        verdicts: dict[str, int] = {}
+        for pick in picks:
+            verdicts[pick.verdict] = verdicts.get(pick.verdict, 0) + 1
         out["searchers"][name] = {
             "median_trials_to_target": _median(needed),
             "p90_trials_to_target": _percentile(needed, 0.9),
             "reached": sum(n is not None for n in needed),
+            "final_within_target_rate": round(sum(p.within_target for p in picks) / len(picks), 3),
+            "best_observed_within_target_rate": round(
+                sum(n is not None and n <= budget for n in needed) / len(needed), 3),
+            "median_launches": statistics.median(p.launches for p in picks),
+            "median_confirmation_visits": statistics.median(p.visits for p in picks),
+            "verdicts": dict(sorted(verdicts.items())),
             "trials_to_target": needed,
         }
     return out
 
 
+def _cell(result: dict[str, Any]) -> str:
+    """``median / p90`` trials to target, ``null`` where not reached."""
+    return f"{_fmt(result['median_trials_to_target'])} / {_fmt(result['p90_trials_to_target'])}"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "null"
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def table(paths: Iterable[Path]) -> str:
+    """The README's "Search efficiency" table from result JSON files (each with its ``command``)."""
+    rows = ["| grid | size | budget | noise_cv | trials to 2% (median / p90): spectune | random | goal 15% | "
+            "final within 2%: spectune | random | launches (median): spectune | random | command |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(paths):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "budget" not in data:
+            continue  # a result of the replay before it had the confirmation
+        ours, rand = data["searchers"].get("spectune"), data["searchers"].get("random")
+        if not ours or not rand:
+            continue
+        goal = min(40.0, 0.15 * data["grid_size"])
+        median = ours["median_trials_to_target"]
+        met = median is not None and median <= goal and (rand["median_trials_to_target"] is None
+                                                         or median <= rand["median_trials_to_target"])
+        rows.append(
+            f"| `{data['grid']}` | {data['grid_size']} | {data['budget']} | {data['noise_cv']:g} | {_cell(ours)} | "
+            f"{_cell(rand)} | {'met' if met else 'not met'} ({goal:.3g}) | {ours['final_within_target_rate']:g} | "
+            f"{rand['final_within_target_rate']:g} | {_fmt(ours['median_launches'])} | "
+            f"{_fmt(rand['median_launches'])} | `{data.get('command', '')}` |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", type=Path, required=True, help="Grid JSON, or bench_speculative.py JSONL.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--grid", type=Path, help="Grid JSON, or bench_speculative.py JSONL.")
+    source.add_argument("--table", type=Path, metavar="DIR",
+                        help="Print the README's table from the result JSON files in DIR (search-efficiency-*.json).")
     parser.add_argument("--seeds", type=int, default=20, help="Seeds per searcher (default 20).")
     parser.add_argument("--noise-cv", type=float, default=None, help="Override the grid's noise_cv.")
-    parser.add_argument("--searcher", action="append", choices=list(SEARCHERS), help="Only these searchers.")
+    parser.add_argument("--searcher", action="append", choices=[*SEARCHERS, *ABLATIONS],
+                        help="Only these searchers (repeatable; the ablations leave out one part of spectune's).")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="The replayed sweep's budget.num_trials (default: 30%% of the configurations, 10-40).")
+    parser.add_argument("--top-k", type=int, default=None, help="confirmation.top_k (default: the spec default).")
+    parser.add_argument("--max-visits", type=int, default=None, help="confirmation.max_visits (default: the spec's).")
+    parser.add_argument("--no-confirmation", action="store_true",
+                        help="End each replayed sweep on its best observed trial (confirmation.enabled: false).")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="bench_speculative.py JSONL: the batch size to replay (default: the largest).")
     parser.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(table(args.table.glob("search-efficiency-*.json")))
+        return 0
     logging.getLogger("optuna").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
     try:
@@ -473,7 +683,24 @@ def main(argv: list[str] | None = None) -> int:
     except (GridError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = run_benchmark(grid, seeds=args.seeds, noise_cv=args.noise_cv, searchers=args.searcher or tuple(SEARCHERS))
+    overrides = {k: v for k, v in (("top_k", args.top_k), ("max_visits", args.max_visits)) if v is not None}
+    if args.no_confirmation:
+        overrides["enabled"] = False
+    try:
+        confirmation = type(grid.spec.confirmation).model_validate(
+            {**grid.spec.confirmation.model_dump(), **overrides})
+    except ValueError as exc:
+        print(f"error: confirmation settings: {exc}", file=sys.stderr)
+        return 2
+    spec = grid.spec.model_copy(update={"confirmation": confirmation})
+    result = run_benchmark(grid, seeds=args.seeds, noise_cv=args.noise_cv, searchers=args.searcher or tuple(SEARCHERS),
+                           budget=args.budget, spec=spec)
+    shown = [a for a in (sys.argv[1:] if argv is None else argv)]
+    for flag in ("--json-out",):  # where the file went is not how it was made
+        if flag in shown:
+            index = shown.index(flag)
+            del shown[index:index + 2]
+    result["command"] = " ".join(["python benchmarks/search_efficiency.py", *shown])
     text = json.dumps(result, indent=2)
     if args.json_out:
         args.json_out.write_text(text + "\n", encoding="utf-8")

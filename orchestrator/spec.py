@@ -614,12 +614,13 @@ class ConfirmationSpec(_Model):
     (``orchestrator.sweep.confirm``). Switch it off for engines that take many minutes to load."""
 
     enabled: bool = Field(default=True, description="Run the confirmation round.")
-    top_k: int = Field(default=2, ge=1, le=10, description="How many of the search's best trials take part "
-                       "(2: the best and the runner-up).")
+    top_k: int = Field(default=3, ge=1, le=10, description="How many of the search's best trials take part "
+                       "(3: under noise the true best is often not the search's first; racing drops the slow ones).")
     min_visits: int = Field(default=3, ge=1, le=100, description="Rounds before a verdict is judged (an interval "
                             "needs 3 visits of each contender).")
-    max_visits: int = Field(default=8, ge=1, le=100, description="Most rounds (visits per contender, each a fresh "
-                            "engine); still undecided then, the verdict is 'undecided'.")
+    max_visits: int = Field(default=16, ge=1, le=100, description="Most rounds (visits per contender, each a fresh "
+                            "engine); still undecided then, the verdict is 'undecided'. At 5% noise per launch a "
+                            "6% gain needs about 12-16 (benchmarks/search_efficiency.py).")
     repetitions_per_visit: int = Field(
         default=1, ge=1, le=20, description="Benchmark repetitions of the objective level per visit (their "
         "geometric mean is the visit's value)."

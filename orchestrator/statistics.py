@@ -25,6 +25,7 @@ round of visits and stops as soon as the ratio is decided.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from typing import Literal, Sequence
@@ -38,6 +39,7 @@ __all__ = [
     "decide",
     "log_interval",
     "paired_ratio",
+    "t975",
     "unpaired_ratio",
     "visits_needed",
 ]
@@ -76,8 +78,15 @@ class Ratio(BaseModel):
         return f"x{self.ratio:.2f} [{self.ci95_low:.2f}, {self.ci95_high:.2f}]"
 
 
-def _t975(df: float) -> float:
-    from scipy import stats  # heavy import, needed only when a verdict is made
+@functools.lru_cache(maxsize=None)
+def t975(df: float) -> float:
+    """The two-sided 95% Student-t quantile t(0.975, df), exact (``scipy.stats.t.ppf``) for every df,
+    fractional ones included (Welch): a table that stops at df = 30 and then uses the normal 1.96
+    makes intervals too narrow for 31-120 values (t(0.975, 60) = 2.000). scipy.stats is imported on
+    first use: it takes over a second, and loading a spec must stay quick."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    from scipy import stats
 
     return float(stats.t.ppf(0.975, df))
 
@@ -94,7 +103,7 @@ def log_interval(values: Sequence[float]) -> tuple[float, float] | None:
     if len(logs) < MIN_VALUES:
         return None
     mean = statistics.fmean(logs)
-    half = _t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean - half), math.exp(mean + half)
 
 
@@ -112,7 +121,7 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
     mean = statistics.fmean(diffs)
     if len(diffs) < MIN_VALUES:
         return Ratio(ratio=math.exp(mean), visits=len(diffs), basis="paired")
-    half = _t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
     return Ratio(ratio=math.exp(mean), ci95_low=math.exp(mean - half), ci95_high=math.exp(mean + half),
                  visits=len(diffs), basis="paired", log_sd=statistics.stdev(diffs))
 
@@ -133,7 +142,7 @@ def unpaired_ratio(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
         return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff), ci95_high=math.exp(diff),
                      visits=min(len(la), len(lb)), basis="unpaired")
     df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
-    half = _t975(df) * se
+    half = t975(df) * se
     return Ratio(ratio=math.exp(diff), ci95_low=math.exp(diff - half), ci95_high=math.exp(diff + half),
                  visits=min(len(la), len(lb)), basis="unpaired")
 
@@ -171,7 +180,7 @@ def visits_needed(ratio: Ratio | None, *, margin: float) -> int | None:
         return None
     n = max(MIN_VALUES, ratio.visits)
     while n <= MAX_VISITS_NEEDED:
-        if _t975(n - 1) * sd / math.sqrt(n) < distance:
+        if t975(n - 1) * sd / math.sqrt(n) < distance:
             return n
         n += max(1, n // 10)
     return None

@@ -33,7 +33,6 @@ optimise, which way is better); the flat names of results, their summaries and
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections import Counter
@@ -41,6 +40,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.statistics import t975
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.bench.loadgen import RequestRecord
@@ -71,22 +72,6 @@ __all__ = [
     "tpot_ms",
     "ttft_ms",
 ]
-
-
-@functools.lru_cache(maxsize=None)
-def t975(df: int) -> float:
-    """The two-sided 95% Student-t quantile t(0.975, df), exact (``scipy.stats.t.ppf``).
-
-    Exact for every df: a table that stops at df = 30 and then uses the normal 1.96 makes the
-    interval too narrow for 31-120 samples (t(0.975, 60) = 2.000). scipy.stats is imported here,
-    on first use, because it takes over a second to import and loading a spec (which imports this
-    module for the metric names) must stay quick.
-    """
-    if df < 1:
-        raise ValueError(f"df must be >= 1, got {df}")
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -6,16 +6,27 @@ A search ranks configurations by a few repetitions each, taken at different time
 whose speed drifts; the top of that ranking is partly noise (two sweeps of one spec on one H200
 named winners x1.10 and x0.78 against SGLang's default). So the verdict comes from here:
 
-* **Contenders**: the ``confirmation.top_k`` best complete search trials (the search's best and
-  its runner-up by default), SGLang's default (the auto baseline, whose resolved point is never
-  also visited under another name) and no speculation as the floor.
-* **Rounds**: every contender once per round, each visit on a fresh engine, the order reversed
-  every other round (A B C D, D C B A, ...) so linear drift falls evenly on all of them. A visit's
-  value is the geometric mean of its repetitions.
-* **Decision** after each round from ``min_visits`` on: the leader (the best search contender over
-  its visits) against SGLang's default, paired by round (``statistics.paired_ratio``), judged with
-  the practical margin (``statistics.decide``): ``better``, ``equivalent``, ``worse``, or, at
-  ``max_visits``, ``undecided`` with the visits the observed spread would need.
+* **Contenders**: the ``confirmation.top_k`` best complete search trials (three by default: under
+  noise the true best is often the search's second or third), SGLang's default (the auto
+  baseline, whose resolved point is never also visited under another name) and no speculation
+  as the floor.
+* **Rounds**: every contender still racing once per round, each visit on a fresh engine, the order
+  reversed every other round (A B C D, D C B A, ...) so linear drift falls evenly on all of them.
+  A visit's value is the geometric mean of its repetitions.
+* **Two questions**, judged after each round from ``min_visits`` on, paired by round
+  (``statistics.paired_ratio``): the *verdict*, the leader (the best search contender over its
+  visits) against SGLang's default with the practical margin (``statistics.decide``: ``better``,
+  ``equivalent``, ``worse``, or, at ``max_visits``, ``undecided`` with the visits the observed
+  spread would need); and the *pick*, whether the leader is settled: no other search contender
+  still racing could be more than the margin faster than it. The round ends when both are
+  answered. From half of ``max_visits`` on, a pick the observed spread could not settle within
+  ``max_visits`` (two contenders closer than the noise resolves) is not raced further: those
+  launches would decide nothing.
+* **Racing**: a contender whose question is answered stops being visited: a search contender the
+  leader is decidedly better than; no speculation once SGLang's default and the leader are each
+  decidedly better than it; SGLang's default while the leader's verdict against it is decided
+  (visited again should another contender take the lead). ``benchmarks/search_efficiency.py``
+  measures what the round buys and costs, in launches.
 * **The choice**: the leader if it is better; otherwise SGLang's default (the simpler choice);
   and no speculation where the chosen configuration is decidedly worse than it.
 
@@ -33,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES, Ratio, decide, paired_ratio, visits_needed
+from orchestrator.statistics import MIN_VALUES, Ratio, t975, decide, paired_ratio, visits_needed
 from orchestrator.sweep.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
@@ -74,7 +85,10 @@ class Confirmation:
     vs_sglang_default: dict[str, Any] | None = None
     vs_no_speculation: dict[str, Any] | None = None
     lines: list[str] = field(default_factory=list)
+    dropped: dict[int, int] = field(default_factory=dict)
+    """Trial number -> the round after which it stopped being visited (racing)."""
     rounds: int = 0
+    max_visits: int = 0
     wall_s: float = 0.0
 
     def role(self, role: str) -> TrialRecord | None:
@@ -93,7 +107,8 @@ class Confirmation:
             "contenders": [{"role": c.role, "trial": c.record.number, "label": c.record.label} for c in self.contenders],
             "visits": self.visits, "rounds": self.rounds, "margin": self.margin, "leader": self.leader,
             "chosen": self.chosen, "vs_sglang_default": self.vs_sglang_default,
-            "vs_no_speculation": self.vs_no_speculation, "lines": self.lines, "wall_s": round(self.wall_s, 1),
+            "vs_no_speculation": self.vs_no_speculation, "lines": self.lines,
+            "dropped": {str(k): v for k, v in self.dropped.items()}, "wall_s": round(self.wall_s, 1),
         }
 
 
@@ -157,7 +172,7 @@ def _leader(confirmation: Confirmation) -> TrialRecord | None:
     sign = 1.0 if confirmation.direction == "max" else -1.0
     best: tuple[float, TrialRecord] | None = None
     for contender in confirmation.contenders:
-        if contender.role in ("default", "no_speculation"):
+        if contender.role in ("default", "no_speculation") or contender.record.number in confirmation.dropped:
             continue
         values = [v for v in confirmation.series(contender.record.number) if v is not None]
         center = _geomean(values)  # type: ignore[arg-type]
@@ -167,13 +182,80 @@ def _leader(confirmation: Confirmation) -> TrialRecord | None:
 
 
 def _decided(confirmation: Confirmation) -> bool:
-    """Whether the question of the round (the leader against SGLang's default; without a search
-    contender, the default against no speculation) has its answer."""
+    """Whether the round has its answers: the verdict (the leader against SGLang's default; without a
+    search contender, the default against no speculation) is decided, and the leader is settled:
+    no other search contender still visited could be more than ``margin`` faster than it
+    (:func:`_settled`). The second question is what makes the pick the true best under noise, not
+    just something better than SGLang's default."""
     leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
     a, b = (leader, default) if leader is not None else (default, plain)
     if a is None or b is None:
         return False
-    return _verdict(confirmation, a, b)["kind"] != "undecided"
+    return _verdict(confirmation, a, b)["kind"] != "undecided" and not _unsettled(confirmation)
+
+
+def _unsettled(confirmation: Confirmation) -> list[TrialRecord]:
+    """Search contenders still visited that the leader is not yet known to be at most ``margin``
+    slower than (the lower end of leader / contender below 1 / (1 + margin)), where the visits
+    left could still show it: a race the observed spread would not decide within ``max_visits``
+    (two contenders closer than the noise can resolve) is not worth its launches."""
+    leader = _leader(confirmation)
+    if leader is None:
+        return []
+    floor = 1.0 / (1.0 + confirmation.margin)
+    out = []
+    for contender in confirmation.contenders:
+        record = contender.record
+        if contender.role in ("default", "no_speculation") or record is leader or record.number in confirmation.dropped:
+            continue
+        ratio = _oriented(confirmation, leader.number, record.number)
+        if ratio is None or ratio.ci95_low is None:
+            out.append(record)
+        elif ratio.ci95_low < floor and (confirmation.rounds < _futility_round(confirmation)
+                                         or _decidable(ratio, floor, confirmation.max_visits)):
+            out.append(record)
+    return out
+
+
+def _futility_round(confirmation: Confirmation) -> int:
+    """The first round at which a race may be judged undecidable: half of ``max_visits``. Mean and
+    spread from three pairs are too rough to call two contenders inseparable (it would stop the
+    race exactly when they merely look close)."""
+    return math.ceil(confirmation.max_visits / 2)
+
+
+def _decidable(ratio: Ratio, floor: float, cap: int) -> bool:
+    """Whether, at the observed mean and spread, at most ``cap`` pairs would lift the lower end of
+    ``ratio``'s interval above ``floor``."""
+    distance = math.log(ratio.ratio) - math.log(floor)
+    if distance <= 0 or not ratio.log_sd:
+        return distance > 0
+    return any(t975(n - 1) * ratio.log_sd / math.sqrt(n) < distance for n in range(max(MIN_VALUES, ratio.visits), cap + 1))
+
+
+def _race(confirmation: Confirmation) -> list[tuple[TrialRecord, str]]:
+    """Contenders whose question is answered after this round, and why: a search contender the
+    leader is decidedly better than; no speculation once SGLang's default and the leader (if any)
+    are each decidedly better than it. The leader is always visited."""
+    leader, default = _leader(confirmation), confirmation.role("default")
+    out: list[tuple[TrialRecord, str]] = []
+    for contender in confirmation.contenders:
+        record = contender.record
+        if record.number in confirmation.dropped or contender.role == "default" or record is leader:
+            continue
+        judges = [leader] if contender.role != "no_speculation" else [r for r in (default, leader) if r is not None]
+        verdicts = [_verdict(confirmation, judge, record) for judge in judges if judge is not None]
+        if verdicts and all(v["kind"] == "better" for v in verdicts):
+            out.append((record, "; ".join(f"trial {v['trial']} is better, {v['text']}" for v in verdicts)))
+    return out
+
+
+def _default_rests(confirmation: Confirmation) -> bool:
+    """Whether SGLang's default sits this round out: the verdict of the current leader against it is
+    decided and only the leader's race against the other search contenders is open. (Should
+    another contender take the lead, the default is visited again until that verdict is decided.)"""
+    leader, default = _leader(confirmation), confirmation.role("default")
+    return leader is not None and default is not None and _verdict(confirmation, leader, default)["kind"] != "undecided"
 
 
 def _conclude(confirmation: Confirmation) -> None:
@@ -239,7 +321,8 @@ def run_confirmation(
     if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
     started = time.monotonic()
-    confirmation = Confirmation(contenders=contenders, margin=settings.margin, direction=spec.objective.direction)
+    confirmation = Confirmation(contenders=contenders, margin=settings.margin, direction=spec.objective.direction,
+                                max_visits=settings.max_visits)
     numbers = {c.record.number for c in contenders}
     confirmation.visits = [dict(v) for v in done if v.get("trial") in numbers]
     seen = {(v["trial"], v["round"]) for v in confirmation.visits}
@@ -247,11 +330,14 @@ def run_confirmation(
         f"{settings.min_visits}-{settings.max_visits} fresh-engine visits each, interleaved, until the verdict against "
         f"SGLang's default is decided (margin {settings.margin:.0%})" + (f"; {len(seen)} visits resumed" if seen else ""))
     for round_number in range(settings.max_visits):
+        resting = round_number >= settings.min_visits and _default_rests(confirmation)
         confirmation.rounds = round_number + 1
         order = contenders if round_number % 2 == 0 else list(reversed(contenders))
         for contender in order:
             record = contender.record
-            if (record.number, round_number) in seen:
+            if (record.number, round_number) in seen or record.number in confirmation.dropped:
+                continue
+            if resting and contender.role == "default":
                 continue
             outcome = visit(record, round_number)
             values = [float(v) for v in outcome.get("values", []) if isinstance(v, (int, float))]
@@ -265,8 +351,14 @@ def run_confirmation(
             shown = ", ".join(f"{v:.4g}" for v in values) if entry["status"] == "ok" else entry["reason"]
             say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
                 f"({contender.role}): {spec.objective.metric} {shown}")
-        if confirmation.rounds >= settings.min_visits and _decided(confirmation):
+        if confirmation.rounds < settings.min_visits:
+            continue
+        if _decided(confirmation):
             break
+        for record, why in _race(confirmation):
+            confirmation.dropped[record.number] = confirmation.rounds
+            say(f"confirmation: trial {record.number} {record.label} is no longer visited after round "
+                f"{confirmation.rounds}: {why}")
     _conclude(confirmation)
     confirmation.wall_s = time.monotonic() - started
     return confirmation

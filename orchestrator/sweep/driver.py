@@ -458,6 +458,7 @@ def run_sweep(
     else:
         space = SweepSpace(spec)
         searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+                               budget=spec.budget.num_trials,
                                slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
         tuner = tune.Tuner(
             trainable,
@@ -641,7 +642,8 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     console = console or _console()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = SweepSpace(spec)
-    searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False)
+    searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False,
+                           budget=spec.budget.num_trials)
     plans: list[TrialPlan] = []
     for index in range(len(space.baselines()) + first):
         config = searcher.suggest(f"dry-{index}")

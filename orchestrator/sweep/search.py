@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
@@ -212,6 +211,7 @@ class SweepSpace:
         self.presets: dict[str, dict[str, str]] | None = (
             None if presets is None else {preset_label(p): dict(p) for p in presets}
         )
+        self._ranges: list[tuple[float, float]] | None = None
 
     @property
     def include_auto(self) -> bool:
@@ -311,6 +311,11 @@ class SweepSpace:
         when the spec includes it)."""
         return (plan.speculative or not self.speculative_on) and plan.candidate in self._space
 
+    @property
+    def size(self) -> int:
+        """Points of the space (what ``spectune validate`` counts)."""
+        return len(self._space)
+
     def candidates(self) -> Iterable[TrialPlan]:
         """Every point of the space, in the space's stable order."""
         for candidate in self._space:
@@ -362,6 +367,38 @@ class SweepSpace:
         draft = _closest(space.draft_choices(num_steps=steps, eagle_topk=topk), want.num_draft_tokens)
         return SpeculativeTriple(steps, topk, draft)
 
+    def coordinates(self, candidate: Candidate) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        """Where ``candidate`` sits, for the enumeration's distances: the speculative numbers on a log
+        scale, each scaled to [0, 1] over the space's range (SGLang's auto choice at its usual
+        (3, 1, 4)), and the other settings as labels (the all-reduce path, each NCCL variable or
+        the preset), compared as equal or not."""
+        triple = candidate.speculative
+        if triple.is_auto:
+            triple = RULES_OF_THUMB[0]
+        numbers = (triple.num_steps, triple.eagle_topk, triple.num_draft_tokens)
+        scaled = tuple(
+            0.0 if high <= low else (math.log(value or 1) - low) / (high - low)
+            for value, (low, high) in zip(numbers, self._log_ranges())
+        )
+        settings = [candidate.all_reduce]
+        if self.presets is not None:
+            settings.append(preset_label(candidate.nccl_env))
+        settings += [candidate.nccl_env.get(name, DEFAULT_WORD) for name in self.nccl]
+        return scaled, tuple(settings)
+
+    def _log_ranges(self) -> list[tuple[float, float]]:
+        if self._ranges is None:
+            explicit = [t for t in self.triples if not t.is_auto] or [RULES_OF_THUMB[0]]
+            columns = zip(*((t.num_steps, t.eagle_topk, t.num_draft_tokens) for t in explicit))
+            self._ranges = [(math.log(min(c)), math.log(max(c))) for c in columns]
+        return self._ranges
+
+    def distance(self, a: Candidate, b: Candidate) -> float:
+        """Euclidean over the scaled numbers plus one per setting that differs (a changed NCCL
+        variable is as far as the whole range of one number)."""
+        (xa, sa), (xb, sb) = self.coordinates(a), self.coordinates(b)
+        return math.sqrt(sum((p - q) ** 2 for p, q in zip(xa, xb))) + sum(p != q for p, q in zip(sa, sb))
+
     def variants(self, plan: TrialPlan) -> list[TrialPlan]:
         """``plan`` with one setting besides the speculative numbers changed: each other all-reduce
         path, each other value of one NCCL variable, each other NCCL preset (one factor at a time)."""
@@ -403,6 +440,16 @@ class SweepSearch(OptunaSearch):
     it back.
     """
 
+    ENUMERATE_COVERAGE = 0.5
+    """Enumerate the space instead of sampling it when the trial budget covers at least this share of
+    it (baselines counted): TPE's model needs more points than such a space has to beat a planned
+    order, and it re-proposes measured points."""
+
+    enumerating = False
+    """Whether this search enumerates its space (set from the budget; a class default so a searcher
+    state pickled before enumeration existed restores as sampling)."""
+    _enumerated = 0
+
     MAX_DUPLICATE_PROPOSALS = 20
     """Proposals of already-measured points answered from memory before a fresh point is forced."""
 
@@ -419,6 +466,8 @@ class SweepSearch(OptunaSearch):
         seed: int,
         slo: bool,
         sampler: optuna.samplers.BaseSampler | None = None,
+        budget: int | None = None,
+        staged: bool = True,
     ) -> None:
         super().__init__(space=space, metric=OBJECTIVE_KEY, mode=mode, sampler=sampler or default_sampler(seed))
         self.search_space = space
@@ -430,10 +479,13 @@ class SweepSearch(OptunaSearch):
         self._in_flight: dict[str, str] = {}  # trial id -> candidate key
         self._queue: list[TrialPlan] = space.starting_points()
         self._proposed = 0  # proposals after the baselines
-        self._variants_queued = not space.has_nccl_dimensions
-        self.speculative_stage = self._speculative_stage_length() if space.has_nccl_dimensions else 0
-        self._rng = random.Random(seed)
+        self.enumerating = budget is not None and budget >= self.ENUMERATE_COVERAGE * (
+            len(space.baselines()) + space.size)
+        staged = staged and space.has_nccl_dimensions and not self.enumerating
+        self._variants_queued = not staged
+        self.speculative_stage = self._speculative_stage_length() if staged else 0
         self._exhausted = False
+        self._enumerated = 0
 
     def _speculative_stage_length(self) -> int:
         points = len(self.search_space.triples)
@@ -452,6 +504,11 @@ class SweepSearch(OptunaSearch):
         queued = self._next_queued()
         if queued is not None:
             return self._propose(trial_id, queued)
+        if self.enumerating:
+            plan = self._enumerated_plan()
+            if plan is None:
+                return self._finish()
+            return self._propose(trial_id, plan)
         pins = self._pins()
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
             if pins:  # a partial trial: the sampler picks the rest
@@ -467,12 +524,39 @@ class SweepSearch(OptunaSearch):
                 return config
             # Already measured (or running): answer the sampler from memory, ask again.
             self._tell_known(trial_id, known)
-        plan = self._unmeasured_plan()
-        if plan is None:
-            logger.info("every configuration of the space has been measured; the search is finished")
-            self._exhausted = True
-            return Searcher.FINISHED
-        return self._propose(trial_id, plan)
+        left = self._unmeasured()
+        if not left:
+            return self._finish()
+        return self._propose(trial_id, self._farthest(left))
+
+    def _finish(self) -> str:
+        logger.info("every configuration of the space has been measured; the search is finished")
+        self._exhausted = True
+        return Searcher.FINISHED
+
+    def _enumerated_plan(self) -> TrialPlan | None:
+        """The next point of a space the budget covers, alternately the unmeasured point nearest the
+        best so far (a local step, to climb) and the one farthest from everything measured (to
+        split what is left); never a measured point while unmeasured ones remain."""
+        left = self._unmeasured()
+        if not left:
+            return None
+        self._enumerated += 1
+        best = self._incumbent()
+        if best is not None and self._enumerated % 2 == 1:
+            distance = self.search_space.distance
+            return min(left, key=lambda plan: distance(plan.candidate, best.candidate))
+        return self._farthest(left)
+
+    def _farthest(self, left: list[TrialPlan]) -> TrialPlan:
+        """The point of ``left`` farthest from every configuration measured or running (the first in
+        the space's order on ties): a planned spread rather than a random pick."""
+        busy = set(self._measured) | set(self._in_flight.values())
+        seen = [self._plans[key].candidate for key in busy if key in self._plans and self._plans[key].speculative]
+        if not seen:
+            return left[0]
+        distance = self.search_space.distance
+        return max(left, key=lambda plan: min(distance(plan.candidate, c) for c in seen))
 
     def _propose(self, trial_id: str, plan: TrialPlan) -> dict:
         """Propose exactly ``plan`` through the sampler's study (so Optuna records it as a trial)."""
@@ -554,10 +638,9 @@ class SweepSearch(OptunaSearch):
         else:
             self._ot_study.tell(ot_trial, state=state if state != TrialState.COMPLETE else TrialState.FAIL)
 
-    def _unmeasured_plan(self) -> TrialPlan | None:
+    def _unmeasured(self) -> list[TrialPlan]:
         busy = set(self._measured) | set(self._in_flight.values())
-        left = [plan for plan in self.search_space.candidates() if candidate_key(plan) not in busy]
-        return self._rng.choice(left) if left else None
+        return [plan for plan in self.search_space.candidates() if candidate_key(plan) not in busy]
 
     # --- results ----------------------------------------------------------------------------
 

@@ -111,7 +111,9 @@ def test_worse_chooses_sglangs_default() -> None:
 def test_too_noisy_for_the_cap_is_undecided_with_the_visits_it_would_need() -> None:
     result, double, _ = _run({3: 103.0, 4: 95.0, 2: 100.0, 1: 50.0}, cv=0.05, seed=4, max_visits=4)
     verdict = result.vs_sglang_default
-    assert verdict["kind"] == "undecided" and result.rounds == 4 and len(double.order) == 16
+    # four rounds of four, less no speculation's fourth: it was decidedly slower after round 3 (racing)
+    assert verdict["kind"] == "undecided" and result.rounds == 4 and len(double.order) == 15
+    assert result.dropped == {1: 3}
     assert verdict["ci95_low"] < 1.01 < verdict["ci95_high"]
     assert verdict["visits_needed"] is None or verdict["visits_needed"] > 4
     assert result.chosen == 2 and "undecided after 4 interleaved visits each" in result.lines[0]
@@ -167,3 +169,36 @@ def test_a_cap_below_three_visits_says_an_interval_needs_three() -> None:
     result, double, _ = _run({3: 150.0, 4: 105.0, 2: 100.0, 1: 50.0}, min_visits=2, max_visits=2)
     assert result.vs_sglang_default["kind"] == "undecided" and result.vs_sglang_default["ci95_low"] is None
     assert "an interval needs 3 visits of each" in result.lines[0] and len(double.order) == 8
+
+
+def test_racing_stops_visiting_contenders_whose_question_is_answered() -> None:
+    # trial 4 far behind the leader (3), no speculation far behind both: after round 3 only the leader
+    # and SGLang's default are visited, until their verdict is decided or the cap is reached
+    result, double, lines = _run({3: 103.0, 4: 70.0, 2: 100.0, 1: 50.0}, cv=0.03, seed=2, max_visits=6)
+    assert result.dropped == {4: 3, 1: 3}
+    later = double.order[12:]
+    assert later and set(later) == {3, 2}
+    assert sum(line.count("is no longer visited after round 3") for line in lines) == 2
+    assert result.leader == 3 and result.to_dict()["dropped"] == {"4": 3, "1": 3}
+    # the floor verdict still stands on the three rounds no speculation was visited
+    assert result.vs_no_speculation["kind"] == "better" and result.vs_no_speculation["visits"] == 3
+
+
+
+def test_after_the_verdict_the_leader_races_on_until_no_contender_could_be_faster() -> None:
+    # trial 3 leads trial 4 by 1.5%: the verdict against SGLang's default (x1.10) is decided in round 3,
+    # but whether 4 could be more than the margin faster than 3 is not; the race goes on without the
+    # default (its question is answered) until it is
+    result, double, _ = _run({3: 110.0, 4: 108.4, 2: 100.0, 1: 50.0}, cv=0.01, seed=5, max_visits=12)
+    assert result.vs_sglang_default["kind"] == "better" and result.chosen == 3
+    assert result.rounds > 3
+    later = double.order[12:]  # after three full rounds of four
+    assert later and 2 not in later and set(later) <= {3, 4}
+    ratio = paired_ratio(result.series(3), result.series(4))
+    assert ratio.ci95_low >= 1 / 1.01 or 4 in result.dropped
+
+
+def test_a_race_the_cap_could_not_decide_is_not_run() -> None:
+    # two equally fast contenders: at this spread no 6 visits could show either is within 1% of the other
+    result, double, _ = _run({3: 110.0, 4: 110.0, 2: 100.0, 1: 50.0}, cv=0.01, seed=5, max_visits=6)
+    assert result.vs_sglang_default["kind"] == "better" and result.rounds == 3 and len(double.order) == 12

@@ -311,3 +311,45 @@ def test_a_preset_trial_records_every_listed_variable_by_name() -> None:
     assert tree["NCCL_ALGO"] == "Tree" and tree["NCCL_PROTO"] == "default"
     defaults = _params(by_env[()], spec)
     assert defaults["NCCL_ALGO"] == defaults["NCCL_PROTO"] == "default"
+
+
+# --- small spaces: enumerated, not sampled -----------------------------------------------------------
+
+
+def _budgeted(spec: SweepSpec, budget: int) -> SweepSearch:
+    return SweepSearch(space=SweepSpace(spec), mode="max", seed=0, slo=False, budget=budget)
+
+
+def test_a_budget_that_covers_the_space_enumerates_it_visiting_each_point_once() -> None:
+    spec = _listed_spec()  # (3 triples + auto) x 3 presets: 12 points, 13 configurations with no speculation
+    searcher = _budgeted(spec, budget=20)
+    assert searcher.enumerating and not _budgeted(spec, budget=4).enumerating
+    plans = _run(searcher, _throughput, 20)
+    keys = [candidate_key(p) for p in plans]
+    assert len(keys) == len(set(keys)) == 1 + len(spec.space())  # every configuration once, then FINISHED
+    # rules of thumb first (after the baselines), then the planned order
+    assert [p.candidate.speculative.label() for p in plans[2:4]] == ["steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+
+
+def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() -> None:
+    spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}, nccl_env={})
+    space = SweepSpace(spec)
+    plans = _run(_budgeted(spec, budget=10), _throughput, 6)
+    steps = [p.candidate.speculative.num_steps for p in plans[2:5]]
+    # the rules of thumb (3 steps; 5, the chain nearest 5-4-8), then, longer chains being better, the
+    # unmeasured point nearest the best (5 steps): 6 (nearer than 4 on the log scale) ...
+    assert steps == [3, 5, 6]
+    measured = [p.candidate for p in plans[:5] if p.speculative]
+    farthest = max((p for p in space.candidates() if p.candidate not in measured),
+                   key=lambda p: min(space.distance(p.candidate, c) for c in measured))
+    assert plans[5].candidate == farthest.candidate  # ... then the point farthest from everything measured
+    assert farthest.candidate.speculative.num_steps == 1
+
+
+def test_a_distance_counts_every_changed_setting_as_one_whole_range() -> None:
+    space = SweepSpace(_spec(speculative={"num_steps": [1, 4], "eagle_topk": [1]}))
+    chain_1, chain_4 = (c for c in space._space if not c.speculative.is_auto and not c.nccl_env)
+    # steps 1 -> 4 and the chain's draft 2 -> 5 each span their whole range: 1 each, Euclidean
+    assert space.distance(chain_1, chain_4) == pytest.approx(2 ** 0.5)
+    ring = next(c for c in space._space if c.nccl_env and c.speculative == chain_1.speculative)
+    assert space.distance(chain_1, ring) == 1.0
