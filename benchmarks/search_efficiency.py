@@ -53,6 +53,7 @@ import random
 import statistics
 import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -64,7 +65,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
 from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
-from orchestrator.sweep.results import Objective, TrialRecord  # noqa: E402
+from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
 from orchestrator.sweep.search import (  # noqa: E402
     BASELINE_PLAIN,
     OBJECTIVE_KEY,
@@ -549,10 +550,9 @@ def final_pick(grid: Grid, trials: list[tuple[str, float | None]], *, seed: int,
     if confirmation is not None and confirmation.chosen is not None:
         chosen: int | None = confirmation.chosen
         verdict = (confirmation.vs_sglang_default or {}).get("kind") or "no_search_trial"
-    else:
-        usable = [r for r in records if r.status == "ok" and r.value is not None]
-        sign = 1.0 if grid.mode == "max" else -1.0
-        chosen = max(usable, key=lambda r: sign * r.value).number if usable else None  # type: ignore[operator]
+    else:  # what the sweep's report then names: its best complete trial
+        best = best_record(records)
+        chosen = best.number if best is not None else None
         verdict = "not_confirmed"
     key = keys.get(chosen) if chosen is not None else None
     true = grid.values.get(key) if key is not None else None
@@ -600,9 +600,7 @@ def run_benchmark(grid: Grid, *, seeds: int, noise_cv: float | None = None,
                 budget=budget)
             needed.append(trials_to_target(grid, trials))
             picks.append(final_pick(grid, trials[:budget], seed=seed, noise_cv=cv, spec=spec))
-        verdicts: dict[str, int] = {}
-        for pick in picks:
-            verdicts[pick.verdict] = verdicts.get(pick.verdict, 0) + 1
+        verdicts = Counter(pick.verdict for pick in picks)
         out["searchers"][name] = {
             "median_trials_to_target": _median(needed),
             "p90_trials_to_target": _percentile(needed, 0.9),
@@ -634,8 +632,10 @@ def table(paths: Iterable[Path]) -> str:
     rows = ["| grid | size | budget | noise_cv | trials to 2% (median / p90): spectune | random | goal 15% | "
             "final within 2%: spectune | random | launches (median): spectune | random | command |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted(paths):
-        data = json.loads(path.read_text(encoding="utf-8"))
+    results = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+    # by grid, then noise (the grid's own noise, a row of its own, after the fixed levels)
+    results.sort(key=lambda d: (d["grid"], "--noise-cv" not in d.get("command", ""), d["noise_cv"]))
+    for data in results:
         if "budget" not in data:
             continue  # a result of the replay before it had the confirmation
         ours, rand = data["searchers"].get("spectune"), data["searchers"].get("random")
@@ -695,11 +695,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = grid.spec.model_copy(update={"confirmation": confirmation})
     result = run_benchmark(grid, seeds=args.seeds, noise_cv=args.noise_cv, searchers=args.searcher or tuple(SEARCHERS),
                            budget=args.budget, spec=spec)
-    shown = [a for a in (sys.argv[1:] if argv is None else argv)]
-    for flag in ("--json-out",):  # where the file went is not how it was made
-        if flag in shown:
-            index = shown.index(flag)
-            del shown[index:index + 2]
+    shown = list(sys.argv[1:] if argv is None else argv)
+    if "--json-out" in shown:  # where the file went is not how it was made
+        index = shown.index("--json-out")
+        del shown[index:index + 2]
     result["command"] = " ".join(["python benchmarks/search_efficiency.py", *shown])
     text = json.dumps(result, indent=2)
     if args.json_out:

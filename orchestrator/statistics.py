@@ -37,6 +37,7 @@ __all__ = [
     "Ratio",
     "VerdictKind",
     "decide",
+    "half_width",
     "log_interval",
     "paired_ratio",
     "t975",
@@ -91,6 +92,11 @@ def t975(df: float) -> float:
     return float(stats.t.ppf(0.975, df))
 
 
+def half_width(log_sd: float, n: int) -> float:
+    """Half the width of a 95% t interval on the log scale from ``n`` values of spread ``log_sd``."""
+    return t975(n - 1) * log_sd / math.sqrt(n)
+
+
 def _logs(values: Sequence[float]) -> list[float]:
     return [math.log(v) for v in values if isinstance(v, (int, float)) and v > 0 and math.isfinite(v)]
 
@@ -103,7 +109,7 @@ def log_interval(values: Sequence[float]) -> tuple[float, float] | None:
     if len(logs) < MIN_VALUES:
         return None
     mean = statistics.fmean(logs)
-    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = half_width(statistics.stdev(logs), len(logs))
     return math.exp(mean - half), math.exp(mean + half)
 
 
@@ -121,7 +127,7 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
     mean = statistics.fmean(diffs)
     if len(diffs) < MIN_VALUES:
         return Ratio(ratio=math.exp(mean), visits=len(diffs), basis="paired")
-    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    half = half_width(statistics.stdev(diffs), len(diffs))
     return Ratio(ratio=math.exp(mean), ci95_low=math.exp(mean - half), ci95_high=math.exp(mean + half),
                  visits=len(diffs), basis="paired", log_sd=statistics.stdev(diffs))
 
@@ -180,7 +186,7 @@ def visits_needed(ratio: Ratio | None, *, margin: float) -> int | None:
         return None
     n = max(MIN_VALUES, ratio.visits)
     while n <= MAX_VISITS_NEEDED:
-        if t975(n - 1) * sd / math.sqrt(n) < distance:
+        if half_width(sd, n) < distance:
             return n
         n += max(1, n // 10)
     return None

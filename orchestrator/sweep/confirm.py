@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES, Ratio, t975, decide, paired_ratio, visits_needed
+from orchestrator.statistics import MIN_VALUES, Ratio, decide, half_width, paired_ratio, visits_needed
 from orchestrator.sweep.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
@@ -185,7 +185,7 @@ def _decided(confirmation: Confirmation) -> bool:
     """Whether the round has its answers: the verdict (the leader against SGLang's default; without a
     search contender, the default against no speculation) is decided, and the leader is settled:
     no other search contender still visited could be more than ``margin`` faster than it
-    (:func:`_settled`). The second question is what makes the pick the true best under noise, not
+    (:func:`_unsettled` is empty). The second question is what makes the pick the true best under noise, not
     just something better than SGLang's default."""
     leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
     a, b = (leader, default) if leader is not None else (default, plain)
@@ -230,7 +230,7 @@ def _decidable(ratio: Ratio, floor: float, cap: int) -> bool:
     distance = math.log(ratio.ratio) - math.log(floor)
     if distance <= 0 or not ratio.log_sd:
         return distance > 0
-    return any(t975(n - 1) * ratio.log_sd / math.sqrt(n) < distance for n in range(max(MIN_VALUES, ratio.visits), cap + 1))
+    return any(half_width(ratio.log_sd, n) < distance for n in range(max(MIN_VALUES, ratio.visits), cap + 1))
 
 
 def _race(confirmation: Confirmation) -> list[tuple[TrialRecord, str]]:

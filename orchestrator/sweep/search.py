@@ -551,7 +551,7 @@ class SweepSearch(OptunaSearch):
     def _farthest(self, left: list[TrialPlan]) -> TrialPlan:
         """The point of ``left`` farthest from every configuration measured or running (the first in
         the space's order on ties): a planned spread rather than a random pick."""
-        busy = set(self._measured) | set(self._in_flight.values())
+        busy = self._busy()
         seen = [self._plans[key].candidate for key in busy if key in self._plans and self._plans[key].speculative]
         if not seen:
             return left[0]
@@ -604,7 +604,7 @@ class SweepSearch(OptunaSearch):
             if best is not None:
                 self._queue.extend(self.search_space.variants(best))
                 self._variants_queued = True
-        busy = set(self._measured) | set(self._in_flight.values())
+        busy = self._busy()
         while self._queue:
             plan = self._queue.pop(0)
             if candidate_key(plan) not in busy:
@@ -638,8 +638,12 @@ class SweepSearch(OptunaSearch):
         else:
             self._ot_study.tell(ot_trial, state=state if state != TrialState.COMPLETE else TrialState.FAIL)
 
+    def _busy(self) -> set[str]:
+        """Keys of the configurations measured or running."""
+        return set(self._measured) | set(self._in_flight.values())
+
     def _unmeasured(self) -> list[TrialPlan]:
-        busy = set(self._measured) | set(self._in_flight.values())
+        busy = self._busy()
         return [plan for plan in self.search_space.candidates() if candidate_key(plan) not in busy]
 
     # --- results ----------------------------------------------------------------------------

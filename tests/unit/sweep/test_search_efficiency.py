@@ -242,7 +242,7 @@ def test_final_within_target_rate_on_grids_with_a_known_answer() -> None:
         update={"enabled": False})})
     quiet = se.run_benchmark(grid, seeds=2, noise_cv=0.0, spec=plain)["searchers"]["spectune"]
     assert quiet["final_within_target_rate"] == 1.0 and quiet["verdicts"] == {"not_confirmed": 2}
-    assert quiet["median_launches"] == quiet["median_trials_to_target"] + 0 or quiet["median_confirmation_visits"] == 0
+    assert quiet["median_confirmation_visits"] == 0
 
 
 # --- making a grid from a sweep ---------------------------------------------------------------------
