@@ -27,6 +27,22 @@ def _records(results: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def _has_trial_run(results: Path, number: int) -> bool:
+    """The sweep's MLflow store holds the run of trial ``number`` (``trial 002 ...``)."""
+    db = results / "mlflow.db"
+    if not db.exists():
+        return False
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    experiment = client.get_experiment_by_name("ci-sweep")
+    if experiment is None:
+        return False
+    runs = client.search_runs([experiment.experiment_id],
+                              filter_string=f"tags.`mlflow.runName` LIKE 'trial {number:03d} %'")
+    return bool(runs)
+
+
 def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_path: Path) -> None:
     """Four points; (3, 1, 4) with NCCL's defaults is where the reference engine's auto choice
     resolves, so it is answered from the auto baseline and never run under its own name."""
@@ -86,8 +102,11 @@ def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
-            wait_until(lambda: "[trial 2/4] start" in (tmp_path / "driver.log").read_text() or driver.poll() is not None,
-                       timeout_s=600, what="the second trial to start", poll_s=0.5)
+            # Tune's start callback prints the line before the trial registers with the coordinator;
+            # the trial is open (and must be recorded as interrupted) once its MLflow run exists.
+            wait_until(lambda: driver.poll() is not None or (
+                "[trial 2/4] start" in (tmp_path / "driver.log").read_text() and _has_trial_run(results, 2)),
+                       timeout_s=600, what="the second trial to register", poll_s=0.5)
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-4000:]
             driver.send_signal(signal.SIGTERM)  # what `ray job stop` sends the entrypoint
             driver.wait(timeout=120)
