@@ -45,11 +45,12 @@ SIMULATED_NCCL: list[tuple[dict[str, str], float]] = [
     ({"NCCL_ALGO": "Tree"}, 4.55 / 4.88),
     ({"NCCL_PROTO": "Simple"}, 4.55 / 5.04),
 ]
-"""Simulated NCCL presets and their throughput factors, from DESIGN.md's 2x H200 measurement of a
-memory-bound TP=2 decode step: 4.55 ms with NCCL's defaults, 4.55-5.04 ms with the forced
-ALGO/PROTO settings tried. The forced presets are spread evenly over that range (4.71, 4.88,
-5.04 ms; which setting measured which time was not recorded) and act independently of the
-speculative numbers: factor = 4.55 / step time. NCCL's defaults stay the best, as measured there."""
+"""Simulated NCCL presets and their throughput factors, from a 2x H200 (NVLink) measurement of a
+memory-bound TP=2 decode step (hidden 8192, 32 layers, batch 8): 4.55 ms with NCCL's defaults,
+4.55-5.04 ms with the forced ALGO/PROTO settings tried. The forced presets are spread evenly over
+that range (4.71, 4.88, 5.04 ms; which setting measured which time was not recorded) and act
+independently of the speculative numbers: factor = 4.55 / step time. NCCL's defaults stay the
+best, as measured there."""
 
 
 def _records(paths: Iterable[Path]) -> list[list[dict[str, Any]]]:
@@ -154,8 +155,9 @@ def simulate_nccl(grid: dict[str, Any], presets: list[tuple[dict[str, str], floa
             value = round(point["value"] * factor, 2) if point["value"] is not None else None
             points.append({**point, "params": {**point["params"], **env}, "value": value,
                            **({"simulated_factor": round(factor, 4)} if env else {})})
-    simulated = ("NCCL presets simulated: measured values x factors from DESIGN.md's 2x H200 decode-step times "
-                 "(benchmarks/grid_from_sweep.py SIMULATED_NCCL)")
+    simulated = ("NCCL presets simulated: measured values x factors from 2x H200 decode-step times "
+                 "(NCCL's defaults 4.55 ms, forced settings 4.55-5.04 ms; "
+                 "benchmarks/grid_from_sweep.py SIMULATED_NCCL)")
     description = f"{grid['description']}; {simulated}" if grid.get("description") else simulated
     out = {**grid, "name": f"{grid['name']}+simulated-nccl", "description": description, "points": points}
     if "space" in grid:

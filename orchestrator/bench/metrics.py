@@ -11,8 +11,9 @@ Each function's docstring is its exact formula. Three rules hold throughout:
   arrival in open loop, so time spent queued behind the concurrency cap counts (``queue_delay_ms``
   says how much of it was queueing).
 
-``accept_length`` has three sources with different definitions (see DESIGN.md, "Accept length");
-the names below say which is which:
+``accept_length`` has three sources with different definitions (per-request counts, ``/server_info``
+and ``meta_info.spec_accept_length``, which also counts the prefill token); the names below say which
+is which:
 
 * ``accept_length_requests`` = (sum(completion_tokens) - #requests) / sum(spec_verify_ct): tokens
   per verify cycle, bonus token included, prefill token excluded. Same definition as the server's.

@@ -2,9 +2,10 @@
 
 Pure functions over per-window and per-repetition values (no I/O, no clock): the runner asks
 them after every warm-up window and every repetition, and the unit tests check them against
-hand-computed numbers. Why they exist (DESIGN.md, "Noise"): a fixed warm-up at the highest
-concurrency left the first repetition of other levels cold (559 vs 622-646 tok/s), and a
-fixed number of repetitions gave intervals too wide to rank configs 3-8% apart.
+hand-computed numbers. Why they exist (measured with ``ref-gpu-comm`` on one H200 at concurrency
+8, repetitions of 64 x 256 tokens): a fixed warm-up at the highest concurrency left the first
+repetition of other levels cold (559 vs 622-646 tok/s), and a fixed number of repetitions gave
+intervals too wide to rank configs 3-8% apart.
 
 * :func:`windows_stable`: warm-up stops once two consecutive windows agree on throughput.
 * :func:`repetition_verdict`: a level stops once the 95% interval of its target metric is within

@@ -1,14 +1,16 @@
 """The Serve deployment whose replica owns one engine: its GPUs, its process, its env audit.
 
 Why not Ray Serve LLM's SGLang server: it runs SGLang in-process (RayEngine), whose scheduler
-actors get no runtime_env, so SGLang's own NCCL settings stay behind in the engine process
-(DESIGN.md). Here the replica runs the same ``EngineProcess`` as the sweep — the engine is a
-subprocess of the replica, which Serve creates with the configuration's NCCL variables in its
-``runtime_env`` and, for a GPU engine, inside a placement group bundle holding the engine's GPUs
-(Ray sets CUDA_VISIBLE_DEVICES; the engine and its TP workers inherit both). The replica does not
-add the variables to the launch itself (``apply_env=False``), so a variable that did not arrive
-through Ray fails the audit instead of being papered over — and a failed audit fails the
-replica's start: Serve never routes a request to an engine that is not the one measured.
+actors get no runtime_env and set no NCCL variables themselves, so SGLang's own settings
+(``NCCL_CUMEM_ENABLE``, ``NCCL_NVLS_ENABLE``, ``CUDA_DEVICE_MAX_CONNECTIONS``) stay behind in the
+engine process (read from SGLang's source). Here the replica runs the same ``EngineProcess`` as
+the sweep — the engine is a subprocess of the replica, which Serve creates with the
+configuration's NCCL variables in its ``runtime_env`` and, for a GPU engine, inside a placement
+group bundle holding the engine's GPUs (Ray sets CUDA_VISIBLE_DEVICES; the engine and its TP
+workers inherit both). The replica does not add the variables to the launch itself
+(``apply_env=False``), so a variable that did not arrive through Ray fails the audit instead of
+being papered over — and a failed audit fails the replica's start: Serve never routes a request
+to an engine that is not the one measured.
 
 Serve calls ``check_health`` every ``health_check_period_s``: the engine process must be alive
 and answer its health check (``EngineProcess.check_healthy``: ``/health_generate``, which proves

@@ -111,7 +111,8 @@ def test_one_inversion_in_six_still_drifts() -> None:
 
 
 def test_a_cold_first_repetition_is_not_a_trend() -> None:
-    # DESIGN.md's H200 run: S = 4 - 3 + 2 - 1 = 2, i.e. 4 inversions; P(k <= 4) = (1+4+9+15+20)/120, both tails
+    # ref-gpu-comm on one H200, concurrency 8, 64 x 256-token repetitions (the first one cold):
+    # S = 4 - 3 + 2 - 1 = 2, i.e. 4 inversions; P(k <= 4) = (1+4+9+15+20)/120, both tails
     drift = detect_drift([559.0, 646.0, 622.0, 637.0, 625.0], metric="output_tok_per_s")
     assert drift.tau == pytest.approx(0.2) and drift.p_value == pytest.approx(98 / 120)
     assert drift.direction is None and not drift.drifts
