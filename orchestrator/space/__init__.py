@@ -1,0 +1,49 @@
+"""The search space of a sweep: which configurations are candidates, how many, and how a sampler walks them.
+
+Modules, one job each:
+
+* ``points``: the valid points (SGLang's speculative rules, the all-reduce paths, NCCL settings),
+  counted without listing, and why a spec may not use a space (``space_problems``).
+
+The spec builds the space (``SweepSpec.space()``) and the searcher (``orchestrator.sweep.search``)
+walks it: data flows spec -> space -> search, so nothing here imports the spec or the sweep
+(``tests/unit/test_import_graph.py`` checks it).
+"""
+
+from orchestrator.space.points import (
+    AUTO,
+    AUTO_ONLY,
+    MAX_CONFIGURATIONS,
+    Candidate,
+    NcclPreset,
+    SearchSpace,
+    SpeculativeList,
+    SpeculativeSpace,
+    SpeculativeTriple,
+    candidate_from_settings,
+    count_candidates,
+    iter_candidates,
+    preset_label,
+    space_problems,
+    speculative_triples,
+    triple_problem,
+)
+
+__all__ = [
+    "AUTO",
+    "AUTO_ONLY",
+    "Candidate",
+    "MAX_CONFIGURATIONS",
+    "NcclPreset",
+    "SearchSpace",
+    "SpeculativeList",
+    "SpeculativeSpace",
+    "SpeculativeTriple",
+    "candidate_from_settings",
+    "count_candidates",
+    "iter_candidates",
+    "preset_label",
+    "space_problems",
+    "speculative_triples",
+    "triple_problem",
+]
