@@ -4,6 +4,7 @@ Modules, one job each:
 
 * ``points``: the valid points (SGLang's speculative rules, the all-reduce paths, NCCL settings),
   counted without listing, and why a spec may not use a space (``space_problems``).
+* ``settings``: one point from ``key=value`` settings (``spectune engine-cmd --set``).
 
 The spec builds the space (``SweepSpec.space()``) and the searcher (``orchestrator.sweep.search``)
 walks it: data flows spec -> space -> search, so nothing here imports the spec or the sweep
@@ -20,7 +21,6 @@ from orchestrator.space.points import (
     SpeculativeList,
     SpeculativeSpace,
     SpeculativeTriple,
-    candidate_from_settings,
     count_candidates,
     iter_candidates,
     preset_label,
@@ -28,6 +28,7 @@ from orchestrator.space.points import (
     speculative_triples,
     triple_problem,
 )
+from orchestrator.space.settings import candidate_from_settings
 
 __all__ = [
     "AUTO",
