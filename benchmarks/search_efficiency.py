@@ -66,15 +66,8 @@ from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
 from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
-from orchestrator.sweep.search import (  # noqa: E402
-    BASELINE_PLAIN,
-    OBJECTIVE_KEY,
-    SweepSearch,
-    SweepSpace,
-    TrialPlan,
-    candidate_key,
-)
-from orchestrator.space import Candidate, SpeculativeTriple  # noqa: E402
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch, SweepSpace  # noqa: E402
+from orchestrator.space import BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, candidate_key  # noqa: E402
 from serving.engine import nccl  # noqa: E402
 
 __all__ = [

@@ -4,6 +4,7 @@ Modules, one job each:
 
 * ``points``: the valid points (SGLang's speculative rules, the all-reduce paths, NCCL settings),
   counted without listing, and why a spec may not use a space (``space_problems``).
+* ``plan``: what one trial runs (``TrialPlan``: a baseline or a point), and one key per configuration.
 * ``settings``: one point from ``key=value`` settings (``spectune engine-cmd --set``).
 
 The spec builds the space (``SweepSpec.space()``) and the searcher (``orchestrator.sweep.search``)
@@ -11,6 +12,7 @@ walks it: data flows spec -> space -> search, so nothing here imports the spec o
 (``tests/unit/test_import_graph.py`` checks it).
 """
 
+from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.points import (
     AUTO,
     AUTO_ONLY,
@@ -33,6 +35,8 @@ from orchestrator.space.settings import candidate_from_settings
 __all__ = [
     "AUTO",
     "AUTO_ONLY",
+    "BASELINE_AUTO",
+    "BASELINE_PLAIN",
     "Candidate",
     "MAX_CONFIGURATIONS",
     "NcclPreset",
@@ -40,7 +44,9 @@ __all__ = [
     "SpeculativeList",
     "SpeculativeSpace",
     "SpeculativeTriple",
+    "TrialPlan",
     "candidate_from_settings",
+    "candidate_key",
     "count_candidates",
     "iter_candidates",
     "preset_label",

@@ -25,11 +25,9 @@ constraint (infeasible), not a worse value.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import warnings
-from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import optuna
@@ -38,26 +36,28 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.space import Candidate, SpeculativeList, SpeculativeTriple, preset_label
+from orchestrator.space import (
+    BASELINE_AUTO,
+    BASELINE_PLAIN,
+    Candidate,
+    SpeculativeList,
+    SpeculativeTriple,
+    TrialPlan,
+    candidate_key,
+    preset_label,
+)
 from orchestrator.spec import SweepSpec
 
 __all__ = [
-    "BASELINE_AUTO",
-    "BASELINE_PLAIN",
     "DEFAULT_WORD",
     "SweepSpace",
     "SweepSearch",
-    "TrialPlan",
-    "candidate_key",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORD = "default"
 """How an unset NCCL variable (NCCL's own choice) appears among the sampler's choices and params."""
-
-BASELINE_PLAIN = "baseline_plain"
-BASELINE_AUTO = "baseline_auto"
 
 TRIPLE_PARAM = "speculative_triple"
 """The sampler's parameter for listed triples (``search.speculative.triples``), values like ``3-1-4``."""
@@ -68,73 +68,6 @@ PRESET_PARAM = "nccl_preset"
 
 OBJECTIVE_KEY = "objective"
 """The metric name every trial reports to Ray Tune, ASHA and Optuna (the spec's objective)."""
-
-
-@dataclass(frozen=True)
-class TrialPlan:
-    """What one trial runs: a baseline or a point of the space.
-
-    Attributes:
-        kind: ``baseline_plain`` (speculation off), ``baseline_auto`` (SGLang's own numbers) or ``search``.
-        candidate: The point (for ``baseline_plain`` its speculative part is ignored).
-    """
-
-    kind: str
-    candidate: Candidate
-
-    @property
-    def speculative(self) -> bool:
-        return self.kind != BASELINE_PLAIN
-
-    def params(self) -> dict[str, Any]:
-        """The configuration in the sweep's names: what MLflow, trials.jsonl and the summary show."""
-        triple = self.candidate.speculative
-        out: dict[str, Any] = {
-            "speculative": "off" if not self.speculative else ("auto" if triple.is_auto else "explicit"),
-            "num_steps": triple.num_steps if self.speculative else None,
-            "eagle_topk": triple.eagle_topk if self.speculative else None,
-            "num_draft_tokens": triple.num_draft_tokens if self.speculative else None,
-            "all_reduce": self.candidate.all_reduce,
-        }
-        return out
-
-    def label(self) -> str:
-        """``steps=3 topk=1 draft=4 NCCL_ALGO=Ring``, ``no speculation``, ``SGLang auto``."""
-        if not self.speculative:
-            head = "no speculation"
-        elif self.candidate.speculative.is_auto:
-            head = "SGLang auto"
-        else:
-            head = self.candidate.speculative.label()
-        parts = [head]
-        if self.candidate.all_reduce != "custom":
-            parts.append(f"all_reduce={self.candidate.all_reduce}")
-        parts += [f"{k}={v}" for k, v in sorted(self.candidate.nccl_env.items())]
-        return " ".join(parts)
-
-    def to_config(self) -> dict[str, Any]:
-        """Plain data for Ray Tune's config (crosses process boundaries)."""
-        triple = self.candidate.speculative
-        return {
-            "kind": self.kind,
-            "num_steps": triple.num_steps,
-            "eagle_topk": triple.eagle_topk,
-            "num_draft_tokens": triple.num_draft_tokens,
-            "all_reduce": self.candidate.all_reduce,
-            "nccl_env": dict(self.candidate.nccl_env),
-        }
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "TrialPlan":
-        plan = config["plan"] if "plan" in config else config
-        return cls(
-            kind=plan["kind"],
-            candidate=Candidate(
-                SpeculativeTriple(plan["num_steps"], plan["eagle_topk"], plan["num_draft_tokens"]),
-                plan["all_reduce"],
-                dict(plan["nccl_env"]),
-            ),
-        )
 
 
 RULES_OF_THUMB: tuple[SpeculativeTriple, ...] = (SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))
@@ -160,16 +93,6 @@ def _log_distance(triple: SpeculativeTriple, want: SpeculativeTriple) -> tuple[f
 def _triple_label(triple: SpeculativeTriple) -> str:
     """``3-1-4`` (steps-topk-draft): a listed triple as one categorical choice."""
     return f"{triple.num_steps}-{triple.eagle_topk}-{triple.num_draft_tokens}"
-
-
-def candidate_key(plan: TrialPlan) -> str:
-    """One string per distinct configuration (baselines included), for de-duplication."""
-    data = plan.to_config()
-    if plan.kind == BASELINE_PLAIN:
-        data.update(num_steps=None, eagle_topk=None, num_draft_tokens=None)
-    data["speculative"] = plan.speculative
-    data.pop("kind")
-    return json.dumps(data, sort_keys=True)
 
 
 class _Replay:

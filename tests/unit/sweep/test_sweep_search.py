@@ -7,16 +7,9 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.search import (
-    BASELINE_AUTO,
-    BASELINE_PLAIN,
-    OBJECTIVE_KEY,
-    SweepSearch,
-    SweepSpace,
-    TrialPlan,
-    candidate_key,
-)
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch, SweepSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
