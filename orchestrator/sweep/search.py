@@ -47,7 +47,8 @@ class SweepSearch(OptunaSearch):
     A sweep of a large model affords a few dozen trials, so the order of proposals matters:
 
     1. the baselines (no speculation, SGLang's auto choice);
-    2. SGLang's rule-of-thumb configurations (``RULES_OF_THUMB``, nearest points of the space);
+    2. SGLang's rule-of-thumb configurations (``SweepSpace.starting_points``: ``RULES_OF_THUMB``,
+       each the nearest point of the space);
     3. the speculative stage: TPE chooses the speculative numbers while the all-reduce path and the
        NCCL variables stay at their defaults (they act mostly independently of the numbers, and
        NCCL's defaults are often the best), ``speculative_stage`` proposals long;
