@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_efficiency import GridError, plan_from_params  # noqa: E402  (the grid format's one reader of params)
 
+from orchestrator.space import candidate_key  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
-from orchestrator.sweep.search import candidate_key  # noqa: E402
 
 __all__ = ["SIMULATED_NCCL", "dumps_grid", "grid_from_trials", "simulate_nccl", "space_of"]
 

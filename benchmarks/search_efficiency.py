@@ -3,13 +3,14 @@ sweep's searcher and its confirmation, and through random search with the same c
 
 A sweep of a 1T-parameter model costs 5-15 minutes per engine launch, and what the user gets is
 the configuration the sweep *reports*. This script measures both without an engine: each seed
-replays one sweep. The search is the sweep's own searcher (``orchestrator.sweep.search``: the same
-``SweepSpace`` built from a ``SweepSpec``, the same ``SweepSearch`` with its baselines,
-enumeration and de-duplication, driven exactly as Ray Tune drives it — ``suggest(trial_id)``,
-then ``on_trial_complete(trial_id, final result)``) for ``budget`` trials, with the engine replaced
-by a lookup in the grid; then the sweep's own confirmation (``confirm.run_confirmation``) visits
-the contenders, each visit a fresh draw of noise. Random search (uniform without replacement over
-the space, after the same two baselines) gets the same budget and the same confirmation.
+replays one sweep. The search is the sweep's own searcher (the same ``SweepSpace`` built from a
+``SweepSpec``, see ``orchestrator.space.define_by_run``, and the same ``SweepSearch`` of
+``orchestrator.sweep.search`` with its baselines, enumeration and de-duplication, driven exactly
+as Ray Tune drives it — ``suggest(trial_id)``, then ``on_trial_complete(trial_id, final result)``)
+for ``budget`` trials, with the engine replaced by a lookup in the grid; then the sweep's own
+confirmation (``confirm.run_confirmation``) visits the contenders, each visit a fresh draw of
+noise. Random search (uniform without replacement over the space, after the same two baselines)
+gets the same budget and the same confirmation.
 
 Per searcher, over seeds:
 
@@ -63,18 +64,12 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
+from orchestrator.space import BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, candidate_key  # noqa: E402
+from orchestrator.space.define_by_run import SweepSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
 from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
-from orchestrator.sweep.search import (  # noqa: E402
-    BASELINE_PLAIN,
-    OBJECTIVE_KEY,
-    SweepSearch,
-    SweepSpace,
-    TrialPlan,
-    candidate_key,
-)
-from orchestrator.space import Candidate, SpeculativeTriple  # noqa: E402
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch  # noqa: E402
 from serving.engine import nccl  # noqa: E402
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 Modules, in the order data flows through them:
 
-* ``search``: the define-by-run space (SGLang's rules), the baselines, the Optuna searcher.
+* ``search``: the Optuna searcher over the space's define-by-run function (``orchestrator.space``):
+  the baselines first, a staged search, honest tells.
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
 * ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
 * ``results``: trial records (``trials.jsonl``), atomic files.

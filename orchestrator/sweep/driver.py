@@ -23,6 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.space import TrialPlan
+from orchestrator.space.define_by_run import SweepSpace
 from orchestrator.sweep.coordinator import (
     CONFIRMATION_FILE,
     NAMESPACE,
@@ -35,7 +37,7 @@ from orchestrator.sweep.coordinator import (
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
-from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from serving.environ import ENV

@@ -13,9 +13,9 @@ from typing import Any, Iterable
 
 from rich.table import Table
 
+from orchestrator.space.define_by_run import DEFAULT_WORD
 from orchestrator.statistics import Ratio, unpaired_ratio
 from orchestrator.sweep.results import TrialRecord, best_record
-from orchestrator.sweep.search import DEFAULT_WORD
 
 __all__ = ["SweepReport", "build_report", "summary_table"]
 

@@ -38,9 +38,10 @@ from orchestrator.bench.report import BenchResult
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
+from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.sweep.results import Objective, TrialRecord, auto_label
-from orchestrator.sweep.search import BASELINE_AUTO, BASELINE_PLAIN, OBJECTIVE_KEY, TrialPlan
+from orchestrator.sweep.search import OBJECTIVE_KEY
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig

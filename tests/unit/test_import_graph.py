@@ -1,4 +1,5 @@
-"""The import graph: data flows one way (serving never imports orchestrator) and has no cycle.
+"""The import graph: data flows one way (serving never imports orchestrator; spec -> space ->
+search) and has no cycle.
 
 The graph is read from the source (every ``import``/``from ... import`` of a project module,
 including those inside functions), and every module is also imported for real, so a module
@@ -116,6 +117,55 @@ def test_cycle_finder_finds_a_cycle() -> None:
     """The checker itself: a graph with a cycle is reported, one without is not."""
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every project module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+NEVER_REACHES = [
+    # spec -> space -> search: the spec builds the space (SweepSpec.space()), the searcher walks it.
+    ("orchestrator.space", "orchestrator.sweep"),
+    ("orchestrator.space", "orchestrator.spec"),
+    ("orchestrator.spec", "orchestrator.sweep"),
+    # The spec (and spectune validate) needs the points only; the Optuna view is the searcher's.
+    ("orchestrator.spec", "orchestrator.space.define_by_run"),
+]
+"""(source, target): no module in package ``source`` imports one in ``target``, even through others."""
+
+
+@pytest.mark.parametrize(("source", "target"), NEVER_REACHES)
+def test_data_flows_spec_space_search(source: str, target: str) -> None:
+    graph = _graph()
+    sources = [m for m in graph if _within(m, source)]
+    assert sources, f"no module {source}: update NEVER_REACHES"
+    offenders = {m: sorted(t for t in _reach(graph, m) if _within(t, target)) for m in sources}
+    offenders = {m: t for m, t in offenders.items() if t}
+    assert not offenders, f"{source} must not import {target} (directly or through others): {offenders}"
+
+
+def test_the_searcher_imports_its_space() -> None:
+    """The other half of spec -> space -> search: the searcher takes the space from orchestrator.space."""
+    assert "orchestrator.space.define_by_run" in _graph()["orchestrator.sweep.search"]
+
+
+def test_reach_follows_imports_through_others() -> None:
+    """The checker itself: what a module reaches through another counts, what imports it does not."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert _reach(graph, "a") == {"b", "c"}
+    assert _within("a.b", "a") and _within("a", "a") and not _within("ab", "a")
 
 
 @pytest.mark.parametrize("module", sorted(_modules()))

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import pickle
+
 import optuna
 import pytest
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
+from orchestrator.space.define_by_run import SweepSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.search import (
-    BASELINE_AUTO,
-    BASELINE_PLAIN,
-    OBJECTIVE_KEY,
-    SweepSearch,
-    SweepSpace,
-    TrialPlan,
-    candidate_key,
-)
+from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -117,6 +114,20 @@ def test_no_configuration_runs_twice_and_the_space_ends() -> None:
         keys.append(candidate_key(TrialPlan.from_config(config)))
         searcher.on_trial_complete(f"t{i}", {"final": True, "status": "ok", OBJECTIVE_KEY: 1.0 + i})
     assert len(keys) == len(set(keys)) == 2 + 2  # two baselines, then both points, then FINISHED
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("orchestrator.sweep.search", "SweepSpace"), ("orchestrator.sweep.search", "TrialPlan"),
+     ("orchestrator.space", "SearchSpace"), ("orchestrator.space", "SpeculativeSpace"),
+     ("orchestrator.space", "SpeculativeList"), ("orchestrator.space", "SpeculativeTriple"),
+     ("orchestrator.space", "Candidate")],
+)
+def test_a_searcher_state_pickled_before_the_space_moved_still_loads(module: str, name: str) -> None:
+    """A resumed sweep unpickles its searcher state (``searcher-state-*.pkl``), which names each class
+    by the module it was defined in when saved: these names must still resolve."""
+    found = pickle.Unpickler(io.BytesIO(b"")).find_class(module, name)
+    assert found.__name__ == name and found.__module__.startswith("orchestrator.space")
 
 
 def _told(searcher: SweepSearch) -> list[optuna.trial.FrozenTrial]:

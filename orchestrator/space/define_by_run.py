@@ -1,0 +1,323 @@
+"""The sweep's space as Optuna samples it: a define-by-run function over ``SweepSpec.space()``,
+with the baselines, the replay of a known point, and the geometry the staged search needs.
+
+The space is conditional and exact: top-k 1 is a chain (the draft-token count follows the
+steps, it is not sampled), larger top-k sample only draft-token counts the tree can hold. So the
+sampler can never propose a configuration SGLang would reject or silently rewrite. Where the
+valid choices of a dimension depend on an earlier choice, the parameter gets a name of its own
+for that context (``num_draft_tokens_s3_k2``): Optuna's categorical distributions must keep one
+set of choices per name, and TPE's ``group`` mode models such conditional parameters as they are.
+Listed points (``search.speculative.triples``, ``search.nccl_presets``) are one categorical each.
+
+The searcher (``orchestrator.sweep.search.SweepSearch``) walks this object; it imports Optuna,
+so ``orchestrator.space`` does not re-export it and the spec and the CLI load no Optuna.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Protocol
+
+from optuna.distributions import CategoricalDistribution
+
+from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
+from orchestrator.space.points import Candidate, HasSearchSpace, SpeculativeList, SpeculativeTriple, preset_label
+
+__all__ = ["DEFAULT_WORD", "SweepSpace"]
+
+DEFAULT_WORD = "default"
+"""How an unset NCCL variable (NCCL's own choice) appears among the sampler's choices and params."""
+
+TRIPLE_PARAM = "speculative_triple"
+"""The sampler's parameter for listed triples (``search.speculative.triples``), values like ``3-1-4``."""
+
+PRESET_PARAM = "nccl_preset"
+"""The sampler's parameter for listed NCCL presets (``search.nccl_presets``), values like
+``NCCL_ALGO=Ring,NCCL_PROTO=LL`` or ``default``."""
+
+RULES_OF_THUMB: tuple[SpeculativeTriple, ...] = (SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))
+"""Where the sampler starts (after the baselines), each taken to the nearest point of the space:
+SGLang's auto choices, a 3-step chain for DeepSeek-family models (Kimi-K2.5) and a 5-step top-4
+tree of 8 tokens for Llama. One of them is usually the auto baseline itself; the other then shows
+at once whether the other shape is better."""
+
+
+def _closest(choices: Iterable[int], want: int | None) -> int:
+    """The choice nearest ``want`` by ratio (ties: the smaller)."""
+    target = want or 1
+    return min(choices, key=lambda c: (abs(math.log(c / target)), c))
+
+
+def _log_distance(triple: SpeculativeTriple, want: SpeculativeTriple) -> tuple[float, ...]:
+    """How far ``triple`` is from ``want``: steps first, then top-k, then draft (log ratios)."""
+    pairs = zip((triple.num_steps, triple.eagle_topk, triple.num_draft_tokens),
+                (want.num_steps, want.eagle_topk, want.num_draft_tokens))
+    return tuple(abs(math.log((a or 1) / (b or 1))) for a, b in pairs)
+
+
+def _triple_label(triple: SpeculativeTriple) -> str:
+    """``3-1-4`` (steps-topk-draft): a listed triple as one categorical choice."""
+    return f"{triple.num_steps}-{triple.eagle_topk}-{triple.num_draft_tokens}"
+
+
+class _Replay:
+    """Stands in for an Optuna trial to replay one known candidate through the space code,
+    recording the parameter names and distributions that candidate would have been sampled with."""
+
+    def __init__(self, wanted: dict[str, Any]) -> None:
+        self.wanted = wanted
+        self.params: dict[str, Any] = {}
+        self.distributions: dict[str, CategoricalDistribution] = {}
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        dimension = name.split("__")[0]
+        value = self.wanted[dimension]
+        if value not in choices:
+            raise ValueError(f"{dimension}={value!r} is not among the choices {choices}")
+        self.params[name] = value
+        self.distributions[name] = CategoricalDistribution(choices)
+        return value
+
+
+# --- what SweepSpace needs of a spec (orchestrator.spec.SweepSpec, which this module does not import) ---
+
+
+class SpeculatingEngine(Protocol):
+    """An engine section that may speculate (``EngineSpec``)."""
+
+    @property
+    def speculative_algorithm(self) -> str | None: ...
+
+
+class SampledSpec(HasSearchSpace, Protocol):
+    """A spec whose space a sweep samples (``SweepSpec``): the space, and whether the engine speculates."""
+
+    @property
+    def engine(self) -> SpeculatingEngine: ...
+
+
+class SweepSpace:
+    """The sweep's space as an Optuna define-by-run function over ``SweepSpec.space()``: the very
+    object ``spectune validate`` counts, so the sampler and the count can never disagree.
+
+    Calling it with an Optuna trial samples one point and returns ``{"plan": TrialPlan config}``.
+    Steps are sampled first, then a top-k that has a valid draft count with them, then (top-k > 1)
+    a draft count the tree holds; top-k 1 derives the draft count (a chain).
+    """
+
+    def __init__(self, spec: SampledSpec) -> None:
+        self.speculative_on = spec.engine.speculative_algorithm is not None
+        self._space = spec.space()
+        self.triples = self._space.speculative
+        self.all_reduce = list(self._space.all_reduce)
+        nccl_env = self._space.nccl_env
+        self.nccl = {name: [DEFAULT_WORD if v is None else v for v in nccl_env[name]] for name in sorted(nccl_env)}
+        presets = self._space.nccl_presets
+        self.presets: dict[str, dict[str, str]] | None = (
+            None if presets is None else {preset_label(p): dict(p) for p in presets}
+        )
+        self._ranges: list[tuple[float, float]] | None = None
+
+    @property
+    def include_auto(self) -> bool:
+        return self.speculative_on and self.triples.include_auto
+
+    @property
+    def has_explicit(self) -> bool:
+        return self.speculative_on and len(self.triples) > (1 if self.triples.include_auto else 0)
+
+    # --- the define-by-run function -------------------------------------------------------
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        plan = self.sample(trial)
+        return {"plan": plan.to_config()}
+
+    def sample(self, trial: Any) -> TrialPlan:
+        """Sample (or, with a :class:`_Replay`, replay) one point of the space."""
+        triple = SpeculativeTriple(None, None, None)
+        if self.speculative_on:
+            modes = (["auto"] if self.include_auto else []) + (["explicit"] if self.has_explicit else [])
+            mode = self._choose(trial, "speculative", modes)
+            if mode == "explicit":
+                triple = self._sample_triple(trial)
+        all_reduce = self._choose(trial, "all_reduce", self.all_reduce)
+        return TrialPlan("search", Candidate(triple, all_reduce, self._sample_nccl(trial)))
+
+    def _sample_nccl(self, trial: Any) -> dict[str, str]:
+        """One NCCL setting: a categorical over the listed presets, or one per variable."""
+        if self.presets is not None:
+            return dict(self.presets[self._choose(trial, PRESET_PARAM, list(self.presets))])
+        env: dict[str, str] = {}
+        for name, values in self.nccl.items():
+            value = self._choose(trial, name, values)
+            if value != DEFAULT_WORD:
+                env[name] = value
+        return env
+
+    def _sample_triple(self, trial: Any) -> SpeculativeTriple:
+        if isinstance(self.triples, SpeculativeList):  # exactly the listed points: one categorical
+            labels = {_triple_label(t): t for t in self.triples.triples}
+            return labels[self._choose(trial, TRIPLE_PARAM, list(labels))]
+        space = self.triples
+        steps = self._choose(trial, "num_steps", list(space.steps_choices()))
+        topks = list(space.topk_choices(num_steps=steps))
+        all_topks = sorted({k for s in space.steps_choices() for k in space.topk_choices(num_steps=s)})
+        topk = self._choose(trial, "eagle_topk", topks, context="" if topks == all_topks else f"s{steps}")
+        drafts = list(space.draft_choices(num_steps=steps, eagle_topk=topk))
+        if topk == 1:
+            return SpeculativeTriple(steps, 1, drafts[0])
+        all_drafts = list(space.num_draft_tokens)
+        draft = self._choose(trial, "num_draft_tokens", drafts,
+                             context="" if drafts == all_drafts else f"s{steps}_k{topk}")
+        return SpeculativeTriple(steps, topk, draft)
+
+    @staticmethod
+    def _choose(trial: Any, name: str, choices: list[Any], context: str = "") -> Any:
+        if len(choices) == 1:
+            return choices[0]
+        return trial.suggest_categorical(f"{name}__{context}" if context else name, list(choices))
+
+    # --- baselines and replays ---------------------------------------------------------------
+
+    def baselines(self) -> list[TrialPlan]:
+        """No speculation, then SGLang's own choice; both with NCCL's defaults and the first all-reduce path."""
+        first_all_reduce = self.default_all_reduce
+        plans = [TrialPlan(BASELINE_PLAIN, Candidate(SpeculativeTriple(None, None, None), first_all_reduce, {}))]
+        if self.speculative_on:
+            plans.append(TrialPlan(BASELINE_AUTO, Candidate(SpeculativeTriple(None, None, None), first_all_reduce, {})))
+        return plans
+
+    def replay(self, plan: TrialPlan) -> tuple[dict[str, Any], dict[str, CategoricalDistribution]] | None:
+        """The raw Optuna params and distributions of ``plan``, or None if it is not a point of the space."""
+        if not plan.speculative and self.speculative_on:
+            return None
+        triple = plan.candidate.speculative
+        wanted: dict[str, Any] = {
+            "speculative": "auto" if triple.is_auto else "explicit",
+            "eagle_topk": triple.eagle_topk,
+            "num_steps": triple.num_steps,
+            "num_draft_tokens": triple.num_draft_tokens,
+            TRIPLE_PARAM: _triple_label(triple),
+            "all_reduce": plan.candidate.all_reduce,
+            PRESET_PARAM: preset_label(plan.candidate.nccl_env),
+            **{name: plan.candidate.nccl_env.get(name, DEFAULT_WORD) for name in self.nccl},
+        }
+        replay = _Replay(wanted)
+        try:
+            replayed = self.sample(replay)
+        except (ValueError, KeyError):
+            return None
+        if candidate_key(replayed) != candidate_key(TrialPlan("search", plan.candidate)):
+            return None
+        return replay.params, replay.distributions
+
+    def holds(self, plan: TrialPlan) -> bool:
+        """Whether ``plan`` is a point of the space (no speculation never is; SGLang's auto choice is
+        when the spec includes it)."""
+        return (plan.speculative or not self.speculative_on) and plan.candidate in self._space
+
+    @property
+    def size(self) -> int:
+        """Points of the space (what ``spectune validate`` counts)."""
+        return len(self._space)
+
+    def candidates(self) -> Iterable[TrialPlan]:
+        """Every point of the space, in the space's stable order."""
+        for candidate in self._space:
+            yield TrialPlan("search", candidate)
+
+    # --- what the staged search needs --------------------------------------------------------
+
+    @property
+    def default_all_reduce(self) -> str:
+        """The all-reduce path of the baselines and of the speculative stage: SGLang's custom one if searched."""
+        return "custom" if "custom" in self.all_reduce else self.all_reduce[0]
+
+    @property
+    def has_nccl_dimensions(self) -> bool:
+        """Whether anything besides the speculative numbers varies (all-reduce path, NCCL)."""
+        return len(self.all_reduce) > 1 or any(len(v) > 1 for v in self.nccl.values()) or len(self.presets or {}) > 1
+
+    def pins(self, candidate: Candidate | None = None) -> dict[str, Any]:
+        """Optuna params that hold the all-reduce path and the NCCL variables at ``candidate``'s
+        settings (default: the default path and NCCL's defaults). Enqueued as a partial trial, they
+        leave the sampler only the speculative numbers to choose."""
+        all_reduce = candidate.all_reduce if candidate is not None else self.default_all_reduce
+        env = dict(candidate.nccl_env) if candidate is not None else {}
+        pins: dict[str, Any] = {"all_reduce": all_reduce} if len(self.all_reduce) > 1 else {}
+        if self.presets is not None and len(self.presets) > 1:
+            pins[PRESET_PARAM] = preset_label(env)
+        pins.update({name: env.get(name, DEFAULT_WORD) for name, values in self.nccl.items() if len(values) > 1})
+        return pins
+
+    def starting_points(self) -> list[TrialPlan]:
+        """SGLang's rule-of-thumb configurations (``RULES_OF_THUMB``), each as the nearest point of the
+        space, with the default all-reduce path and NCCL's defaults; no repeats."""
+        if not self.has_explicit:
+            return []
+        plans: list[TrialPlan] = []
+        for triple in RULES_OF_THUMB:
+            plan = TrialPlan("search", Candidate(self._nearest(triple), self.default_all_reduce, {}))
+            if plan not in plans:
+                plans.append(plan)
+        return plans
+
+    def _nearest(self, want: SpeculativeTriple) -> SpeculativeTriple:
+        """The explicit point of the space closest to ``want`` (by log ratio, steps first, then top-k, then draft)."""
+        if isinstance(self.triples, SpeculativeList):
+            return min(self.triples.triples, key=lambda t: _log_distance(t, want))
+        space = self.triples
+        steps = _closest(space.steps_choices(), want.num_steps)
+        topk = _closest(space.topk_choices(num_steps=steps), want.eagle_topk)
+        draft = _closest(space.draft_choices(num_steps=steps, eagle_topk=topk), want.num_draft_tokens)
+        return SpeculativeTriple(steps, topk, draft)
+
+    def coordinates(self, candidate: Candidate) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        """Where ``candidate`` sits, for the enumeration's distances: the speculative numbers on a log
+        scale, each scaled to [0, 1] over the space's range (SGLang's auto choice at its usual
+        (3, 1, 4)), and the other settings as labels (the all-reduce path, each NCCL variable or
+        the preset), compared as equal or not."""
+        triple = candidate.speculative
+        if triple.is_auto:
+            triple = RULES_OF_THUMB[0]
+        numbers = (triple.num_steps, triple.eagle_topk, triple.num_draft_tokens)
+        scaled = tuple(
+            0.0 if high <= low else (math.log(value or 1) - low) / (high - low)
+            for value, (low, high) in zip(numbers, self._log_ranges())
+        )
+        settings = [candidate.all_reduce]
+        if self.presets is not None:
+            settings.append(preset_label(candidate.nccl_env))
+        settings += [candidate.nccl_env.get(name, DEFAULT_WORD) for name in self.nccl]
+        return scaled, tuple(settings)
+
+    def _log_ranges(self) -> list[tuple[float, float]]:
+        if self._ranges is None:
+            explicit = [t for t in self.triples if not t.is_auto] or [RULES_OF_THUMB[0]]
+            columns = zip(*((t.num_steps, t.eagle_topk, t.num_draft_tokens) for t in explicit))
+            self._ranges = [(math.log(min(c)), math.log(max(c))) for c in columns]
+        return self._ranges
+
+    def distance(self, a: Candidate, b: Candidate) -> float:
+        """Euclidean over the scaled numbers plus one per setting that differs (a changed NCCL
+        variable is as far as the whole range of one number)."""
+        (xa, sa), (xb, sb) = self.coordinates(a), self.coordinates(b)
+        return math.sqrt(sum((p - q) ** 2 for p, q in zip(xa, xb))) + sum(p != q for p, q in zip(sa, sb))
+
+    def variants(self, plan: TrialPlan) -> list[TrialPlan]:
+        """``plan`` with one setting besides the speculative numbers changed: each other all-reduce
+        path, each other value of one NCCL variable, each other NCCL preset (one factor at a time)."""
+        candidate = plan.candidate
+        out = [Candidate(candidate.speculative, path, dict(candidate.nccl_env))
+               for path in self.all_reduce if path != candidate.all_reduce]
+        if self.presets is not None:
+            out += [Candidate(candidate.speculative, candidate.all_reduce, dict(env))
+                    for env in self.presets.values() if env != candidate.nccl_env]
+        for name, values in self.nccl.items():
+            for value in values:
+                env = {k: v for k, v in candidate.nccl_env.items() if k != name}
+                if value != DEFAULT_WORD:
+                    env[name] = value
+                if env != candidate.nccl_env:
+                    out.append(Candidate(candidate.speculative, candidate.all_reduce, env))
+        return [TrialPlan("search", c) for c in out]
