@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_support import wait_until
+from helpers.engine import wait_until
 
 from serving.engine.command import EngineCommand
 from serving.engine.process import EngineProcess

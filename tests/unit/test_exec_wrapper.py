@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from engine_support import read_environ, wait_until
+from helpers.engine import read_environ, wait_until
 
 from serving.engine.command import EngineCommand
 from serving.engine.exec_wrapper import wrapped_argv

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import psutil
 import pytest
-from engine_support import wait_until
+from helpers.engine import wait_until
 
 from serving.engine.process_tree import ProcessTree
 

@@ -384,7 +384,7 @@ def expected_accept_length(*, tokens: int, accept_length: int) -> float:
 
 
 # --- reference engines (real servers, started through the production EngineProcess) ----------
-# Their config is the one shared by every engine test: ``engine_support.reference_config``.
+# Their config is the one shared by every engine test: ``helpers.engine.reference_config``.
 
 
 @contextlib.contextmanager

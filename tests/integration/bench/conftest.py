@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 import pytest
 
 from bench_testing import FakeServer, running_engine
-from engine_support import reference_config
+from helpers.engine import reference_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from serving.engine.process import EngineProcess

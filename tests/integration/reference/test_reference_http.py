@@ -6,7 +6,7 @@ import json
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
+from helpers.engine import wait_until
 from reference_server_testing import generate_concurrently, http, metric_total, running_server, sse_events
 
 from serving.engine.process import EngineProcess

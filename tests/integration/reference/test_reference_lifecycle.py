@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from engine_support import read_environ, wait_until
+from helpers.engine import read_environ, wait_until
 from reference_server_testing import http, port_open, reference_process, worker_processes
 
 from serving.errors import EngineLaunchError

@@ -13,7 +13,7 @@ import urllib.request
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
+from helpers.engine import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_server_testing import InProcessServer, http, in_process_server, metric_total

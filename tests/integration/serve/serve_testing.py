@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from engine_support import alive, wait_until
-from engine_support import processes_with_marker as marked_processes
+from helpers.engine import alive, wait_until
+from helpers.engine import processes_with_marker as marked_processes
 
 __all__ = [
     "REPO",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from engine_support import reference_config, wait_until
+from helpers.engine import reference_config, wait_until
 from serve_testing import alive, marked_processes, new_marker
 
 from serving.errors import EngineDied, EngineNotReady

@@ -11,7 +11,7 @@ import signal
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
+from helpers.engine import wait_until
 from ray_cluster_support import RayCluster
 from serve_testing import ServeProcess, alive, http, marked_processes, new_marker, write_config
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ray_cluster_support import RayCluster
-from engine_support import processes_with_marker
+from helpers.engine import processes_with_marker
 from sweep_testing import REPO, engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]

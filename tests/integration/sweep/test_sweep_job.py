@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ray_cluster_support import RayCluster
-from engine_support import processes_with_marker
+from helpers.engine import processes_with_marker
 from sweep_testing import REPO, engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]

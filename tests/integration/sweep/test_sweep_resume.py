@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from engine_support import processes_with_marker, wait_until
+from helpers.engine import processes_with_marker, wait_until
 from ray_cluster_support import RayCluster
 from sweep_testing import engine_marker, write_spec
 

@@ -1,0 +1,8 @@
+"""What the tests share that is not a fixture: engine configs, test doubles, clusters, specs.
+
+``tests/`` is on ``sys.path`` (``pythonpath`` in pyproject.toml's pytest settings), so a test
+imports these as ``from helpers.engine import reference_config``. Fixtures stay in the
+``conftest.py`` files, and a test module never imports another test module.
+
+    engine.py           the reference-engine config, the bounded wait, environ, marked processes
+"""
