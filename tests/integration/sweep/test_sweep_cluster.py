@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_cluster_support import RayCluster
+from helpers.ray_cluster import RayCluster
 from helpers.engine import processes_with_marker
 from sweep_testing import REPO, engine_marker, write_spec
 

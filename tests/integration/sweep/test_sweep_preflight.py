@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_cluster_support import RayCluster
+from helpers.ray_cluster import RayCluster
 from serving.ports import free_port
 from sweep_testing import REPO, all_runs_ended, write_spec
 

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.engine import processes_with_marker, wait_until
-from ray_cluster_support import RayCluster
+from helpers.ray_cluster import RayCluster
 from sweep_testing import engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
