@@ -5,5 +5,6 @@ imports these as ``from helpers.engine import reference_config``. Fixtures stay 
 ``conftest.py`` files, and a test module never imports another test module.
 
     engine.py           the reference-engine config, the bounded wait, environ, marked processes
+    bench.py            FakeServer (an SGLang/OpenAI test double), running_engine, logged
     ray_cluster.py      RayCluster: a real `ray start` cluster (own temp dir and ports), stopped exactly
 """

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bench_testing import FakeServer, expected_accept_length
+from helpers.bench import FakeServer, expected_accept_length
 from orchestrator.bench import BenchResult, BenchSettings, run_benchmark
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.metrics import RepetitionMetrics

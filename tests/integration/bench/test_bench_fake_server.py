@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bench_testing import FakeServer, expected_accept_length, logged
+from helpers.bench import FakeServer, expected_accept_length, logged
 from orchestrator.bench import BenchmarkAborted, BenchSettings, ProbeBaselineError, run_benchmark, run_probe
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bench_testing import running_engine
+from helpers.bench import running_engine
 from helpers.engine import reference_config
 from orchestrator.bench import BenchmarkAborted, BenchSettings, read_json, run_benchmark, run_probe
 from orchestrator.bench.datasets import load_builtin
