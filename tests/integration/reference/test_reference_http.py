@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 from helpers.engine import wait_until
-from reference_server_testing import generate_concurrently, http, metric_total, running_server, sse_events
+from helpers.reference_server import generate_concurrently, http, metric_total, running_server, sse_events
 
 from serving.engine.process import EngineProcess
 

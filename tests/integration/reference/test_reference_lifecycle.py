@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.engine import read_environ, wait_until
-from reference_server_testing import http, port_open, reference_process, worker_processes
+from helpers.reference_server import http, port_open, reference_process, worker_processes
 
 from serving.errors import EngineLaunchError
 from serving.ports import free_port

@@ -16,7 +16,7 @@ import pytest
 from helpers.engine import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_server_testing import InProcessServer, http, in_process_server, metric_total
+from helpers.reference_server import InProcessServer, http, in_process_server, metric_total
 
 from serving.reference.http_common import MAX_JSON_DEPTH
 

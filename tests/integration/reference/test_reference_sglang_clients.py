@@ -9,7 +9,7 @@ import urllib.request
 from typing import Iterator
 
 import pytest
-from reference_server_testing import http, running_server, sse_events
+from helpers.reference_server import http, running_server, sse_events
 
 from serving.engine.process import EngineProcess
 

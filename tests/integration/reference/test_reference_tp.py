@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from reference_server_testing import generate_concurrently, http, running_server, worker_processes
+from helpers.reference_server import generate_concurrently, http, running_server, worker_processes
 
 from serving.engine.process import EngineProcess
 from serving.reference.config import PRESETS
