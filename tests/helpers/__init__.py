@@ -8,4 +8,5 @@ imports these as ``from helpers.engine import reference_config``. Fixtures stay 
     bench.py            FakeServer (an SGLang/OpenAI test double), running_engine, logged
     ray_cluster.py      RayCluster: a real `ray start` cluster (own temp dir and ports), stopped exactly
     reference_server.py reference engines as processes or in this process; http, SSE, metrics
+    serve.py            ServeProcess: `spectune serve` as a user runs it; its config, HTTP, markers
 """

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 from helpers.engine import reference_config, wait_until
-from serve_testing import alive, marked_processes, new_marker
+from helpers.serve import alive, marked_processes, new_marker
 
 from serving.errors import EngineDied, EngineNotReady
 from serving.serve.replica import EnvAuditFailed, _EngineReplica

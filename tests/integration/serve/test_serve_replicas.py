@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from helpers.engine import wait_until
 from helpers.ray_cluster import RayCluster
-from serve_testing import ServeProcess, alive, http, marked_processes, new_marker, write_config
+from helpers.serve import ServeProcess, alive, http, marked_processes, new_marker, write_config
 
 from serving.ports import free_port
 

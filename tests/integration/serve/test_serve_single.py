@@ -18,7 +18,7 @@ from typing import Iterator
 import openai
 import pytest
 from helpers.engine import read_environ, wait_until
-from serve_testing import ServeProcess, alive, http, marked_processes, new_marker, write_config
+from helpers.serve import ServeProcess, alive, http, marked_processes, new_marker, write_config
 
 from serving.ports import free_port
 
