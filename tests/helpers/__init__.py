@@ -9,4 +9,5 @@ imports these as ``from helpers.engine import reference_config``. Fixtures stay 
     ray_cluster.py      RayCluster: a real `ray start` cluster (own temp dir and ports), stopped exactly
     reference_server.py reference engines as processes or in this process; http, SSE, metrics
     serve.py            ServeProcess: `spectune serve` as a user runs it; its config, HTTP, markers
+    sweep.py            BASE_SPEC and write_spec for small reference sweeps, engine markers, MLflow checks
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.engine import processes_with_marker, wait_until
-from sweep_testing import all_runs_ended, engine_marker, reference_engine, write_spec
+from helpers.sweep import all_runs_ended, engine_marker, reference_engine, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

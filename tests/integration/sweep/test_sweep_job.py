@@ -17,7 +17,7 @@ import yaml
 
 from helpers.ray_cluster import RayCluster
 from helpers.engine import processes_with_marker
-from sweep_testing import REPO, engine_marker, write_spec
+from helpers.sweep import REPO, engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -14,7 +14,7 @@ import yaml
 
 from helpers.ray_cluster import RayCluster
 from serving.ports import free_port
-from sweep_testing import REPO, all_runs_ended, write_spec
+from helpers.sweep import REPO, all_runs_ended, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
-from sweep_testing import engine_marker, write_spec
+from helpers.sweep import engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
