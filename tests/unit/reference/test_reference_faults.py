@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reference_core_testing import PROMPTS, greedy_requests, make_models, run_tp
+from helpers.reference_core import PROMPTS, greedy_requests, make_models, run_tp
 
 from serving.redaction import REDACTED
 from serving.reference.faults import CorruptedAllReduce, EnvCondition, Faults, parse_faults

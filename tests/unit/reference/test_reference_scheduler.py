@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reference_core_testing import PRESET, PROMPTS, TOKENIZER, greedy_requests, run_tp
+from helpers.reference_core import PRESET, PROMPTS, TOKENIZER, greedy_requests, run_tp
 
 from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference_core_testing import PRESET, TOKENIZER
+from helpers.reference_core import PRESET, TOKENIZER
 
 from serving.reference.http_common import AppState, RequestError, StreamInterval
 from serving.reference.model import Attention, PrefillSpan

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 import torch
-from reference_core_testing import PRESET, PROMPTS, greedy_requests, run_tp
+from helpers.reference_core import PRESET, PROMPTS, greedy_requests, run_tp
 
 from serving.reference.sampling import SamplingParams, target_probs
 from serving.reference.scheduler import Scheduler
