@@ -10,5 +10,6 @@ imports these as ``from helpers.engine import reference_config``. Fixtures stay 
     reference_core.py   the decoding core in-process (TP=2 as two threads): models, prompts, run_tp
     reference_server.py reference engines as processes or in this process; http, SSE, metrics
     serve.py            ServeProcess: `spectune serve` as a user runs it; its config, HTTP, markers
+    spec_cases.py       BASE (a valid sweep spec), with_ (one field changed), BROKEN (refused specs)
     sweep.py            BASE_SPEC and write_spec for small reference sweeps, engine markers, MLflow checks
 """
