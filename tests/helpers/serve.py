@@ -24,16 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from helpers.engine import alive, wait_until
-from helpers.engine import processes_with_marker as marked_processes
+from helpers.engine import wait_until
 
 __all__ = [
     "REPO",
     "SPECTUNE",
     "ServeProcess",
-    "alive",
     "http",
-    "marked_processes",
     "new_marker",
     "write_config",
 ]

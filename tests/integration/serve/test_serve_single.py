@@ -17,8 +17,8 @@ from typing import Iterator
 
 import openai
 import pytest
-from helpers.engine import read_environ, wait_until
-from helpers.serve import ServeProcess, alive, http, marked_processes, new_marker, write_config
+from helpers.engine import alive, processes_with_marker, read_environ, wait_until
+from helpers.serve import ServeProcess, http, new_marker, write_config
 
 from serving.ports import free_port
 
@@ -65,7 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         assert code == 0, server.log_tail()
         # Ctrl-C left nothing: no replica, no engine server, no TP worker of this test (Ray reaps
         # the replica's process a moment after `spectune serve` has exited: wait, bounded).
-        wait_until(lambda: not marked_processes(marker), timeout_s=120, what="no replica or engine of this test")
+        wait_until(lambda: not processes_with_marker(marker), timeout_s=120, what="no replica or engine of this test")
         assert server.logs_contain(KEY) == [], "the API key was written to a log"
         assert not any(p.is_file() and KEY.encode() in p.read_bytes() for p in (work / "engines").rglob("*"))
     finally:
