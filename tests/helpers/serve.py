@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from helpers.engine import wait_until
 
 __all__ = [

@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+
 from helpers.spec_cases import BROKEN  # the broken specs test_spec.py checks, here through the CLI
 
 REPO = Path(__file__).resolve().parents[2]

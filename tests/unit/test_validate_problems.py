@@ -10,6 +10,7 @@ from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
 from orchestrator.validation import short_repr, validation_problems
 from serving.engine.config import EngineConfig
+
 from helpers.spec_cases import with_
 
 

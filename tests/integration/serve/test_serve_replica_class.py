@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from helpers.engine import alive, processes_with_marker, reference_config, wait_until
-from helpers.serve import new_marker
 
 from serving.errors import EngineDied, EngineNotReady
 from serving.serve.replica import EnvAuditFailed, _EngineReplica
+
+from helpers.engine import alive, processes_with_marker, reference_config, wait_until
+from helpers.serve import new_marker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -11,11 +11,12 @@ import signal
 from typing import Iterator
 
 import pytest
+
+from serving.ports import free_port
+
 from helpers.engine import alive, processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
 from helpers.serve import ServeProcess, http, new_marker, write_config
-
-from serving.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

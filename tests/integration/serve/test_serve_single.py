@@ -17,10 +17,11 @@ from typing import Iterator
 
 import openai
 import pytest
-from helpers.engine import alive, processes_with_marker, read_environ, wait_until
-from helpers.serve import ServeProcess, http, new_marker, write_config
 
 from serving.ports import free_port
+
+from helpers.engine import alive, processes_with_marker, read_environ, wait_until
+from helpers.serve import ServeProcess, http, new_marker, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.ray_cluster import RayCluster
 from helpers.engine import processes_with_marker
+from helpers.ray_cluster import RayCluster
 from helpers.sweep import REPO, engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.ray_cluster import RayCluster
 from serving.ports import free_port
+
+from helpers.ray_cluster import RayCluster
 from helpers.sweep import REPO, all_runs_ended, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers.reference_core import make_models
 
 from serving.reference.model import Model
+
+from helpers.reference_core import make_models
 
 
 @pytest.fixture(scope="session")
