@@ -3,8 +3,10 @@ HAProxy ingress, an API key): the official ``openai`` client, the audit route, r
 engine killed under it.
 
 One served application is shared by every test of the module (Ray + Serve + an engine cost tens
-of seconds on two cores); the kill test runs last, and the fixture's teardown is itself the
-Ctrl-C test: clean exit, no process of the test left, the key in no log.
+of seconds on two cores). The kill test leaves it serving from a new, audited replica, so the
+tests pass in any order; it is last only so that a replacement that never comes fails it alone.
+The fixture's teardown is itself the Ctrl-C test: clean exit, no process of the test left, the
+key in no log.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ def test_malformed_requests_get_400_in_openai_shape_and_the_server_keeps_serving
 
 @pytest.mark.timeout(RECOVERY_TIMEOUT_S + 120)
 def test_sigkilled_engine_is_replaced_and_requests_meanwhile_get_errors_not_hangs(served: dict) -> None:
-    """Runs last in the module: it replaces the replica the other tests used."""
+    """Ends once a new replica serves, the old engine is gone and the new one passed its audit:
+    what the other tests need, whether they run before or after it."""
     url = served["url"]
     before = http(url + "/spectune/audit", key=KEY).json()
     old_replica, old_pids = before["replica"], [p["pid"] for p in before["now"]["processes"]]
