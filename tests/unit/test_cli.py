@@ -12,7 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from test_spec import BROKEN  # the same broken specs, checked through the CLI
+
+from helpers.spec_cases import BROKEN  # the broken specs test_spec.py checks, here through the CLI
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_SPEC = REPO / "experiments" / "reference-cpu.yaml"
@@ -103,7 +104,7 @@ def test_examples_list_and_copy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("case", "data", "field", "words"), BROKEN, ids=[b[0] for b in BROKEN])
 def test_every_broken_spec_exits_2_naming_field(tmp_path: Path, case: str, data: dict, field: str, words: str) -> None:
-    """The spec cases of test_spec.py, through the command a user runs: exit 2, field named."""
+    """The broken specs of helpers/spec_cases.py, through the command a user runs: exit 2, field named."""
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(data))
     result = runner.invoke(app, ["validate", str(path)], terminal_width=200)

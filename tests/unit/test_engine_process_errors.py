@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_support import wait_until
 
 from serving.engine.command import EngineCommand
 from serving.engine.process import EngineProcess
@@ -21,6 +20,8 @@ from serving.errors import (
     EngineStopError,
 )
 from serving.ports import free_port
+
+from helpers.engine import wait_until
 
 # They print READY (computed, so the command line echoed at the top of the log cannot match).
 SLEEPER = "import signal; print('ready'.upper(), flush=True); signal.pause()"

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from engine_support import read_environ, wait_until
 
 from serving.engine.command import EngineCommand
 from serving.engine.exec_wrapper import wrapped_argv
 from serving.engine.process import EngineProcess
 from serving.errors import EngineLaunchError
+
+from helpers.engine import read_environ, wait_until
 
 # Stands in for an engine: says it runs, records SIGTERM, otherwise waits forever.
 ENGINE = textwrap.dedent(

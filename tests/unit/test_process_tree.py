@@ -11,9 +11,10 @@ from typing import Iterator
 
 import psutil
 import pytest
-from engine_support import wait_until
 
 from serving.engine.process_tree import ProcessTree
+
+from helpers.engine import wait_until
 
 SLEEPER = [sys.executable, "-c", "import signal; signal.pause()"]  # until a signal ends it
 

@@ -10,7 +10,8 @@ from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
 from orchestrator.validation import short_repr, validation_problems
 from serving.engine.config import EngineConfig
-from test_spec import with_
+
+from helpers.spec_cases import with_
 
 
 def _problems(**fields) -> list[str]:

@@ -1,6 +1,6 @@
 """Servers for the benchmark tests: the HTTP-level test double and the shared reference engines.
 
-The fake server (``bench_testing.FakeServer``) is one per session, reset around each test. The
+The fake server (``helpers.bench.FakeServer``) is one per session, reset around each test. The
 reference-engine fixtures start real engines through the production ``EngineProcess`` (one per
 session, shared by every test that needs it: startup costs seconds on two cores).
 """
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from bench_testing import FakeServer, running_engine
-from engine_support import reference_config
+from helpers.bench import FakeServer, running_engine
+from helpers.engine import reference_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from serving.engine.process import EngineProcess

@@ -13,11 +13,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bench_testing import FakeServer, expected_accept_length
 from orchestrator.bench import BenchResult, BenchSettings, run_benchmark
 from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.report import summary_table
+
+from helpers.bench import FakeServer, expected_accept_length
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bench_testing import running_engine
-from engine_support import reference_config
 from orchestrator.bench import BenchmarkAborted, BenchSettings, read_json, run_benchmark, run_probe
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.errors import BenchmarkError
+
+from helpers.bench import running_engine
+from helpers.engine import reference_config
 
 pytestmark = [pytest.mark.integration]
 

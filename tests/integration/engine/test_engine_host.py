@@ -17,7 +17,7 @@ import pytest
 from serving.engine.host import EngineHost, create_engine_host, engine_host_options
 from serving.errors import EngineAlreadyStarted, EngineLaunchError
 
-from engine_testing import NCCL_ENV, alive, reference_config, wait_until
+from helpers.engine import NCCL_ENV, alive, reference_config, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

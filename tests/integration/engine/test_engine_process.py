@@ -15,7 +15,7 @@ from serving.engine.audit import audit_process_tree
 from serving.engine.process import EngineProcess
 from serving.errors import EngineDied, EngineLaunchError, EngineStartTimeout
 
-from engine_testing import NCCL_ENV, alive, listening, processes_with_marker, reference_config, wait_until
+from helpers.engine import NCCL_ENV, alive, listening, processes_with_marker, reference_config, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -6,10 +6,11 @@ import json
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
-from reference_server_testing import generate_concurrently, http, metric_total, running_server, sse_events
 
 from serving.engine.process import EngineProcess
+
+from helpers.engine import wait_until
+from helpers.reference_server import generate_concurrently, http, metric_total, running_server, sse_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

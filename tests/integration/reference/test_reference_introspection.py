@@ -11,9 +11,10 @@ from typing import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from reference_server_testing import http, metric_total, running_server, sse_events
 
 from serving.engine.process import EngineProcess
+
+from helpers.reference_server import http, metric_total, running_server, sse_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

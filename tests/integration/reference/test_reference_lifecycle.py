@@ -11,11 +11,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from engine_support import read_environ, wait_until
-from reference_server_testing import http, port_open, reference_process, worker_processes
 
 from serving.errors import EngineLaunchError
 from serving.ports import free_port
+
+from helpers.engine import read_environ, wait_until
+from helpers.reference_server import http, port_open, reference_process, worker_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -13,12 +13,13 @@ import urllib.request
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_server_testing import InProcessServer, http, in_process_server, metric_total
 
 from serving.reference.http_common import MAX_JSON_DEPTH
+
+from helpers.engine import wait_until
+from helpers.reference_server import InProcessServer, http, in_process_server, metric_total
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

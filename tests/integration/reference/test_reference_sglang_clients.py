@@ -9,9 +9,10 @@ import urllib.request
 from typing import Iterator
 
 import pytest
-from reference_server_testing import http, running_server, sse_events
 
 from serving.engine.process import EngineProcess
+
+from helpers.reference_server import http, running_server, sse_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from reference_server_testing import generate_concurrently, http, running_server, worker_processes
 
 from serving.engine.process import EngineProcess
 from serving.reference.config import PRESETS
@@ -17,6 +16,8 @@ from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
 from serving.reference.scheduler import Scheduler
 from serving.reference.tokenizer import ByteTokenizer
+
+from helpers.reference_server import generate_concurrently, http, running_server, worker_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from engine_support import reference_config, wait_until
-from serve_testing import alive, marked_processes, new_marker
 
 from serving.errors import EngineDied, EngineNotReady
 from serving.serve.replica import EnvAuditFailed, _EngineReplica
+
+from helpers.engine import alive, processes_with_marker, reference_config, wait_until
+from helpers.serve import new_marker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -63,7 +64,7 @@ def test_replica_serves_a_healthy_audited_engine_and_notices_its_death(replica_e
             replica.__del__()
 
     asyncio.run(scenario())
-    assert marked_processes(replica_env["SPECTUNE_TEST_MARKER"]) == []
+    assert processes_with_marker(replica_env["SPECTUNE_TEST_MARKER"]) == []
 
 
 def test_replica_refuses_an_engine_that_fails_the_env_audit(
@@ -78,4 +79,4 @@ def test_replica_refuses_an_engine_that_fails_the_env_audit(
         asyncio.run(_replica(config, tmp_path))
     message = str(caught.value)
     assert "env audit FAILED" in message and "missing NCCL_ALGO" in message and "tp_worker" in message, message
-    assert marked_processes(replica_env["SPECTUNE_TEST_MARKER"]) == []
+    assert processes_with_marker(replica_env["SPECTUNE_TEST_MARKER"]) == []

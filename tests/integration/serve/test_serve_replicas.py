@@ -11,11 +11,12 @@ import signal
 from typing import Iterator
 
 import pytest
-from engine_support import wait_until
-from ray_cluster_support import RayCluster
-from serve_testing import ServeProcess, alive, http, marked_processes, new_marker, write_config
 
 from serving.ports import free_port
+
+from helpers.engine import alive, processes_with_marker, wait_until
+from helpers.ray_cluster import RayCluster
+from helpers.serve import ServeProcess, http, new_marker, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +54,7 @@ def two_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         server = ServeProcess.start(config, port=free_port(), args=["--address", cluster.address], log_dir=work)
         yield {"server": server, "url": server.url, "marker": marker}
         assert server.stop() == 0, server.log_tail()
-        wait_until(lambda: not marked_processes(marker), timeout_s=120, what="every engine and replica to be gone")
+        wait_until(lambda: not processes_with_marker(marker), timeout_s=120, what="every engine and replica to be gone")
     finally:
         if server is not None:
             if server.proc.poll() is None:

@@ -3,8 +3,10 @@ HAProxy ingress, an API key): the official ``openai`` client, the audit route, r
 engine killed under it.
 
 One served application is shared by every test of the module (Ray + Serve + an engine cost tens
-of seconds on two cores); the kill test runs last, and the fixture's teardown is itself the
-Ctrl-C test: clean exit, no process of the test left, the key in no log.
+of seconds on two cores). The kill test leaves it serving from a new, audited replica, so the
+tests pass in any order; it is last only so that a replacement that never comes fails it alone.
+The fixture's teardown is itself the Ctrl-C test: clean exit, no process of the test left, the
+key in no log.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Iterator
 
 import openai
 import pytest
-from engine_support import read_environ, wait_until
-from serve_testing import ServeProcess, alive, http, marked_processes, new_marker, write_config
 
 from serving.ports import free_port
+
+from helpers.engine import alive, processes_with_marker, read_environ, wait_until
+from helpers.serve import ServeProcess, http, new_marker, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,7 +68,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         assert code == 0, server.log_tail()
         # Ctrl-C left nothing: no replica, no engine server, no TP worker of this test (Ray reaps
         # the replica's process a moment after `spectune serve` has exited: wait, bounded).
-        wait_until(lambda: not marked_processes(marker), timeout_s=120, what="no replica or engine of this test")
+        wait_until(lambda: not processes_with_marker(marker), timeout_s=120, what="no replica or engine of this test")
         assert server.logs_contain(KEY) == [], "the API key was written to a log"
         assert not any(p.is_file() and KEY.encode() in p.read_bytes() for p in (work / "engines").rglob("*"))
     finally:
@@ -172,7 +175,8 @@ def test_malformed_requests_get_400_in_openai_shape_and_the_server_keeps_serving
 
 @pytest.mark.timeout(RECOVERY_TIMEOUT_S + 120)
 def test_sigkilled_engine_is_replaced_and_requests_meanwhile_get_errors_not_hangs(served: dict) -> None:
-    """Runs last in the module: it replaces the replica the other tests used."""
+    """Ends once a new replica serves, the old engine is gone and the new one passed its audit:
+    what the other tests need, whether they run before or after it."""
     url = served["url"]
     before = http(url + "/spectune/audit", key=KEY).json()
     old_replica, old_pids = before["replica"], [p["pid"] for p in before["now"]["processes"]]

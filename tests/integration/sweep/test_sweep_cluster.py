@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_cluster_support import RayCluster
-from engine_support import processes_with_marker
-from sweep_testing import REPO, engine_marker, write_spec
+from helpers.engine import processes_with_marker
+from helpers.ray_cluster import RayCluster
+from helpers.sweep import REPO, engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

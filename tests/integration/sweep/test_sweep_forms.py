@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import processes_with_marker, wait_until
-from sweep_testing import all_runs_ended, engine_marker, reference_engine, write_spec
+from helpers.engine import processes_with_marker, wait_until
+from helpers.sweep import all_runs_ended, engine_marker, reference_engine, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

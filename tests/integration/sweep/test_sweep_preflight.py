@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_cluster_support import RayCluster
 from serving.ports import free_port
-from sweep_testing import REPO, all_runs_ended, write_spec
+
+from helpers.ray_cluster import RayCluster
+from helpers.sweep import REPO, all_runs_ended, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

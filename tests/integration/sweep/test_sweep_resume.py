@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from engine_support import processes_with_marker, wait_until
-from ray_cluster_support import RayCluster
-from sweep_testing import engine_marker, write_spec
+from helpers.engine import processes_with_marker, wait_until
+from helpers.ray_cluster import RayCluster
+from helpers.sweep import engine_marker, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -1,11 +1,12 @@
-"""Fixtures for the reference engine's in-process tests (helpers: reference_core_testing.py)."""
+"""Fixtures for the reference engine's in-process tests (helpers: tests/helpers/reference_core.py)."""
 
 from __future__ import annotations
 
 import pytest
-from reference_core_testing import make_models
 
 from serving.reference.model import Model
+
+from helpers.reference_core import make_models
 
 
 @pytest.fixture(scope="session")

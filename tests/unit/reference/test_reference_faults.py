@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from reference_core_testing import PROMPTS, greedy_requests, make_models, run_tp
 
 from serving.redaction import REDACTED
 from serving.reference.faults import CorruptedAllReduce, EnvCondition, Faults, parse_faults
 from serving.reference.tp_worker import env_line, visible_env
+
+from helpers.reference_core import PROMPTS, greedy_requests, make_models, run_tp
 
 
 def test_die_after_tokens_with_a_condition_applies_only_where_it_holds() -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from reference_core_testing import PRESET, PROMPTS, TOKENIZER, greedy_requests, run_tp
 
 from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
 from serving.reference.scheduler import Scheduler
 from serving.reference.speculative import SpecConfig
 from serving.reference.tokenizer import EOS_ID
+
+from helpers.reference_core import PRESET, PROMPTS, TOKENIZER, greedy_requests, run_tp
 
 
 def _scheduler(models, spec=None, **kw) -> Scheduler:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference_core_testing import PRESET, TOKENIZER
 
 from serving.reference.http_common import AppState, RequestError, StreamInterval
 from serving.reference.model import Attention, PrefillSpan
@@ -16,6 +15,8 @@ from serving.reference.sampling import SamplingParams
 from serving.reference.scheduler import Scheduler
 from serving.reference.server_args import parse_args
 from serving.reference.speculative import SpecConfig
+
+from helpers.reference_core import PRESET, TOKENIZER
 
 STATE = AppState(args=parse_args(["--model-path", "ref-tiny"]), tokenizer=TOKENIZER, metrics=None)
 

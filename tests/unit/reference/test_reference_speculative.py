@@ -6,11 +6,12 @@ import collections
 
 import pytest
 import torch
-from reference_core_testing import PRESET, PROMPTS, greedy_requests, run_tp
 
 from serving.reference.sampling import SamplingParams, target_probs
 from serving.reference.scheduler import Scheduler
 from serving.reference.speculative import SpecConfig, draft_tree, walk_greedy, walk_sampled
+
+from helpers.reference_core import PRESET, PROMPTS, greedy_requests, run_tp
 
 SPEC_CONFIGS = [(1, 1, 2), (3, 1, 4), (5, 4, 8), (3, 2, 6)]
 

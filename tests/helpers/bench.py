@@ -1,4 +1,4 @@
-"""Test doubles for the benchmark tests (imported by name: pytest puts this folder on sys.path).
+"""Test doubles for the benchmark tests, and the reference engines they measure.
 
 ``FakeServer`` is a small aiohttp app speaking enough of SGLang's API (``/generate`` with SSE,
 ``/server_info``, ``/flush_cache``, ``/health_generate``) and of OpenAI's (``/v1/completions``,
@@ -384,7 +384,7 @@ def expected_accept_length(*, tokens: int, accept_length: int) -> float:
 
 
 # --- reference engines (real servers, started through the production EngineProcess) ----------
-# Their config is the one shared by every engine test: ``engine_support.reference_config``.
+# Their config is the one shared by every engine test: ``helpers.engine.reference_config``.
 
 
 @contextlib.contextmanager

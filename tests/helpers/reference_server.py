@@ -1,9 +1,10 @@
-"""Helpers for the reference engine's server tests (imported by name: pytest puts this folder on
-sys.path). Servers are started through the production ``EngineProcess`` (own session, log file,
-free port, health polling that checks ``poll()`` and quotes the log tail, tree-proof teardown),
-or in this process (``in_process_server``: the production app, engine client and TP worker
-processes, wired as ``serving.reference.server.serve`` wires them) where a test must reach into
-the app or throw many requests cheaply."""
+"""Reference-engine servers for the reference engine's server tests, and how to talk to them.
+
+Servers are started through the production ``EngineProcess`` (own session, log file, free port,
+health polling that checks ``poll()`` and quotes the log tail, tree-proof teardown), or in this
+process (``in_process_server``: the production app, engine client and TP worker processes, wired
+as ``serving.reference.server.serve`` wires them) where a test must reach into the app or throw
+many requests cheaply."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What every engine test shares: one reference-engine config, one wait, one environ reader.
 
-Importable by name from any test (``tests/`` holds the root conftest, so pytest puts it on
-``sys.path``). The waiting and environ reading are the production helpers themselves.
+The waiting and environ reading are the production helpers themselves. The NCCL settings and
+the port check are the engine lifecycle tests' own.
 """
 
 from __future__ import annotations
@@ -12,7 +12,19 @@ from serving.engine.audit import read_environ
 from serving.engine.config import EngineConfig
 from serving.waiting import wait_until
 
-__all__ = ["SPECULATIVE", "alive", "processes_with_marker", "read_environ", "reference_config", "wait_until"]
+__all__ = [
+    "NCCL_ENV",
+    "SPECULATIVE",
+    "alive",
+    "listening",
+    "processes_with_marker",
+    "read_environ",
+    "reference_config",
+    "wait_until",
+]
+
+NCCL_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "INFO"}
+"""The NCCL settings the engine lifecycle tests launch with and the audit must find everywhere."""
 
 SPECULATIVE = dict(
     speculative_algorithm="EAGLE3",
@@ -61,3 +73,11 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def listening(port: int) -> bool:
+    """Whether anything on this machine listens on TCP ``port``."""
+    return any(
+        c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections(kind="tcp")
+    )

@@ -1,5 +1,4 @@
-"""``spectune serve`` as a user runs it, for the Serve tests (imported by name: pytest puts this
-folder on sys.path).
+"""``spectune serve`` as a user runs it, for the Serve tests.
 
 ``ServeProcess`` starts the real command in its own session with an isolated Ray temp dir, waits
 for its readiness line (stdout), and stops it with SIGINT as Ctrl-C does, asserting a clean exit.
@@ -25,21 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from engine_support import alive, wait_until
-from engine_support import processes_with_marker as marked_processes
+
+from helpers.engine import wait_until
 
 __all__ = [
     "REPO",
     "SPECTUNE",
     "ServeProcess",
-    "alive",
     "http",
-    "marked_processes",
     "new_marker",
     "write_config",
 ]
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
 READY_TIMEOUT_S = 240.0
 """Ray start + Serve + engine start on two busy cores."""

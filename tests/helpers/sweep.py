@@ -1,4 +1,4 @@
-"""Specs and checks the sweep tests share (imported by name: pytest puts this folder on sys.path)."""
+"""What the sweep tests share: a small reference-engine spec to vary, engine markers, MLflow checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 BASE_SPEC: dict[str, Any] = {
     "name": "ci-sweep",
