@@ -4,6 +4,8 @@ Modules, in the order data flows through them:
 
 * ``search``: the define-by-run space (SGLang's rules), the baselines, the Optuna searcher.
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
+* ``session``: one engine's life in a trial's placement group (host actor, start, audit, time
+  limit, teardown, log), shared by a trial and a confirmation visit.
 * ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
 * ``results``: trial records (``trials.jsonl``), atomic files.
 * ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.
