@@ -92,6 +92,7 @@ class _TrialState:
 
     plan: TrialPlan
     trial_id: str
+    engine_command: str
     number: int = 0
     run_id: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -185,17 +186,19 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     plan = TrialPlan.from_config(config)
     trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
     engine_config = engine_config_for(spec, plan)
-    command = build_command(engine_config, host="127.0.0.1", port=0)
+    # port 0 stands for the free port the host picks; the record keeps this form (secrets redacted)
+    engine_command = build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True)
     coordinator = ctx.coordinator.get()
     registration = ray.get(coordinator.register_trial.remote(
         trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
-        engine_command=command.shell(redacted=True), engine_config=engine_config.model_dump(),
+        engine_command=engine_command, engine_config=engine_config.model_dump(),
     ))
     if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
         done = TrialRecord.model_validate(registration["finished"])
         tune.report(_final_report(spec, done))
         return
-    state = _TrialState(plan=plan, trial_id=trial_id, number=registration["number"], run_id=registration["run_id"])
+    state = _TrialState(plan=plan, trial_id=trial_id, engine_command=engine_command, number=registration["number"],
+                        run_id=registration["run_id"])
     logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
     record = _run_steps(spec, ctx, state, engine_config)
     ray.get(coordinator.finish_trial.remote(record.model_dump()))
@@ -449,7 +452,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
-        engine_command=build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True),
+        engine_command=state.engine_command,
         mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=_now(),
     )
 
