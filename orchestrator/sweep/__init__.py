@@ -5,6 +5,8 @@ Modules, in the order data flows through them:
 * ``search``: the Optuna searcher over the space's define-by-run function (``orchestrator.space``):
   the baselines first, a staged search, honest tells.
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
+* ``session``: one engine's life in a trial's placement group (host actor, start, audit, time
+  limit, teardown, log), shared by a trial and a confirmation visit.
 * ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
 * ``results``: trial records (``trials.jsonl``), atomic files.
 * ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.

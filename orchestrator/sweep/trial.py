@@ -4,7 +4,9 @@ Runs as a Ray Tune function trainable inside the trial's placement group: bundle
 this function and its load generator; the EngineHost actor is pinned to the bundle with the
 engine's GPUs (bundle 1), created with ``runtime_env={"env_vars": <this trial's NCCL_* and fixed
 env>}``, so the variables reach the engine and its TP workers the one way that works under Ray,
-and the audit proves they did.
+and the audit proves they did. The engine's life (host, start, time limit, teardown, log) is an
+``orchestrator.sweep.session.EngineSession``, the same one a confirmation visit (``run_visit``)
+uses.
 
 Every way a trial can go wrong ends as a *recorded* result with a reason tag (see
 ``orchestrator.results.FAILURE_REASONS``), its engine log and what was measured before the
@@ -21,7 +23,6 @@ import json
 import logging
 import os
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -42,26 +43,16 @@ from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.sweep.results import Objective, TrialRecord, auto_label
 from orchestrator.sweep.search import OBJECTIVE_KEY
+from orchestrator.sweep.session import EngineSession, TrialFailure
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
-from serving.engine.host import create_engine_host
 from serving.engine.nccl_log import check_nccl_log, nccl_debug_enabled
-from serving.environ import ENV
 from serving.waiting import wait_until
 
 __all__ = ["TrialContext", "TrialFailure", "engine_config_for", "run_trial"]
 
 logger = logging.getLogger(__name__)
-
-
-class TrialFailure(Exception):
-    """Ends a trial with a reason tag (one of ``FAILURE_REASONS``) and a message."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -92,13 +83,6 @@ def engine_config_for(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
     return config
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The exception raised inside an actor method, out of Ray's wrapper."""
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        return getattr(exc, "cause", None) or exc
-    return exc
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -109,6 +93,7 @@ class _TrialState:
 
     plan: TrialPlan
     trial_id: str
+    engine_command: str
     number: int = 0
     run_id: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -119,7 +104,6 @@ class _TrialState:
     audit_ok: bool | None = None
     resolved: dict[str, int] | None = None
     measured_in_full: bool = False
-    host: Any = None
     started_at: str = field(default_factory=_now)
 
 
@@ -203,17 +187,19 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     plan = TrialPlan.from_config(config)
     trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
     engine_config = engine_config_for(spec, plan)
-    command = build_command(engine_config, host="127.0.0.1", port=0)
+    # port 0 stands for the free port the host picks; the record keeps this form (secrets redacted)
+    engine_command = build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True)
     coordinator = ctx.coordinator.get()
     registration = ray.get(coordinator.register_trial.remote(
         trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
-        engine_command=command.shell(redacted=True), engine_config=engine_config.model_dump(),
+        engine_command=engine_command, engine_config=engine_config.model_dump(),
     ))
     if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
         done = TrialRecord.model_validate(registration["finished"])
         tune.report(_final_report(spec, done))
         return
-    state = _TrialState(plan=plan, trial_id=trial_id, number=registration["number"], run_id=registration["run_id"])
+    state = _TrialState(plan=plan, trial_id=trial_id, engine_command=engine_command, number=registration["number"],
+                        run_id=registration["run_id"])
     logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
     record = _run_steps(spec, ctx, state, engine_config)
     ray.get(coordinator.finish_trial.remote(record.model_dump()))
@@ -249,40 +235,34 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     coordinator = ctx.coordinator.get()
     started = time.monotonic()
     status, reason, message = "ok", None, ""
-    host = None
-    timed_out = threading.Event()
-    timer: threading.Timer | None = None
+
+    def ship_engine_log(text: str) -> None:
+        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts={"engine.log": text}))
+
+    session = EngineSession(
+        engine_config, session_id=state.trial_id, label=f"trial {state.number}", sweep_name=ctx.sweep_name,
+        num_gpus=ctx.gpus_per_trial, start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_launch_reason,
+        time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
+    )
     try:
         if state.plan.kind != BASELINE_PLAIN:
             baseline = _wait_for_baseline(coordinator, timeout_s=spec.budget.trial_timeout_s)
-        host = state.host = _create_host(spec, ctx, state, engine_config)
-        timer = threading.Timer(spec.budget.trial_timeout_s, _on_timeout, args=(host, timed_out, state))
-        timer.daemon = True
-        timer.start()
-        tic = time.monotonic()
-        try:
-            state.info = ray.get(host.start.remote())
-        except Exception as exc:  # noqa: BLE001 - every launch failure is a trial result
-            cause = _cause(exc)
-            raise TrialFailure(_launch_reason(cause, timed_out), str(cause)) from None
-        finally:
-            state.timings["engine_start"] = time.monotonic() - tic
-        audit = state.info["audit"]
-        state.audit_ok = bool(audit["ok"])
+        session.open()
+        state.info = session.info
+        state.audit_ok = session.audit_ok
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
             "spectune.node_id": state.info.get("node_id"), "spectune.cuda_visible_devices": state.info.get(
                 "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"), "spectune.audit_ok": state.audit_ok,
-        }, texts={"env_audit.json": _json(audit)}))
-        if not state.audit_ok:
-            raise TrialFailure("env_audit", audit.get("summary") or "env audit failed")
-        _resolve(state, coordinator, engine_config)
+        }, texts={"env_audit.json": _json(session.audit)}))
+        session.check_audit()
+        _resolve(state, session, coordinator, engine_config)
         tic = time.monotonic()
-        _probe(spec, state, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
+        _probe(spec, state, session, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
-        _nccl_log_proof(state, coordinator, tp_size=engine_config.tp_size)
+        _nccl_log_proof(state, session, coordinator, tp_size=engine_config.tp_size)
         tic = time.monotonic()
         try:
-            _benchmark(spec, ctx, state)
+            _benchmark(spec, ctx, state, session)
         finally:
             state.timings["bench"] = time.monotonic() - tic
         violation = _slo_violation(spec, state.bench)
@@ -291,7 +271,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
             message = f"SLO exceeded by {violation:.1%} at concurrency {spec.objective_concurrency}"
     except TrialFailure as failure:
         status, reason, message = "failed", failure.reason, failure.message
-        if timed_out.is_set():
+        if session.timed_out:
             reason = "timeout"
             message = f"the trial ran past budget.trial_timeout_s={spec.budget.trial_timeout_s:g} s; {message}"
         if state.plan.kind == BASELINE_PLAIN and not _has_baseline(coordinator):
@@ -302,22 +282,20 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         if state.plan.kind == BASELINE_PLAIN and not _has_baseline(coordinator):
             ray.get(coordinator.baseline_failed.remote(message[:500]))
     finally:
-        if timer is not None:
-            timer.cancel()
-        teardown_problem = _teardown(state, coordinator, host)
-        if teardown_problem and status == "ok":
-            status, reason, message = "failed", "stop_failed", teardown_problem
+        session.close()
+        if session.teardown_problem and status == "ok":
+            status, reason, message = "failed", "stop_failed", session.teardown_problem
     state.timings["total"] = time.monotonic() - started
     return _record(spec, state, status=status, reason=reason, message=message, engine_config=engine_config)
 
 
-def _resolve(state: _TrialState, coordinator: Any, engine_config: EngineConfig) -> None:
+def _resolve(state: _TrialState, session: EngineSession, coordinator: Any, engine_config: EngineConfig) -> None:
     """Record the speculative numbers the engine runs with (``resolved_speculative``): SGLang's
     automatic choice for the auto baseline, and, for an explicit point, whatever the engine made of
     it (a rewritten count is logged once, naming the field). The record is what ran."""
     if engine_config.speculative_algorithm is None:
         return
-    state.resolved = resolved_speculative(state.info["url"])
+    state.resolved = resolved_speculative(session.url)
     if state.resolved is None:
         logger.warning("trial %d (%s): /server_info reports no speculative numbers; the record keeps the requested "
                        "ones", state.number, state.trial_id)
@@ -331,39 +309,10 @@ def _resolve(state: _TrialState, coordinator: Any, engine_config: EngineConfig) 
     ray.get(coordinator.note_resolved.remote(trial_id=state.trial_id, resolved=state.resolved))
 
 
-def _create_host(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_config: EngineConfig) -> Any:
-    """The EngineHost actor in this trial's placement group: bundle 1 holds the engine's GPUs."""
-    pg = ray.util.get_current_placement_group()
-    bundle = 1 if ctx.gpus_per_trial > 0 else 0
-    delivered = dict(engine_config.env)
-    fault = ENV.SPECTUNE_SWEEP_FAULT.get()
-    if fault.startswith("env_in_driver_only:"):
-        # Test switch: the bug this product exists to catch. The variable is put in this
-        # process's environment only ("the driver's shell") and left out of the runtime_env.
-        name = fault.partition(":")[2]
-        if name in delivered:
-            os.environ[name] = delivered.pop(name)
-    log_dir = Path(tempfile.gettempdir()) / "spectune-engines" / ctx.sweep_name / state.trial_id
-    host = create_engine_host(
-        engine_config, log_dir=str(log_dir), num_gpus=ctx.gpus_per_trial, placement_group=pg, bundle_index=bundle,
-        start_timeout_s=spec.budget.engine_start_timeout_s, label=f"trial {state.number}",
-        runtime_env_vars=delivered,
-    )
-    return host
-
-
-def _on_timeout(host: Any, flag: threading.Event, state: _TrialState) -> None:
-    flag.set()
-    logger.warning("trial %d (%s): past its time limit; killing its engine host", state.number, state.trial_id)
-    ray.kill(host, no_restart=True)
-
-
-def _launch_reason(cause: BaseException, timed_out: threading.Event) -> str:
-    """The trial's reason for an engine that never served: past the trial's time limit, not healthy
-    by the engine's start deadline (EngineStartTimeout's ``timeout``), or anything else (it exited,
-    its host died): ``launch_failed``."""
-    if timed_out.is_set():
-        return "timeout"
+def _launch_reason(cause: BaseException) -> str:
+    """The trial's reason for an engine that never served: not healthy by the engine's start
+    deadline (EngineStartTimeout's ``timeout``), or anything else (it exited, its host died):
+    ``launch_failed``. Past the trial's time limit the session says ``timeout`` instead."""
     return "not_healthy" if getattr(cause, "reason", None) in ("not_healthy", "timeout") else "launch_failed"
 
 
@@ -388,9 +337,10 @@ def _wait_for_baseline(coordinator: Any, *, timeout_s: float) -> str:
     return found["text"]
 
 
-def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: str | None) -> None:
+def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,
+           baseline: str | None) -> None:
     """Greedy outputs against the no-speculation baseline (the plain baseline trial writes it)."""
-    url = state.info["url"]
+    url = session.url
     with tempfile.TemporaryDirectory(prefix="spectune-probe-") as tmp:
         path = Path(tmp) / "baseline.json"
         if baseline is not None:
@@ -399,7 +349,7 @@ def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: s
             result = run_probe(base_url=url, baseline_path=path, create_baseline=baseline is None,
                                num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens)
         except BenchmarkError as exc:
-            raise TrialFailure(_engine_gone_or(state, "probe_failed"), str(exc)) from None
+            raise TrialFailure(_engine_gone_or(session.host, "probe_failed"), str(exc)) from None
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
         texts = {"probe.json": result.model_dump_json(indent=2)}
@@ -408,15 +358,15 @@ def _probe(spec: SweepSpec, state: _TrialState, coordinator: Any, *, baseline: s
         raise TrialFailure("probe_mismatch", result.message)
 
 
-def _nccl_log_proof(state: _TrialState, coordinator: Any, *, tp_size: int) -> None:
+def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any, *, tp_size: int) -> None:
     """The second per-rank proof, from NCCL itself: with ``NCCL_DEBUG=INFO`` every rank logs the
     NCCL variables it read ("NCCL_ALGO set by environment to Ring"), and they must be the trial's.
     Runs after the probe, when every rank has all-reduced; without INFO logging it only records
     that it did not apply (``serving.engine.nccl_log``)."""
-    audit = state.info["audit"]
+    audit = session.audit
     expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
     # the log (up to 4 MiB from the engine's node) only where NCCL wrote something to check
-    log_text = ray.get(state.host.log_text.remote()) if nccl_debug_enabled(expected) and tp_size > 1 else ""
+    log_text = ray.get(session.host.log_text.remote()) if nccl_debug_enabled(expected) and tp_size > 1 else ""
     check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
     ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={"spectune.nccl_log": check.status},
                                          texts={"nccl_log.json": _json(check.to_dict())}))
@@ -426,7 +376,7 @@ def _nccl_log_proof(state: _TrialState, coordinator: Any, *, tp_size: int) -> No
         raise TrialFailure("nccl_log", check.summary())
 
 
-def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:
+def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: EngineSession) -> None:
     """The objective's level first (one ``tune.report`` per repetition), then the other levels."""
     coordinator = ctx.coordinator.get()
     objective_level = spec.objective_concurrency
@@ -453,13 +403,13 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState) -> None:
         if not group:
             continue
         try:
-            result = run_benchmark(base_url=state.info["url"], settings=_bench_settings(spec, group),
+            result = run_benchmark(base_url=session.url, settings=_bench_settings(spec, group),
                                    on_repetition=on_repetition)
         except BenchmarkError as exc:
             partial = getattr(exc, "partial", None)
             if partial is not None:
                 _store_bench(state, partial, objective=group[0] == objective_level)
-            raise TrialFailure(_engine_gone_or(state, "bench_failed"), str(exc)) from None
+            raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
         _store_bench(state, result, objective=group[0] == objective_level)
         state.measured_in_full = state.measured_in_full or group[0] == objective_level
     texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
@@ -475,44 +425,13 @@ def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) ->
         state.other_levels = result
 
 
-def _engine_gone_or(state: _TrialState, reason: str) -> str:
-    """``engine_died`` if the engine process is gone (or its host with it), else ``reason``."""
+def _engine_gone_or(host: Any, reason: str) -> str:
+    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``."""
     try:
-        health = ray.get(state.host.health.remote(), timeout=30)
+        health = ray.get(host.health.remote(), timeout=30)
     except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
         return "engine_died"
     return reason if health.get("alive") else "engine_died"
-
-
-def _teardown(state: _TrialState, coordinator: Any, host: Any) -> str | None:
-    """Stop the engine, prove nothing is left, ship its log; returns a problem, if any."""
-    if host is None:
-        return None
-    tic = time.monotonic()
-    problem = None
-    log_text = ""
-    try:
-        try:
-            state.info["stop"] = ray.get(host.stop.remote(), timeout=180)
-        except Exception as exc:  # noqa: BLE001 - a killed host (timeout) has nothing to stop; the rest is recorded
-            cause = _cause(exc)
-            if not isinstance(cause, ray.exceptions.RayActorError):
-                problem = f"engine teardown failed: {cause}"
-        try:
-            log_text = ray.get(host.log_text.remote(), timeout=60)
-        except Exception:  # noqa: BLE001 - the host is gone (timeout): read the log where it was written
-            log_path = state.info.get("log_path")
-            if log_path and Path(log_path).exists():
-                log_text = Path(log_path).read_text(encoding="utf-8", errors="replace")[-4_000_000:]
-    finally:
-        ray.kill(host, no_restart=True)
-    state.timings["teardown"] = time.monotonic() - tic
-    if log_text:
-        try:
-            ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts={"engine.log": log_text}))
-        except Exception:  # noqa: BLE001 - losing the log must not lose the trial's record
-            logger.warning("trial %d: could not store the engine log", state.number, exc_info=True)
-    return problem
 
 
 def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None, message: str,
@@ -534,15 +453,13 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
-        engine_command=build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True),
+        engine_command=state.engine_command,
         mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=_now(),
     )
 
 
 def _json(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)
-
-
 
 
 def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
@@ -555,46 +472,38 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     """
     spec = SweepSpec.model_validate(ctx.spec)
     config = EngineConfig.model_validate(engine_config)
-    state = _TrialState(plan=TrialPlan("search", _no_candidate()), trial_id=visit_id, number=0)
-    host = None
+    values: list[float] = []
     status, reason, message = "ok", None, ""
+    session = EngineSession(
+        config, session_id=visit_id, label="trial 0", sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
+        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason,
+    )
     try:
-        host = state.host = _create_host(spec, ctx, state, config)
-        try:
-            state.info = ray.get(host.start.remote())
-        except Exception as exc:  # noqa: BLE001 - a visit that cannot start is a result, not a crash
-            cause = _cause(exc)
-            raise TrialFailure(getattr(cause, "reason", None) or "launch_failed", str(cause)) from None
-        if not state.info["audit"]["ok"]:
-            raise TrialFailure("env_audit", state.info["audit"].get("summary", "env audit failed"))
-        level = spec.objective_concurrency
-        settings = _bench_settings(spec, [level])
-        overrides: dict[str, Any] = {"repetitions": repetitions}
-        if "min_repetitions" in type(settings).model_fields:
-            overrides["min_repetitions"] = repetitions
-        settings = settings.model_copy(update=overrides)
-        try:
-            result = run_benchmark(base_url=state.info["url"], settings=settings)
-        except BenchmarkError as exc:
-            raise TrialFailure(_engine_gone_or(state, "bench_failed"), str(exc)) from None
-        for repetition in result.level(level).repetitions:
-            value = repetition.flat().get(spec.objective.metric)
-            if isinstance(value, (int, float)):
-                state.objective_values.append(float(value))
+        with session:
+            session.check_audit()
+            level = spec.objective_concurrency
+            settings = _bench_settings(spec, [level])
+            overrides: dict[str, Any] = {"repetitions": repetitions}
+            if "min_repetitions" in type(settings).model_fields:
+                overrides["min_repetitions"] = repetitions
+            settings = settings.model_copy(update=overrides)
+            try:
+                result = run_benchmark(base_url=session.url, settings=settings)
+            except BenchmarkError as exc:
+                raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+            for repetition in result.level(level).repetitions:
+                value = repetition.flat().get(spec.objective.metric)
+                if isinstance(value, (int, float)):
+                    values.append(float(value))
     except TrialFailure as failure:
         status, reason, message = "failed", failure.reason, failure.message
     finally:
-        if host is not None:
-            try:
-                ray.get(host.stop.remote(), timeout=180)
-            except Exception:  # noqa: BLE001 - the visit's figures stand; a leftover is logged
-                logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=True)
-            finally:
-                ray.kill(host, no_restart=True)
-    return {"values": state.objective_values, "status": status, "reason": reason, "message": message}
+        if session.stop_error is not None:  # the visit's figures stand; a leftover is logged
+            logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
+    return {"values": values, "status": status, "reason": reason, "message": message}
 
 
-def _no_candidate() -> Any:
-    from orchestrator.space import Candidate, SpeculativeTriple
-
-    return Candidate(SpeculativeTriple(None, None, None), "custom", {})
+def _visit_launch_reason(cause: BaseException) -> str:
+    """A visit's reason for an engine that never served: the engine error's own (``timeout`` for
+    one not healthy by its start deadline), else ``launch_failed``."""
+    return getattr(cause, "reason", None) or "launch_failed"

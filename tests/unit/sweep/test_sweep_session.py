@@ -1,0 +1,43 @@
+"""EngineSession's verdicts that need no engine: the audit check and what a teardown left behind."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from orchestrator.sweep.session import EngineSession, TrialFailure
+from serving.engine.config import EngineConfig
+from serving.errors import EngineStopError
+
+
+def _session(timings: dict[str, float] | None = None) -> EngineSession:
+    return EngineSession(
+        EngineConfig(kind="reference", model_path="tiny"), session_id="t1", label="trial 1", sweep_name="s",
+        num_gpus=0, start_timeout_s=10.0, launch_reason=lambda cause: "launch_failed", timings=timings,
+    )
+
+
+def test_a_failed_audit_is_env_audit_with_its_summary() -> None:
+    session = _session()
+    session.info = {"audit": {"ok": True, "summary": "env audit passed"}}
+    session.check_audit()
+    session.info = {"audit": {"ok": False, "summary": "env audit FAILED for 1 of 2 processes"}}
+    with pytest.raises(TrialFailure) as failure:
+        session.check_audit()
+    assert (failure.value.reason, failure.value.message) == ("env_audit", "env audit FAILED for 1 of 2 processes")
+
+
+def test_teardown_problem_names_a_failed_stop_but_not_a_host_already_gone() -> None:
+    session = _session()
+    assert session.teardown_problem is None
+    session.stop_error = ray.exceptions.RayActorError()  # killed at the time limit: nothing to stop
+    assert session.teardown_problem is None
+    session.stop_error = EngineStopError("engine processes survived SIGKILL: [12]", survivors=(12,))
+    assert session.teardown_problem == "engine teardown failed: engine processes survived SIGKILL: [12]"
+
+
+def test_closing_a_session_never_opened_does_nothing() -> None:
+    timings: dict[str, float] = {}
+    session = _session(timings)
+    session.close()
+    assert timings == {} and session.stop_error is None and not session.timed_out
