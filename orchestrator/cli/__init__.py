@@ -9,6 +9,7 @@ one module per command group:
 * ``specs``   ``validate``, ``engine-cmd``, ``examples``: read a spec, start nothing;
 * ``sweep``   ``sweep``: the tuning sweep on Ray;
 * ``serve``   ``serve``: the best configuration behind Ray Serve;
+* ``bench``   ``bench``, ``probe``: measure or check a running engine;
 * ``audit``   ``audit``: a running engine's process-tree environment;
 * ``inputs``  what the commands read from the user (a spec file, ``NAME=VALUE`` options).
 
@@ -26,8 +27,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from orchestrator.bench import commands as bench_commands
-from orchestrator.cli import audit, serve, specs, sweep
+from orchestrator.cli import audit, bench, serve, specs, sweep
 from orchestrator.errors import SpectuneError
 from orchestrator.exit_codes import EXIT_FAILED
 
@@ -68,8 +68,8 @@ def _root(
 app.command(name="validate")(specs.validate)
 app.command(name="sweep")(sweep.sweep)
 app.command(name="serve")(serve.serve)
-app.command(name="bench")(bench_commands.bench)
-app.command(name="probe")(bench_commands.probe)
+app.command(name="bench")(bench.bench)
+app.command(name="probe")(bench.probe)
 app.command(name="audit")(audit.audit)
 app.command(name="engine-cmd")(specs.engine_cmd)
 app.command(name="examples")(specs.examples)

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from bench_testing import FakeServer, expected_accept_length
 from orchestrator.bench import BenchResult, BenchSettings, run_benchmark
-from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.report import summary_table
+from orchestrator.cli.bench import bench as bench_command, probe as probe_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

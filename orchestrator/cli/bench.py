@@ -1,4 +1,4 @@
-"""The ``spectune bench`` and ``spectune probe`` commands: parse options, call the library, show it.
+"""``spectune bench`` and ``spectune probe``: parse options, call ``orchestrator.bench``, show the result.
 
 Registered on the CLI app in ``orchestrator.cli``. Exit codes are the CLI's
 (``orchestrator.exit_codes``): 0 success, 1 the command ran and failed (a dead server, a probe
