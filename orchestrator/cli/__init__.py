@@ -23,11 +23,11 @@ import logging
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
 from orchestrator.cli import audit, bench, serve, specs, sweep
+from orchestrator.cli.console import stderr_console
 from orchestrator.errors import SpectuneError
 from orchestrator.exit_codes import EXIT_FAILED
 
@@ -49,7 +49,7 @@ def _configure_logging(verbose: bool) -> None:
     Only the CLI configures logging; records do not propagate to the root logger, so a host
     application's (or Ray's) handlers don't print them twice.
     """
-    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False, markup=False)
+    handler = RichHandler(console=stderr_console(), show_path=False, rich_tracebacks=False, markup=False)
     for name in ("orchestrator", "serving"):
         module_logger = logging.getLogger(name)
         module_logger.handlers[:] = [handler]
@@ -80,5 +80,5 @@ def main() -> None:
     try:
         app()
     except SpectuneError as exc:  # anything not handled by a command: one clear line, no traceback
-        Console(stderr=True).print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
+        stderr_console().print(f"[bold red]error[/]: {escape(str(exc))}")
         raise SystemExit(EXIT_FAILED) from None

@@ -6,8 +6,8 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
+from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import parse_pairs
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from serving.engine.audit import audit_process_tree
@@ -39,11 +39,11 @@ def audit(
     expected = {k: (v or None) for k, v in parse_pairs(expect or [], option="--expect").items()}
     workers = {k: (v or None) for k, v in parse_pairs(worker_expect or [], option="--worker-expect").items()}
     if not expected and not workers:
-        Console(stderr=True).print("give at least one --expect NAME=VALUE", highlight=False)
+        stderr_console().print("give at least one --expect NAME=VALUE")
         raise typer.Exit(EXIT_BAD_INPUT)
     report = audit_process_tree(root_pid=pid, expected=expected, worker_expected=workers)
     if report.processes[0].error == "no such process":
-        Console(stderr=True).print(f"no process with pid {pid}", highlight=False)
+        stderr_console().print(f"no process with pid {pid}")
         raise typer.Exit(EXIT_BAD_INPUT)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))

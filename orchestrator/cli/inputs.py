@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.cli.console import stderr_console
 from orchestrator.errors import SpecError
 from orchestrator.exit_codes import EXIT_BAD_INPUT
 from orchestrator.spec import SweepSpec
@@ -32,15 +32,15 @@ def load_spec(path: Path) -> SweepSpec:
     try:
         return SweepSpec.from_yaml(path)
     except SpecError as exc:
-        err = Console(stderr=True)
-        err.print(f"[bold red]invalid spec[/] {escape(str(path))}:", highlight=False)
+        err = stderr_console()
+        err.print(f"[bold red]invalid spec[/] {escape(str(path))}:")
         for problem in exc.problems[:MAX_SHOWN_PROBLEMS]:
             # field names and messages quote the user's YAML: never let it be read as markup
             where = f"[bold]{escape(problem.field)}[/]: " if problem.field else ""
-            err.print(f"  - {where}{escape(problem.message)}", highlight=False, soft_wrap=True)
+            err.print(f"  - {where}{escape(problem.message)}", soft_wrap=True)
         hidden = len(exc.problems) - MAX_SHOWN_PROBLEMS
         if hidden > 0:
-            err.print(f"  ... and {hidden} more problem{'s' if hidden != 1 else ''}", highlight=False)
+            err.print(f"  ... and {hidden} more problem{'s' if hidden != 1 else ''}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -50,7 +50,7 @@ def parse_pairs(items: list[str], *, option: str) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            Console(stderr=True).print(f"{option} {item!r}: expected NAME=VALUE", highlight=False)
+            stderr_console().print(f"{option} {item!r}: expected NAME=VALUE")
             raise typer.Exit(EXIT_BAD_INPUT)
         out[name.strip()] = value
     return out

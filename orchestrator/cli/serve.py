@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.cli.console import stderr_console
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from serving.serve.ingress import key_digest
 from serving.serve.options import API_KEY_ENV, ServeConfigError, load_serve_file
@@ -55,19 +55,19 @@ def serve(
     Exit 0 after a clean stop (or with the file written), 1 if the application failed to start
     (e.g. an engine failed its env audit), 2 for an invalid config or option.
     """
-    err = Console(stderr=True)
+    err = stderr_console()
     overrides: dict = {"host": host, "port": port, "num_replicas": num_replicas, "gpus_per_replica": gpus_per_replica,
                        "ingress": ingress, "app_name": app_name, "route_prefix": route_prefix}
     if autoscaling_config is not None:
         try:
             overrides["autoscaling_config"] = json.loads(autoscaling_config)
         except ValueError as exc:
-            err.print(f"--autoscaling-config: not valid JSON ({escape(str(exc))})", highlight=False)
+            err.print(f"--autoscaling-config: not valid JSON ({escape(str(exc))})")
             raise typer.Exit(EXIT_BAD_INPUT) from None
     try:
         engine_config, options = load_serve_file(config, overrides={k: v for k, v in overrides.items() if v is not None})
     except ServeConfigError as exc:
-        err.print(f"[bold red]invalid serve config[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]invalid serve config[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     key = api_key or API_KEY_ENV.get() or None
     # The two imports below are here, not at the top: they import Ray and Ray Serve (seconds),
@@ -86,5 +86,5 @@ def serve(
         run_foreground(engine_config, options, api_key=key, address=address,
                        on_ready=lambda ready: typer.echo(ready.line()))
     except ServeStartError as exc:
-        err.print(f"[bold red]serve failed[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]serve failed[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs
 from orchestrator.exit_codes import EXIT_BAD_INPUT
 from orchestrator.space import candidate_from_settings
@@ -100,21 +101,19 @@ def engine_cmd(
         candidate = candidate_from_settings(sweep_spec, parse_pairs(settings or [], option="--set"))
         config = candidate.engine_config(sweep_spec)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        Console(stderr=True).print(
-            f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}", highlight=False
-        )
+        stderr_console().print(f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     command = build_command(config if show_secrets else _shown(config), host=host, port=port, python="python")
     if as_json:
         typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
         return
-    err = Console(stderr=True)
+    err = stderr_console()
     if candidate not in sweep_spec.space():  # membership is computed, the space is never listed
-        err.print("note: this configuration is outside the spec's search space", highlight=False)
+        err.print("note: this configuration is outside the spec's search space")
     for name, value in sorted(config.env.items()):
         reason = danger_of(name, value)
         if reason and not sweep_spec.search.is_allowed(name, value):
-            err.print(f"warning: {name}={value} is dangerous: {reason}", highlight=False, markup=False)
+            err.print(f"warning: {name}={value} is dangerous: {reason}", markup=False)
     typer.echo(command.shell())
 
 
@@ -130,11 +129,11 @@ def examples(
         return
     key = name if name.endswith(".yaml") else f"{name}.yaml"
     if key not in shipped:
-        Console(stderr=True).print(f"no example {name!r}; shipped: {', '.join(sorted(shipped))}", highlight=False)
+        stderr_console().print(f"no example {name!r}; shipped: {', '.join(sorted(shipped))}")
         raise typer.Exit(EXIT_BAD_INPUT)
     target = to / key
     if target.exists():
-        Console(stderr=True).print(f"{target} exists; not overwriting it", highlight=False)
+        stderr_console().print(f"{target} exists; not overwriting it")
         raise typer.Exit(EXIT_BAD_INPUT)
     to.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shipped[key], target)

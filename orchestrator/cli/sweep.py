@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import load_spec
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec_file import read_spec_file
@@ -58,7 +58,7 @@ def sweep(
             spec = resume / "spec.yaml"
         results_dir = str(resume)
     if spec is None:
-        Console(stderr=True).print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR", highlight=False)
+        stderr_console().print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR")
         raise typer.Exit(EXIT_BAD_INPUT)
     sweep_spec = load_spec(spec)
     if dry_run:
@@ -68,15 +68,15 @@ def sweep(
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
                             resume=resume is not None, wait_for_resources_s=wait_for_resources)
     except PreflightError as exc:
-        err = Console(stderr=True)
-        err.print("[bold red]cannot start the sweep[/] (nothing was run):", highlight=False)
+        err = stderr_console()
+        err.print("[bold red]cannot start the sweep[/] (nothing was run):")
         for line in str(exc).splitlines():
-            err.print(f"  - {escape(line)}", highlight=False, soft_wrap=True)
+            err.print(f"  - {escape(line)}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepResumeError as exc:
-        Console(stderr=True).print(f"[bold red]cannot resume[/]: {escape(str(exc))}", highlight=False)
+        stderr_console().print(f"[bold red]cannot resume[/]: {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepBusyError as exc:
-        Console(stderr=True).print(f"[bold red]cannot start[/]: {escape(str(exc))}", highlight=False)
+        stderr_console().print(f"[bold red]cannot start[/]: {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit(outcome.exit_code)
