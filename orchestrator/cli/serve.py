@@ -73,7 +73,7 @@ def serve(
     # The two imports below are here, not at the top: they import Ray and Ray Serve (seconds),
     # which `spectune --help` and every other command do without.
     if emit_serve_config is not None:
-        from serving.app import serve_config_file
+        from serving.serve.app import serve_config_file
 
         emit_serve_config.write_text(
             serve_config_file(engine_config, options, api_key_sha256=key_digest(key) if key else None), encoding="utf-8"

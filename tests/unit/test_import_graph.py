@@ -106,6 +106,18 @@ def test_command_line_code_lives_in_the_cli_package() -> None:
     assert not typer_users, f"command-line code outside orchestrator.cli: {sorted(typer_users)}"
 
 
+def test_the_serve_pieces_never_import_the_application_they_make_up() -> None:
+    """``serving.serve.app`` assembles the application from ``options``, ``replica``, ...: within
+    ``serving`` only the foreground ``runner`` imports it (and ``serving.app``, the old import path
+    kept for earlier Serve config files, re-exports it); nothing in ``serving`` imports ``runner``;
+    nothing in the project imports the old path."""
+    graph = _graph()
+    serving_importers = {m for m in _importers(graph, "serving.serve.app") if _in(m, "serving")}
+    assert serving_importers <= {"serving.serve.runner", "serving.app"}, sorted(serving_importers)
+    assert not {m for m in _importers(graph, "serving.serve.runner") if _in(m, "serving")}
+    assert not _importers(graph, "serving.app"), "import serving.serve.app; serving.app is for old config files"
+
+
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     WHITE, GREY, BLACK = 0, 1, 2
     colour = {m: WHITE for m in graph}
