@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
 from orchestrator.errors import BenchmarkError
+from orchestrator.timestamps import utc_timestamp
 
 __all__ = [
     "PROBE_SCHEMA_VERSION",
@@ -342,7 +342,7 @@ async def arun_probe(
     outputs = [ProbeOutput(prompt_id=r.prompt_id, output_ids=r.output_ids, text=r.output_text) for r in load.records]
     if baseline is None:
         new = ProbeBaseline(
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created_at=utc_timestamp(),
             base_url=base_url,
             server=srv.summarise_server_info(info),
             api=resolved_api,

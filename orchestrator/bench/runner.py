@@ -38,7 +38,6 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import AsyncIterator, Callable, Literal
 
 import aiohttp
@@ -66,6 +65,7 @@ from orchestrator.bench.report import (
 )
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
+from orchestrator.timestamps import utc_timestamp
 
 __all__ = [
     "BenchRun",
@@ -420,7 +420,7 @@ class BenchRun:
         return BenchResult(
             status="ok" if failure is None else "failed",
             failure=failure,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created_at=utc_timestamp(),
             base_url=self.base_url,
             api=self.api,
             model=self.model,

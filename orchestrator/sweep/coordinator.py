@@ -17,7 +17,6 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from orchestrator.sweep.results import (
     read_records,
     write_json_file,
 )
+from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import open_tracker
 
 __all__ = [
@@ -79,10 +79,6 @@ class CoordinatorRef:
 _RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "KILLED", "interrupted": "KILLED"}
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class SweepCoordinator:
     """Owns ``results_dir``: MLflow writes, trial records, the probe baseline."""
 
@@ -107,7 +103,7 @@ class SweepCoordinator:
                 sweep=sweep_name, run_name=f"sweep {sweep_name}", tags={"spectune.results_dir": str(self.results_dir)}
             )
             self.tracker.log_text(self.parent_run_id, spec_text, "spec.yaml")
-            write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name, "created_at": _now()})
+            write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name, "created_at": utc_timestamp()})
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
         self._registered: dict[str, dict[str, Any]] = {}
         self._numbers: dict[str, int] = {}
@@ -189,7 +185,7 @@ class SweepCoordinator:
         self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running"})
         self._registered[trial_id] = {
             "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
-            "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": _now(),
+            "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": utc_timestamp(),
         }
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
@@ -226,7 +222,7 @@ class SweepCoordinator:
         rec = TrialRecord.model_validate(record)
         registered = self._registered.get(rec.trial_id, {})
         rec = rec.model_copy(update={"mlflow_run_id": rec.mlflow_run_id or registered.get("run_id"),
-                                     "ended_at": rec.ended_at or _now()})
+                                     "ended_at": rec.ended_at or utc_timestamp()})
         if rec.mlflow_run_id:
             summary: dict[str, float | None] = {f"final.{k}": v for k, v in rec.metrics.items()}
             if rec.objective is not None:

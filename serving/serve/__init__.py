@@ -11,7 +11,11 @@ The pieces, each with one job:
                     ``EngineProcess`` as the sweep, audits its env at start-up, health checks;
 * ``cluster``       start a local Ray with the chosen ingress path (HAProxy or the plain proxy), or
                     join one and read which path it has;
+* ``app``           the application: one deployment of ``replica`` with its resources and options,
+                    and the Serve config file for ``serve deploy``;
 * ``runner``        ``spectune serve`` in the foreground: deploy, readiness line, clean stop on Ctrl-C.
 
-``serving.app`` assembles the application (and the Serve config file for ``serve deploy``).
+Each imports only those above it; ``app`` is imported by ``runner`` and by the CLI, never by the
+pieces it assembles. (``serving.app`` only re-exports ``app_builder`` for Serve config files
+written by earlier versions.)
 """

@@ -90,7 +90,7 @@ class _EngineReplica:
         Args:
             config: ``EngineConfig.model_dump()``.
             settings: ``log_dir``, ``start_timeout_s``, ``health_check_timeout_s``,
-                ``api_key_sha256`` (see ``serving.app.build_app``).
+                ``api_key_sha256`` (see ``serving.serve.app.build_app``).
 
         Raises:
             EngineLaunchError: the engine did not become healthy (it is stopped).
@@ -203,4 +203,4 @@ def _node_ip() -> str | None:
 
 
 EngineReplica = serve.ingress()(_EngineReplica)
-"""The deployment class (``serve.deployment(EngineReplica).options(...)`` in ``serving.app``)."""
+"""The deployment class (``serve.deployment(EngineReplica).options(...)`` in ``serving.serve.app``)."""

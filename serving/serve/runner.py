@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator
 import ray
 from ray import serve
 
-from serving.app import build_app
 from serving.engine.config import EngineConfig
+from serving.serve.app import build_app
 from serving.serve.cluster import check_serve_address, start_or_join
 from serving.serve.ingress import key_digest
 from serving.serve.options import ServeOptions, ServeStartError

@@ -81,6 +81,44 @@ def test_serving_never_imports_orchestrator() -> None:
     assert not offenders, f"serving/ must not import orchestrator/: {offenders}"
 
 
+def _importers(graph: dict[str, set[str]], target: str) -> set[str]:
+    """The modules that import ``target`` or a module inside it."""
+    return {m for m, targets in graph.items() if any(t == target or t.startswith(target + ".") for t in targets)}
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_command_line_code_lives_in_the_cli_package() -> None:
+    """Commands (typer) are in ``orchestrator.cli`` only, and library modules never import it: the
+    CLI parses and prints and calls the library, never the other way round. The one exception is
+    ``python -m orchestrator.sweep``, the ``spectune sweep`` command under another name."""
+    entry_points = {"orchestrator.sweep.__main__"}
+    importers = {m for m in _importers(_graph(), "orchestrator.cli") if not _in(m, "orchestrator.cli")}
+    assert importers <= entry_points, f"library modules import the CLI: {sorted(importers - entry_points)}"
+    typer_users = set()
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+        if any(_in(name, "typer") for name in names) and not _in(module, "orchestrator.cli"):
+            typer_users.add(module)
+    assert not typer_users, f"command-line code outside orchestrator.cli: {sorted(typer_users)}"
+
+
+def test_the_serve_pieces_never_import_the_application_they_make_up() -> None:
+    """``serving.serve.app`` assembles the application from ``options``, ``replica``, ...: within
+    ``serving`` only the foreground ``runner`` imports it (and ``serving.app``, the old import path
+    kept for earlier Serve config files, re-exports it); nothing in ``serving`` imports ``runner``;
+    nothing in the project imports the old path."""
+    graph = _graph()
+    serving_importers = {m for m in _importers(graph, "serving.serve.app") if _in(m, "serving")}
+    assert serving_importers <= {"serving.serve.runner", "serving.app"}, sorted(serving_importers)
+    assert not {m for m in _importers(graph, "serving.serve.runner") if _in(m, "serving")}
+    assert not _importers(graph, "serving.app"), "import serving.serve.app; serving.app is for old config files"
+
+
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     WHITE, GREY, BLACK = 0, 1, 2
     colour = {m: WHITE for m in graph}

@@ -14,9 +14,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from orchestrator.bench import BenchResult, BenchSettings, run_benchmark
-from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.report import summary_table
+from orchestrator.cli.bench import bench as bench_command, probe as probe_command
 
 from helpers.bench import FakeServer, expected_accept_length
 

@@ -16,10 +16,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from orchestrator.bench import BenchmarkAborted, BenchSettings, ProbeBaselineError, run_benchmark, run_probe
-from orchestrator.bench.commands import bench as bench_command, probe as probe_command
 from orchestrator.bench.loadgen import Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.report import read_json, summary_table
+from orchestrator.cli.bench import bench as bench_command, probe as probe_command
 from orchestrator.errors import BenchmarkError
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 

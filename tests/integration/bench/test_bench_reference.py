@@ -127,7 +127,7 @@ def test_bench_command_keeps_what_was_measured_when_the_engine_dies(tmp_path: Pa
     import typer
     from typer.testing import CliRunner
 
-    from orchestrator.bench.commands import bench as bench_command, probe as probe_command
+    from orchestrator.cli.bench import bench as bench_command, probe as probe_command
     from orchestrator.exit_codes import EXIT_FAILED
 
     # warm-up 32 tokens + 2 repetitions x 4 x 32 = 288 (and a few one-token health checks) < 350 <

@@ -16,8 +16,8 @@ from aiohttp import web
 from typer.testing import CliRunner
 
 from orchestrator.cli import app as cli_app
-from serving.app import REPLICA_SERVE_ENV, deployment_options, serve_config
 from serving.ports import free_port
+from serving.serve.app import REPLICA_SERVE_ENV, deployment_options, serve_config
 from serving.serve.ingress import EngineEndpoint, OpenAIIngress, key_digest
 from serving.serve.openai_errors import from_engine_body
 from serving.serve.options import ServeConfigError, ServeOptions, parse_serve_file
@@ -95,7 +95,7 @@ def test_emitted_serve_config_holds_the_key_digest_only(tmp_path: Path) -> None:
     assert "sk-secret-1" not in text and key_digest("sk-secret-1") in text
     document = yaml.safe_load(text)
     application = document["applications"][0]
-    assert application["import_path"] == "serving.app:app_builder"
+    assert application["import_path"] == "serving.serve.app:app_builder"
     assert application["args"]["serve"] == {"num_replicas": 2}
     assert document["http_options"] == {"host": "127.0.0.1", "port": 8000}
     config, _ = parse_serve_file(BEST_YAML)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench import commands
 from orchestrator.bench.datasets import DatasetError, load_builtin, load_prompts, load_sharegpt, random_prompts
 from orchestrator.bench.loadgen import RequestRecord, Sampling, _Breaker, _Fail, _Response, build_payload
 from orchestrator.bench.metrics import compute_repetition_metrics
@@ -24,6 +23,7 @@ from orchestrator.bench.report import (
 )
 from orchestrator.bench.server import accept_length_from_info, summarise_server_info
 from orchestrator.bench.settings import BenchSettings
+from orchestrator.cli import bench as commands
 from orchestrator.errors import BenchmarkError
 from orchestrator.spec import BenchmarkSpec
 

@@ -1,4 +1,4 @@
-"""The ``spectune bench`` and ``spectune probe`` commands: parse options, call the library, show it.
+"""``spectune bench`` and ``spectune probe``: parse options, call ``orchestrator.bench``, show the result.
 
 Registered on the CLI app in ``orchestrator.cli``. Exit codes are the CLI's
 (``orchestrator.exit_codes``): 0 success, 1 the command ran and failed (a dead server, a probe
@@ -22,6 +22,7 @@ from orchestrator.bench.probe import ProbeBaselineError, run_probe
 from orchestrator.bench.report import BenchmarkAborted, BenchResult, summary_table, write_json
 from orchestrator.bench.runner import ProgressUpdate, run_benchmark
 from orchestrator.bench.settings import BenchSettings
+from orchestrator.cli.console import stderr_console
 from orchestrator.errors import BenchmarkError, SpecError
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec import SweepSpec
@@ -34,7 +35,7 @@ Url = Annotated[str, typer.Argument(help="Base URL of a running engine, e.g. htt
 
 def _fail(code: int, message: str) -> typer.Exit:
     # messages quote servers and model output ("[/INST]"): never let them be read as markup
-    Console(stderr=True).print(f"[bold red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
+    stderr_console().print(f"[bold red]error[/]: {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -163,7 +164,7 @@ def bench(
         problems = "; ".join(str(p) for p in validation_problems(exc, model=BenchSettings))
         raise _fail(EXIT_BAD_INPUT, f"invalid benchmark settings: {problems}") from None
 
-    err = Console(stderr=True)
+    err = stderr_console()
     # how many windows and repetitions a level takes is known only at its end: one bar per batch
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -216,7 +217,7 @@ def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
         typer.echo(result.model_dump_json(indent=2))
     else:
         Console().print(summary_table(result))
-    err = Console(stderr=True)
+    err = stderr_console()
     if result.num_errors:
         kinds: dict[str, int] = {}
         for level in result.levels:
@@ -225,26 +226,23 @@ def _show(result: BenchResult, *, as_json: bool, json_out: Path | None) -> None:
                     kinds[kind] = kinds.get(kind, 0) + count
         err.print(
             f"[yellow]{result.num_errors} of {result.num_requests} requests failed[/]: {escape(str(kinds))}",
-            highlight=False,
         )
     if result.accept_length_mismatch:
         err.print(
             "[yellow]accept_length_mismatch[/]: /server_info and the per-request meta_info disagree beyond "
             f"{result.settings.accept_length_tolerance:.0%}; do not trust the server's accept length",
-            highlight=False,
         )
     elif result.accept_length_not_checkable:
         err.print(
             "[yellow]accept_length_not_checkable[/]: the server's lifetime accept length did not move and the "
             "repetitions may have been too short for it to; it neither agrees nor disagrees",
-            highlight=False,
         )
     if result.noisy:
         noisy = {lvl.concurrency: lvl.noisy_metrics for lvl in result.levels if lvl.noisy}
-        err.print(f"[yellow]noisy[/]: repetitions disagree: {escape(str(noisy))}", highlight=False)
+        err.print(f"[yellow]noisy[/]: repetitions disagree: {escape(str(noisy))}")
     _show_trust(result, err)
     if json_out is not None:
-        err.print(f"result written to {json_out}", highlight=False, markup=False)
+        err.print(f"result written to {json_out}", markup=False)
 
 
 def _show_trust(result: BenchResult, err: Console) -> None:
@@ -253,16 +251,15 @@ def _show_trust(result: BenchResult, err: Console) -> None:
         c = level.concurrency
         if level.warmup is not None and level.warmup.converged is False:
             err.print(f"[yellow]warm-up not converged[/] at c={c}: window tok/s "
-                      f"{', '.join('-' if v is None else f'{v:.1f}' for v in level.warmup.window_tok_per_s)}",
-                      highlight=False)
+                      f"{', '.join('-' if v is None else f'{v:.1f}' for v in level.warmup.window_tok_per_s)}")
         if level.target_met is False and level.ci_rel is not None and level.target_ci_rel is not None:
             err.print(f"[yellow]target not met[/] at c={c}: {escape(str(level.target_metric))} 95% interval "
                       f"±{level.ci_rel:.1%} of the median after {level.repetitions_used} repetitions "
-                      f"(target ±{level.target_ci_rel:.1%}); raise --repetitions for a narrower one", highlight=False)
+                      f"(target ±{level.target_ci_rel:.1%}); raise --repetitions for a narrower one")
         if level.drifts and level.drift is not None:
             err.print(f"[yellow]drift[/] at c={c}: {escape(level.drift.metric)} trends {level.drift.direction} over "
                       f"{level.drift.num_values} repetitions (Mann-Kendall p={level.drift.p_value:.2g}); "
-                      "the machine or engine was still changing", highlight=False)
+                      "the machine or engine was still changing")
 
 
 def probe(

@@ -1,0 +1,155 @@
+"""``spectune validate``, ``engine-cmd`` and ``examples``: read a spec, start nothing.
+
+No Ray, no engine, no network: each command answers from the spec file (or the shipped
+examples) alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.console import stderr_console
+from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs
+from orchestrator.exit_codes import EXIT_BAD_INPUT
+from orchestrator.space import candidate_from_settings
+from orchestrator.summary import describe_spec
+from orchestrator.validation import validation_problems
+from serving.engine.command import build_command
+from serving.engine.config import EngineConfig
+from serving.engine.nccl import danger_of
+from serving.redaction import REDACTED, is_secret, redacted_env
+
+__all__ = ["engine_cmd", "examples", "shipped_examples", "validate"]
+
+
+def validate(
+    spec: SpecPath,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
+    sweep_spec = load_spec(spec)
+    summary = describe_spec(sweep_spec)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    console = Console()
+    console.print(f"[bold green]valid[/] {escape(str(spec))}: sweep [bold]{sweep_spec.name}[/]", highlight=False)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("dimension")
+    table.add_column("values")
+    table.add_column("count", justify="right")
+    for dim in summary["dimensions"]:
+        table.add_row(dim["name"], dim["values"], str(dim["count"]))
+    console.print(table)
+    console.print(f"valid configurations: [bold]{summary['valid_configurations']}[/]", highlight=False)
+    for key in ("engine", "objective", "benchmark", "confirmation", "budget", "tracking"):
+        console.print(f"{key:<12} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
+    for warning in summary["warnings"]:
+        console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def _validation_message(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(p) for p in validation_problems(exc, model=EngineConfig))
+    return str(exc)
+
+
+def _shown(config: EngineConfig) -> EngineConfig:
+    """``config`` for printing: secret-looking env values and string flags replaced (``serving.redaction``)."""
+    flags = {k: REDACTED if is_secret(k) and isinstance(v, str) else v for k, v in config.extra_args.items()}
+    return config.model_copy(update={"env": redacted_env(config.env), "extra_args": flags})
+
+
+def engine_cmd(
+    spec: SpecPath,
+    settings: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            help="KEY=VALUE over the space's first point: num_steps, eagle_topk, num_draft_tokens, "
+            "all_reduce (custom|nccl), NCCL_* (default unsets). Repeatable.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address the engine binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port the engine listens on.")] = 30000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print argv and env as JSON.")] = False,
+    show_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--show-secrets",
+            help="Print secret-looking values (HF_TOKEN, *_KEY, *PASSWORD*, ...) instead of <redacted>.",
+        ),
+    ] = False,
+) -> None:
+    """Print the exact engine command and environment of one configuration, to reproduce a trial by hand.
+
+    Secret-looking values (engine.env HF_TOKEN, *_KEY, *PASSWORD*, ... and such string flags) print
+    as <redacted> unless --show-secrets is given.
+    """
+    sweep_spec = load_spec(spec)
+    try:
+        candidate = candidate_from_settings(sweep_spec, parse_pairs(settings or [], option="--set"))
+        config = candidate.engine_config(sweep_spec)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        stderr_console().print(f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    command = build_command(config if show_secrets else _shown(config), host=host, port=port, python="python")
+    if as_json:
+        typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
+        return
+    err = stderr_console()
+    if candidate not in sweep_spec.space():  # membership is computed, the space is never listed
+        err.print("note: this configuration is outside the spec's search space")
+    for name, value in sorted(config.env.items()):
+        reason = danger_of(name, value)
+        if reason and not sweep_spec.search.is_allowed(name, value):
+            err.print(f"warning: {name}={value} is dangerous: {reason}", markup=False)
+    typer.echo(command.shell())
+
+
+def examples(
+    name: Annotated[Optional[str], typer.Argument(help="Example to copy (omit to list them).")] = None,
+    to: Annotated[Path, typer.Option("--to", help="Directory to copy the example into.")] = Path("."),
+) -> None:
+    """List the example specs shipped with spectune, or copy one to start from."""
+    shipped = shipped_examples()
+    if name is None:
+        for file_name in sorted(shipped):
+            typer.echo(file_name)
+        return
+    key = name if name.endswith(".yaml") else f"{name}.yaml"
+    if key not in shipped:
+        stderr_console().print(f"no example {name!r}; shipped: {', '.join(sorted(shipped))}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    target = to / key
+    if target.exists():
+        stderr_console().print(f"{target} exists; not overwriting it")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shipped[key], target)
+    typer.echo(str(target))
+
+
+def shipped_examples() -> dict[str, Path]:
+    """The example specs installed with spectune (the ``experiments/`` data package), by file name.
+
+    ``experiments/`` holds YAML only, so it is a namespace package; its directories are read
+    directly because importlib.resources cannot read an editable install's namespace mapping.
+    """
+    spec = importlib.util.find_spec("spectune_experiments")
+    found: dict[str, Path] = {}
+    for location in list(spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location)
+        if folder.is_dir():
+            found.update({p.name: p for p in folder.glob("*.yaml")})
+    return found

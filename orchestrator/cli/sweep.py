@@ -1,0 +1,82 @@
+"""``spectune sweep``: run (or resume, or dry-run) a tuning sweep and exit with its outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from orchestrator.cli.console import stderr_console
+from orchestrator.cli.inputs import load_spec
+from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
+from orchestrator.spec_file import read_spec_file
+
+__all__ = ["sweep"]
+
+
+def sweep(
+    spec: Annotated[
+        Optional[Path], typer.Argument(help="Sweep spec YAML (see experiments/); omit with --resume.", show_default=False)
+    ] = None,
+    results_dir: Annotated[
+        Optional[str],
+        typer.Option("--results-dir", help="Where results go (default: the spec's results_dir; under `ray job submit "
+                     "--working-dir` a relative one goes to ~/spectune-results, see the README)."),
+    ] = None,
+    resume: Annotated[
+        Optional[Path],
+        typer.Option("--resume", help="Finish the interrupted sweep in this results directory (its spec.yaml is used)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the baselines and first trials with their exact engine commands and "
+                           "env; no Ray, no GPUs, nothing started."),
+    ] = False,
+    first: Annotated[int, typer.Option("--first", min=0, max=100, help="Proposed trials shown by --dry-run.")] = 3,
+    address: Annotated[
+        Optional[str], typer.Option("--address", help="Ray cluster to use (default: the running one, else a new local one).")
+    ] = None,
+    wait_for_resources: Annotated[
+        float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
+                            help="If no node can hold one trial yet (an autoscaling cluster, nodes still joining), wait "
+                            "this long for one, saying every 30 s what is missing; default 0: exit 2 at once."),
+    ] = 0.0,
+) -> None:
+    """Run a tuning sweep on Ray (Ray Tune + Optuna), one MLflow run per trial.
+
+    Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input or a
+    sweep that cannot run here (preflight: resources, engine package, model paths, MLflow).
+    """
+    # Imported here, not at the top: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow
+    # (seconds), which `spectune --help` and every other command do without.
+    from orchestrator.sweep import dry_run as show_dry_run
+    from orchestrator.sweep.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
+
+    if resume is not None:
+        if spec is None:
+            spec = resume / "spec.yaml"
+        results_dir = str(resume)
+    if spec is None:
+        stderr_console().print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    sweep_spec = load_spec(spec)
+    if dry_run:
+        show_dry_run(sweep_spec, first=first)
+        return
+    try:
+        outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
+                            resume=resume is not None, wait_for_resources_s=wait_for_resources)
+    except PreflightError as exc:
+        err = stderr_console()
+        err.print("[bold red]cannot start the sweep[/] (nothing was run):")
+        for line in str(exc).splitlines():
+            err.print(f"  - {escape(line)}", soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except SweepResumeError as exc:
+        stderr_console().print(f"[bold red]cannot resume[/]: {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except SweepBusyError as exc:
+        stderr_console().print(f"[bold red]cannot start[/]: {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+    raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,164 @@
+"""The Ray Serve application that serves one tuned engine configuration.
+
+One deployment, ``SpectuneEngine``: each replica owns one engine (its GPUs in a STRICT_PACK
+placement group bundle, the configuration's NCCL variables in its runtime_env), proves the env
+at start-up, and is itself the OpenAI-compatible ingress for that engine
+(``serving.serve.ingress``). Requests are spread over the replicas by Serve's ingress — HAProxy
+with direct ingress, or the plain Serve proxy — so a request crosses one proxy hop and one local
+HTTP hop to the engine, and streamed tokens are never re-encoded on the way.
+
+Why one deployment and not an ingress deployment in front of an engine deployment: a second
+deployment puts a Ray actor call (and its serialisation) on every streamed chunk, which on a
+small machine costs more than the speculative-decoding gain being served. The replica that owns
+the engine is the only place that can talk to it over the local loopback, so it is the ingress.
+
+``build_app`` makes the application for ``serve.run``; ``app_builder`` is the same for a Serve
+config file (``import_path: serving.serve.app:app_builder``, written by ``serve_config_file`` for
+``serve deploy`` / ``ray job submit``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from ray import serve
+from ray.serve import Application
+
+from serving.engine.config import EngineConfig
+from serving.serve.options import ServeOptions
+from serving.serve.replica import EngineReplica
+
+__all__ = [
+    "DEPLOYMENT_NAME",
+    "REPLICA_SERVE_ENV",
+    "app_builder",
+    "build_app",
+    "deployment_options",
+    "serve_config",
+    "serve_config_file",
+]
+
+DEPLOYMENT_NAME = "SpectuneEngine"
+
+REPLICA_SERVE_ENV: dict[str, str] = {
+    # A replica that is being replaced (its engine died) or removed stays reachable this long so
+    # that HAProxy takes it out of rotation first; Serve's default of 30 s makes every Ctrl-C and
+    # every replacement wait half a minute. HAProxy health-checks replicas every few seconds and
+    # retries refused connections on another replica, so a few seconds suffice.
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "5",
+    # Run the ingress on the replica's own event loop: by default Serve runs user code on a second
+    # thread and hands every ASGI message across threads, which on a streamed response is a
+    # cross-thread wake-up per chunk. The ingress never blocks its loop (blocking work goes to
+    # threads), so nothing is lost.
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+}
+"""Ray Serve settings read inside each replica process (delivered in its runtime_env)."""
+
+
+def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str, Any]:
+    """The ``serve.deployment(...).options(...)`` of the engine deployment.
+
+    The replica's resources are all in bundle 0 of its placement group (Serve runs the replica
+    there and captures its children), so the engine's GPUs are reserved together, on one node,
+    and released together when the replica goes.
+    """
+    gpus = options.gpus_for(config)
+    cpus = options.cpus_per_replica
+    bundle: dict[str, float] = {"CPU": cpus}
+    if gpus:
+        bundle["GPU"] = gpus
+    passed_through: dict[str, Any] = (
+        {"autoscaling_config": options.autoscaling_config}
+        if options.autoscaling_config is not None
+        else {"num_replicas": options.num_replicas or 1}
+    )
+    if options.max_queued_requests is not None:
+        passed_through["max_queued_requests"] = options.max_queued_requests
+    return {
+        "name": DEPLOYMENT_NAME,
+        **passed_through,
+        "max_ongoing_requests": options.max_ongoing_requests,
+        "health_check_period_s": options.health_check_period_s,
+        "health_check_timeout_s": options.health_check_timeout_s,
+        # engine.stop(): SIGTERM, a grace period, SIGKILL, then proof; Serve must not cut it short
+        "graceful_shutdown_timeout_s": 60.0,
+        # An engine that failed its launch or its env audit three times will fail again; Serve's
+        # default of 20 attempts would take 20 engine starts (an hour for a large model) to say so.
+        "max_constructor_retry_count": 3,
+        "ray_actor_options": {
+            "num_cpus": cpus,
+            "num_gpus": gpus,
+            "runtime_env": {"env_vars": {**REPLICA_SERVE_ENV, **config.env}},
+        },
+        "placement_group_bundles": [bundle],
+        "placement_group_strategy": "STRICT_PACK",
+    }
+
+
+def build_app(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> Application:
+    """The Serve application for ``config`` (bind only: nothing starts until ``serve.run``).
+
+    Args:
+        config: The engine configuration, exactly as measured.
+        options: How to serve it.
+        api_key_sha256: ``serving.serve.ingress.key_digest`` of the API key; None serves without one.
+    """
+    settings = {
+        "log_dir": options.log_dir,  # None: each node's own temp dir (the replica decides)
+        "start_timeout_s": options.engine_start_timeout_s,
+        "health_check_timeout_s": options.health_check_timeout_s,
+        "api_key_sha256": api_key_sha256,
+    }
+    deployment = serve.deployment(EngineReplica).options(**deployment_options(config, options))
+    return deployment.bind(config=config.model_dump(mode="json"), settings=settings)
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Serve's application builder: ``args`` = ``{"engine": {...}, "serve": {...}, "api_key_sha256": ...}``.
+
+    Raises:
+        pydantic.ValidationError: the engine configuration or the serve options are invalid.
+    """
+    config = EngineConfig.model_validate(args["engine"])
+    options = ServeOptions.model_validate(args.get("serve") or {})
+    return build_app(config, options, api_key_sha256=args.get("api_key_sha256"))
+
+
+def serve_config(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> dict[str, Any]:
+    """A Serve config (the schema of ``serve deploy`` / ``serve run CONFIG``) for this application.
+
+    The deployment's options are applied by ``app_builder`` from ``args``, so the file has one
+    source of truth; the API key appears only as its SHA-256.
+    """
+    args: dict[str, Any] = {
+        "engine": config.model_dump(mode="json"),
+        "serve": options.model_dump(mode="json", exclude_defaults=True),
+    }
+    if api_key_sha256 is not None:
+        args["api_key_sha256"] = api_key_sha256
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": options.host, "port": options.port},
+        "applications": [
+            {
+                "name": options.app_name,
+                "route_prefix": options.route_prefix,
+                "import_path": "serving.serve.app:app_builder",
+                "args": args,
+            }
+        ],
+    }
+
+
+def serve_config_file(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> str:
+    """``serve_config`` as YAML text, with comment lines that say how to use it."""
+    header = (
+        "# Ray Serve config written by `spectune serve --emit-serve-config`.\n"
+        "# Deploy on a running cluster:  serve deploy THIS_FILE   (or: ray job submit -- serve run THIS_FILE)\n"
+        "# The cluster's nodes need spectune installed (pip install spectune) or a runtime_env working_dir.\n"
+        "# HAProxy ingress (the faster path): start every node with RAY_SERVE_ENABLE_HA_PROXY=1 ray start ...\n"
+    )
+    if api_key_sha256 is not None:
+        header += "# args.api_key_sha256 is the SHA-256 of the API key, not the key.\n"
+    return header + yaml.safe_dump(serve_config(config, options, api_key_sha256=api_key_sha256), sort_keys=False)
