@@ -6,10 +6,12 @@ Modules, in the order data flows through them:
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
 * ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
 * ``results``: trial records (``trials.jsonl``), atomic files.
+* ``results_dir``: where results go; an earlier sweep's outputs moved to ``history/``.
 * ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """
 
-from orchestrator.sweep.driver import SweepOutcome, SweepResumeError, dry_run, resolve_results_dir, run_sweep
+from orchestrator.sweep.driver import SweepOutcome, SweepResumeError, dry_run, run_sweep
+from orchestrator.sweep.results_dir import resolve_results_dir
 
 __all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from orchestrator.sweep.coordinator import (
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
+from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
@@ -42,17 +41,13 @@ from serving.environ import ENV
 from serving.waiting import wait_until
 
 __all__ = [
-    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep",
+    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "run_sweep",
 ]
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_NO_BEST = 1
-
-_RAY_WORKING_DIR_MARKER = "runtime_resources"
-"""Part of the path of the copy ``ray job submit --working-dir`` runs in (inside Ray's session dir)."""
-
 
 class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
@@ -70,48 +65,6 @@ class SweepOutcome:
     results_dir: Path
     best_yaml: Path | None
     summary: dict[str, Any]
-
-
-def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Path | None = None) -> Path:
-    """Where results go, as an absolute path a person can find afterwards.
-
-    ``--results-dir`` wins; an absolute ``results_dir`` in the spec is used as is. A relative one
-    is taken from the working directory, except under ``ray job submit --working-dir``: the job
-    then runs in a temporary copy inside Ray's session folder that vanishes with the session, so
-    results go to ``$SPECTUNE_RESULTS_ROOT`` (default ``~/spectune-results``) instead, under the
-    spec's results_dir.
-    """
-    if override:
-        return Path(override).expanduser().resolve()
-    path = Path(spec.results_dir).expanduser()
-    if path.is_absolute():
-        return path
-    here = (cwd or Path.cwd()).resolve()
-    if _RAY_WORKING_DIR_MARKER in here.parts or "working_dir_files" in str(here):
-        root = Path(ENV.SPECTUNE_RESULTS_ROOT.get() or Path.home() / "spectune-results")
-        logger.warning(
-            "running inside Ray's temporary copy of the working directory (%s): a relative results_dir would "
-            "vanish with it; writing to %s instead (pass --results-dir /absolute/path to choose)", here, root / path,
-        )
-        return (root / path).resolve()
-    return (here / path).resolve()
-
-
-def _archive_previous(results_dir: Path, console: Console) -> None:
-    """A fresh sweep into a directory holding an earlier one moves the earlier outputs aside (the
-    MLflow database stays: it keeps every sweep's runs)."""
-    outputs = [TRIALS_FILE, STATE_FILE, CONFIRMATION_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
-               "plots", "tune"]
-    present = [name for name in outputs if (results_dir / name).exists()]
-    if not present:
-        return
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = results_dir / "history" / stamp
-    target.mkdir(parents=True, exist_ok=True)
-    for name in present:
-        shutil.move(str(results_dir / name), str(target / name))
-    console.print(f"an earlier sweep's outputs in {escape(str(results_dir))} were moved to {escape(str(target))} "
-                  "(to continue an interrupted sweep instead, run with --resume)", highlight=False)
 
 
 def _console() -> Console:
@@ -407,7 +360,7 @@ def run_sweep(
     for warning in spec.warnings():
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     if not resume:
-        _archive_previous(out, console)
+        archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         atomic_write_text(out / "spec.yaml", spec_text)  # what --resume reads back
