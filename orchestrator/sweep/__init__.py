@@ -8,6 +8,7 @@ Modules, in the order data flows through them:
 * ``results``: trial records (``trials.jsonl``), atomic files.
 * ``results_dir``: where results go; an earlier sweep's outputs moved to ``history/``.
 * ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.
+* ``display``: the console: a line per trial event, and what a quiet sweep is waiting for.
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """
 

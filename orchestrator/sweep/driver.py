@@ -30,6 +30,7 @@ from orchestrator.sweep.coordinator import (
     SweepCoordinator,
     coordinator_name,
 )
+from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
@@ -37,7 +38,6 @@ from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
-from serving.environ import ENV
 from serving.waiting import wait_until
 
 __all__ = [
@@ -67,12 +67,6 @@ class SweepOutcome:
     summary: dict[str, Any]
 
 
-def _console() -> Console:
-    """stdout; a job log is no terminal, and rich would wrap it at 80 columns: use 140 there."""
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
-
-
 def _connect_ray(address: str | None) -> None:
     import ray
 
@@ -82,129 +76,7 @@ def _connect_ray(address: str | None) -> None:
     ray.init(address=address, log_to_driver=False, configure_logging=False)
 
 
-class _Display:
-    """One readable line per event on the job log: trial n/N, its config, the current best, time."""
-
-    def __init__(self, *, console: Console, spec: SweepSpec, total: int) -> None:
-        self.console = console
-        self.spec = spec
-        self.total = total
-        self.started = time.monotonic()
-        self.finished = 0
-        self.best: tuple[float, str] | None = None
-        self.last_line = time.monotonic()
-        self.running: dict[int, tuple[str, float]] = {}
-        """Trial number -> (label, when it started): what a quiet job log is waiting for."""
-        self.activity: tuple[str, float] | None = None
-        """What the driver itself is doing outside the search (a confirmation visit), and since when."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
-        # file) is made anew where the callbacks are restored.
-        state = dict(self.__dict__)
-        state["console"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.console = _console()
-
-    def _elapsed(self) -> str:
-        spent = time.monotonic() - self.started
-        left = ""
-        if self.finished:
-            rest = max(0, self.total - self.finished) * spent / self.finished
-            left = f", ~{_duration(rest)} left"
-        return f"elapsed {_duration(spent)}{left}"
-
-    def line(self, text: str) -> None:
-        self.last_line = time.monotonic()
-        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-    def started_trial(self, number: int, plan: TrialPlan) -> None:
-        self.running[number] = (plan.label(), time.monotonic())
-        self.line(f"[trial {number}/{self.total}] start  {plan.label()}  ({self._elapsed()})")
-
-    def waiting_line(self, free: str) -> str:
-        """What the sweep is waiting for, in one line (printed when the log has been quiet)."""
-        now = time.monotonic()
-        if self.activity is not None:
-            what, since = self.activity
-            return f"[still waiting] {what} (for {_duration(now - since)}; {self._elapsed()})"
-        if self.running:
-            parts = [f"trial {n} {label} running for {_duration(now - since)}"
-                     for n, (label, since) in sorted(self.running.items())]
-            return f"[still waiting] {'; '.join(parts)} (engine start, probe or benchmark; {self._elapsed()})"
-        return (f"[still waiting] for Ray to start the next trial: it needs {free} ({self._elapsed()}); "
-                "`ray status` shows what holds the cluster")
-
-    def repetition(self, number: int, result: dict[str, Any]) -> None:
-        value = result.get(OBJECTIVE_KEY)
-        if isinstance(value, (int, float)):
-            self.line(f"[trial {number}/{self.total}] rep {int(result.get('repetition', 0)) + 1}/"
-                      f"{self.spec.benchmark.repetitions}: {self.spec.objective.metric} {value:.4g}")
-
-    def ended(self, record: TrialRecord | None, number: int, fallback: str) -> None:
-        self.finished += 1
-        self.running.pop(number, None)
-        if record is None:
-            self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
-            return
-        direction = self.spec.objective.direction
-        if record.status == "ok" and record.complete and record.value is not None:
-            if self.best is None or (record.value > self.best[0] if direction == "max" else record.value < self.best[0]):
-                self.best = (record.value, f"trial {record.number} {record.label}")
-        value = f"{record.value:.4g}" if record.value is not None else "-"
-        reason = f" ({record.reason}: {record.message[:160]})" if record.reason else ""
-        best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
-        self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
-                  f"  | best {best}  | {self._elapsed()}")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-class _QuietWatch:
-    """Never a silent job log: once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S``
-    (default 30 s), print what the sweep is waiting for, and again after as long.
-
-    A thread of the driver, apart from :class:`_Display` (which Ray Tune pickles with its
-    callbacks); it only reads the display's state and Ray's free resources.
-    """
-
-    def __init__(self, display: _Display, *, needs: str) -> None:
-        self.display = display
-        self.needs = needs
-        self.limit_s = max(0.5, ENV.SPECTUNE_QUIET_LIMIT_S.get())
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="spectune-quiet-watch", daemon=True)
-
-    def __enter__(self) -> "_QuietWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _free(self) -> str:
-        import ray
-
-        try:
-            free = ray.available_resources()
-        except Exception:  # noqa: BLE001 - a progress line must never break the sweep
-            return self.needs
-        return f"{self.needs} on one node; free now: {free.get('CPU', 0.0):g} CPUs, {free.get('GPU', 0.0):g} GPUs"
-
-    def _watch(self) -> None:
-        while not self._stop.wait(min(1.0, self.limit_s / 2)):
-            if time.monotonic() - self.display.last_line >= self.limit_s:
-                self.display.line(self.display.waiting_line(self._free()))
-
-
-def _callbacks(display: _Display, ref: CoordinatorRef) -> list[Any]:
+def _callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
     import ray
     from ray.tune import Callback
 
@@ -307,12 +179,6 @@ def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any
     return made[-1]
 
 
-def _needs(spec: SweepSpec) -> str:
-    bundles, _ = trial_bundles(spec)
-    cpus = sum(b.get("CPU", 0.0) for b in bundles)
-    return f"{spec.gpus_per_trial:g} GPUs and {cpus:g} CPUs"
-
-
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
                console: Console) -> None:
     """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
@@ -350,7 +216,7 @@ def run_sweep(
     from ray import tune
     from ray.tune import PlacementGroupFactory
 
-    console = console or _console()
+    console = console or job_console()
     out = resolve_results_dir(spec, results_dir)
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
@@ -372,7 +238,7 @@ def run_sweep(
     # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
-    # silent at verbose=0, and the job log then holds only spectune's lines (see _Display).
+    # silent at verbose=0, and the job log then holds only spectune's lines (see Display).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
     # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
@@ -402,7 +268,7 @@ def run_sweep(
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
     )
-    display = _Display(console=console, spec=spec, total=spec.budget.num_trials)
+    display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     tune_dir = out / "tune"
     experiment = tune_dir / spec.name
     if resume and tune.Tuner.can_restore(str(experiment)):
@@ -430,7 +296,7 @@ def run_sweep(
     in_main = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
-        with _QuietWatch(display, needs=_needs(spec)):
+        with QuietWatch(display, needs=trial_needs(spec)):
             tuner.fit()
             return _finish(spec, out=out, coordinator=coordinator, console=console, started=started, display=display,
                            visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
@@ -483,7 +349,7 @@ def _verdict_summary(confirmation: Any) -> dict[str, Any] | None:
             "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
 
 
-def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, display: _Display,
+def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, display: Display,
              visit: Any) -> Any:
     """The sequential confirmation (``confirm.run_confirmation``), its visits persisted by the
     coordinator (a resumed sweep continues where it stopped), each visit shown while it runs."""
@@ -506,7 +372,7 @@ def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, d
 
 
 def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
-            display: _Display, visit: Any) -> SweepOutcome:
+            display: Display, visit: Any) -> SweepOutcome:
     """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
     import ray
 
@@ -592,7 +458,7 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     from serving.engine.command import build_command
     from serving.redaction import redacted_env
 
-    console = console or _console()
+    console = console or job_console()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = SweepSpace(spec)
     searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False,
