@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.sweep.callbacks import tune_callbacks
 from orchestrator.sweep.coordinator import (
     CONFIRMATION_FILE,
     NAMESPACE,
@@ -74,51 +75,6 @@ def _connect_ray(address: str | None) -> None:
         return
     # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
     ray.init(address=address, log_to_driver=False, configure_logging=False)
-
-
-def _callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
-    import ray
-    from ray.tune import Callback
-
-    class SweepCallback(Callback):
-        """Progress lines, and the record of trials that could not record themselves."""
-
-        def __init__(self) -> None:
-            self.numbers: dict[str, int] = {}
-
-        def _number(self, trial: Any) -> int:
-            if trial.trial_id not in self.numbers:
-                self.numbers[trial.trial_id] = ray.get(ref.get().reserve_number.remote(trial_id=trial.trial_id))
-            return self.numbers[trial.trial_id]
-
-        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            display.started_trial(self._number(trial), TrialPlan.from_config(trial.config))
-
-        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            if not result.get("final"):
-                display.repetition(self._number(trial), result)
-
-        def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
-            number = self._number(trial)
-            coordinator = ref.get()
-            ray.get(coordinator.finalize_trial.remote(
-                trial_id=trial.trial_id, status=status, reason=reason, message=message,
-                last_result=dict(trial.last_result or {}),
-            ))
-            found = ray.get(coordinator.record_of.remote(trial_id=trial.trial_id))
-            display.ended(TrialRecord.model_validate(found) if found else None, number, fallback=f"{status} ({reason})")
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self._ended(trial, status="early_stopped", reason="early_stopped",
-                        message="ASHA stopped the trial after a repetition; it can never be the best")
-
-        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            error = getattr(trial, "error_message", None) or "the trial's worker failed (see the job log)"
-            self._ended(trial, status="failed", reason="error", message=str(error)[-2000:])
-
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-
-    return [SweepCallback(), JsonLoggerCallback(), CSVLoggerCallback()]
 
 
 class _BaselineAwareASHA:
@@ -243,7 +199,7 @@ def run_sweep(
     # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
     # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
     # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
-    # results need, are passed explicitly (see _callbacks).
+    # results need, are passed explicitly (see callbacks.tune_callbacks).
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
     # confirmation round); the interrupted trials are recorded and --resume runs them again.
@@ -289,7 +245,7 @@ def run_sweep(
             ),
             run_config=tune.RunConfig(
                 name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=_callbacks(display, ref), verbose=0,
+                callbacks=tune_callbacks(display, ref), verbose=0,
             ),
         )
     started = time.monotonic()
