@@ -36,7 +36,8 @@ from orchestrator.sweep.preflight import PreflightError, check_engine, check_res
 from orchestrator.sweep.report import build_report, summary_table
 from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
-from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSpace, SweepSearch, TrialPlan
+from orchestrator.sweep.scheduler import BaselineAwareASHA
+from orchestrator.sweep.search import SweepSpace, SweepSearch, TrialPlan
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from serving.waiting import wait_until
@@ -75,30 +76,6 @@ def _connect_ray(address: str | None) -> None:
         return
     # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
     ray.init(address=address, log_to_driver=False, configure_logging=False)
-
-
-class _BaselineAwareASHA:
-    """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
-
-    @staticmethod
-    def create(spec: SweepSpec) -> Any:
-        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
-
-        class SweepASHA(ASHAScheduler):
-            def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-                decision = super().on_trial_result(tune_controller, trial, result)
-                if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
-                    return TrialScheduler.CONTINUE
-                return decision
-
-        early = spec.search.early_stopping
-        return SweepASHA(
-            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=spec.objective.direction,
-            # Reports are the objective's repetitions plus one final report; max_t above them all,
-            # so ASHA never stops a trial merely for reaching its last repetition.
-            max_t=spec.benchmark.repetitions + 2,
-            grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
-        )
 
 
 def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
@@ -238,7 +215,7 @@ def run_sweep(
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                search_alg=searcher, scheduler=_BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
+                search_alg=searcher, scheduler=BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
                 else None, num_samples=spec.budget.num_trials,
                 max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
                 reuse_actors=False,
