@@ -11,6 +11,7 @@ Modules, in the order data flows through them:
 * ``display``: the console: a line per trial event, and what a quiet sweep is waiting for.
 * ``callbacks``: Ray Tune's callbacks: progress lines, the record of trials that could not record themselves.
 * ``scheduler``: ASHA early stopping that never stops a baseline.
+* ``cluster``: the driver's Ray connection and the coordinator actor, one per results directory.
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """
 

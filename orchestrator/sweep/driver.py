@@ -22,13 +22,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.sweep.callbacks import tune_callbacks
+from orchestrator.sweep.cluster import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.coordinator import (
     CONFIRMATION_FILE,
-    NAMESPACE,
     STATE_FILE,
     TRIALS_FILE,
     CoordinatorRef,
-    SweepCoordinator,
     coordinator_name,
 )
 from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
@@ -40,7 +39,6 @@ from orchestrator.sweep.scheduler import BaselineAwareASHA
 from orchestrator.sweep.search import SweepSpace, SweepSearch, TrialPlan
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
-from serving.waiting import wait_until
 
 __all__ = [
     "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "run_sweep",
@@ -51,12 +49,9 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_NO_BEST = 1
 
+
 class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
-
-
-class SweepBusyError(SpectuneError):
-    """Another sweep is writing the same results directory."""
 
 
 @dataclass(frozen=True)
@@ -69,49 +64,6 @@ class SweepOutcome:
     summary: dict[str, Any]
 
 
-def _connect_ray(address: str | None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
-
-
-def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
-    """The coordinator actor under its results directory's name, on the driver's node.
-
-    The name is taken while another driver writes the same results directory; a killed driver's
-    coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
-
-    Raises:
-        SweepBusyError: another sweep is writing this results directory.
-    """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    made: list[Any] = []
-
-    def create() -> bool:
-        try:
-            made.append(ray.remote(SweepCoordinator).options(
-                name=ref.name, namespace=NAMESPACE, num_cpus=0, max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-            ).remote(**kwargs))
-        except ValueError:  # the name is taken
-            return False
-        return True
-
-    try:
-        wait_until(create, timeout_s=60, what="the results directory's coordinator name to be free", poll_s=2.0)
-    except TimeoutError:
-        raise SweepBusyError(
-            f"another sweep is writing {kwargs['results_dir']} (its coordinator {ref.name} is alive); wait for it, "
-            "stop it (ray job stop), or use another --results-dir"
-        ) from None
-    return made[-1]
-
-
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
                console: Console) -> None:
     """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
@@ -120,7 +72,7 @@ def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     notes = [check_tracking(tracking_uri)]
-    _connect_ray(address)
+    connect_ray(address)
     notes.append(check_resources(spec, wait_s=wait_s, say=say))
     notes += check_engine(spec, wait_s=wait_s, say=say)
     for note in notes:
@@ -186,7 +138,7 @@ def run_sweep(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     node = ray.get_runtime_context().get_node_id()
     ref = CoordinatorRef(coordinator_name(out))
-    coordinator = _create_coordinator(
+    coordinator = create_coordinator(
         ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
         sweep_name=spec.name, spec_text=spec_text, resume=resume,
     )
