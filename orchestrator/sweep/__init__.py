@@ -12,6 +12,7 @@ Modules, in the order data flows through them:
 * ``callbacks``: Ray Tune's callbacks: progress lines, the record of trials that could not record themselves.
 * ``scheduler``: ASHA early stopping that never stops a baseline.
 * ``cluster``: the driver's Ray connection and the coordinator actor, one per results directory.
+* ``visit``: the confirmation on the cluster: each visit ``trial.run_visit`` placed like a trial, persisted, shown.
 * ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
 """
 

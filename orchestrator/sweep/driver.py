@@ -37,6 +37,7 @@ from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_bes
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.scheduler import BaselineAwareASHA
 from orchestrator.sweep.search import SweepSpace, SweepSearch, TrialPlan
+from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 
@@ -184,7 +185,7 @@ def run_sweep(
         with QuietWatch(display, needs=trial_needs(spec)):
             tuner.fit()
             return _finish(spec, out=out, coordinator=coordinator, console=console, started=started, display=display,
-                           visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
+                           ctx=ctx, bundles=bundles)
     except BaseException as exc:
         # A sweep that cannot finish (Ctrl-C, ray job stop, a bug) leaves no MLflow run RUNNING:
         # its open trials are recorded as interrupted (--resume runs them again), every run ends.
@@ -201,29 +202,6 @@ def run_sweep(
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 
-def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[dict[str, float]]) -> dict[str, Any]:
-    """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
-    like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    from orchestrator.sweep.trial import run_visit
-
-    group = placement_group(bundles, strategy="STRICT_PACK")
-    try:
-        ray.get(group.ready(), timeout=600)
-        task = ray.remote(run_visit).options(
-            num_cpus=bundles[0]["CPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True),
-        )
-        return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
-                                   visit_id=f"confirm-{record.number}-{round_number}",
-                                   repetitions=int(ctx.spec["confirmation"]["repetitions_per_visit"])))
-    finally:
-        remove_placement_group(group)
-
-
 def _verdict_summary(confirmation: Any) -> dict[str, Any] | None:
     """``summary.json``'s ``verdict``: each comparison as ``{"kind", "ratio", "ci95_low", "ci95_high",
     "visits", ...}`` (None where it was not made)."""
@@ -234,30 +212,8 @@ def _verdict_summary(confirmation: Any) -> dict[str, Any] | None:
             "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
 
 
-def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, display: Display,
-             visit: Any) -> Any:
-    """The sequential confirmation (``confirm.run_confirmation``), its visits persisted by the
-    coordinator (a resumed sweep continues where it stopped), each visit shown while it runs."""
-    import ray
-
-    from orchestrator.sweep.confirm import run_confirmation
-
-    def visit_shown(record: TrialRecord, round_number: int) -> dict[str, Any]:
-        display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
-                            "engine (start, warm-up, repetitions)", time.monotonic())
-        try:
-            return visit(record, round_number)
-        finally:
-            display.activity = None
-
-    return run_confirmation(
-        spec, records, visit=visit_shown, say=display.line, done=ray.get(coordinator.confirmation_visits.remote()),
-        on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
-    )
-
-
 def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
-            display: Display, visit: Any) -> SweepOutcome:
+            display: Display, ctx: Any, bundles: list[dict[str, float]]) -> SweepOutcome:
     """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
     import ray
 
@@ -270,8 +226,8 @@ def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, s
         ))
     records = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
     metric, level = spec.objective.metric, spec.objective_concurrency
-    confirmation = _confirm(spec, records, coordinator=coordinator, display=display, visit=visit) \
-        if spec.confirmation.enabled else None
+    confirmation = run_cluster_confirmation(spec, records, ctx=ctx, bundles=bundles, coordinator=coordinator,
+                                            display=display) if spec.confirmation.enabled else None
     confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
     report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
                           confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
