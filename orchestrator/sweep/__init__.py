@@ -14,11 +14,13 @@ Modules, in the order data flows through them:
 * ``cluster``: the driver's Ray connection and the coordinator actor, one per results directory.
 * ``visit``: the confirmation on the cluster: each visit ``trial.run_visit`` placed like a trial, persisted, shown.
 * ``finish``: every trial recorded, then the verdict's files (summary, best.yaml, plots) and the parent run's figures.
-* ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
+* ``driver``: ``run_sweep``, what the CLI and ``python -m orchestrator.sweep`` call: one sweep, top to bottom.
+* ``preview``: ``dry_run``, the baselines and first proposals with their engine commands, no Ray.
 """
 
-from orchestrator.sweep.driver import SweepResumeError, dry_run, run_sweep
+from orchestrator.sweep.driver import SweepResumeError, run_sweep
 from orchestrator.sweep.finish import SweepOutcome
+from orchestrator.sweep.preview import dry_run
 from orchestrator.sweep.results_dir import resolve_results_dir
 
 __all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]

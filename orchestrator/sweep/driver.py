@@ -33,13 +33,13 @@ from orchestrator.sweep.preflight import PreflightError, check_engine, check_res
 from orchestrator.sweep.results import atomic_write_text
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.scheduler import BaselineAwareASHA
-from orchestrator.sweep.search import SweepSpace, SweepSearch, TrialPlan
+from orchestrator.sweep.search import SweepSpace, SweepSearch
 from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 
 __all__ = [
-    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "run_sweep",
+    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "run_sweep", "sweep_search",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,14 @@ logger = logging.getLogger(__name__)
 
 class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
+
+
+def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[SweepSpace, SweepSearch]:
+    """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
+    (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
+    space = SweepSpace(spec)
+    return space, SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+                              budget=spec.budget.num_trials, slo=slo)
 
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
@@ -145,10 +153,7 @@ def run_sweep(
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
     else:
-        space = SweepSpace(spec)
-        searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                               budget=spec.budget.num_trials,
-                               slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
+        _, searcher = sweep_search(spec, slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -187,48 +192,6 @@ def run_sweep(
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous_sigterm)
-
-
-def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
-            python: str = "python") -> list[dict[str, Any]]:
-    """The baselines and the first ``first`` proposals, with exact engine commands and env; no Ray, no GPUs.
-
-    The proposals come from the same space and sampler (seeded) a live sweep uses, asked in the
-    same order, so they are the points the sweep would start with.
-    """
-    import optuna
-
-    from orchestrator.sweep.trial import engine_config_for
-    from serving.engine.command import build_command
-    from serving.redaction import redacted_env
-
-    console = console or job_console()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = SweepSpace(spec)
-    searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False,
-                           budget=spec.budget.num_trials)
-    plans: list[TrialPlan] = []
-    for index in range(len(space.baselines()) + first):
-        config = searcher.suggest(f"dry-{index}")
-        if not isinstance(config, dict):
-            break
-        plans.append(TrialPlan.from_config(config))
-    dims = ", ".join(f"{name} {values}" for name, values in space.nccl.items()) or "none"
-    console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
-                  f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
-                  f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)
-    shown = []
-    for number, plan in enumerate(plans, start=1):
-        config = engine_config_for(spec, plan)
-        command = build_command(config, host="127.0.0.1", port=30000, python=python)
-        kind = {"baseline_plain": "baseline: no speculation", "baseline_auto": "baseline: SGLang's own choice"}.get(
-            plan.kind, "proposed")
-        console.print(f"[bold]trial {number}[/] ({escape(kind)}): {escape(plan.label())}", highlight=False, soft_wrap=True)
-        console.print(command.shell(redacted=True), highlight=False, markup=False, soft_wrap=True)
-        console.print("")
-        shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
-                      "env": redacted_env(command.env)})
-    return shown
 
 
 def load_spec_text(path: Path) -> str:
