@@ -1,10 +1,17 @@
-"""The sweep driver: Ray Tune + Optuna over the spec's space, then the verdict and its files.
+"""One sweep, top to bottom: ``run_sweep``, what ``spectune sweep`` and ``python -m
+orchestrator.sweep`` (the ``ray job submit`` entry point) call.
 
-``run_sweep`` is what ``spectune sweep`` and ``python -m orchestrator.sweep`` (the ``ray job
-submit`` entry point) call. It connects to the running Ray cluster (or starts a local one),
-creates the coordinator actor on its own node (the single writer of the results directory and
-MLflow), runs the Tuner, and writes ``best.yaml``, ``summary.json``, the plots and the parent
-run's figures. The exit code says whether a valid best configuration came out.
+1. **Preflight** (``preflight``): tracking, then Ray (``cluster.connect_ray``: the running
+   cluster, else a local one), the cluster's resources and the engine where it will run; then the
+   results directory (an earlier sweep's outputs moved to ``history/``, ``results_dir``).
+2. **Coordinator** (``cluster.create_coordinator``): the single writer of the results directory
+   and MLflow, an actor on the driver's node.
+3. **Tuner**: Ray Tune + Optuna over the spec's space (``search``), each trial ``trial.run_trial``
+   in a placement group, early stopping that spares the baselines (``scheduler``), progress on
+   the console (``callbacks``, ``display``).
+4. **Fit**, then every trial's record, the confirmation on fresh engines (``visit``, deciding in
+   ``confirm``) and the verdict's files (``finish``). The exit code says whether a valid best
+   configuration came out.
 """
 
 from __future__ import annotations
@@ -49,37 +56,6 @@ class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
 
 
-def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[SweepSpace, SweepSearch]:
-    """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
-    (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
-    space = SweepSpace(spec)
-    return space, SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                              budget=spec.budget.num_trials, slo=slo)
-
-
-def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
-               console: Console) -> None:
-    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
-    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
-    def say(line: str) -> None:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-
-    notes = [check_tracking(tracking_uri)]
-    connect_ray(address)
-    notes.append(check_resources(spec, wait_s=wait_s, say=say))
-    notes += check_engine(spec, wait_s=wait_s, say=say)
-    for note in notes:
-        say(f"preflight: {note}")
-
-
-class _Interrupted(KeyboardInterrupt):
-    """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Interrupted(f"signal {signal.Signals(signum).name}")
-
-
 def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
@@ -91,8 +67,6 @@ def run_sweep(
         SweepResumeError, SweepBusyError: as their names say.
     """
     import ray
-    from ray import tune
-    from ray.tune import PlacementGroupFactory
 
     console = console or job_console()
     out = resolve_results_dir(spec, results_dir)
@@ -113,22 +87,7 @@ def run_sweep(
     # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
     # resolve any relative path. Every path below is absolute already.
     os.chdir(out)
-    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
-    # silent at verbose=0, and the job log then holds only spectune's lines (see Display).
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
-    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
-    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
-    # results need, are passed explicitly (see callbacks.tune_callbacks).
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
-    # confirmation round); the interrupted trials are recorded and --resume runs them again.
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _configure_tune()
     node = ray.get_runtime_context().get_node_id()
     ref = CoordinatorRef(coordinator_name(out))
     coordinator = create_coordinator(
@@ -138,35 +97,13 @@ def run_sweep(
     info = ray.get(coordinator.info.remote())
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
                   f"parent run {info['parent_run_id']})", highlight=False)
-    from orchestrator.sweep.trial import TrialContext, run_trial
+    from orchestrator.sweep.trial import TrialContext
 
     bundles, _ = trial_bundles(spec)
     ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
-    trainable = tune.with_resources(
-        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
-    )
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
-    tune_dir = out / "tune"
-    experiment = tune_dir / spec.name
-    if resume and tune.Tuner.can_restore(str(experiment)):
-        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
-                                   restart_errored=False)
-    else:
-        _, searcher = sweep_search(spec, slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher, scheduler=BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
-                else None, num_samples=spec.budget.num_trials,
-                max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
-                reuse_actors=False,
-            ),
-            run_config=tune.RunConfig(
-                name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=tune_callbacks(display, ref), verbose=0,
-            ),
-        )
+    tuner = _tuner(spec, ctx=ctx, bundles=bundles, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
@@ -194,7 +131,90 @@ def run_sweep(
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 
+def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
+               console: Console) -> None:
+    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
+    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    notes = [check_tracking(tracking_uri)]
+    connect_ray(address)
+    notes.append(check_resources(spec, wait_s=wait_s, say=say))
+    notes += check_engine(spec, wait_s=wait_s, say=say)
+    for note in notes:
+        say(f"preflight: {note}")
+
+
+def _configure_tune() -> None:
+    """Ray Tune's and Optuna's process-wide settings for the driver, each for the reason beside it."""
+    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
+    # silent at verbose=0, and the job log then holds only spectune's lines (see display.Display).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
+    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
+    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
+    # results need, are passed explicitly (see callbacks.tune_callbacks).
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
+    # confirmation round); the interrupted trials are recorded and --resume runs them again.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _tuner(spec: SweepSpec, *, ctx: Any, bundles: list[dict[str, float]], out: Path, display: Display,
+           ref: CoordinatorRef, resume: bool) -> Any:
+    """The Tuner: each trial ``trial.run_trial`` in a placement group of ``bundles`` (one node);
+    a resumed sweep restores Tune's experiment (its searcher and callbacks come back with it)."""
+    from ray import tune
+    from ray.tune import PlacementGroupFactory
+
+    from orchestrator.sweep.trial import run_trial
+
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
+    )
+    tune_dir = out / "tune"
+    experiment = tune_dir / spec.name
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        return tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
+                                  restart_errored=False)
+    _, searcher = sweep_search(spec, slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
+            else None, num_samples=spec.budget.num_trials,
+            max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
+            callbacks=tune_callbacks(display, ref), verbose=0,
+        ),
+    )
+
+
+def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[SweepSpace, SweepSearch]:
+    """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
+    (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
+    space = SweepSpace(spec)
+    return space, SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+                              budget=spec.budget.num_trials, slo=slo)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Interrupted(f"signal {signal.Signals(signum).name}")
+
+
 def load_spec_text(path: Path) -> str:
     """The spec file's text (for the MLflow parent run's spec.yaml artifact)."""
     return path.read_text(encoding="utf-8")
-
