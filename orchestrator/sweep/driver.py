@@ -213,8 +213,3 @@ class _Interrupted(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Interrupted(f"signal {signal.Signals(signum).name}")
-
-
-def load_spec_text(path: Path) -> str:
-    """The spec file's text (for the MLflow parent run's spec.yaml artifact)."""
-    return path.read_text(encoding="utf-8")
