@@ -1,18 +1,31 @@
 """The tuning sweep: Ray Tune + Optuna over the spec's space, every trial proven and recorded.
 
-Modules, in the order data flows through them:
+Modules, in the order one sweep uses them:
 
+* ``driver``: ``run_sweep``, what the CLI and ``python -m orchestrator.sweep`` call: one sweep, top to bottom.
+* ``preflight``: what the first trial needs (tracking, resources, the engine where it will run), checked first.
+* ``results_dir``: where results go; an earlier sweep's outputs moved to ``history/``.
+* ``cluster``: the driver's Ray connection and the coordinator actor, one per results directory.
+* ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
 * ``search``: the Optuna searcher over the space's define-by-run function (``orchestrator.space``):
   the baselines first, a staged search, honest tells.
+* ``scheduler``: ASHA early stopping that never stops a baseline.
 * ``trial``: one trial (engine host, env audit, probe, benchmark, teardown), as a Tune trainable.
 * ``session``: one engine's life in a trial's placement group (host actor, start, audit, time
   limit, teardown, log), shared by a trial and a confirmation visit.
-* ``coordinator``: the single writer of the results directory and MLflow (a Ray actor).
+* ``callbacks`` / ``display``: Ray Tune's callbacks (progress, trials that could not record themselves)
+  and the console they print to, which is never silent for long.
 * ``results``: trial records (``trials.jsonl``), atomic files.
-* ``report`` / ``plots``: the verdict (best, improvements, NCCL effects) and its plots.
-* ``driver``: ``run_sweep`` and ``dry_run``, what the CLI and ``python -m orchestrator.sweep`` call.
+* ``visit`` / ``confirm``: the confirmation: visits on fresh engines placed like trials, and the
+  interleaved rounds that decide the verdict (no Ray: the visits are handed in).
+* ``finish`` / ``report`` / ``plots``: the verdict's files (summary, best.yaml, summary.json), the
+  best and its improvements and NCCL effects, the plots.
+* ``preview``: ``dry_run``, the baselines and first proposals with their engine commands, no cluster.
 """
 
-from orchestrator.sweep.driver import SweepOutcome, SweepResumeError, dry_run, resolve_results_dir, run_sweep
+from orchestrator.sweep.driver import SweepResumeError, run_sweep
+from orchestrator.sweep.finish import SweepOutcome
+from orchestrator.sweep.preview import dry_run
+from orchestrator.sweep.results_dir import resolve_results_dir
 
 __all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]

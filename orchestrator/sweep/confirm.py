@@ -308,7 +308,7 @@ def run_confirmation(
     """Visit the contenders round by round until decided or ``confirmation.max_visits`` rounds ran.
 
     Args:
-        visit: Runs one visit (``trial.run_visit`` in a placement group, or a test double).
+        visit: Runs one visit (``visit.run_placed_visit``: ``trial.run_visit`` in a placement group; or a test double).
         say: One line of progress for the job log.
         done: Visits an earlier (interrupted) run of this confirmation made; not run again.
         on_visit: Called with each new visit's record as it ends (persisted for resume).

@@ -1,388 +1,60 @@
-"""The sweep driver: Ray Tune + Optuna over the spec's space, then the verdict and its files.
+"""One sweep, top to bottom: ``run_sweep``, what ``spectune sweep`` and ``python -m
+orchestrator.sweep`` (the ``ray job submit`` entry point) call.
 
-``run_sweep`` is what ``spectune sweep`` and ``python -m orchestrator.sweep`` (the ``ray job
-submit`` entry point) call. It connects to the running Ray cluster (or starts a local one),
-creates the coordinator actor on its own node (the single writer of the results directory and
-MLflow), runs the Tuner, and writes ``best.yaml``, ``summary.json``, the plots and the parent
-run's figures. The exit code says whether a valid best configuration came out.
+1. **Preflight** (``preflight``): tracking, then Ray (``cluster.connect_ray``: the running
+   cluster, else a local one), the cluster's resources and the engine where it will run; then the
+   results directory (an earlier sweep's outputs moved to ``history/``, ``results_dir``).
+2. **Coordinator** (``cluster.create_coordinator``): the single writer of the results directory
+   and MLflow, an actor on the driver's node.
+3. **Tuner**: Ray Tune + Optuna over the spec's space (``search``), each trial ``trial.run_trial``
+   in a placement group, early stopping that spares the baselines (``scheduler``), progress on
+   the console (``callbacks``, ``display``).
+4. **Fit**, then every trial's record, the confirmation on fresh engines (``visit``, deciding in
+   ``confirm``) and the verdict's files (``finish``). The exit code says whether a valid best
+   configuration came out.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.space import TrialPlan
 from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.sweep.callbacks import tune_callbacks
+from orchestrator.sweep.cluster import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.coordinator import (
-    CONFIRMATION_FILE,
-    NAMESPACE,
     STATE_FILE,
-    TRIALS_FILE,
     CoordinatorRef,
-    SweepCoordinator,
     coordinator_name,
 )
+from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
+from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
-from orchestrator.sweep.report import build_report, summary_table
-from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
-from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch
+from orchestrator.sweep.results import atomic_write_text
+from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
+from orchestrator.sweep.scheduler import BaselineAwareASHA
+from orchestrator.sweep.search import SweepSearch
+from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
-from serving.environ import ENV
-from serving.waiting import wait_until
 
 __all__ = [
-    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep",
+    "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "run_sweep", "sweep_search",
 ]
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_NO_BEST = 1
-
-_RAY_WORKING_DIR_MARKER = "runtime_resources"
-"""Part of the path of the copy ``ray job submit --working-dir`` runs in (inside Ray's session dir)."""
-
 
 class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
-
-
-class SweepBusyError(SpectuneError):
-    """Another sweep is writing the same results directory."""
-
-
-@dataclass(frozen=True)
-class SweepOutcome:
-    """What a sweep produced."""
-
-    exit_code: int
-    results_dir: Path
-    best_yaml: Path | None
-    summary: dict[str, Any]
-
-
-def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Path | None = None) -> Path:
-    """Where results go, as an absolute path a person can find afterwards.
-
-    ``--results-dir`` wins; an absolute ``results_dir`` in the spec is used as is. A relative one
-    is taken from the working directory, except under ``ray job submit --working-dir``: the job
-    then runs in a temporary copy inside Ray's session folder that vanishes with the session, so
-    results go to ``$SPECTUNE_RESULTS_ROOT`` (default ``~/spectune-results``) instead, under the
-    spec's results_dir.
-    """
-    if override:
-        return Path(override).expanduser().resolve()
-    path = Path(spec.results_dir).expanduser()
-    if path.is_absolute():
-        return path
-    here = (cwd or Path.cwd()).resolve()
-    if _RAY_WORKING_DIR_MARKER in here.parts or "working_dir_files" in str(here):
-        root = Path(ENV.SPECTUNE_RESULTS_ROOT.get() or Path.home() / "spectune-results")
-        logger.warning(
-            "running inside Ray's temporary copy of the working directory (%s): a relative results_dir would "
-            "vanish with it; writing to %s instead (pass --results-dir /absolute/path to choose)", here, root / path,
-        )
-        return (root / path).resolve()
-    return (here / path).resolve()
-
-
-def _archive_previous(results_dir: Path, console: Console) -> None:
-    """A fresh sweep into a directory holding an earlier one moves the earlier outputs aside (the
-    MLflow database stays: it keeps every sweep's runs)."""
-    outputs = [TRIALS_FILE, STATE_FILE, CONFIRMATION_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
-               "plots", "tune"]
-    present = [name for name in outputs if (results_dir / name).exists()]
-    if not present:
-        return
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = results_dir / "history" / stamp
-    target.mkdir(parents=True, exist_ok=True)
-    for name in present:
-        shutil.move(str(results_dir / name), str(target / name))
-    console.print(f"an earlier sweep's outputs in {escape(str(results_dir))} were moved to {escape(str(target))} "
-                  "(to continue an interrupted sweep instead, run with --resume)", highlight=False)
-
-
-def _console() -> Console:
-    """stdout; a job log is no terminal, and rich would wrap it at 80 columns: use 140 there."""
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
-
-
-def _connect_ray(address: str | None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
-
-
-class _Display:
-    """One readable line per event on the job log: trial n/N, its config, the current best, time."""
-
-    def __init__(self, *, console: Console, spec: SweepSpec, total: int) -> None:
-        self.console = console
-        self.spec = spec
-        self.total = total
-        self.started = time.monotonic()
-        self.finished = 0
-        self.best: tuple[float, str] | None = None
-        self.last_line = time.monotonic()
-        self.running: dict[int, tuple[str, float]] = {}
-        """Trial number -> (label, when it started): what a quiet job log is waiting for."""
-        self.activity: tuple[str, float] | None = None
-        """What the driver itself is doing outside the search (a confirmation visit), and since when."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
-        # file) is made anew where the callbacks are restored.
-        state = dict(self.__dict__)
-        state["console"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.console = _console()
-
-    def _elapsed(self) -> str:
-        spent = time.monotonic() - self.started
-        left = ""
-        if self.finished:
-            rest = max(0, self.total - self.finished) * spent / self.finished
-            left = f", ~{_duration(rest)} left"
-        return f"elapsed {_duration(spent)}{left}"
-
-    def line(self, text: str) -> None:
-        self.last_line = time.monotonic()
-        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-    def started_trial(self, number: int, plan: TrialPlan) -> None:
-        self.running[number] = (plan.label(), time.monotonic())
-        self.line(f"[trial {number}/{self.total}] start  {plan.label()}  ({self._elapsed()})")
-
-    def waiting_line(self, free: str) -> str:
-        """What the sweep is waiting for, in one line (printed when the log has been quiet)."""
-        now = time.monotonic()
-        if self.activity is not None:
-            what, since = self.activity
-            return f"[still waiting] {what} (for {_duration(now - since)}; {self._elapsed()})"
-        if self.running:
-            parts = [f"trial {n} {label} running for {_duration(now - since)}"
-                     for n, (label, since) in sorted(self.running.items())]
-            return f"[still waiting] {'; '.join(parts)} (engine start, probe or benchmark; {self._elapsed()})"
-        return (f"[still waiting] for Ray to start the next trial: it needs {free} ({self._elapsed()}); "
-                "`ray status` shows what holds the cluster")
-
-    def repetition(self, number: int, result: dict[str, Any]) -> None:
-        value = result.get(OBJECTIVE_KEY)
-        if isinstance(value, (int, float)):
-            self.line(f"[trial {number}/{self.total}] rep {int(result.get('repetition', 0)) + 1}/"
-                      f"{self.spec.benchmark.repetitions}: {self.spec.objective.metric} {value:.4g}")
-
-    def ended(self, record: TrialRecord | None, number: int, fallback: str) -> None:
-        self.finished += 1
-        self.running.pop(number, None)
-        if record is None:
-            self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
-            return
-        direction = self.spec.objective.direction
-        if record.status == "ok" and record.complete and record.value is not None:
-            if self.best is None or (record.value > self.best[0] if direction == "max" else record.value < self.best[0]):
-                self.best = (record.value, f"trial {record.number} {record.label}")
-        value = f"{record.value:.4g}" if record.value is not None else "-"
-        reason = f" ({record.reason}: {record.message[:160]})" if record.reason else ""
-        best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
-        self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
-                  f"  | best {best}  | {self._elapsed()}")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-class _QuietWatch:
-    """Never a silent job log: once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S``
-    (default 30 s), print what the sweep is waiting for, and again after as long.
-
-    A thread of the driver, apart from :class:`_Display` (which Ray Tune pickles with its
-    callbacks); it only reads the display's state and Ray's free resources.
-    """
-
-    def __init__(self, display: _Display, *, needs: str) -> None:
-        self.display = display
-        self.needs = needs
-        self.limit_s = max(0.5, ENV.SPECTUNE_QUIET_LIMIT_S.get())
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="spectune-quiet-watch", daemon=True)
-
-    def __enter__(self) -> "_QuietWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _free(self) -> str:
-        import ray
-
-        try:
-            free = ray.available_resources()
-        except Exception:  # noqa: BLE001 - a progress line must never break the sweep
-            return self.needs
-        return f"{self.needs} on one node; free now: {free.get('CPU', 0.0):g} CPUs, {free.get('GPU', 0.0):g} GPUs"
-
-    def _watch(self) -> None:
-        while not self._stop.wait(min(1.0, self.limit_s / 2)):
-            if time.monotonic() - self.display.last_line >= self.limit_s:
-                self.display.line(self.display.waiting_line(self._free()))
-
-
-def _callbacks(display: _Display, ref: CoordinatorRef) -> list[Any]:
-    import ray
-    from ray.tune import Callback
-
-    class SweepCallback(Callback):
-        """Progress lines, and the record of trials that could not record themselves."""
-
-        def __init__(self) -> None:
-            self.numbers: dict[str, int] = {}
-
-        def _number(self, trial: Any) -> int:
-            if trial.trial_id not in self.numbers:
-                self.numbers[trial.trial_id] = ray.get(ref.get().reserve_number.remote(trial_id=trial.trial_id))
-            return self.numbers[trial.trial_id]
-
-        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            display.started_trial(self._number(trial), TrialPlan.from_config(trial.config))
-
-        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            if not result.get("final"):
-                display.repetition(self._number(trial), result)
-
-        def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
-            number = self._number(trial)
-            coordinator = ref.get()
-            ray.get(coordinator.finalize_trial.remote(
-                trial_id=trial.trial_id, status=status, reason=reason, message=message,
-                last_result=dict(trial.last_result or {}),
-            ))
-            found = ray.get(coordinator.record_of.remote(trial_id=trial.trial_id))
-            display.ended(TrialRecord.model_validate(found) if found else None, number, fallback=f"{status} ({reason})")
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self._ended(trial, status="early_stopped", reason="early_stopped",
-                        message="ASHA stopped the trial after a repetition; it can never be the best")
-
-        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            error = getattr(trial, "error_message", None) or "the trial's worker failed (see the job log)"
-            self._ended(trial, status="failed", reason="error", message=str(error)[-2000:])
-
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-
-    return [SweepCallback(), JsonLoggerCallback(), CSVLoggerCallback()]
-
-
-class _BaselineAwareASHA:
-    """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
-
-    @staticmethod
-    def create(spec: SweepSpec) -> Any:
-        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
-
-        class SweepASHA(ASHAScheduler):
-            def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-                decision = super().on_trial_result(tune_controller, trial, result)
-                if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
-                    return TrialScheduler.CONTINUE
-                return decision
-
-        early = spec.search.early_stopping
-        return SweepASHA(
-            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=spec.objective.direction,
-            # Reports are the objective's repetitions plus one final report; max_t above them all,
-            # so ASHA never stops a trial merely for reaching its last repetition.
-            max_t=spec.benchmark.repetitions + 2,
-            grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
-        )
-
-
-def _create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
-    """The coordinator actor under its results directory's name, on the driver's node.
-
-    The name is taken while another driver writes the same results directory; a killed driver's
-    coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
-
-    Raises:
-        SweepBusyError: another sweep is writing this results directory.
-    """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    made: list[Any] = []
-
-    def create() -> bool:
-        try:
-            made.append(ray.remote(SweepCoordinator).options(
-                name=ref.name, namespace=NAMESPACE, num_cpus=0, max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-            ).remote(**kwargs))
-        except ValueError:  # the name is taken
-            return False
-        return True
-
-    try:
-        wait_until(create, timeout_s=60, what="the results directory's coordinator name to be free", poll_s=2.0)
-    except TimeoutError:
-        raise SweepBusyError(
-            f"another sweep is writing {kwargs['results_dir']} (its coordinator {ref.name} is alive); wait for it, "
-            "stop it (ray job stop), or use another --results-dir"
-        ) from None
-    return made[-1]
-
-
-def _needs(spec: SweepSpec) -> str:
-    bundles, _ = trial_bundles(spec)
-    cpus = sum(b.get("CPU", 0.0) for b in bundles)
-    return f"{spec.gpus_per_trial:g} GPUs and {cpus:g} CPUs"
-
-
-def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
-               console: Console) -> None:
-    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
-    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
-    def say(line: str) -> None:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-
-    notes = [check_tracking(tracking_uri)]
-    _connect_ray(address)
-    notes.append(check_resources(spec, wait_s=wait_s, say=say))
-    notes += check_engine(spec, wait_s=wait_s, say=say)
-    for note in notes:
-        say(f"preflight: {note}")
-
-
-class _Interrupted(KeyboardInterrupt):
-    """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Interrupted(f"signal {signal.Signals(signum).name}")
 
 
 def run_sweep(
@@ -396,10 +68,8 @@ def run_sweep(
         SweepResumeError, SweepBusyError: as their names say.
     """
     import ray
-    from ray import tune
-    from ray.tune import PlacementGroupFactory
 
-    console = console or _console()
+    console = console or job_console()
     out = resolve_results_dir(spec, results_dir)
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
@@ -409,7 +79,7 @@ def run_sweep(
     for warning in spec.warnings():
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     if not resume:
-        _archive_previous(out, console)
+        archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         atomic_write_text(out / "spec.yaml", spec_text)  # what --resume reads back
@@ -418,71 +88,34 @@ def run_sweep(
     # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
     # resolve any relative path. Every path below is absolute already.
     os.chdir(out)
-    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
-    # silent at verbose=0, and the job log then holds only spectune's lines (see _Display).
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
-    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
-    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
-    # results need, are passed explicitly (see _callbacks).
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
-    # confirmation round); the interrupted trials are recorded and --resume runs them again.
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _configure_tune()
     node = ray.get_runtime_context().get_node_id()
     ref = CoordinatorRef(coordinator_name(out))
-    coordinator = _create_coordinator(
+    coordinator = create_coordinator(
         ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
         sweep_name=spec.name, spec_text=spec_text, resume=resume,
     )
     info = ray.get(coordinator.info.remote())
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
                   f"parent run {info['parent_run_id']})", highlight=False)
-    from orchestrator.sweep.trial import TrialContext, run_trial
+    from orchestrator.sweep.trial import TrialContext
 
     bundles, _ = trial_bundles(spec)
     ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
-    trainable = tune.with_resources(
-        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
-    )
-    display = _Display(console=console, spec=spec, total=spec.budget.num_trials)
-    tune_dir = out / "tune"
-    experiment = tune_dir / spec.name
-    if resume and tune.Tuner.can_restore(str(experiment)):
-        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
-                                   restart_errored=False)
-    else:
-        space = SweepSpace(spec)
-        searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                               budget=spec.budget.num_trials,
-                               slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher, scheduler=_BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
-                else None, num_samples=spec.budget.num_trials,
-                max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
-                reuse_actors=False,
-            ),
-            run_config=tune.RunConfig(
-                name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=_callbacks(display, ref), verbose=0,
-            ),
-        )
+    display = Display(console=console, spec=spec, total=spec.budget.num_trials)
+    tuner = _tuner(spec, ctx=ctx, bundles=bundles, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
-        with _QuietWatch(display, needs=_needs(spec)):
+        with QuietWatch(display, needs=trial_needs(spec)):
             tuner.fit()
-            return _finish(spec, out=out, coordinator=coordinator, console=console, started=started, display=display,
-                           visit=lambda record, round_number: _visit(record, round_number, ctx=ctx, bundles=bundles))
+            records = final_records(coordinator)
+            confirmation = run_cluster_confirmation(spec, records, ctx=ctx, bundles=bundles, coordinator=coordinator,
+                                                    display=display) if spec.confirmation.enabled else None
+            return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
+                                console=console, started=started)
     except BaseException as exc:
         # A sweep that cannot finish (Ctrl-C, ray job stop, a bug) leaves no MLflow run RUNNING:
         # its open trials are recorded as interrupted (--resume runs them again), every run ends.
@@ -499,178 +132,85 @@ def run_sweep(
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 
-def _visit(record: TrialRecord, round_number: int, *, ctx: Any, bundles: list[dict[str, float]]) -> dict[str, Any]:
-    """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
-    like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
+               console: Console) -> None:
+    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
+    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    from orchestrator.sweep.trial import run_visit
-
-    group = placement_group(bundles, strategy="STRICT_PACK")
-    try:
-        ray.get(group.ready(), timeout=600)
-        task = ray.remote(run_visit).options(
-            num_cpus=bundles[0]["CPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True),
-        )
-        return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
-                                   visit_id=f"confirm-{record.number}-{round_number}",
-                                   repetitions=int(ctx.spec["confirmation"]["repetitions_per_visit"])))
-    finally:
-        remove_placement_group(group)
+    notes = [check_tracking(tracking_uri)]
+    connect_ray(address)
+    notes.append(check_resources(spec, wait_s=wait_s, say=say))
+    notes += check_engine(spec, wait_s=wait_s, say=say)
+    for note in notes:
+        say(f"preflight: {note}")
 
 
-def _verdict_summary(confirmation: Any) -> dict[str, Any] | None:
-    """``summary.json``'s ``verdict``: each comparison as ``{"kind", "ratio", "ci95_low", "ci95_high",
-    "visits", ...}`` (None where it was not made)."""
-    if confirmation is None:
-        return None
-    return {"vs_sglang_default": confirmation.vs_sglang_default, "vs_no_speculation": confirmation.vs_no_speculation,
-            "chosen_trial": confirmation.chosen, "rounds": confirmation.rounds,
-            "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
+def _configure_tune() -> None:
+    """Ray Tune's and Optuna's process-wide settings for the driver, each for the reason beside it."""
+    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
+    # silent at verbose=0, and the job log then holds only spectune's lines (see display.Display).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
+    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
+    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
+    # results need, are passed explicitly (see callbacks.tune_callbacks).
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
+    # confirmation round); the interrupted trials are recorded and --resume runs them again.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _confirm(spec: SweepSpec, records: list[TrialRecord], *, coordinator: Any, display: _Display,
-             visit: Any) -> Any:
-    """The sequential confirmation (``confirm.run_confirmation``), its visits persisted by the
-    coordinator (a resumed sweep continues where it stopped), each visit shown while it runs."""
-    import ray
+def _tuner(spec: SweepSpec, *, ctx: Any, bundles: list[dict[str, float]], out: Path, display: Display,
+           ref: CoordinatorRef, resume: bool) -> Any:
+    """The Tuner: each trial ``trial.run_trial`` in a placement group of ``bundles`` (one node);
+    a resumed sweep restores Tune's experiment (its searcher and callbacks come back with it)."""
+    from ray import tune
+    from ray.tune import PlacementGroupFactory
 
-    from orchestrator.sweep.confirm import run_confirmation
+    from orchestrator.sweep.trial import run_trial
 
-    def visit_shown(record: TrialRecord, round_number: int) -> dict[str, Any]:
-        display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
-                            "engine (start, warm-up, repetitions)", time.monotonic())
-        try:
-            return visit(record, round_number)
-        finally:
-            display.activity = None
-
-    return run_confirmation(
-        spec, records, visit=visit_shown, say=display.line, done=ray.get(coordinator.confirmation_visits.remote()),
-        on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
+    )
+    tune_dir = out / "tune"
+    experiment = tune_dir / spec.name
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        return tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
+                                  restart_errored=False)
+    _, searcher = sweep_search(spec, slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
+            else None, num_samples=spec.budget.num_trials,
+            max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
+            callbacks=tune_callbacks(display, ref), verbose=0,
+        ),
     )
 
 
-def _finish(spec: SweepSpec, *, out: Path, coordinator: Any, console: Console, started: float,
-            display: _Display, visit: Any) -> SweepOutcome:
-    """The verdict: confirmation round, summary table, best.yaml, summary.json, plots, parent-run figures."""
-    import ray
-
-    from orchestrator.sweep.plots import draw_plots
-
-    for trial_id in ray.get(coordinator.open_trials.remote()):
-        ray.get(coordinator.finalize_trial.remote(
-            trial_id=trial_id, status="interrupted", reason="interrupted",
-            message="the trial had not recorded an end when the sweep finished",
-        ))
-    records = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
-    metric, level = spec.objective.metric, spec.objective_concurrency
-    confirmation = _confirm(spec, records, coordinator=coordinator, display=display, visit=visit) \
-        if spec.confirmation.enabled else None
-    confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
-    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
-                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
-    report["confirmation"] = confirmation.to_dict() if confirmation else None
-    report["verdict"] = _verdict_summary(confirmation)
-    wall_s = time.monotonic() - started
-    report["wall_s"] = round(wall_s, 1)
-    console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    for line in report["lines"]:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    files: list[Path] = []
-    best_path = None
-    if report["best_config"] is not None:
-        header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [
-            line.strip() for line in report["lines"]
-        ] + [f"serve it: spectune serve {out / 'best.yaml'}"]
-        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
-        write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
-                                                                    "concurrency", "over_sglang_default",
-                                                                    "over_no_speculation", "verdict", "best_config")})
-        files += [out / "best.yaml", out / "best.json"]
-    write_json_file(out / "summary.json", dict(report))
-    text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
-    text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
-    atomic_write_text(out / "summary.txt", summary_text)
-    files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
-    if confirmation is not None:
-        files.append(out / CONFIRMATION_FILE)
-    plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level)
-    figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
-    if report["best_value"] is not None:
-        figures["best." + metric] = report["best_value"]
-    for name, verdict in (report["verdict"] or {}).items():
-        if isinstance(verdict, dict) and verdict.get("ratio") is not None:
-            for key in ("ratio", "ci95_low", "ci95_high", "visits"):
-                if verdict.get(key) is not None:
-                    figures[f"verdict.{name}.{key}"] = float(verdict[key])
-    for key in ("over_sglang_default", "over_no_speculation"):
-        if report[key]:
-            for end in ("ratio", "ci95_low", "ci95_high"):
-                if report[key].get(end) is not None:
-                    figures[f"search.{key}.{end}"] = report[key][end]
-    tags = {"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]}
-    if confirmation is not None and confirmation.vs_sglang_default:
-        tags["spectune.verdict"] = confirmation.vs_sglang_default["kind"]
-    ray.get(coordinator.log_sweep.remote(metrics=figures, tags=tags, files=[str(p) for p in files + plots]))
-    ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
-    console.print(f"results: {escape(str(out))}", highlight=False)
-    console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "
-                  "(then open http://127.0.0.1:5000)", highlight=False)
-    if best_path is None:
-        console.print("no valid best configuration: every trial failed or was stopped early (see the table)",
-                      highlight=False)
-    return SweepOutcome(exit_code=EXIT_OK if best_path else EXIT_NO_BEST, results_dir=out, best_yaml=best_path,
-                        summary=dict(report))
-
-
-def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
-            python: str = "python") -> list[dict[str, Any]]:
-    """The baselines and the first ``first`` proposals, with exact engine commands and env; no Ray, no GPUs.
-
-    The proposals come from the same space and sampler (seeded) a live sweep uses, asked in the
-    same order, so they are the points the sweep would start with.
-    """
-    import optuna
-
-    from orchestrator.sweep.trial import engine_config_for
-    from serving.engine.command import build_command
-    from serving.redaction import redacted_env
-
-    console = console or _console()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[SweepSpace, SweepSearch]:
+    """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
+    (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
     space = SweepSpace(spec)
-    searcher = SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed, slo=False,
-                           budget=spec.budget.num_trials)
-    plans: list[TrialPlan] = []
-    for index in range(len(space.baselines()) + first):
-        config = searcher.suggest(f"dry-{index}")
-        if not isinstance(config, dict):
-            break
-        plans.append(TrialPlan.from_config(config))
-    dims = ", ".join(f"{name} {values}" for name, values in space.nccl.items()) or "none"
-    console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
-                  f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
-                  f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)
-    shown = []
-    for number, plan in enumerate(plans, start=1):
-        config = engine_config_for(spec, plan)
-        command = build_command(config, host="127.0.0.1", port=30000, python=python)
-        kind = {"baseline_plain": "baseline: no speculation", "baseline_auto": "baseline: SGLang's own choice"}.get(
-            plan.kind, "proposed")
-        console.print(f"[bold]trial {number}[/] ({escape(kind)}): {escape(plan.label())}", highlight=False, soft_wrap=True)
-        console.print(command.shell(redacted=True), highlight=False, markup=False, soft_wrap=True)
-        console.print("")
-        shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
-                      "env": redacted_env(command.env)})
-    return shown
+    return space, SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+                              budget=spec.budget.num_trials, slo=slo)
 
 
-def load_spec_text(path: Path) -> str:
-    """The spec file's text (for the MLflow parent run's spec.yaml artifact)."""
-    return path.read_text(encoding="utf-8")
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
 
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Interrupted(f"signal {signal.Signals(signum).name}")

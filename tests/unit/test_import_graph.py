@@ -3,7 +3,9 @@ search) and has no cycle.
 
 The graph is read from the source (every ``import``/``from ... import`` of a project module,
 including those inside functions), and every module is also imported for real, so a module
-that cannot be imported on its own fails here rather than in a Ray worker.
+that cannot be imported on its own fails here rather than in a Ray worker. Two seams of the sweep
+are held here too: the confirmation's decisions never reach Ray (their visits are handed in), and
+only the driver builds the Tuner.
 """
 
 from __future__ import annotations
@@ -209,3 +211,49 @@ def test_reach_follows_imports_through_others() -> None:
 @pytest.mark.parametrize("module", sorted(_modules()))
 def test_every_module_imports_on_its_own(module: str) -> None:
     importlib.import_module(module)
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level names of the non-project packages a module imports (inside functions too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - set(PACKAGES)
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    return seen
+
+
+def test_the_confirmation_rounds_never_reach_ray() -> None:
+    """``sweep.confirm`` decides which contender to visit and what the visits mean; the visits
+    are handed in (``sweep.visit`` places them on the cluster, unit tests pass fakes). Neither it
+    nor anything it imports, followed through the project, imports Ray."""
+    modules = _modules()
+    reached = _reached(_without_package_inits(_graph()), "orchestrator.sweep.confirm")
+    with_ray = sorted(m for m in reached if "ray" in _external_imports(modules[m]))
+    assert not with_ray, f"orchestrator.sweep.confirm reaches Ray through {with_ray}"
+
+
+def test_only_the_driver_builds_a_tuner() -> None:
+    """One sweep's Tuner is made in one place, in the driver's story; the other sweep modules
+    hand it their parts (searcher, scheduler, callbacks, trainable)."""
+    users = set()
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = (isinstance(node, ast.Attribute) and node.attr == "Tuner") or (
+                isinstance(node, ast.Name) and node.id == "Tuner") or (
+                isinstance(node, ast.ImportFrom) and any(alias.name == "Tuner" for alias in node.names))
+            if named:
+                users.add(module)
+    assert users == {"orchestrator.sweep.driver"}

@@ -1,0 +1,64 @@
+"""The driver's hold on the Ray cluster: connecting, and the sweep's coordinator actor.
+
+The coordinator (``coordinator.SweepCoordinator``) runs on the driver's node under a name derived
+from the results directory, in spectune's namespace: Ray itself then refuses a second sweep into
+the same directory (:class:`SweepBusyError`), and a resumed sweep, a new Ray job, finds it by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import SpectuneError
+from orchestrator.sweep.coordinator import NAMESPACE, CoordinatorRef, SweepCoordinator
+from serving.waiting import wait_until
+
+__all__ = ["SweepBusyError", "connect_ray", "create_coordinator"]
+
+
+class SweepBusyError(SpectuneError):
+    """Another sweep is writing the same results directory."""
+
+
+def connect_ray(address: str | None) -> None:
+    """Ray for the driver, once: worker output stays out of the job log (spectune's lines only)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
+    ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+
+def create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
+    """The coordinator actor under its results directory's name, on the driver's node.
+
+    The name is taken while another driver writes the same results directory; a killed driver's
+    coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
+
+    Raises:
+        SweepBusyError: another sweep is writing this results directory.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    made: list[Any] = []
+
+    def create() -> bool:
+        try:
+            made.append(ray.remote(SweepCoordinator).options(
+                name=ref.name, namespace=NAMESPACE, num_cpus=0, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            ).remote(**kwargs))
+        except ValueError:  # the name is taken
+            return False
+        return True
+
+    try:
+        wait_until(create, timeout_s=60, what="the results directory's coordinator name to be free", poll_s=2.0)
+    except TimeoutError:
+        raise SweepBusyError(
+            f"another sweep is writing {kwargs['results_dir']} (its coordinator {ref.name} is alive); wait for it, "
+            "stop it (ray job stop), or use another --results-dir"
+        ) from None
+    return made[-1]

@@ -1,0 +1,159 @@
+"""The sweep's console: one readable line per event on the job log, and never a silent one.
+
+:class:`Display` prints trial n/N with its config, each repetition, the current best and the time
+left; Ray Tune pickles it with the callbacks that feed it.
+:class:`QuietWatch` is a driver thread that prints what the sweep is waiting for (a trial's engine,
+a free node, a confirmation visit) whenever the log has been quiet too long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rich.console import Console
+
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.preflight import trial_bundles
+from orchestrator.sweep.results import TrialRecord
+from orchestrator.space import TrialPlan
+from orchestrator.sweep.search import OBJECTIVE_KEY
+from serving.environ import ENV
+
+__all__ = ["Display", "QuietWatch", "job_console", "trial_needs"]
+
+
+def job_console() -> Console:
+    """stdout; a job log is no terminal, and rich would wrap it at 80 columns: use 140 there."""
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+class Display:
+    """One readable line per event on the job log: trial n/N, its config, the current best, time."""
+
+    def __init__(self, *, console: Console, spec: SweepSpec, total: int) -> None:
+        self.console = console
+        self.spec = spec
+        self.total = total
+        self.started = time.monotonic()
+        self.finished = 0
+        self.best: tuple[float, str] | None = None
+        self.last_line = time.monotonic()
+        self.running: dict[int, tuple[str, float]] = {}
+        """Trial number -> (label, when it started): what a quiet job log is waiting for."""
+        self.activity: tuple[str, float] | None = None
+        """What the driver itself is doing outside the search (a confirmation visit), and since when."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
+        # file) is made anew where the callbacks are restored.
+        state = dict(self.__dict__)
+        state["console"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.console = job_console()
+
+    def _elapsed(self) -> str:
+        spent = time.monotonic() - self.started
+        left = ""
+        if self.finished:
+            rest = max(0, self.total - self.finished) * spent / self.finished
+            left = f", ~{_duration(rest)} left"
+        return f"elapsed {_duration(spent)}{left}"
+
+    def line(self, text: str) -> None:
+        self.last_line = time.monotonic()
+        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def started_trial(self, number: int, plan: TrialPlan) -> None:
+        self.running[number] = (plan.label(), time.monotonic())
+        self.line(f"[trial {number}/{self.total}] start  {plan.label()}  ({self._elapsed()})")
+
+    def waiting_line(self, free: str) -> str:
+        """What the sweep is waiting for, in one line (printed when the log has been quiet)."""
+        now = time.monotonic()
+        if self.activity is not None:
+            what, since = self.activity
+            return f"[still waiting] {what} (for {_duration(now - since)}; {self._elapsed()})"
+        if self.running:
+            parts = [f"trial {n} {label} running for {_duration(now - since)}"
+                     for n, (label, since) in sorted(self.running.items())]
+            return f"[still waiting] {'; '.join(parts)} (engine start, probe or benchmark; {self._elapsed()})"
+        return (f"[still waiting] for Ray to start the next trial: it needs {free} ({self._elapsed()}); "
+                "`ray status` shows what holds the cluster")
+
+    def repetition(self, number: int, result: dict[str, Any]) -> None:
+        value = result.get(OBJECTIVE_KEY)
+        if isinstance(value, (int, float)):
+            self.line(f"[trial {number}/{self.total}] rep {int(result.get('repetition', 0)) + 1}/"
+                      f"{self.spec.benchmark.repetitions}: {self.spec.objective.metric} {value:.4g}")
+
+    def ended(self, record: TrialRecord | None, number: int, fallback: str) -> None:
+        self.finished += 1
+        self.running.pop(number, None)
+        if record is None:
+            self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
+            return
+        direction = self.spec.objective.direction
+        if record.status == "ok" and record.complete and record.value is not None:
+            if self.best is None or (record.value > self.best[0] if direction == "max" else record.value < self.best[0]):
+                self.best = (record.value, f"trial {record.number} {record.label}")
+        value = f"{record.value:.4g}" if record.value is not None else "-"
+        reason = f" ({record.reason}: {record.message[:160]})" if record.reason else ""
+        best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
+        self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
+                  f"  | best {best}  | {self._elapsed()}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class QuietWatch:
+    """Never a silent job log: once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S``
+    (default 30 s), print what the sweep is waiting for, and again after as long.
+
+    A thread of the driver, apart from :class:`Display` (which Ray Tune pickles with its
+    callbacks); it only reads the display's state and Ray's free resources.
+    """
+
+    def __init__(self, display: Display, *, needs: str) -> None:
+        self.display = display
+        self.needs = needs
+        self.limit_s = max(0.5, ENV.SPECTUNE_QUIET_LIMIT_S.get())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="spectune-quiet-watch", daemon=True)
+
+    def __enter__(self) -> "QuietWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _free(self) -> str:
+        import ray
+
+        try:
+            free = ray.available_resources()
+        except Exception:  # noqa: BLE001 - a progress line must never break the sweep
+            return self.needs
+        return f"{self.needs} on one node; free now: {free.get('CPU', 0.0):g} CPUs, {free.get('GPU', 0.0):g} GPUs"
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.limit_s / 2)):
+            if time.monotonic() - self.display.last_line >= self.limit_s:
+                self.display.line(self.display.waiting_line(self._free()))
+
+
+def trial_needs(spec: SweepSpec) -> str:
+    """What one trial asks of a node, in words (the quiet watch names it while Ray has no room)."""
+    bundles, _ = trial_bundles(spec)
+    cpus = sum(b.get("CPU", 0.0) for b in bundles)
+    return f"{spec.gpus_per_trial:g} GPUs and {cpus:g} CPUs"

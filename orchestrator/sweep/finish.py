@@ -1,0 +1,129 @@
+"""The end of a sweep: every trial recorded, then the verdict written where people look for it.
+
+After the search (and the confirmation, when enabled) this writes the summary table to the job
+log and ``summary.txt``, ``best.yaml`` / ``best.json`` (only with a valid best configuration),
+``summary.json`` and the plots, logs the figures and files to the parent MLflow run and ends the
+sweep's runs. The outcome's exit code says whether a valid best configuration came out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.confirm import Confirmation
+from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
+from orchestrator.sweep.report import build_report, summary_table
+from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
+
+__all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "final_records", "finish_sweep", "verdict_summary"]
+
+EXIT_OK = 0
+EXIT_NO_BEST = 1
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """What a sweep produced."""
+
+    exit_code: int
+    results_dir: Path
+    best_yaml: Path | None
+    summary: dict[str, Any]
+
+
+def verdict_summary(confirmation: Confirmation | None) -> dict[str, Any] | None:
+    """``summary.json``'s ``verdict``: each comparison as ``{"kind", "ratio", "ci95_low", "ci95_high",
+    "visits", ...}`` (None where it was not made)."""
+    if confirmation is None:
+        return None
+    return {"vs_sglang_default": confirmation.vs_sglang_default, "vs_no_speculation": confirmation.vs_no_speculation,
+            "chosen_trial": confirmation.chosen, "rounds": confirmation.rounds,
+            "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
+
+
+def final_records(coordinator: Any) -> list[TrialRecord]:
+    """Every trial's record once the search is over; a trial that had not recorded an end is
+    recorded as interrupted first (``--resume`` runs it again)."""
+    import ray
+
+    for trial_id in ray.get(coordinator.open_trials.remote()):
+        ray.get(coordinator.finalize_trial.remote(
+            trial_id=trial_id, status="interrupted", reason="interrupted",
+            message="the trial had not recorded an end when the sweep finished",
+        ))
+    return [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
+
+
+def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: Confirmation | None, out: Path,
+                 coordinator: Any, console: Console, started: float) -> SweepOutcome:
+    """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures; the sweep's
+    MLflow runs end here (FINISHED with a best configuration, FAILED without)."""
+    import ray
+
+    from orchestrator.sweep.plots import draw_plots
+
+    metric, level = spec.objective.metric, spec.objective_concurrency
+    confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
+    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
+                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
+    report["confirmation"] = confirmation.to_dict() if confirmation else None
+    report["verdict"] = verdict_summary(confirmation)
+    wall_s = time.monotonic() - started
+    report["wall_s"] = round(wall_s, 1)
+    console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
+    for line in report["lines"]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    files: list[Path] = []
+    best_path = None
+    if report["best_config"] is not None:
+        header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [
+            line.strip() for line in report["lines"]
+        ] + [f"serve it: spectune serve {out / 'best.yaml'}"]
+        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
+        write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
+                                                                    "concurrency", "over_sglang_default",
+                                                                    "over_no_speculation", "verdict", "best_config")})
+        files += [out / "best.yaml", out / "best.json"]
+    write_json_file(out / "summary.json", dict(report))
+    text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
+    text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
+    summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
+    atomic_write_text(out / "summary.txt", summary_text)
+    files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
+    if confirmation is not None:
+        files.append(out / CONFIRMATION_FILE)
+    plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level)
+    figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
+    if report["best_value"] is not None:
+        figures["best." + metric] = report["best_value"]
+    for name, verdict in (report["verdict"] or {}).items():
+        if isinstance(verdict, dict) and verdict.get("ratio") is not None:
+            for key in ("ratio", "ci95_low", "ci95_high", "visits"):
+                if verdict.get(key) is not None:
+                    figures[f"verdict.{name}.{key}"] = float(verdict[key])
+    for key in ("over_sglang_default", "over_no_speculation"):
+        if report[key]:
+            for end in ("ratio", "ci95_low", "ci95_high"):
+                if report[key].get(end) is not None:
+                    figures[f"search.{key}.{end}"] = report[key][end]
+    tags = {"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]}
+    if confirmation is not None and confirmation.vs_sglang_default:
+        tags["spectune.verdict"] = confirmation.vs_sglang_default["kind"]
+    ray.get(coordinator.log_sweep.remote(metrics=figures, tags=tags, files=[str(p) for p in files + plots]))
+    ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
+    console.print(f"results: {escape(str(out))}", highlight=False)
+    console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "
+                  "(then open http://127.0.0.1:5000)", highlight=False)
+    if best_path is None:
+        console.print("no valid best configuration: every trial failed or was stopped early (see the table)",
+                      highlight=False)
+    return SweepOutcome(exit_code=EXIT_OK if best_path else EXIT_NO_BEST, results_dir=out, best_yaml=best_path,
+                        summary=dict(report))

@@ -1,0 +1,40 @@
+"""The sweep's early stopping: Ray Tune's ASHA, except that a baseline is never stopped.
+
+Every result is stated against both baselines (no speculation, SGLang's own choice), so they
+must run all their repetitions however they compare; search trials are stopped as ASHA decides
+(``search.early_stopping``). Each repetition of the objective is one ``tune.report``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.spec import SweepSpec
+from orchestrator.space import TrialPlan
+from orchestrator.sweep.search import OBJECTIVE_KEY
+
+__all__ = ["BaselineAwareASHA"]
+
+
+class BaselineAwareASHA:
+    """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
+
+    @staticmethod
+    def create(spec: SweepSpec) -> Any:
+        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+        class SweepASHA(ASHAScheduler):
+            def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+                decision = super().on_trial_result(tune_controller, trial, result)
+                if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
+                    return TrialScheduler.CONTINUE
+                return decision
+
+        early = spec.search.early_stopping
+        return SweepASHA(
+            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=spec.objective.direction,
+            # Reports are the objective's repetitions plus one final report; max_t above them all,
+            # so ASHA never stops a trial merely for reaching its last repetition.
+            max_t=spec.benchmark.repetitions + 2,
+            grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
+        )

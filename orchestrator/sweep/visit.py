@@ -1,0 +1,70 @@
+"""The confirmation on the cluster: each visit a fresh engine placed like a trial.
+
+``confirm.run_confirmation`` decides which contender to visit when and what the visits mean; it
+takes the visit as a callable, so the unit tests drive it with fakes and it never touches Ray.
+This module is the real wiring, in one place: a visit is ``trial.run_visit`` as a Ray task in a
+placement group shaped like a trial's; every visit is persisted by the coordinator as it ends (a
+resumed sweep continues its confirmation where it stopped) and shown on the display while it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.confirm import Confirmation, run_confirmation
+from orchestrator.sweep.display import Display
+from orchestrator.sweep.results import TrialRecord
+
+__all__ = ["run_cluster_confirmation", "run_placed_visit"]
+
+
+def run_placed_visit(*, record: TrialRecord, round_number: int, ctx: Any,
+                     bundles: list[dict[str, float]]) -> dict[str, Any]:
+    """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
+    like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from orchestrator.sweep.trial import run_visit
+
+    group = placement_group(bundles, strategy="STRICT_PACK")
+    try:
+        ray.get(group.ready(), timeout=600)
+        task = ray.remote(run_visit).options(
+            num_cpus=bundles[0]["CPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True),
+        )
+        return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
+                                   visit_id=f"confirm-{record.number}-{round_number}",
+                                   repetitions=int(ctx.spec["confirmation"]["repetitions_per_visit"])))
+    finally:
+        remove_placement_group(group)
+
+
+def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, bundles: list[dict[str, float]],
+                             coordinator: Any, display: Display) -> Confirmation | None:
+    """The sequential confirmation (``confirm.run_confirmation``) with placed visits, its visits
+    persisted by the coordinator (a resumed sweep continues where it stopped), each visit shown
+    while it runs.
+
+    Args:
+        ctx: The trials' ``trial.TrialContext`` (spec, coordinator, GPUs), which a visit shares.
+        bundles: One trial's placement-group bundles (``preflight.trial_bundles``).
+    """
+    import ray
+
+    def visit(record: TrialRecord, round_number: int) -> dict[str, Any]:
+        display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
+                            "engine (start, warm-up, repetitions)", time.monotonic())
+        try:
+            return run_placed_visit(record=record, round_number=round_number, ctx=ctx, bundles=bundles)
+        finally:
+            display.activity = None
+
+    return run_confirmation(
+        spec, records, visit=visit, say=display.line, done=ray.get(coordinator.confirmation_visits.remote()),
+        on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
+    )
