@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
@@ -25,8 +26,7 @@ from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_bes
 
 __all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "final_records", "finish_sweep", "verdict_summary"]
 
-EXIT_OK = 0
-EXIT_NO_BEST = 1
+EXIT_NO_BEST = EXIT_FAILED  # the sweep ran, but no trial gave a valid best configuration
 
 
 @dataclass(frozen=True)
