@@ -23,7 +23,7 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     # Watched where a connection would be made, not by ray.is_initialized(): that is already true
     # whenever the session's Ray cluster is up (the integration tests run first in a full run).
     connects: list[str] = []
-    monkeypatch.setattr(driver, "_connect_ray", lambda address: connects.append(f"_connect_ray({address!r})"))
+    monkeypatch.setattr(driver, "connect_ray", lambda address: connects.append(f"connect_ray({address!r})"))
     monkeypatch.setattr(ray, "init", lambda *args, **kwargs: connects.append("ray.init"))
     result = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "40", str(KIMI)])
     assert connects == [], "a dry run must not connect to or start Ray"
