@@ -26,7 +26,6 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
+from orchestrator.timestamps import utc_timestamp
 from orchestrator.sweep.results import Objective, TrialRecord, auto_label
 from orchestrator.sweep.search import OBJECTIVE_KEY
 from orchestrator.sweep.session import EngineSession, TrialFailure
@@ -83,10 +83,6 @@ def engine_config_for(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
     return config
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 @dataclass
 class _TrialState:
     """What a trial has learned so far; becomes its record whatever happens."""
@@ -104,7 +100,7 @@ class _TrialState:
     audit_ok: bool | None = None
     resolved: dict[str, int] | None = None
     measured_in_full: bool = False
-    started_at: str = field(default_factory=_now)
+    started_at: str = field(default_factory=utc_timestamp)
 
 
 def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
@@ -425,13 +421,36 @@ def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) ->
         state.other_levels = result
 
 
-def _engine_gone_or(host: Any, reason: str) -> str:
-    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``."""
+ENGINE_EXIT_SETTLE_S = 15.0
+"""How long an engine that is alive but does not answer is given to exit or answer again before a
+failed step is blamed on the step: a dying engine closes its port before its exit is visible."""
+
+
+def _engine_gone_or(host: Any, reason: str, *, settle_s: float = ENGINE_EXIT_SETTLE_S) -> str:
+    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``.
+
+    An engine that is still alive but does not answer its health check is watched for up to
+    ``settle_s``: under load, the reference engine's ``die_after_tokens`` fault was seen alive for
+    a moment after its port had closed, and the trial was recorded ``bench_failed`` for an engine
+    that died."""
+    verdict: list[str] = []
+
+    def settled() -> bool:
+        try:
+            health = ray.get(host.health.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
+            verdict.append("engine_died")
+            return True
+        if not health.get("alive"):
+            verdict.append("engine_died")
+            return True
+        return bool(health.get("healthy"))
+
     try:
-        health = ray.get(host.health.remote(), timeout=30)
-    except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
-        return "engine_died"
-    return reason if health.get("alive") else "engine_died"
+        wait_until(settled, timeout_s=settle_s, what="the engine to answer or exit", poll_s=0.5)
+    except TimeoutError:
+        pass  # alive and not answering: the step's own failure stands
+    return verdict[0] if verdict else reason
 
 
 def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None, message: str,
@@ -454,7 +473,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
         engine_command=state.engine_command,
-        mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=_now(),
+        mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=utc_timestamp(),
     )
 
 
