@@ -26,7 +26,7 @@ Noise: each looked-up value is multiplied by ``1 + noise_cv * z`` (z standard no
 value of a configuration; for a confirmation visit drawn per (seed, configuration, round).
 ``noise_cv`` comes from the grid (default 0) or ``--noise-cv``.
 
-Grid format (JSON; see the README, "Search efficiency")::
+Grid format (JSON; see docs/search-efficiency.md)::
 
     {"name": str, "metric": str, "mode": "max"|"min", "noise_cv": float?, "space": {...}?,
      "points": [{"params": {...}, "value": number|null, "status": "ok"|"failed"?}]}
@@ -41,7 +41,7 @@ points. SGLang's ``bench_speculative.py`` JSONL (``batch_size``, ``steps``, ``to
 ``num_draft_tokens``, ``speed``, ...) is read as a grid too, one batch size at a time.
 
     python benchmarks/search_efficiency.py --grid benchmarks/data/reference-cpu-grid-quiet.json --seeds 20
-    python benchmarks/search_efficiency.py --table benchmarks/data/results   # the README's table
+    python benchmarks/search_efficiency.py --table benchmarks/data/results   # the tables of docs/search-efficiency.md
 """
 
 from __future__ import annotations
@@ -623,7 +623,7 @@ def _fmt(value: Any) -> str:
 
 
 def table(paths: Iterable[Path]) -> str:
-    """The README's "Search efficiency" table from result JSON files (each with its ``command``)."""
+    """The "Results" table of docs/search-efficiency.md from result JSON files (each with its ``command``)."""
     rows = ["| grid | size | budget | noise_cv | trials to 2% (median / p90): spectune | random | goal 15% | "
             "final within 2%: spectune | random | launches (median): spectune | random | command |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -648,12 +648,33 @@ def table(paths: Iterable[Path]) -> str:
     return "\n".join(rows)
 
 
+def ablation_table(paths: Iterable[Path]) -> str:
+    """What each part of the search buys: one row per searcher of each ablation file
+    (``ablation-*.json``: the same replays with one part left out), with the command that made it."""
+    rows = ["| replay | noise_cv | budget | confirmation | searcher | trials to 2% (median / p90) | "
+            "best observed within 2% | final within 2% | launches (median) | command |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(paths):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        settings = data.get("confirmation")
+        confirmation = (f"top {settings['top_k']}, {settings['min_visits']}-{settings['max_visits']} visits"
+                        if settings else "off")
+        for name, result in data["searchers"].items():
+            rows.append(
+                f"| `{path.stem.removeprefix('ablation-')}` | {data['noise_cv']:g} | {data['budget']} | {confirmation} | "
+                f"{name} | {_cell(result)} | {result['best_observed_within_target_rate']:g} | "
+                f"{result['final_within_target_rate']:g} | {_fmt(result['median_launches'])} | "
+                f"`{data.get('command', '')}` |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--grid", type=Path, help="Grid JSON, or bench_speculative.py JSONL.")
     source.add_argument("--table", type=Path, metavar="DIR",
-                        help="Print the README's table from the result JSON files in DIR (search-efficiency-*.json).")
+                        help="Print the tables of docs/search-efficiency.md from the result JSON files in DIR "
+                             "(search-efficiency-*.json, then ablation-*.json).")
     parser.add_argument("--seeds", type=int, default=20, help="Seeds per searcher (default 20).")
     parser.add_argument("--noise-cv", type=float, default=None, help="Override the grid's noise_cv.")
     parser.add_argument("--searcher", action="append", choices=[*SEARCHERS, *ABLATIONS],
@@ -670,6 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.table is not None:
         print(table(args.table.glob("search-efficiency-*.json")))
+        ablations = list(args.table.glob("ablation-*.json"))
+        if ablations:
+            print()
+            print(ablation_table(ablations))
         return 0
     logging.getLogger("optuna").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", category=UserWarning, module="optuna")

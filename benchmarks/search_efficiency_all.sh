@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every grid under benchmarks/data at noise 0, 3%, 5% and its own, through spectune and random search
 # (each replayed sweep: budget, then the confirmation); the JSON into benchmarks/data/results/, then
-# the README's table. Two replays at a time (2 cores). SEEDS=20 by default.
+# the tables of docs/search-efficiency.md. Two replays at a time (2 cores). SEEDS=20 by default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -19,7 +19,7 @@ done
 printf '%s\n' "${jobs[@]}" | xargs -P "${PARALLEL:-2}" -I{} sh -c '{} > /dev/null && echo "done: {}" >&2'
 $PY benchmarks/search_efficiency.py --table "$OUT"
 
-# What each part buys (README, "What each part buys"): the same replays without one part.
+# What each part buys (docs/search-efficiency.md, "What each part buys"): the same replays without one part.
 [ "${ABLATIONS:-1}" = 1 ] || exit 0
 abl=(
   "--grid benchmarks/data/reference-cpu-grid-quiet-simulated-nccl.json --noise-cv 0 --searcher spectune --searcher spectune-unstaged --json-out $OUT/ablation-staged-quiet-simulated-nccl-n0.json"
@@ -30,3 +30,4 @@ abl=(
   "--grid benchmarks/data/h200-listed-composed.json --searcher spectune --top-k 1 --json-out $OUT/ablation-top1-h200-listed-composed-ngrid.json"
 )
 printf '%s\n' "${abl[@]}" | xargs -P "${PARALLEL:-2}" -I{} sh -c "$PY benchmarks/search_efficiency.py --seeds $SEEDS {} > /dev/null && echo 'done: {}' >&2"
+$PY benchmarks/search_efficiency.py --table "$OUT"

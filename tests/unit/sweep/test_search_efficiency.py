@@ -180,6 +180,26 @@ def test_cli_writes_the_json(tmp_path: Path) -> None:
     assert se.main(["--grid", str(path)]) == 2
 
 
+def test_the_tables_come_from_the_json_files_with_their_commands(tmp_path: Path, capsys) -> None:
+    """--table DIR prints the results table, then one ablation row per searcher, each naming the
+    command that wrote its file (what the docs paste)."""
+    grid = tmp_path / "g.json"
+    grid.write_text(json.dumps(_grid()))
+    results = tmp_path / "results"
+    results.mkdir()
+    assert se.main(["--grid", str(grid), "--seeds", "2", "--json-out", str(results / "search-efficiency-g-n0.json"),
+                    "--noise-cv", "0"]) == 0
+    assert se.main(["--grid", str(grid), "--seeds", "2", "--no-confirmation", "--searcher", "spectune",
+                    "--searcher", "spectune-sampled", "--json-out", str(results / "ablation-enumeration-g.json")]) == 0
+    capsys.readouterr()
+    assert se.main(["--table", str(results)]) == 0
+    main_table, ablations = capsys.readouterr().out.strip().split("\n\n")
+    assert len(main_table.splitlines()) == 3 and "--noise-cv 0" in main_table
+    rows = ablations.splitlines()[2:]
+    assert [row.split(" | ")[4] for row in rows] == ["spectune", "spectune-sampled"]
+    assert all("| off |" in row and "--no-confirmation" in row for row in rows)
+
+
 
 # --- what the user gets: the search, then the confirmation -------------------------------------------
 
