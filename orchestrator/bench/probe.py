@@ -14,7 +14,6 @@ server returns them (SGLang's native API), otherwise text, character by characte
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ import aiohttp
 from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.bench import server as srv
+from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
@@ -231,7 +231,7 @@ def _write_new_baseline(path: Path, text: str) -> None:
         raise BenchmarkError(f"probe baseline {path} cannot be written: {exc}") from None
 
 
-def run_probe(
+async def arun_probe(
     *,
     base_url: str,
     baseline_path: str | Path,
@@ -242,7 +242,7 @@ def run_probe(
     timeout_s: float = 300.0,
     create_baseline: bool = True,
 ) -> ProbeResult:
-    """Probe the server at ``base_url`` against the baseline at ``baseline_path``; blocking.
+    """Probe the server at ``base_url`` against the baseline at ``baseline_path``.
 
     With no file at ``baseline_path`` the server's greedy outputs become the baseline (status
     ``baseline_written``). Otherwise the baseline's own prompts, API and length are used, and the
@@ -273,27 +273,6 @@ def run_probe(
         BenchmarkError: the server cannot serve, a probe request failed (nothing to compare), or
             the baseline was created by another probe while this one ran.
     """
-    return asyncio.run(
-        arun_probe(
-            base_url=base_url, baseline_path=baseline_path, num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens, api=api, model=model, timeout_s=timeout_s,
-            create_baseline=create_baseline,
-        )
-    )
-
-
-async def arun_probe(
-    *,
-    base_url: str,
-    baseline_path: str | Path,
-    num_prompts: int = 8,
-    max_new_tokens: int = 32,
-    api: Literal["auto", "generate", "completions", "chat"] = "auto",
-    model: str | None = None,
-    timeout_s: float = 300.0,
-    create_baseline: bool = True,
-) -> ProbeResult:
-    """:func:`run_probe` for callers that already run an event loop."""
     base_url = base_url.rstrip("/")
     path = Path(baseline_path)
     baseline = _read_baseline(path) if path.exists() else None
@@ -365,3 +344,8 @@ async def arun_probe(
     )
     logger.debug("%s", result.message)
     return result
+
+
+run_probe = blocking(arun_probe)
+"""The blocking twin of :func:`arun_probe` (same keyword-only arguments, result and errors);
+the sweep and ``spectune probe`` call this one."""

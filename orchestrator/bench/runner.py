@@ -31,7 +31,6 @@ a repetition lost requests to connection errors. Those raise
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -43,6 +42,7 @@ from typing import AsyncIterator, Callable, Literal
 import aiohttp
 
 from orchestrator.bench import server as srv
+from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import Prompt, load_prompts
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import (
@@ -103,14 +103,14 @@ RepetitionCallback = Callable[[RepetitionMetrics], None]
 ProgressCallback = Callable[[ProgressUpdate], None]
 
 
-def run_benchmark(
+async def arun_benchmark(
     *,
     base_url: str,
     settings: BenchSettings,
     on_repetition: RepetitionCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> BenchResult:
-    """Benchmark the server at ``base_url``; blocking (runs its own event loop).
+    """Benchmark the server at ``base_url``: every level, in order.
 
     Args:
         base_url: ``http://host:port`` of a running, healthy server.
@@ -130,23 +130,15 @@ def run_benchmark(
         BenchmarkError: the server cannot serve at the start (unreachable, unhealthy), or the
             dataset cannot be read (``DatasetError``, a subclass).
     """
-    return asyncio.run(
-        arun_benchmark(base_url=base_url, settings=settings, on_repetition=on_repetition, on_progress=on_progress)
-    )
-
-
-async def arun_benchmark(
-    *,
-    base_url: str,
-    settings: BenchSettings,
-    on_repetition: RepetitionCallback | None = None,
-    on_progress: ProgressCallback | None = None,
-) -> BenchResult:
-    """:func:`run_benchmark` for callers that already run an event loop: every level, in order."""
     async with open_benchmark(base_url=base_url, settings=settings, on_progress=on_progress) as run:
         for concurrency in settings.concurrency:
             await run_level(run, concurrency=concurrency, on_repetition=on_repetition)
         return run.result()
+
+
+run_benchmark = blocking(arun_benchmark)
+"""The blocking twin of :func:`arun_benchmark` (same keyword-only arguments, result and errors);
+the sweep and ``spectune bench`` call this one."""
 
 
 @contextlib.asynccontextmanager

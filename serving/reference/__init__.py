@@ -13,7 +13,8 @@ Module map (data flows top to bottom):
   register on it; both stand on ``http_common`` (state, body reading, errors, streams);
   ``metrics``: Prometheus text.
 * ``engine_client``: the HTTP process's link to the workers; ``protocol``: the messages.
-* ``launcher``: spawning the TP worker processes; ``tp_worker``: one rank's main loop.
+* ``launcher``: spawning the TP worker processes; ``tp_worker``: one rank's main loop (each is
+  handed the ``ServerArgs`` whole, in its ``WorkerConfig``).
 * ``scheduler``: batching, prefill/decode/speculative iterations, counters.
 * ``speculative``: draft tree and verification; ``sampling``: sampling parameters.
 * ``model`` / ``kv_cache`` / ``parallel``: the sharded transformer, its cache, the TP group.

@@ -55,14 +55,6 @@ class WorkerGroup:
         args = self.args
         ctx = multiprocessing.get_context("spawn")
         addr = args.dist_init_addr or f"127.0.0.1:{free_port()}"
-        spec = None
-        if args.speculative:
-            spec = {
-                "num_steps": args.speculative_num_steps,
-                "topk": args.speculative_eagle_topk,
-                "num_draft_tokens": args.speculative_num_draft_tokens,
-                "draft_layers": args.speculative_draft_layers,
-            }
         hidden = {name: os.environ.pop(name) for name in self.hide_env if name in os.environ}
         if hidden:
             logger.warning(
@@ -72,21 +64,10 @@ class WorkerGroup:
         try:
             for rank in range(args.tp_size):
                 cfg = WorkerConfig(
+                    args=args,
                     rank=rank,
-                    world_size=args.tp_size,
                     init_method=f"tcp://{addr}",
                     parent_pid=os.getpid(),
-                    device=args.device,
-                    preset_name=args.model_path,
-                    dtype=args.dtype,
-                    seed=args.random_seed,
-                    context_length=args.context_length,
-                    max_running_requests=args.max_running_requests,
-                    max_prefill_tokens=args.max_prefill_tokens,
-                    decode_log_interval=args.decode_log_interval,
-                    spec=spec,
-                    torch_threads=0,
-                    log_level=args.log_level,
                     corrupt_allreduce_when=self.corrupt_allreduce_when,
                 )
                 parent_conn, child_conn = ctx.Pipe(duplex=True)

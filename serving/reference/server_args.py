@@ -68,7 +68,13 @@ bounded by the preset (``ModelPreset.max_context_length``), the speculative numb
 
 @dataclasses.dataclass(frozen=True)
 class ServerArgs:
-    """The resolved server configuration (field names are SGLang's ``ServerArgs`` names)."""
+    """The resolved server configuration (field names are SGLang's ``ServerArgs`` names).
+
+    Built once by ``parse_args`` and handed down whole: to the HTTP side (``AppState.args``), to
+    the launcher (``WorkerGroup(args=...)``) and through it to every TP rank
+    (``WorkerConfig.args``), so a new flag is a field here and nothing is copied on the way. It
+    crosses a *spawn*, so it must stay picklable (plain values only).
+    """
 
     model_path: str
     tokenizer_path: str

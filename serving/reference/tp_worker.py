@@ -33,6 +33,7 @@ from typing import Any, Optional
 from serving.pdeathsig import set_parent_death_signal
 from serving.redaction import redacted_env
 from serving.reference.faults import EnvCondition
+from serving.reference.server_args import ServerArgs
 
 __all__ = ["WorkerConfig", "env_line", "run_worker", "set_process_name", "visible_env"]
 
@@ -46,44 +47,33 @@ IDLE_HEARTBEAT_S = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """Everything a rank needs, picklable for spawn.
+    """Everything a rank needs, picklable for spawn: the server's settings whole, plus what is
+    this rank's own.
+
+    The settings are the ``ServerArgs`` the command line resolved to, passed through unchanged, so
+    a new flag reaches the workers without being copied here or in the launcher.
 
     Attributes:
+        args: The resolved server settings (``--model-path``, ``--dtype``, the speculative
+            numbers, ...); ``args.tp_size`` is the world size.
         rank: This worker's rank.
-        world_size: TP size.
         init_method: torch.distributed rendezvous (``tcp://host:port``).
         parent_pid: The HTTP process; the worker exits if it goes away.
-        device: "cpu" or "cuda".
-        preset_name: ``--model-path``.
-        dtype: Resolved dtype name.
-        seed: Weight seed.
-        context_length: Longest prompt + output.
-        max_running_requests: Batch limit.
-        max_prefill_tokens: Prefill batch limit.
-        decode_log_interval: Iterations between counter folds / log lines.
-        spec: Resolved ``SpecConfig`` fields, or None.
         torch_threads: Intra-op threads (CPU); 0 = auto.
-        log_level: Logging level name.
         corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, checked
             against this worker's own environment; None without the fault.
     """
 
+    args: ServerArgs
     rank: int
-    world_size: int
     init_method: str
     parent_pid: int
-    device: str
-    preset_name: str
-    dtype: str
-    seed: int
-    context_length: int
-    max_running_requests: int
-    max_prefill_tokens: int
-    decode_log_interval: int
-    spec: Optional[dict[str, int]]
-    torch_threads: int
-    log_level: str
+    torch_threads: int = 0
     corrupt_allreduce_when: Optional[EnvCondition] = None
+
+    @property
+    def world_size(self) -> int:
+        return self.args.tp_size
 
     @property
     def process_name(self) -> str:
@@ -129,7 +119,7 @@ def env_line(env: dict[str, str]) -> str:
 
 def _configure_logging(cfg: WorkerConfig) -> None:
     logging.basicConfig(
-        level=getattr(logging, cfg.log_level.upper(), logging.INFO),
+        level=getattr(logging, cfg.args.log_level.upper(), logging.INFO),
         format=f"[%(asctime)s TP{cfg.rank}] %(levelname)s %(name)s: %(message)s",
         datefmt="%Y-%m-%d %H:%M:%S",
         stream=sys.stderr,
@@ -153,7 +143,7 @@ def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
         cfg.rank,
         cfg.world_size,
         os.getpid(),
-        cfg.device,
+        cfg.args.device,
         env_line(env),
     )
     try:
@@ -195,10 +185,11 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
 
     # One intra-op thread: the reference models' kernels are tiny, and on a 2-core VM two OpenMP
     # threads per worker made decoding ~10x slower than one (measured); TP ranks add cores.
+    args = cfg.args
     threads = cfg.torch_threads or ENV.SPECTUNE_REFERENCE_TORCH_THREADS.get() or 1
     torch.set_num_threads(threads)
 
-    if cfg.device == "cuda":
+    if args.device == "cuda":
         device = torch.device("cuda", cfg.rank)
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -220,8 +211,8 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     distributed = comm
     comm = _maybe_corrupted(cfg, comm)
 
-    preset = get_preset(cfg.preset_name)
-    model = Model(preset=preset, seed=cfg.seed, comm=comm, device=device, dtype=dtype_from_name(cfg.dtype))
+    preset = get_preset(args.model_path)
+    model = Model(preset=preset, seed=args.random_seed, comm=comm, device=device, dtype=dtype_from_name(args.dtype))
     if cfg.world_size > 1 and backend == "nccl":
         # First NCCL collective: communicator init happens here, where NCCL_DEBUG=INFO logs the
         # NCCL_* values this rank read.
@@ -234,14 +225,21 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         if cfg.rank == 0:
             conn.send(Stats(internal_state=state))
 
-    spec = SpecConfig(**cfg.spec) if cfg.spec else None
+    spec = None
+    if args.speculative:
+        spec = SpecConfig(
+            num_steps=args.speculative_num_steps,
+            topk=args.speculative_eagle_topk,
+            num_draft_tokens=args.speculative_num_draft_tokens,
+            draft_layers=args.speculative_draft_layers,
+        )
     scheduler = Scheduler(
         model=model,
         spec=spec,
-        max_running_requests=cfg.max_running_requests,
-        context_length=cfg.context_length,
-        max_prefill_tokens=cfg.max_prefill_tokens,
-        decode_log_interval=cfg.decode_log_interval,
+        max_running_requests=args.max_running_requests,
+        context_length=args.context_length,
+        max_prefill_tokens=args.max_prefill_tokens,
+        decode_log_interval=args.decode_log_interval,
         log_stats=cfg.rank == 0,
         on_stats=push_stats,
     )
@@ -254,7 +252,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             backend=backend if cfg.world_size > 1 else "none",
             process_name=cfg.process_name,
             env=env,
-            max_total_num_tokens=cfg.max_running_requests * cfg.context_length,
+            max_total_num_tokens=args.max_running_requests * args.context_length,
         )
     )
     logger.info("rank %d of %d ready (%d torch threads)", cfg.rank, cfg.world_size, threads)
