@@ -14,15 +14,34 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import mlflow
+import yaml
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-__all__ = ["Tracker", "TrialRunInfo", "open_tracker"]
+from serving.errors import SpectuneError
+
+__all__ = [
+    "ENGINE_CONFIG_ARTIFACT",
+    "RecordedConfig",
+    "RunConfigError",
+    "Tracker",
+    "TrialRunInfo",
+    "open_tracker",
+    "recorded_config",
+    "tag_served",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +49,10 @@ TAG_SWEEP = "spectune.sweep"
 TAG_ROLE = "spectune.role"
 TAG_TRIAL = "spectune.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
+ENGINE_CONFIG_ARTIFACT = "engine_config.yaml"
+"""A trial run's engine configuration (``EngineConfig.model_dump()``), logged when the trial is registered."""
+BEST_ARTIFACT = "best.yaml"
+"""The sweep run's best configuration (the sweep's best.yaml, provenance block included)."""
 _MAX_PARAM = 6000  # MLflow's limit on a parameter value
 
 
@@ -170,3 +193,172 @@ def open_tracker(*, tracking_uri: str, experiment_name: str, artifact_root: Path
         logging.getLogger(name).setLevel(logging.WARNING)
     mlflow.set_tracking_uri(tracking_uri)  # for mlflow helpers that read it (artifact repositories)
     return Tracker(tracking_uri=tracking_uri, experiment_name=experiment_name, artifact_root=artifact_root)
+
+
+# --- serving a recorded configuration (``spectune serve --mlflow-run``) ------------------------
+
+
+class RunConfigError(SpectuneError):
+    """A run's configuration cannot be read: the tracking store does not answer, the run is not
+    there, or no configuration is recorded on it. The message names the run, the URI and the fix."""
+
+
+@dataclass(frozen=True)
+class RecordedConfig:
+    """The configuration recorded on a run, and where it came from.
+
+    Attributes:
+        text: YAML the serve loader reads (an engine config, maybe with a provenance block).
+        source: Names it in errors (run id, artifact, URI).
+        provenance: ``serving.serve.provenance.Provenance`` fields built from the run.
+    """
+
+    text: str
+    source: str
+    provenance: dict[str, Any]
+
+
+_SQLITE = re.compile(r"^sqlite:///(?P<path>.+)$")
+
+
+def _check_reachable(tracking_uri: str, *, run_id: str, timeout_s: float) -> None:
+    """Refuse a store that is not there before MLflow is asked: a SQLite file that does not exist
+    (MLflow would create an empty one), a server that does not answer (MLflow would retry for minutes)."""
+    fix = "check --tracking-uri (the sweep printed its URI: 'MLflow: ...'; a sweep's SQLite file is <results>/mlflow.db)"
+    sqlite = _SQLITE.match(tracking_uri)
+    if sqlite:
+        if not Path(sqlite["path"]).is_file():
+            raise RunConfigError(f"run {run_id}: tracking URI {tracking_uri} is unreachable: no SQLite file at "
+                                 f"{sqlite['path']}; {fix}")
+        return
+    scheme = urllib.parse.urlparse(tracking_uri).scheme
+    if scheme in ("http", "https"):
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers (a server without /health, or one that wants a login): MLflow says more
+        except (OSError, ValueError) as exc:
+            raise RunConfigError(f"run {run_id}: tracking URI {tracking_uri} is unreachable "
+                                 f"({type(exc).__name__}: {exc}); is the MLflow server running? {fix}") from None
+    elif scheme in ("", "file"):
+        path = urllib.parse.urlparse(tracking_uri).path if scheme == "file" else tracking_uri
+        if not Path(path).is_dir():
+            raise RunConfigError(f"run {run_id}: tracking URI {tracking_uri} is unreachable: no directory {path}; {fix}")
+
+
+def _client(tracking_uri: str, *, run_id: str, timeout_s: float) -> MlflowClient:
+    for name in ("alembic", "mlflow.store.db.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    _check_reachable(tracking_uri, run_id=run_id, timeout_s=timeout_s)
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _get_run(client: MlflowClient, run_id: str, tracking_uri: str) -> Any:
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
+            raise RunConfigError(
+                f"run {run_id} not found at {tracking_uri}; give the id of a sweep's run (its parent run, "
+                "printed as 'MLflow: ... parent run ID') or of one of its trials, and the URI of the store it is in"
+            ) from None
+        raise RunConfigError(f"run {run_id}: {tracking_uri} answered with an error: {exc}") from None
+
+
+def _artifact_text(client: MlflowClient, run_id: str, name: str) -> str | None:
+    if name not in {a.path for a in client.list_artifacts(run_id)}:
+        return None
+    with tempfile.TemporaryDirectory(prefix="spectune-run-") as tmp:
+        return Path(client.download_artifacts(run_id, name, tmp)).read_text(encoding="utf-8")
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _trial_provenance(client: MlflowClient, run: Any, tracking_uri: str) -> dict[str, Any]:
+    """Provenance of a trial's run, from its tags and metrics (and its parent's verdict, if the
+    parent's best trial is this one)."""
+    tags, metrics = run.data.tags, run.data.metrics
+    number = _int(tags.get("spectune.number"))
+    if number is None:
+        named = re.match(r"trial (\d+)", tags.get("mlflow.runName", ""))
+        number = int(named[1]) if named else None
+    parent_id = tags.get(PARENT_TAG)
+    verdict = None
+    if parent_id:
+        try:
+            parent_tags = client.get_run(parent_id).data.tags
+            if _int(parent_tags.get("spectune.best_trial")) == number:
+                verdict = parent_tags.get("spectune.verdict")
+        except MlflowException:
+            logger.warning("run %s: its sweep's run %s is not in %s; the provenance has no verdict",
+                           run.info.run_id, parent_id, tracking_uri)
+    objective = {
+        "metric": tags.get("spectune.objective.metric"),
+        "concurrency": _int(tags.get("spectune.objective.concurrency")),
+        "median": metrics.get("objective.median"), "ci95_low": metrics.get("objective.ci95_low"),
+        "ci95_high": metrics.get("objective.ci95_high"), "repetitions": _int(metrics.get("objective.repetitions")),
+    }
+    return {
+        "sweep": tags.get(TAG_SWEEP), "trial": number, "trial_label": tags.get("spectune.label"),
+        "mlflow_run_id": run.info.run_id, "parent_run_id": parent_id, "tracking_uri": tracking_uri,
+        "experiment": client.get_experiment(run.info.experiment_id).name,
+        "objective": objective if any(v is not None for v in objective.values()) else None,
+        "verdict": verdict,
+    }
+
+
+def recorded_config(*, tracking_uri: str, run_id: str, timeout_s: float = 10.0) -> RecordedConfig:
+    """The configuration recorded on ``run_id``: a trial's ``engine_config.yaml``, or a sweep's
+    ``best.yaml`` (its provenance block, else one from the run's tags), with provenance naming the run.
+
+    Raises:
+        RunConfigError: the store is unreachable, the run is not in it, or it records no configuration.
+    """
+    client = _client(tracking_uri, run_id=run_id, timeout_s=timeout_s)
+    run = _get_run(client, run_id, tracking_uri)
+    role = run.data.tags.get(TAG_ROLE)
+    name = BEST_ARTIFACT if role == "sweep" else ENGINE_CONFIG_ARTIFACT
+    text = _artifact_text(client, run_id, name)
+    if text is None:
+        what = ("the sweep wrote no best.yaml (no trial gave a valid best configuration, or it is still running)"
+                if role == "sweep" else
+                f"a trial run of a spectune older than the {ENGINE_CONFIG_ARTIFACT} artifact, or not a spectune run")
+        raise RunConfigError(
+            f"run {run_id} at {tracking_uri} records no configuration (no artifact {name}: {what}); serve a best.yaml "
+            "file instead, or give the sweep's run id (it holds best.yaml)"
+        )
+    source = f"MLflow run {run_id} ({name} at {tracking_uri})"
+    if role == "sweep":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None  # the serve loader says what is wrong with it
+        recorded = data.get("provenance") if isinstance(data, dict) else None
+        tags = run.data.tags
+        provenance = dict(recorded) if isinstance(recorded, dict) else {
+            "sweep": tags.get(TAG_SWEEP), "trial": _int(tags.get("spectune.best_trial")),
+            "trial_label": tags.get("spectune.best_label"), "verdict": tags.get("spectune.verdict"),
+            "experiment": client.get_experiment(run.info.experiment_id).name,
+        }
+        provenance.update(parent_run_id=run_id, tracking_uri=tracking_uri)
+        return RecordedConfig(text=text, source=source, provenance=provenance)
+    return RecordedConfig(text=text, source=source, provenance=_trial_provenance(client, run, tracking_uri))
+
+
+def tag_served(*, tracking_uri: str, run_id: str, tags: Mapping[str, Any], timeout_s: float = 5.0) -> None:
+    """Tag ``run_id`` as served (``spectune.served_at``, ``spectune.served_by`` ...).
+
+    Raises:
+        RunConfigError: the store is unreachable or the run is not in it.
+        MlflowException: the store refused the write.
+    """
+    client = _client(tracking_uri, run_id=run_id, timeout_s=timeout_s)
+    _get_run(client, run_id, tracking_uri)
+    client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])

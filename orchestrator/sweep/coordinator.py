@@ -29,7 +29,7 @@ from orchestrator.sweep.results import (
     write_json_file,
 )
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.tracking import open_tracker
+from orchestrator.tracking import ENGINE_CONFIG_ARTIFACT, open_tracker
 
 __all__ = [
     "BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE",
@@ -182,7 +182,10 @@ class SweepCoordinator:
         )
         if run["existing"]:
             logger.info("trial %s (%d) runs again; continuing its MLflow run %s", trial_id, number, run["run_id"])
-        self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running"})
+        self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running",
+                                              "spectune.number": number})
+        if engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
+            self.tracker.log_dict(run["run_id"], engine_config, ENGINE_CONFIG_ARTIFACT)
         self._registered[trial_id] = {
             "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
             "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": utc_timestamp(),
@@ -229,6 +232,7 @@ class SweepCoordinator:
                 summary.update({
                     "objective.median": rec.objective.median, "objective.ci95_low": rec.objective.ci95_low,
                     "objective.ci95_high": rec.objective.ci95_high,
+                    "objective.repetitions": float(len(rec.objective.values)),
                 })
             summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
@@ -236,6 +240,8 @@ class SweepCoordinator:
             self.tracker.set_tags(rec.mlflow_run_id, {
                 "spectune.status": rec.status, "spectune.reason": rec.reason or "", "spectune.number": rec.number,
                 "spectune.message": rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
+                **({"spectune.objective.metric": rec.objective.metric,
+                    "spectune.objective.concurrency": rec.objective.concurrency} if rec.objective else {}),
             })
             self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
         append_record(self.results_dir / TRIALS_FILE, rec)

@@ -22,7 +22,15 @@ from orchestrator.spec import SweepSpec
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
 from orchestrator.sweep.report import build_report, summary_table
-from orchestrator.sweep.results import TrialRecord, atomic_write_text, write_best_yaml, write_json_file
+from orchestrator.sweep.results import (
+    TrialRecord,
+    atomic_write_text,
+    trial_provenance,
+    write_best_yaml,
+    write_json_file,
+)
+from orchestrator.timestamps import utc_timestamp
+from serving.serve.provenance import Provenance
 
 __all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "final_records", "finish_sweep", "verdict_summary"]
 
@@ -62,6 +70,22 @@ def final_records(coordinator: Any) -> list[TrialRecord]:
     return [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
 
 
+def _best_provenance(spec: SweepSpec, records: list[TrialRecord], report: dict[str, Any],
+                     confirmation: Confirmation | None, coordinator: Any) -> Provenance | None:
+    """best.yaml's provenance: the trial whose configuration it holds (SGLang's default or no
+    speculation when the sweep fell back to one), its run and the sweep's."""
+    import ray
+
+    record = next((r for r in records if r.number == report["best_trial"]), None)
+    if record is None:
+        return None
+    info = ray.get(coordinator.info.remote())
+    verdict = (confirmation.vs_sglang_default or {}).get("kind") if confirmation is not None else None
+    return trial_provenance(record, sweep=spec.name, parent_run_id=info["parent_run_id"],
+                            tracking_uri=info["tracking_uri"], experiment=spec.experiment_name, verdict=verdict,
+                            written_at=utc_timestamp())
+
+
 def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: Confirmation | None, out: Path,
                  coordinator: Any, console: Console, started: float) -> SweepOutcome:
     """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures; the sweep's
@@ -87,7 +111,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
         header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [
             line.strip() for line in report["lines"]
         ] + [f"serve it: spectune serve {out / 'best.yaml'}"]
-        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header)
+        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header,
+                                    provenance=_best_provenance(spec, records, report, confirmation, coordinator))
         write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
                                                                     "concurrency", "over_sglang_default",
                                                                     "over_no_speculation", "verdict", "best_config")})

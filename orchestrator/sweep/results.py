@@ -20,6 +20,8 @@ from typing import Any, Iterable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from serving.serve.provenance import Provenance, ProvenanceObjective
+
 __all__ = [
     "FAILURE_REASONS",
     "TrialKind",
@@ -30,6 +32,8 @@ __all__ = [
     "auto_label",
     "best_record",
     "read_records",
+    "trial_provenance",
+    "write_best_yaml",
 ]
 
 logger = logging.getLogger(__name__)
@@ -201,11 +205,32 @@ def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
     return best
 
 
-def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str]) -> Path:
-    """``best.yaml``: an EngineConfig (what ``spectune serve`` loads) under comment lines with the figures."""
+def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str],
+                    provenance: Provenance | None = None) -> Path:
+    """``best.yaml``: an EngineConfig (what ``spectune serve`` loads) under comment lines with the
+    figures, and a ``provenance:`` block (sweep, trial, MLflow run, objective) after it, which the
+    serve loader takes off before the engine part is validated (``serving.serve.options``)."""
     comments = "".join(f"# {line}\n" for line in header_lines)
     body = yaml.safe_dump(engine_config, sort_keys=False)
+    if provenance is not None:
+        body += ("# where this configuration came from (GET /spectune/info answers with it; never passed to the engine)\n"
+                 + yaml.safe_dump({"provenance": provenance.model_dump(mode="json")}, sort_keys=False))
     return atomic_write_text(path, comments + body)
+
+
+def trial_provenance(record: TrialRecord, *, sweep: str, parent_run_id: str | None, tracking_uri: str | None,
+                     experiment: str | None, verdict: str | None, written_at: str) -> Provenance:
+    """The provenance block of ``best.yaml`` for the trial whose configuration it holds."""
+    objective = record.objective
+    return Provenance(
+        sweep=sweep, trial=record.number, trial_label=record.label, mlflow_run_id=record.mlflow_run_id,
+        parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment,
+        objective=ProvenanceObjective(
+            metric=objective.metric, concurrency=objective.concurrency, median=objective.median,
+            ci95_low=objective.ci95_low, ci95_high=objective.ci95_high, repetitions=len(objective.values),
+        ) if objective is not None else None,
+        verdict=verdict, written_at=written_at,
+    )
 
 
 def write_json_file(path: Path, data: Any) -> Path:

@@ -27,6 +27,7 @@ from ray.serve import Application
 
 from serving.engine.config import EngineConfig
 from serving.serve.options import ServeOptions
+from serving.serve.provenance import Provenance
 from serving.serve.replica import EngineReplica
 
 __all__ = [
@@ -96,15 +97,19 @@ def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str,
     }
 
 
-def build_app(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> Application:
+def build_app(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None,
+              provenance: Provenance | None = None) -> Application:
     """The Serve application for ``config`` (bind only: nothing starts until ``serve.run``).
 
     Args:
         config: The engine configuration, exactly as measured.
         options: How to serve it.
         api_key_sha256: ``serving.serve.ingress.key_digest`` of the API key; None serves without one.
+        provenance: Where the configuration came from (``GET /spectune/info``); never given to the engine.
     """
     settings = {
+        "provenance": provenance.model_dump(mode="json") if provenance is not None else None,
+        "replicas": options.replicas_info(),
         "log_dir": options.log_dir,  # None: each node's own temp dir (the replica decides)
         "start_timeout_s": options.engine_start_timeout_s,
         "health_check_timeout_s": options.health_check_timeout_s,
@@ -115,17 +120,20 @@ def build_app(config: EngineConfig, options: ServeOptions, *, api_key_sha256: st
 
 
 def app_builder(args: dict[str, Any]) -> Application:
-    """Serve's application builder: ``args`` = ``{"engine": {...}, "serve": {...}, "api_key_sha256": ...}``.
+    """Serve's application builder: ``args`` = ``{"engine": {...}, "serve": {...}, "api_key_sha256": ...,
+    "provenance": {...}}`` (the last two optional).
 
     Raises:
         pydantic.ValidationError: the engine configuration or the serve options are invalid.
     """
     config = EngineConfig.model_validate(args["engine"])
     options = ServeOptions.model_validate(args.get("serve") or {})
-    return build_app(config, options, api_key_sha256=args.get("api_key_sha256"))
+    provenance = Provenance.model_validate(args["provenance"]) if args.get("provenance") else None
+    return build_app(config, options, api_key_sha256=args.get("api_key_sha256"), provenance=provenance)
 
 
-def serve_config(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> dict[str, Any]:
+def serve_config(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None,
+                 provenance: Provenance | None = None) -> dict[str, Any]:
     """A Serve config (the schema of ``serve deploy`` / ``serve run CONFIG``) for this application.
 
     The deployment's options are applied by ``app_builder`` from ``args``, so the file has one
@@ -137,6 +145,8 @@ def serve_config(config: EngineConfig, options: ServeOptions, *, api_key_sha256:
     }
     if api_key_sha256 is not None:
         args["api_key_sha256"] = api_key_sha256
+    if provenance is not None:
+        args["provenance"] = provenance.model_dump(mode="json")
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": options.host, "port": options.port},
@@ -151,7 +161,8 @@ def serve_config(config: EngineConfig, options: ServeOptions, *, api_key_sha256:
     }
 
 
-def serve_config_file(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None) -> str:
+def serve_config_file(config: EngineConfig, options: ServeOptions, *, api_key_sha256: str | None = None,
+                      provenance: Provenance | None = None) -> str:
     """``serve_config`` as YAML text, with comment lines that say how to use it."""
     header = (
         "# Ray Serve config written by `spectune serve --emit-serve-config`.\n"
@@ -161,4 +172,5 @@ def serve_config_file(config: EngineConfig, options: ServeOptions, *, api_key_sh
     )
     if api_key_sha256 is not None:
         header += "# args.api_key_sha256 is the SHA-256 of the API key, not the key.\n"
-    return header + yaml.safe_dump(serve_config(config, options, api_key_sha256=api_key_sha256), sort_keys=False)
+    return header + yaml.safe_dump(serve_config(config, options, api_key_sha256=api_key_sha256, provenance=provenance),
+                                   sort_keys=False)

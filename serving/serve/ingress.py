@@ -11,7 +11,9 @@ the engine socket is sent to the client as it arrives. One pooled ``aiohttp`` se
 
 Routes: ``GET /health`` (no key: for load balancers), ``GET /v1/models``, ``GET /v1/models/{id}``,
 ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /spectune/audit`` (the env audit
-of this replica's engine). An engine that cannot be reached is a fast 503, never a hang: the
+of this replica's engine), ``GET /spectune/info`` (which sweep, trial and MLflow run the served
+configuration came from, since when this replica serves it, how many replicas; the same key as the
+audit). An engine that cannot be reached is a fast 503, never a hang: the
 replica is about to be replaced (Serve's health check), and the client should retry.
 """
 
@@ -40,8 +42,9 @@ REPLICA_HEADER = "x-spectune-replica"
 
 _JSON = b"application/json"
 _GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
-_GET_ROUTES = ("/v1/models", "/spectune/audit")
-_KNOWN = "GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions, GET /spectune/audit"
+_GET_ROUTES = ("/v1/models", "/spectune/audit", "/spectune/info")
+_KNOWN = ("GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions, "
+          "GET /spectune/audit, GET /spectune/info")
 
 
 def key_digest(key: str) -> str:
@@ -183,6 +186,7 @@ class OpenAIIngress:
         replica_id: str,
         api_key_sha256: str | None,
         audit: Callable[[], Awaitable[dict[str, Any]]],
+        info: Callable[[], dict[str, Any]] | None = None,
         connect_timeout_s: float = 5.0,
         health_timeout_s: float = 10.0,
     ) -> None:
@@ -191,6 +195,8 @@ class OpenAIIngress:
             replica_id: Serve's id of this replica (sent in ``x-spectune-replica``).
             api_key_sha256: ``key_digest`` of the API key; None serves without a key.
             audit: Returns this replica's audit report (``GET /spectune/audit``).
+            info: Returns what ``GET /spectune/info`` answers (``serving.serve.provenance.info_body``);
+                None answers with null provenance.
             connect_timeout_s: A connection to the engine not made by then is a 503.
             health_timeout_s: ``GET /health`` waits this long for the engine's ``/health``.
         """
@@ -198,6 +204,7 @@ class OpenAIIngress:
         self.replica_id = replica_id
         self._key = api_key_sha256
         self._audit = audit
+        self._info = info
         self._connect_timeout_s = connect_timeout_s
         self._health_timeout_s = health_timeout_s
         self._session: aiohttp.ClientSession | None = None
@@ -252,6 +259,11 @@ class OpenAIIngress:
                 await self._respond(send, 200, self.engine.models_body)
             elif route == "/spectune/audit":
                 await self._respond(send, 200, json.dumps(await self._audit()).encode())
+            elif route == "/spectune/info":
+                info = self._info() if self._info is not None else {
+                    "sweep": None, "trial": None, "mlflow_run_id": None, "objective": None, "served_since": None,
+                    "replicas": None, "replica": self.replica_id, "provenance": None}
+                await self._respond(send, 200, json.dumps(info).encode())
             else:
                 await self._model(route[len("/v1/models/"):], send)
         except IngressRefusal as refusal:

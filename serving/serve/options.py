@@ -2,9 +2,10 @@
 
 The file ``spectune serve`` takes is an ``EngineConfig`` YAML — exactly what a sweep writes as
 ``best.yaml``, comment lines included — optionally with a ``serve:`` block of ``ServeOptions``
-(``num_replicas``, ``autoscaling_config``, ``port`` ...). The block is taken off before the engine
-part is validated, so ``best.yaml`` is accepted unchanged and the engine part stays exactly the
-configuration that was measured. Options given on the command line win over the block. The API
+(``num_replicas``, ``autoscaling_config``, ``port`` ...), and a sweep's ``provenance:`` block (which
+sweep, trial and MLflow run it came from: ``serving.serve.provenance``). Both blocks are taken off
+before the engine part is validated, so ``best.yaml`` is accepted unchanged and the engine part
+stays exactly the configuration that was measured; the provenance never reaches the engine. Options given on the command line win over the block. The API
 key is never read from the file: secrets do not belong in a config that is copied around
 (``--api-key`` or ``SPECTUNE_API_KEY``).
 """
@@ -12,7 +13,7 @@ key is never read from the file: secrets do not belong in a config that is copie
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serving.engine.config import EngineConfig
 from serving.environ import ENV
 from serving.errors import SpectuneError
+from serving.serve.provenance import Provenance
 
 __all__ = [
     "API_KEY_ENV",
@@ -27,8 +29,11 @@ __all__ = [
     "ServeConfigError",
     "ServeOptions",
     "ServeStartError",
+    "ServedConfig",
     "load_serve_file",
     "parse_serve_file",
+    "parse_served",
+    "read_served",
 ]
 
 IngressPath = Literal["haproxy", "proxy"]
@@ -137,6 +142,14 @@ class ServeOptions(BaseModel):
         count = self.num_replicas or 1
         return f"{count} replica{'s' if count != 1 else ''}"
 
+    def replicas_info(self) -> dict[str, Any]:
+        """How many replicas, as ``GET /spectune/info`` says it: ``{"num_replicas": n}`` or
+        ``{"autoscaling": {"min_replicas", "max_replicas"}}``."""
+        if self.autoscaling_config is not None:
+            return {"autoscaling": {"min_replicas": self.autoscaling_config.get("min_replicas", 1),
+                                    "max_replicas": self.autoscaling_config.get("max_replicas")}}
+        return {"num_replicas": self.num_replicas or 1}
+
     def gpus_for(self, config: EngineConfig) -> int:
         """GPUs one replica reserves for ``config``'s engine."""
         if self.gpus_per_replica is not None:
@@ -153,17 +166,26 @@ def _problems(error: ValidationError, *, prefix: str = "") -> list[str]:
     return out
 
 
-def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
-    """An engine configuration and its serve options from YAML text.
+class ServedConfig(NamedTuple):
+    """A best-config file, read: the engine part, the serve options and the provenance (if any)."""
+
+    engine: EngineConfig
+    options: ServeOptions
+    provenance: Provenance | None
+
+
+def parse_served(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None) -> ServedConfig:
+    """An engine configuration, its serve options and its provenance from YAML text.
 
     Args:
-        text: An ``EngineConfig`` YAML (a sweep's ``best.yaml``), optionally with a ``serve:`` block.
+        text: An ``EngineConfig`` YAML (a sweep's ``best.yaml``), optionally with a ``serve:`` block
+            and a ``provenance:`` block.
         source: Names the text in errors (the file path).
         overrides: Serve options that win over the block (what the command line set).
 
     Raises:
-        ServeConfigError: the YAML, the engine part or the serve options are invalid; every
-            problem is listed with its field.
+        ServeConfigError: the YAML, the engine part, the serve options or the provenance block are
+            invalid; every problem is listed with its field.
     """
     try:
         data = yaml.safe_load(text)
@@ -175,8 +197,9 @@ def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str
     block = data.pop("serve", None) or {}
     if not isinstance(block, dict):
         raise ServeConfigError(f"{source}: 'serve' must be a mapping of serve options, got {type(block).__name__}")
+    origin = data.pop("provenance", None)
     problems: list[str] = []
-    config = options = None
+    config = options = provenance = None
     try:
         config = EngineConfig.model_validate(data)
     except ValidationError as exc:
@@ -185,6 +208,11 @@ def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str
         options = ServeOptions.model_validate({**block, **(overrides or {})})
     except ValidationError as exc:
         problems += _problems(exc, prefix="serve.")
+    if origin is not None:
+        try:
+            provenance = Provenance.model_validate(origin)
+        except ValidationError as exc:
+            problems += _problems(exc, prefix="provenance.")
     if problems or config is None or options is None:
         raise ServeConfigError(f"{source}: invalid serve configuration", problems)
     if config.kind == "sglang" and options.gpus_for(config) < config.tp_size:
@@ -193,11 +221,17 @@ def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str
             [f"serve.gpus_per_replica: {options.gpus_per_replica} is below tp_size={config.tp_size}; "
              f"an SGLang engine needs one GPU per TP rank"],
         )
+    return ServedConfig(config, options, provenance)
+
+
+def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
+    """The engine configuration and serve options of ``parse_served`` (the provenance left out)."""
+    config, options, _ = parse_served(text, source=source, overrides=overrides)
     return config, options
 
 
-def load_serve_file(path: str | Path, *, overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
-    """``parse_serve_file`` of a file (see there).
+def read_served(path: str | Path, *, overrides: dict[str, Any] | None = None) -> ServedConfig:
+    """``parse_served`` of a file (see there).
 
     Raises:
         ServeConfigError: the file cannot be read, or its content is invalid.
@@ -206,4 +240,14 @@ def load_serve_file(path: str | Path, *, overrides: dict[str, Any] | None = None
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ServeConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_serve_file(text, source=str(path), overrides=overrides)
+    return parse_served(text, source=str(path), overrides=overrides)
+
+
+def load_serve_file(path: str | Path, *, overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:
+    """``read_served`` without the provenance (see there).
+
+    Raises:
+        ServeConfigError: the file cannot be read, or its content is invalid.
+    """
+    config, options, _ = read_served(path, overrides=overrides)
+    return config, options

@@ -29,6 +29,7 @@ import logging
 import os
 import tempfile
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from serving.engine.config import EngineConfig
 from serving.engine.process import EngineProcess
 from serving.errors import SpectuneError
 from serving.serve.ingress import EngineEndpoint, OpenAIIngress
+from serving.serve.provenance import info_body
 
 __all__ = ["EngineReplica", "EnvAuditFailed", "default_log_dir"]
 
@@ -90,7 +92,7 @@ class _EngineReplica:
         Args:
             config: ``EngineConfig.model_dump()``.
             settings: ``log_dir``, ``start_timeout_s``, ``health_check_timeout_s``,
-                ``api_key_sha256`` (see ``serving.serve.app.build_app``).
+                ``api_key_sha256``, ``provenance``, ``replicas`` (see ``serving.serve.app.build_app``).
 
         Raises:
             EngineLaunchError: the engine did not become healthy (it is stopped).
@@ -100,6 +102,9 @@ class _EngineReplica:
         self.config = EngineConfig.model_validate(config)
         self.replica_id = _replica_id()
         self._health_timeout_s = float(settings.get("health_check_timeout_s", 30.0))
+        self._provenance = settings.get("provenance")
+        self._replicas = settings.get("replicas")
+        self._served_since: str | None = None
         self._engine = EngineProcess.from_config(
             self.config,
             log_dir=Path(settings.get("log_dir") or default_log_dir()),
@@ -129,7 +134,9 @@ class _EngineReplica:
             replica_id=self.replica_id,
             api_key_sha256=settings.get("api_key_sha256"),
             audit=self.audit_report,
+            info=self.info,
         )
+        self._served_since = datetime.now(timezone.utc).isoformat(timespec="seconds")
         logger.info(
             "replica %s: engine pid %d at %s (CUDA_VISIBLE_DEVICES=%s); %s",
             self.replica_id, self._engine.pid, self._engine.url, os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -162,6 +169,12 @@ class _EngineReplica:
             "startup": self._startup_audit.to_dict(),
             "now": now.to_dict(),
         }
+
+    def info(self) -> dict[str, Any]:
+        """What ``GET /spectune/info`` answers: the run the served configuration came from (null
+        fields for a config without provenance), since when this replica serves, the replicas."""
+        return info_body(self._provenance, served_since=self._served_since, replicas=self._replicas,
+                         replica=self.replica_id)
 
     async def check_health(self) -> None:
         """Serve's health hook: raise unless the engine is alive and healthy.

@@ -30,6 +30,7 @@ from serving.serve.app import build_app
 from serving.serve.cluster import check_serve_address, start_or_join
 from serving.serve.ingress import key_digest
 from serving.serve.options import ServeOptions, ServeStartError
+from serving.serve.provenance import Provenance
 from serving.waiting import wait_until
 
 __all__ = ["Readiness", "ServeStartError", "base_url", "run_foreground"]
@@ -55,6 +56,7 @@ class Readiness:
         replicas: How many replicas, in words.
         ingress: The ingress path (``haproxy`` or ``proxy``; a joined cluster's is read from it).
         api_key_required: Whether clients must send the key.
+        info: ``GET /spectune/info`` of the replica that answered (the run it came from).
     """
 
     url: str
@@ -63,9 +65,10 @@ class Readiness:
     replicas: str
     ingress: str
     api_key_required: bool
+    info: dict[str, Any] | None = None
 
     def line(self) -> str:
-        """One line: URL, model, audit verdict."""
+        """One line: URL, model, audit verdict, and the sweep, trial and MLflow run it came from (if known)."""
         report = self.audit.get("startup", {})
         processes = report.get("processes", [])
         workers = sum(1 for p in processes if p.get("role") == "tp_worker")
@@ -73,8 +76,10 @@ class Readiness:
         verdict = (f"env audit passed ({len(processes)} processes, {workers} TP workers carry {names})"
                    if self.audit.get("ok") else "env audit FAILED")
         key = "API key required" if self.api_key_required else "no API key"
+        origin = ("; " + Provenance.model_validate(self.info["provenance"]).ready_text()
+                  if self.info and self.info.get("provenance") else "")
         return (f"serving {self.model} at {self.url}/v1 ({self.replicas}, {self.ingress} ingress, {key}); {verdict}; "
-                f"audit: {self.url}/spectune/audit")
+                f"audit: {self.url}/spectune/audit{origin}")
 
 
 def base_url(options: ServeOptions) -> str:
@@ -183,9 +188,11 @@ def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str) -> 
     models = json.loads(body).get("data", []) if status == 200 else []
     status, body = _get(url + "/spectune/audit", key=api_key, timeout_s=30)
     audit = json.loads(body) if status == 200 else {"ok": False, "error": body.decode(errors="replace")[:300]}
+    status, body = _get(url + "/spectune/info", key=api_key)
+    info = json.loads(body) if status == 200 else None
     return Readiness(
         url=url, model=models[0]["id"] if models else "?", audit=audit, replicas=options.replicas_text(),
-        ingress=ingress, api_key_required=api_key is not None,
+        ingress=ingress, api_key_required=api_key is not None, info=info,
     )
 
 
@@ -197,6 +204,7 @@ def run_foreground(
     address: str | None,
     on_ready: Callable[[Readiness], None],
     status_every_s: float = 5.0,
+    provenance: Provenance | None = None,
 ) -> None:
     """Serve ``config`` until Ctrl-C / SIGTERM, then stop everything this call started.
 
@@ -207,6 +215,7 @@ def run_foreground(
         address: A running Ray cluster to join; None starts a local one.
         on_ready: Called once with the readiness facts (the CLI prints the line).
         status_every_s: How often the application's status is checked (changes are logged).
+        provenance: Where ``config`` came from (``GET /spectune/info``, the readiness line).
 
     Raises:
         ServeStartError: the application failed to deploy or never answered.
@@ -217,7 +226,8 @@ def run_foreground(
         try:
             serve.start(http_options={"host": options.host, "port": options.port}, proxy_location="EveryNode")
             check_serve_address(options)
-            app = build_app(config, options, api_key_sha256=key_digest(api_key) if api_key else None)
+            app = build_app(config, options, api_key_sha256=key_digest(api_key) if api_key else None,
+                            provenance=provenance)
             logger.info("deploying %s (%s) as application %r", config.model_path, options.replicas_text(), options.app_name)
             deployed = True
             try:

@@ -33,6 +33,7 @@ __all__ = [
     "ServeProcess",
     "http",
     "new_marker",
+    "record_trial_run",
     "write_config",
 ]
 
@@ -51,12 +52,16 @@ def new_marker() -> str:
     return f"serve-{uuid.uuid4().hex[:12]}"
 
 
-def write_config(path: Path, *, engine: dict[str, Any], serve: dict[str, Any] | None = None) -> Path:
-    """A best.yaml as a sweep writes it (comment lines on top), optionally with a serve: block."""
+def write_config(path: Path, *, engine: dict[str, Any], serve: dict[str, Any] | None = None,
+                 provenance: dict[str, Any] | None = None) -> Path:
+    """A best.yaml as a sweep writes it (comment lines on top), optionally with a serve: block and
+    a provenance: block (``record_trial_run``'s)."""
     text = "# spectune sweep test: the best configuration\n# output_tok_per_s 123.4 at concurrency 8\n"
     text += yaml.safe_dump(engine, sort_keys=False)
     if serve:
         text += yaml.safe_dump({"serve": serve}, sort_keys=False)
+    if provenance:
+        text += yaml.safe_dump({"provenance": provenance}, sort_keys=False)
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -104,14 +109,15 @@ class ServeProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, config: Path, *, port: int, args: list[str] = (), env: dict[str, str] | None = None,
+    def start(cls, config: Path | None, *, port: int, args: list[str] = (), env: dict[str, str] | None = None,
               log_dir: Path) -> "ServeProcess":
+        """``spectune serve CONFIG --port PORT ARGS`` (no CONFIG: ``args`` name it, e.g. ``--mlflow-run``)."""
         ray_tmp = Path(tempfile.mkdtemp(prefix="st-sv-", dir="/tmp"))  # Unix socket paths must stay short
         log_path = log_dir / "spectune-serve.log"
         full_env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1", **(env or {})}
         log = open(log_path, "wb")
         proc = subprocess.Popen(
-            [SPECTUNE, "serve", str(config), "--port", str(port), *args],
+            [SPECTUNE, "serve", *([str(config)] if config is not None else []), "--port", str(port), *args],
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=full_env, cwd=REPO,
             start_new_session=True,
         )
@@ -184,3 +190,32 @@ class ServeProcess:
             except OSError:
                 continue
         return hits
+
+
+def record_trial_run(work: Path, *, engine: dict[str, Any], sweep: str = "serve-test") -> dict[str, Any]:
+    """A sweep's MLflow SQLite store in ``work`` with one finished trial of ``engine``, written by
+    the sweep's own writer (the coordinator, without Ray): the trial's run carries
+    ``engine_config.yaml``. Returns ``{"tracking_uri", "run_id", "parent_run_id", "provenance"}``,
+    ``provenance`` being the block a sweep's best.yaml would carry for that trial."""
+    from orchestrator.sweep.coordinator import SweepCoordinator
+    from orchestrator.sweep.results import TrialRecord, trial_provenance
+    from serving.engine.config import EngineConfig
+
+    config = EngineConfig.model_validate(engine).model_dump()
+    uri = f"sqlite:///{work / 'results' / 'mlflow.db'}"
+    coordinator = SweepCoordinator(results_dir=str(work / "results"), tracking_uri=uri, experiment_name="serve-test",
+                                   sweep_name=sweep, spec_text=f"name: {sweep}\n")
+    got = coordinator.register_trial(trial_id="t1", kind="search", label="steps 2 topk 1 draft 3", params={},
+                                     engine_command="python -m serving.reference ...", engine_config=config)
+    coordinator.finish_trial({
+        "trial_id": "t1", "number": got["number"], "kind": "search", "label": "steps 2 topk 1 draft 3", "params": {},
+        "status": "ok", "objective": {"metric": "output_tok_per_s", "concurrency": 8, "direction": "max",
+                                      "values": [120.0, 123.4, 125.0], "median": 123.4, "ci95_low": 119.0,
+                                      "ci95_high": 126.0},
+        "repetitions_done": 3, "repetitions_planned": 3, "measured_in_full": True, "engine_config": config,
+    })
+    record = TrialRecord.model_validate(coordinator.records()[0])
+    provenance = trial_provenance(record, sweep=sweep, parent_run_id=coordinator.parent_run_id, tracking_uri=uri,
+                                  experiment="serve-test", verdict=None, written_at="2026-01-01T00:00:00+00:00")
+    return {"tracking_uri": uri, "run_id": got["run_id"], "parent_run_id": coordinator.parent_run_id,
+            "provenance": provenance.model_dump(mode="json")}

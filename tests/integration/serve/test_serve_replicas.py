@@ -1,6 +1,8 @@
 """``spectune serve --address`` with ``num_replicas: 2`` of a tp-1 reference config on a cluster of
 4 logical GPUs started with ``RAY_SERVE_ENABLE_HA_PROXY=1`` (as the README says to): each replica
 its own engine and GPU, both answering, and one replica's engine killed while the other serves on.
+The configuration comes from a trial's MLflow run (``--mlflow-run RUN_ID --tracking-uri``, a real
+SQLite store written by the sweep's coordinator), so every replica must answer with that run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from serving.ports import free_port
 
 from helpers.engine import alive, processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
-from helpers.serve import ServeProcess, http, new_marker, write_config
+from helpers.serve import ServeProcess, http, new_marker, record_trial_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,16 +45,15 @@ HAPROXY_ENV = {
 def two_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     work = tmp_path_factory.mktemp("serve-replicas")
     marker = new_marker()
-    config = write_config(
-        work / "best.yaml",
-        engine={**ENGINE, "env": {"NCCL_ALGO": "Tree", "SPECTUNE_TEST_MARKER": marker}},
-        serve={"num_replicas": 2, "gpus_per_replica": 1, "health_check_period_s": 1, "log_dir": str(work / "engines")},
-    )
+    engine = {**ENGINE, "env": {"NCCL_ALGO": "Tree", "SPECTUNE_TEST_MARKER": marker}}
+    run = record_trial_run(work, engine=engine)
     cluster = RayCluster.start(num_cpus=4, num_gpus=4, env=HAPROXY_ENV)
     server = None
     try:
-        server = ServeProcess.start(config, port=free_port(), args=["--address", cluster.address], log_dir=work)
-        yield {"server": server, "url": server.url, "marker": marker}
+        server = ServeProcess.start(None, port=free_port(), log_dir=work, args=[
+            "--mlflow-run", run["run_id"], "--tracking-uri", run["tracking_uri"], "--num-replicas", "2",
+            "--gpus-per-replica", "1", "--address", cluster.address])
+        yield {"server": server, "url": server.url, "marker": marker, "run": run, "engine": engine}
         assert server.stop() == 0, server.log_tail()
         wait_until(lambda: not processes_with_marker(marker), timeout_s=120, what="every engine and replica to be gone")
     finally:
@@ -88,6 +89,28 @@ def test_both_replicas_answer_each_with_its_own_engine_and_gpu(two_replicas: dic
     devices = {a["cuda_visible_devices"] for a in audits.values()}
     assert len(devices) == 2 and all(d and len(d.split(",")) == 1 for d in devices), devices
     assert len({a["engine"]["pid"] for a in audits.values()}) == 2
+
+
+@pytest.mark.timeout(120)
+def test_mlflow_run_serves_the_recorded_configuration_and_names_the_run(two_replicas: dict) -> None:
+    url, run, engine = two_replicas["url"], two_replicas["run"], two_replicas["engine"]
+    assert f"from sweep serve-test trial 1 (MLflow run {run['run_id']})" in two_replicas["server"].ready_line
+    infos, audits = {}, _replicas_seen(url, want=2)
+    for _ in range(40):
+        reply = http(url + "/spectune/info")
+        infos[reply.headers["x-spectune-replica"]] = reply.json()
+        if len(infos) == 2:
+            break
+    assert set(infos) == set(audits), (infos, audits)
+    print("ready line:", two_replicas["server"].ready_line.strip(), "\ninfo:", next(iter(infos.values())))  # -s shows it
+    for info in infos.values():  # the same answer a served best.yaml of that trial gives
+        assert (info["sweep"], info["trial"], info["mlflow_run_id"]) == ("serve-test", 1, run["run_id"]), info
+        assert info["objective"] == run["provenance"]["objective"] and info["replicas"] == {"num_replicas": 2}
+        assert info["provenance"]["parent_run_id"] == run["parent_run_id"]
+    for audit in audits.values():  # the engine is the recorded one: kind, model, TP, env
+        assert {k: audit["engine"][k] for k in ("kind", "model_path", "tp_size")} == {
+            k: engine[k] for k in ("kind", "model_path", "tp_size")}, audit["engine"]
+        assert audit["startup"]["expected"] == engine["env"], audit["startup"]
 
 
 @pytest.mark.timeout(180)

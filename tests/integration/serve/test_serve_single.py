@@ -1,6 +1,6 @@
 """``spectune serve`` on a tp-2 reference-engine config, as a user runs it (its own local Ray,
-HAProxy ingress, an API key): the official ``openai`` client, the audit route, refusals, and the
-engine killed under it.
+HAProxy ingress, an API key): the official ``openai`` client, the audit route, the info route of a
+best.yaml with provenance (a real MLflow SQLite store), refusals, and the engine killed under it.
 
 One served application is shared by every test of the module (Ray + Serve + an engine cost tens
 of seconds on two cores). The kill test leaves it serving from a new, audited replica, so the
@@ -20,10 +20,14 @@ from typing import Iterator
 import openai
 import pytest
 
+from datetime import datetime
+
+from mlflow.tracking import MlflowClient
+
 from serving.ports import free_port
 
 from helpers.engine import alive, processes_with_marker, read_environ, wait_until
-from helpers.serve import ServeProcess, http, new_marker, write_config
+from helpers.serve import ServeProcess, http, new_marker, record_trial_run, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,16 +57,17 @@ ENGINE = {
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     work = tmp_path_factory.mktemp("serve-single")
     marker = new_marker()
+    engine = {**ENGINE, "env": {**NCCL, "SPECTUNE_TEST_MARKER": marker}}
+    run = record_trial_run(work, engine=engine)  # the trial's MLflow run, as a sweep leaves it
     config = write_config(
-        work / "best.yaml",
-        engine={**ENGINE, "env": {**NCCL, "SPECTUNE_TEST_MARKER": marker}},
+        work / "best.yaml", engine=engine, provenance=run["provenance"],
         serve={"health_check_period_s": 1, "health_check_timeout_s": 20, "log_dir": str(work / "engines")},
     )
     # The key through the environment variable (the other way is --api-key): never on a command line.
     server = ServeProcess.start(config, port=free_port(), env={"SPECTUNE_API_KEY": KEY}, log_dir=work)
     stopped = False
     try:
-        yield {"server": server, "marker": marker, "url": server.url, "work": work}
+        yield {"server": server, "marker": marker, "url": server.url, "work": work, "run": run}
         code = server.stop()
         stopped = True
         assert code == 0, server.log_tail()
@@ -82,6 +87,29 @@ def test_readiness_line_names_url_model_and_audit(served: dict) -> None:
     line = served["server"].ready_line
     assert f"{served['url']}/v1" in line and "ref-tiny" in line and "env audit passed" in line, line
     assert "NCCL_ALGO" in line and "API key required" in line, line
+
+
+@pytest.mark.timeout(120)
+def test_info_route_names_the_trial_and_run_it_came_from_and_the_run_is_tagged_served(served: dict) -> None:
+    run = served["run"]
+    reply = http(served["url"] + "/spectune/info", key=KEY)
+    assert reply.status == 200, reply.body
+    info = reply.json()
+    assert (info["sweep"], info["trial"], info["mlflow_run_id"]) == ("serve-test", 1, run["run_id"]), info
+    assert info["objective"] == {"metric": "output_tok_per_s", "concurrency": 8, "median": 123.4, "ci95_low": 119.0,
+                                 "ci95_high": 126.0, "repetitions": 3}, info
+    assert info["replicas"] == {"num_replicas": 1} and info["replica"] == reply.headers["x-spectune-replica"]
+    assert datetime.fromisoformat(info["served_since"]).utcoffset().total_seconds() == 0, info
+    assert info["provenance"]["parent_run_id"] == run["parent_run_id"]
+    assert http(served["url"] + "/spectune/info").status == 401, "the info route takes the audit route's key"
+    line = served["server"].ready_line
+    assert f"; from sweep serve-test trial 1 (MLflow run {run['run_id']})" in line, line
+    # Once ready, the trial's run says it is being served, and where.
+    client = MlflowClient(tracking_uri=run["tracking_uri"])
+    wait_until(lambda: "spectune.served_by" in client.get_run(run["run_id"]).data.tags, timeout_s=60,
+               what="the trial's MLflow run to be tagged spectune.served_by", detail=served["server"].log_tail)
+    tags = client.get_run(run["run_id"]).data.tags
+    assert tags["spectune.served_by"].endswith(f":{served['server'].port}") and tags["spectune.served_at"], tags
 
 
 @pytest.mark.timeout(120)
