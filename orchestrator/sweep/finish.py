@@ -73,13 +73,14 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     metric, level = spec.objective.metric, spec.objective_concurrency
     confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
     report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
-                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
+                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None,
+                          levels=spec.benchmark.concurrency)
     report["confirmation"] = confirmation.to_dict() if confirmation else None
     report["verdict"] = verdict_summary(confirmation)
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    for line in report["lines"]:
+    for line in report["lines"] + report["per_load_lines"]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     files: list[Path] = []
     best_path = None
@@ -95,7 +96,7 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     write_json_file(out / "summary.json", dict(report))
     text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
     text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
+    summary_text = text_console.export_text() + "\n".join(report["lines"] + report["per_load_lines"]) + "\n"
     atomic_write_text(out / "summary.txt", summary_text)
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:

@@ -9,12 +9,13 @@ estimates, they carry the machine's drift. The verdict a user acts on is the con
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 
 from orchestrator.space.define_by_run import DEFAULT_WORD
 from orchestrator.statistics import Ratio, unpaired_ratio
+from orchestrator.sweep.per_load import by_concurrency, crossover, per_load_lines
 from orchestrator.sweep.results import TrialRecord, best_record
 
 __all__ = ["SweepReport", "build_report", "summary_table"]
@@ -84,10 +85,13 @@ class SweepReport(dict):
 
 
 def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int,
-                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None) -> SweepReport:
-    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares.
+                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None,
+                 levels: Sequence[int] | None = None) -> SweepReport:
+    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares,
+    and the best configuration at each load (``orchestrator.sweep.per_load``).
 
     ``confirmed``: the confirmation round's winner, which then is the best (its lines are added).
+    ``levels``: the benchmark's concurrency levels (default: every level some trial measured).
     """
     best = confirmed or best_record(records)
     plain = next((r for r in records if r.kind == "baseline_plain"), None)
@@ -116,6 +120,8 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         lines.append(f"best.yaml: trial {best.number} {best.label} (the confirmation's choice)")
     effects = _nccl_effects(records, nccl_variables)
     lines += [f"  {e['text']}" for e in effects]
+    per_level = by_concurrency(records, levels=levels)
+    cross = crossover(per_level)
     return SweepReport(
         best_trial=best.number if best else None,
         best_label=best.label if best else None,
@@ -132,6 +138,9 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         time_total_s=round(total, 1),
         share_outside_benchmark=round(1 - bench / total, 3) if total else None,
         lines=lines,
+        by_concurrency=per_level,
+        crossover=cross,
+        per_load_lines=per_load_lines(per_level, metric=metric, cross=cross),
     )
 
 
