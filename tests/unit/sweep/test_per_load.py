@@ -128,3 +128,37 @@ def test_the_throughput_by_concurrency_plot_is_drawn(tmp_path: Path) -> None:
     made = draw_plots(speculation_loses_at_high_load(), out_dir=tmp_path, metric="output_tok_per_s",
                       concurrency=OBJECTIVE_LEVEL)
     assert tmp_path / "throughput_by_concurrency.png" in made
+
+
+def test_the_adaptive_schedule_pins_the_best_chain_steps_and_0_where_speculation_loses(tmp_path: Path) -> None:
+    from orchestrator.sweep.adaptive_schedule import adaptive_schedule, schedule_summary, write_adaptive_schedule
+
+    records = speculation_loses_at_high_load()
+    config = adaptive_schedule(records, levels=[1, 8, 32])
+    assert [k for k in config if k.isdigit()] == ["1", "8", "32"]
+    assert {k: config[k]["candidate_steps"] for k in ("1", "8", "32")} == {"1": [5], "8": [5], "32": [0]}
+    assert config["1"] == {"candidate_steps": [5], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0}
+    assert {"ema_alpha", "update_interval", "warmup_batches"} <= set(config)
+    summary = schedule_summary(records, levels=[1, 8, 32])
+    assert summary["flags"] == ("--speculative-adaptive --speculative-adaptive-config sglang_adaptive_spec.json "
+                                "--speculative-eagle-topk 1 --speculative-num-steps 5")
+    assert any("0.5.14" in note for note in summary["notes"]) and any("--cuda-graph-bs" in n for n in summary["notes"])
+    path = write_adaptive_schedule(tmp_path / "sglang_adaptive_spec.json", config)
+    assert json.loads(path.read_text()) == config
+
+
+def test_the_schedule_uses_the_auto_choice_as_it_ran_and_skips_trees() -> None:
+    from orchestrator.sweep.adaptive_schedule import adaptive_schedule
+
+    records = speculation_loses_at_high_load(plain_at_32=[800.0, 650.0, 950.0])
+    records[3].level_values["1"] = [500.0, 501.0, 499.0]  # the tree config wins at 1: not expressible
+    config = adaptive_schedule([r for r in records if r.number != 3], levels=[1, 8, 32])
+    assert {k: config[k]["candidate_steps"] for k in ("1", "8", "32")} == {"1": [3], "8": [3], "32": [3]}
+
+
+def test_no_schedule_from_one_level_or_without_chain_configurations() -> None:
+    from orchestrator.sweep.adaptive_schedule import adaptive_schedule
+
+    records = speculation_loses_at_high_load()
+    assert adaptive_schedule(records, levels=[8]) is None
+    assert adaptive_schedule([records[0], records[3]], levels=[1, 8, 32]) is None
