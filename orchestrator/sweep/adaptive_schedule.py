@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.sweep.per_load import level_ratio, measured_levels
+from orchestrator.sweep.per_load import best_at, eligible_at, level_ratio, measured_levels, objective_direction
 from orchestrator.sweep.results import TrialRecord, write_json_file
 
 __all__ = ["SCHEDULE_FILE", "adaptive_schedule", "schedule_lines", "schedule_rows", "schedule_summary",
@@ -49,25 +49,17 @@ def _chain_steps(record: TrialRecord) -> int | None:
     return None
 
 
-def _eligible(record: TrialRecord, level: int) -> bool:
-    return record.status == "ok" and record.complete and bool(record.values_at(level))
-
-
 def schedule_rows(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Per level with a chain configuration measured: ``{"concurrency", "key", "steps", "trial",
     "label", "plain_faster"}``; ``steps`` 0 where no speculation is decidedly faster there."""
-    import statistics
-
-    direction = next((r.objective.direction for r in records if r.objective is not None), "max")
+    direction = objective_direction(records)
     plain = next((r for r in records if r.kind == "baseline_plain"), None)
     rows: list[dict[str, Any]] = []
     for level in sorted(levels) if levels is not None else measured_levels(records):
-        chains = [r for r in records if _chain_steps(r) is not None and _eligible(r, level)]
-        if not chains:
+        best = best_at([r for r in records if _chain_steps(r) is not None], level, direction)
+        if best is None:
             continue
-        pick = max if direction == "max" else min
-        best = pick(chains, key=lambda r: statistics.median(r.values_at(level)))
-        ratio = level_ratio(plain, best, level, direction) if plain is not None and _eligible(plain, level) else None
+        ratio = level_ratio(plain, best, level, direction) if plain is not None and eligible_at(plain, level) else None
         plain_faster = ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
         rows.append({"concurrency": level, "key": "1" if not rows else str(level),
                      "steps": 0 if plain_faster else _chain_steps(best), "trial": best.number, "label": best.label,

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Sequence
 from orchestrator.statistics import Ratio, unpaired_ratio
 from orchestrator.sweep.results import TrialRecord
 
-__all__ = ["ESTIMATE", "LevelBest", "by_concurrency", "crossover", "measured_levels", "per_load_lines"]
+__all__ = ["ESTIMATE", "LevelBest", "best_at", "by_concurrency", "crossover", "describe", "eligible_at", "level_ratio",
+           "measured_levels", "objective_direction", "per_load_lines"]
 
 ESTIMATE = "search estimates, trials measured minutes apart"
 
@@ -38,11 +39,11 @@ def measured_levels(records: Iterable[TrialRecord]) -> list[int]:
     return sorted(levels)
 
 
-def _direction(records: Sequence[TrialRecord]) -> str:
+def objective_direction(records: Sequence[TrialRecord]) -> str:
     return next((r.objective.direction for r in records if r.objective is not None), "max")
 
 
-def _eligible(record: TrialRecord, level: int) -> bool:
+def eligible_at(record: TrialRecord, level: int) -> bool:
     """Complete and feasible (``best_record``'s rule), and measured at ``level``."""
     return record.status == "ok" and record.complete and bool(record.values_at(level))
 
@@ -51,8 +52,9 @@ def _median(record: TrialRecord, level: int) -> float:
     return statistics.median(record.values_at(level))
 
 
-def _best(records: Iterable[TrialRecord], level: int, direction: str) -> TrialRecord | None:
-    candidates = [r for r in records if _eligible(r, level)]
+def best_at(records: Iterable[TrialRecord], level: int, direction: str) -> TrialRecord | None:
+    """The trial of ``records`` with the best median at ``level`` among those eligible there."""
+    candidates = [r for r in records if eligible_at(r, level)]
     if not candidates:
         return None
     pick = max if direction == "max" else min
@@ -87,17 +89,17 @@ def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | No
     objective metric, and its ratios against SGLang's default and no speculation (``Ratio.model_dump()``,
     None where not measurable, or where the best is that baseline). Also, per level, no speculation
     against the best speculative trial (``plain_vs_best_speculative``), which the crossover reads."""
-    direction = _direction(records)
+    direction = objective_direction(records)
     plain, auto = _baseline(records, "baseline_plain"), _baseline(records, "baseline_auto")
     out: list[LevelBest] = []
     for level in sorted(levels) if levels is not None else measured_levels(records):
-        best = _best(records, level, direction)
+        best = best_at(records, level, direction)
         if best is None:
             continue
-        speculative = _best([r for r in records if r.kind != "baseline_plain"], level, direction)
+        speculative = best_at([r for r in records if r.kind != "baseline_plain"], level, direction)
         over_auto = level_ratio(best, auto, level, direction)
         over_plain = level_ratio(best, plain, level, direction)
-        plain_vs_spec = level_ratio(plain, speculative, level, direction) if plain is not None and _eligible(
+        plain_vs_spec = level_ratio(plain, speculative, level, direction) if plain is not None and eligible_at(
             plain, level) else None
         out.append(LevelBest(
             concurrency=level, best_trial=best.number, best_kind=best.kind, best_label=best.label, best_params=dict(best.params),
@@ -132,13 +134,17 @@ def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
     return None
 
 
-def _compare(ratio: dict[str, Any] | None, what: str) -> str:
+def describe(ratio: Ratio | None, what: str) -> str:
+    """One comparison in words; an interval that contains 1 is "within the noise", never a gain."""
     if ratio is None:
-        return f"no comparison with {what}"
-    r = Ratio.model_validate(ratio)
-    if r.has_interval and r.ci95_low <= 1.0 <= r.ci95_high:  # type: ignore[operator]
-        return f"within the noise of {what} ({r.text()})"
-    return f"{r.text()} over {what}"
+        return f"no comparison with {what} (not measured)"
+    if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
+        return f"within the noise of {what} ({ratio.text()})"
+    return f"{ratio.text()} over {what}"
+
+
+def _compare(ratio: dict[str, Any] | None, what: str) -> str:
+    return describe(None if ratio is None else Ratio.model_validate(ratio), what)
 
 
 def per_load_lines(levels: Sequence[LevelBest], *, metric: str, cross: dict[str, Any] | None) -> list[str]:
