@@ -272,6 +272,7 @@ class SweepCoordinator:
             "trial_id": trial_id, "number": registered["number"], "kind": registered["kind"],
             "label": registered["label"], "params": registered["params"], "status": status, "reason": reason,
             "message": message, "objective": objective, "repetitions_done": len(values),
+            "level_values": {str(objective["concurrency"]): values} if objective else {},
             "repetitions_planned": int(last.get("repetitions_planned", 0)),
             "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
             "engine_config": registered.get("engine_config", {}), "resolved_params": registered.get("resolved"),

@@ -2,8 +2,9 @@
 
 After the search (and the confirmation, when enabled) this writes the summary table to the job
 log and ``summary.txt``, ``best.yaml`` / ``best.json`` (only with a valid best configuration),
-``summary.json`` and the plots, logs the figures and files to the parent MLflow run and ends the
-sweep's runs. The outcome's exit code says whether a valid best configuration came out.
+``summary.json`` (with the best configuration at each load), SGLang's adaptive schedule
+(``sglang_adaptive_spec.json``, where the per-load results give one) and the plots, logs the
+figures and files to the parent MLflow run and ends the sweep's runs. The outcome's exit code says whether a valid best configuration came out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.markup import escape
 
 from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
+from orchestrator.sweep.adaptive_schedule import SCHEDULE_FILE, schedule_lines, schedule_summary, write_adaptive_schedule
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
 from orchestrator.sweep.report import build_report, summary_table
@@ -97,13 +99,18 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     metric, level = spec.objective.metric, spec.objective_concurrency
     confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
     report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
-                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None)
+                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None,
+                          levels=spec.benchmark.concurrency)
+    schedule = schedule_summary(records, levels=spec.benchmark.concurrency)
+    report["adaptive_schedule"] = schedule
+    if schedule is not None:
+        report["per_load_lines"] += schedule_lines(schedule)
     report["confirmation"] = confirmation.to_dict() if confirmation else None
     report["verdict"] = verdict_summary(confirmation)
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    for line in report["lines"]:
+    for line in report["lines"] + report["per_load_lines"]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     files: list[Path] = []
     best_path = None
@@ -117,10 +124,12 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
                                                                     "concurrency", "over_sglang_default",
                                                                     "over_no_speculation", "verdict", "best_config")})
         files += [out / "best.yaml", out / "best.json"]
+    if schedule is not None:
+        files.append(write_adaptive_schedule(out / SCHEDULE_FILE, schedule["config"]))
     write_json_file(out / "summary.json", dict(report))
     text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
     text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    summary_text = text_console.export_text() + "\n".join(report["lines"]) + "\n"
+    summary_text = text_console.export_text() + "\n".join(report["lines"] + report["per_load_lines"]) + "\n"
     atomic_write_text(out / "summary.txt", summary_text)
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:

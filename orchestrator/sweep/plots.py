@@ -1,5 +1,6 @@
 """The sweep's plots, as PNG files the MLflow UI shows: Optuna's optimisation history, parameter
-importance and parallel coordinates, and a Pareto plot of throughput against TPOT p99.
+importance and parallel coordinates, a Pareto plot of throughput against TPOT p99, and throughput
+against concurrency for the best configurations and both baselines.
 
 The Optuna plots are drawn from a study rebuilt from ``trials.jsonl`` (each parameter a
 categorical of the values seen), not from the live searcher: that works the same after a resume,
@@ -86,7 +87,55 @@ def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concur
         save("param_importances", lambda: ovm.plot_param_importances(study, target_name=metric))
         save("parallel_coordinate", lambda: ovm.plot_parallel_coordinate(study, target_name=metric))
     save("pareto_throughput_tpot", lambda: _pareto(records, concurrency=concurrency))
+    save("throughput_by_concurrency", lambda: _by_concurrency(records, metric=metric, concurrency=concurrency))
     return made
+
+
+TOP_BY_CONCURRENCY = 3
+"""Search trials drawn in the throughput-by-concurrency plot (the best at the objective's level)."""
+
+
+def _by_concurrency(records: list[TrialRecord], *, metric: str, concurrency: int) -> Any:
+    """Output tok/s (median per level) against concurrency for the best search trials at the
+    objective's level and both baselines; where the objective is output tok/s, with each level's
+    log-scale 95% interval of its repetitions (none from fewer than 3)."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.statistics import log_interval
+
+    def levels_of(r: TrialRecord) -> list[int]:
+        return sorted(int(k[1:].split(".", 1)[0]) for k in r.metrics if k.endswith(".output_tok_per_s"))
+
+    complete = [r for r in records if r.status == "ok" and r.complete and r.value is not None and levels_of(r)]
+    direction = next((r.objective.direction for r in complete if r.objective), "max")
+    searched = sorted((r for r in complete if r.kind == "search"),
+                      key=lambda r: -r.value if direction == "max" else r.value)[:TOP_BY_CONCURRENCY]  # type: ignore[operator]
+    baselines = [r for r in records if r.kind in ("baseline_plain", "baseline_auto") and levels_of(r)]
+    drawn = searched + baselines
+    if not drawn:
+        raise ValueError("no trial has output_tok_per_s at any concurrency level")
+    fig, ax = plt.subplots()
+    for r in drawn:
+        xs = levels_of(r)
+        ys = [r.metrics[f"c{c}.output_tok_per_s"] for c in xs]
+        style = {"baseline_plain": dict(ls="--", c="black"), "baseline_auto": dict(ls=":", c="tab:gray")}.get(r.kind, {})
+        line = ax.plot(xs, ys, marker="o", label=f"{r.number}: {r.label}", **style)[0]
+        if metric == "output_tok_per_s":
+            for x, y in zip(xs, ys):
+                interval = log_interval(r.values_at(x))
+                if interval is not None:
+                    ax.errorbar([x], [y], yerr=[[max(0.0, y - interval[0])], [max(0.0, interval[1] - y)]],
+                                c=line.get_color(), capsize=3, lw=1)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({c for r in drawn for c in levels_of(r)})
+    ax.set_xticks(ticks, [str(c) for c in ticks])
+    ax.set_xlabel("concurrency (closed loop)")
+    ax.set_ylabel("output tok/s (median of repetitions)")
+    ax.set_title(f"Throughput by concurrency: the {TOP_BY_CONCURRENCY} best at concurrency {concurrency} and the "
+                 "baselines (search estimates)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
 
 
 def _pareto(records: list[TrialRecord], *, concurrency: int) -> Any:

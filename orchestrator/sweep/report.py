@@ -9,12 +9,13 @@ estimates, they carry the machine's drift. The verdict a user acts on is the con
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 
 from orchestrator.space.define_by_run import DEFAULT_WORD
 from orchestrator.statistics import Ratio, unpaired_ratio
+from orchestrator.sweep.per_load import ESTIMATE, by_concurrency, crossover, describe, per_load_lines
 from orchestrator.sweep.results import TrialRecord, best_record
 
 __all__ = ["SweepReport", "build_report", "summary_table"]
@@ -29,15 +30,6 @@ def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
     if a.objective.direction == "max":
         return unpaired_ratio(a.objective.values, b.objective.values)
     return unpaired_ratio(b.objective.values, a.objective.values)
-
-
-def _describe(ratio: Ratio | None, what: str) -> str:
-    """One comparison in words; an interval that contains 1 is "within the noise", never a gain."""
-    if ratio is None:
-        return f"no comparison with {what} (not measured)"
-    if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
-        return f"within the noise of {what} ({ratio.text()})"
-    return f"{ratio.text()} over {what}"
 
 
 def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[dict[str, Any]]:
@@ -74,7 +66,7 @@ def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[
                 "variable": name, "value": value, "basis": basis, "pairs": len(pairs),
                 "forced_trial": forced_rec.number, "default_trial": default_rec.number,
                 "ratio": ratio.model_dump() if ratio else None,
-                "text": f"{name}={value}: " + _describe(ratio, "NCCL's default") + f" ({basis})",
+                "text": f"{name}={value}: " + describe(ratio, "NCCL's default") + f" ({basis})",
             })
     return effects
 
@@ -84,10 +76,13 @@ class SweepReport(dict):
 
 
 def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int,
-                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None) -> SweepReport:
-    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares.
+                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None,
+                 levels: Sequence[int] | None = None) -> SweepReport:
+    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares,
+    and the best configuration at each load (``orchestrator.sweep.per_load``).
 
     ``confirmed``: the confirmation round's winner, which then is the best (its lines are added).
+    ``levels``: the benchmark's concurrency levels (default: every level some trial measured).
     """
     best = confirmed or best_record(records)
     plain = next((r for r in records if r.kind == "baseline_plain"), None)
@@ -104,18 +99,20 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
     if searched is None:
         lines.append("no trial measured every repetition successfully: there is no best configuration")
     else:
-        estimate = "search estimates, trials measured minutes apart"
+        estimate = ESTIMATE
         lines.append(f"search's best: trial {searched.number} {searched.label}: {metric} {searched.value:.4g} at "
                      f"concurrency {concurrency}")
         if searched is not auto and auto is not None:
-            lines.append("  " + _describe(_ratio(searched, auto), "SGLang's default") + f" ({estimate})")
+            lines.append("  " + describe(_ratio(searched, auto), "SGLang's default") + f" ({estimate})")
         if searched is not plain and plain is not None:
-            lines.append("  " + _describe(_ratio(searched, plain), "no speculation") + f" ({estimate})")
+            lines.append("  " + describe(_ratio(searched, plain), "no speculation") + f" ({estimate})")
     lines += list(confirmation_lines or [])
     if best is not None and best is not searched:
         lines.append(f"best.yaml: trial {best.number} {best.label} (the confirmation's choice)")
     effects = _nccl_effects(records, nccl_variables)
     lines += [f"  {e['text']}" for e in effects]
+    per_level = by_concurrency(records, levels=levels)
+    cross = crossover(per_level)
     return SweepReport(
         best_trial=best.number if best else None,
         best_label=best.label if best else None,
@@ -132,6 +129,9 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         time_total_s=round(total, 1),
         share_outside_benchmark=round(1 - bench / total, 3) if total else None,
         lines=lines,
+        by_concurrency=per_level,
+        crossover=cross,
+        per_load_lines=per_load_lines(per_level, metric=metric, cross=cross),
     )
 
 

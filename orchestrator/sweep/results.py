@@ -90,6 +90,10 @@ class TrialRecord(BaseModel):
     message: str = Field(default="", description="What happened, in words (the error, the audit or probe verdict).")
     objective: Objective | None = None
     metrics: dict[str, float] = Field(default_factory=dict, description="c{concurrency}.{metric} medians.")
+    level_values: dict[str, list[float]] = Field(
+        default_factory=dict, description="The objective metric's per-repetition values at every measured "
+        "concurrency level, keyed by the concurrency as a string (the objective's level included; empty in "
+        "records written before per-load results).")
     slo_violation: float | None = Field(
         default=None, description="max(observed / limit - 1) over the SLO limits; > 0 means infeasible."
     )
@@ -118,6 +122,16 @@ class TrialRecord(BaseModel):
         return self.status in ("ok", "infeasible") and self.measured_in_full and self.objective is not None and bool(
             self.objective.values
         )
+
+    def values_at(self, concurrency: int) -> list[float]:
+        """The objective metric's per-repetition values at ``concurrency`` (empty where not measured);
+        a record older than ``level_values`` still answers for the objective's own level."""
+        values = self.level_values.get(str(concurrency))
+        if values:
+            return list(values)
+        if self.objective is not None and self.objective.concurrency == concurrency:
+            return list(self.objective.values)
+        return []
 
     @property
     def value(self) -> float | None:

@@ -453,6 +453,22 @@ def _engine_gone_or(host: Any, reason: str, *, settle_s: float = ENGINE_EXIT_SET
     return verdict[0] if verdict else reason
 
 
+def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]:
+    """The objective metric's per-repetition values at every measured level, keyed by the
+    concurrency as a string: the objective's level from the values reported to Tune (as
+    ``Objective.values``), the others from their BenchResult's repetitions, in order."""
+    out: dict[str, list[float]] = {}
+    if state.objective_values:
+        out[str(spec.objective_concurrency)] = list(state.objective_values)
+    if state.other_levels is not None:
+        for level in state.other_levels.levels:
+            values = [v for v in (rep.flat().get(spec.objective.metric) for rep in level.repetitions)
+                      if isinstance(v, (int, float))]
+            if values and level.concurrency != spec.objective_concurrency:
+                out[str(level.concurrency)] = [float(v) for v in values]
+    return out
+
+
 def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None, message: str,
             engine_config: EngineConfig) -> TrialRecord:
     metrics: dict[str, float] = {}
@@ -466,7 +482,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
     return TrialRecord(
         trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=label,  # type: ignore[arg-type]
         params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
-        objective=objective, metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
+        objective=objective, metrics=metrics, level_values=_level_values(spec, state), slo_violation=_slo_violation(spec, state.bench),
         repetitions_done=len(state.objective_values), repetitions_planned=spec.benchmark.repetitions,
         measured_in_full=state.measured_in_full,
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),

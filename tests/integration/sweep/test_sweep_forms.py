@@ -54,6 +54,7 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
                 "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}], "seed": 5,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        benchmark={"concurrency": [1, 2]},  # the objective's level (2) and one more: per-load results
     )
     results = tmp_path / "results"
     proc = subprocess.run(
@@ -81,6 +82,18 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
     run = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}").get_run(auto["mlflow_run_id"])
     assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
     assert run.data.tags["mlflow.runName"].endswith("SGLang auto (= steps 3 topk 1 draft 4)")
+    for record in records:  # the objective metric's repetitions at every level
+        assert set(record["level_values"]) == {"1", "2"} and record["level_values"]["2"] == record["objective"]["values"]
+    summary = json.loads((results / "summary.json").read_text())
+    assert [e["concurrency"] for e in summary["by_concurrency"]] == [1, 2], summary["by_concurrency"]
+    for entry in summary["by_concurrency"]:
+        assert f"  at concurrency {entry['concurrency']}: best {entry['best_label']} " in log, log[-4000:]
+        assert f"at concurrency {entry['concurrency']}: best " in (results / "summary.txt").read_text()
+    # chain configurations only, two repetitions (no interval: never "decidedly" no speculation)
+    schedule = json.loads((results / "sglang_adaptive_spec.json").read_text())
+    assert [k for k in schedule if k.isdigit()] == ["1", "2"] and all(schedule[k]["candidate_steps"][0] in (2, 3)
+                                                                    for k in ("1", "2"))
+    assert "SGLang adaptive schedule" in log and "--speculative-adaptive-config" in log
     assert "[still waiting]" in log, "a quiet stretch longer than SPECTUNE_QUIET_LIMIT_S says what it waits for"
     assert all_runs_ended(results)
     assert processes_with_marker(marker) == []

@@ -1,0 +1,111 @@
+"""SGLang's adaptive speculation schedule from the sweep's per-load results.
+
+SGLang >= 0.5.13 reads a per-batch-size schedule (``--speculative-adaptive
+--speculative-adaptive-config PATH.json``; EAGLE / EAGLE3 / NEXTN, ``--speculative-eagle-topk 1``
+only, ``num_draft_tokens`` forced to steps + 1; a step of 0, no drafting, from 0.5.14). The file is
+a JSON object whose integer-string keys are batch-size lower bounds (inclusive: a key covers
+[key, next key); a batch below the smallest key uses the smallest; the batch size is first rounded
+up to the next captured decode CUDA-graph size), each ``{"candidate_steps": [...],
+"up_hysteresis", "down_hysteresis", "ceiling_coeff"}``, plus the global keys ``ema_alpha``,
+``update_interval`` and ``warmup_batches`` (sglang ``speculative/adaptive_spec_params.py``,
+``_load_adaptive_config``). A single-element ``candidate_steps`` pins the steps for its range.
+
+Here each measured level gets one pinned entry: the first level as key ``"1"``, each higher one as
+its own lower bound; the steps are those of the best chain (top-k 1) configuration measured at
+that level, or 0 where no speculation is decidedly faster than it there (interval above 1). The
+sweep measured client concurrency in a closed loop, where concurrency equals the running decode
+batch at steady state; SGLang's keys are running decode batch sizes per rank. The schedule is a
+search estimate (trials measured minutes apart), like every per-load figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestrator.sweep.per_load import best_at, eligible_at, level_ratio, measured_levels, objective_direction
+from orchestrator.sweep.results import TrialRecord, write_json_file
+
+__all__ = ["SCHEDULE_FILE", "adaptive_schedule", "schedule_lines", "schedule_rows", "schedule_summary",
+           "write_adaptive_schedule"]
+
+SCHEDULE_FILE = "sglang_adaptive_spec.json"
+
+SLOT_DEFAULTS: dict[str, float] = {"up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0}
+"""SGLang's per-slot defaults (``AdaptiveStepSlot``), written out so the file reads on its own."""
+
+GLOBAL_DEFAULTS: dict[str, float] = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10}
+"""SGLang's global defaults; with pinned slots the EMA never moves the steps."""
+
+
+def _chain_steps(record: TrialRecord) -> int | None:
+    """num_steps of a top-k 1 configuration as it ran (SGLang's auto choice resolved), else None."""
+    if record.params.get("speculative") == "off":
+        return None
+    numbers = record.resolved_params or record.params
+    steps, topk = numbers.get("num_steps"), numbers.get("eagle_topk")
+    if topk == 1 and isinstance(steps, int) and not isinstance(steps, bool):
+        return steps
+    return None
+
+
+def schedule_rows(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Per level with a chain configuration measured: ``{"concurrency", "key", "steps", "trial",
+    "label", "plain_faster"}``; ``steps`` 0 where no speculation is decidedly faster there."""
+    direction = objective_direction(records)
+    plain = next((r for r in records if r.kind == "baseline_plain"), None)
+    rows: list[dict[str, Any]] = []
+    for level in sorted(levels) if levels is not None else measured_levels(records):
+        best = best_at([r for r in records if _chain_steps(r) is not None], level, direction)
+        if best is None:
+            continue
+        ratio = level_ratio(plain, best, level, direction) if plain is not None and eligible_at(plain, level) else None
+        plain_faster = ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
+        rows.append({"concurrency": level, "key": "1" if not rows else str(level),
+                     "steps": 0 if plain_faster else _chain_steps(best), "trial": best.number, "label": best.label,
+                     "plain_faster": plain_faster})
+    return rows
+
+
+def adaptive_schedule(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> dict[str, Any] | None:
+    """The schedule file's content, or None: fewer than two levels with a chain configuration, or
+    0 steps everywhere (then the answer is no speculation, no schedule)."""
+    rows = schedule_rows(records, levels=levels)
+    if len(rows) < 2 or not any(row["steps"] for row in rows):
+        return None
+    config: dict[str, Any] = {row["key"]: {"candidate_steps": [row["steps"]], **SLOT_DEFAULTS} for row in rows}
+    config.update(GLOBAL_DEFAULTS)
+    return config
+
+
+def schedule_summary(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None,
+                     file_name: str = SCHEDULE_FILE) -> dict[str, Any] | None:
+    """``summary.json``'s ``adaptive_schedule``: the file, its rows, the launch flags and what to know."""
+    config = adaptive_schedule(records, levels=levels)
+    if config is None:
+        return None
+    rows = schedule_rows(records, levels=levels)
+    steps = max(row["steps"] for row in rows)
+    bounds = " ".join(row["key"] for row in rows)
+    flags = (f"--speculative-adaptive --speculative-adaptive-config {file_name} --speculative-eagle-topk 1 "
+             f"--speculative-num-steps {steps}")
+    notes = [
+        f"SGLang >= 0.5.13 reads it{' (a step of 0, no drafting, needs >= 0.5.14)' if any(r['steps'] == 0 for r in rows) else ''}",
+        f"capture the boundaries as decode CUDA graphs (--cuda-graph-bs including {bounds}): a batch is rounded up "
+        "to the next captured size before its range is looked up",
+        "keys are running decode batch sizes per rank; the sweep measured client concurrency in a closed loop, "
+        "where concurrency equals the running batch at steady state",
+    ]
+    return {"file": file_name, "config": config, "levels": rows, "flags": flags, "notes": notes}
+
+
+def write_adaptive_schedule(path: Path, config: dict[str, Any]) -> Path:
+    """Write the schedule (atomically, indented JSON)."""
+    return write_json_file(path, config)
+
+
+def schedule_lines(summary: dict[str, Any]) -> list[str]:
+    """What the console and ``summary.txt`` say of the schedule."""
+    steps = ", ".join(f"{row['steps']} from {row['key']}" for row in summary["levels"])
+    return [f"  SGLang adaptive schedule (steps by batch size: {steps}): {summary['file']}",
+            f"    launch with: {summary['flags']}"] + [f"    {note}" for note in summary["notes"]]

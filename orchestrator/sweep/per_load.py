@@ -1,0 +1,168 @@
+"""The best configuration at each load, and where speculation stops paying.
+
+The sweep measures every trial at every level of ``benchmark.concurrency`` (the objective's level
+first, then the others), keeping the objective metric's per-repetition values at each level
+(``TrialRecord.level_values``). Per level this finds the best complete, feasible trial measured
+there and compares it with SGLang's default (the ``baseline_auto`` trial) and with no speculation
+(``baseline_plain``), as the search's other comparisons are made: ratios of two trials'
+repetitions with log-scale 95% intervals (``orchestrator.statistics.unpaired_ratio``), none from
+fewer than three values. They are search estimates, trials measured minutes apart, and are
+labelled so.
+
+The crossover is the lowest level at which no speculation is decidedly faster than every
+speculative configuration measured there (its interval against the best speculative one lies
+above 1) and no higher level has a speculative configuration decidedly faster than no
+speculation; without such a level nothing is said of a crossover.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable, Sequence
+
+from orchestrator.statistics import Ratio, unpaired_ratio
+from orchestrator.sweep.results import TrialRecord
+
+__all__ = ["ESTIMATE", "LevelBest", "best_at", "by_concurrency", "crossover", "describe", "eligible_at", "level_ratio",
+           "measured_levels", "objective_direction", "per_load_lines"]
+
+ESTIMATE = "search estimates, trials measured minutes apart"
+
+
+def measured_levels(records: Iterable[TrialRecord]) -> list[int]:
+    """Every concurrency level some trial has values at, ascending."""
+    levels: set[int] = set()
+    for record in records:
+        levels.update(int(key) for key, values in record.level_values.items() if values)
+        if record.objective is not None and record.objective.values:
+            levels.add(record.objective.concurrency)
+    return sorted(levels)
+
+
+def objective_direction(records: Sequence[TrialRecord]) -> str:
+    return next((r.objective.direction for r in records if r.objective is not None), "max")
+
+
+def eligible_at(record: TrialRecord, level: int) -> bool:
+    """Complete and feasible (``best_record``'s rule), and measured at ``level``."""
+    return record.status == "ok" and record.complete and bool(record.values_at(level))
+
+
+def _median(record: TrialRecord, level: int) -> float:
+    return statistics.median(record.values_at(level))
+
+
+def best_at(records: Iterable[TrialRecord], level: int, direction: str) -> TrialRecord | None:
+    """The trial of ``records`` with the best median at ``level`` among those eligible there."""
+    candidates = [r for r in records if eligible_at(r, level)]
+    if not candidates:
+        return None
+    pick = max if direction == "max" else min
+    return pick(candidates, key=lambda r: _median(r, level))
+
+
+def level_ratio(a: TrialRecord | None, b: TrialRecord | None, level: int, direction: str) -> Ratio | None:
+    """``a`` over ``b`` at ``level`` on the objective metric, oriented so > 1 is better (max) / faster
+    (min); None where either side has no values there."""
+    if a is None or b is None or a is b:
+        return None
+    va, vb = a.values_at(level), b.values_at(level)
+    if not va or not vb:
+        return None
+    return unpaired_ratio(va, vb) if direction == "max" else unpaired_ratio(vb, va)
+
+
+def _decidedly_above_one(ratio: Ratio | None) -> bool:
+    return ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
+
+
+class LevelBest(dict):
+    """One entry of ``summary.json``'s ``by_concurrency``."""
+
+
+def _baseline(records: Sequence[TrialRecord], kind: str) -> TrialRecord | None:
+    return next((r for r in records if r.kind == kind), None)
+
+
+def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[LevelBest]:
+    """Per level (ascending): the best complete, feasible trial measured there, its median of the
+    objective metric, and its ratios against SGLang's default and no speculation (``Ratio.model_dump()``,
+    None where not measurable, or where the best is that baseline). Also, per level, no speculation
+    against the best speculative trial (``plain_vs_best_speculative``), which the crossover reads."""
+    direction = objective_direction(records)
+    plain, auto = _baseline(records, "baseline_plain"), _baseline(records, "baseline_auto")
+    out: list[LevelBest] = []
+    for level in sorted(levels) if levels is not None else measured_levels(records):
+        best = best_at(records, level, direction)
+        if best is None:
+            continue
+        speculative = best_at([r for r in records if r.kind != "baseline_plain"], level, direction)
+        over_auto = level_ratio(best, auto, level, direction)
+        over_plain = level_ratio(best, plain, level, direction)
+        plain_vs_spec = level_ratio(plain, speculative, level, direction) if plain is not None and eligible_at(
+            plain, level) else None
+        out.append(LevelBest(
+            concurrency=level, best_trial=best.number, best_kind=best.kind, best_label=best.label, best_params=dict(best.params),
+            value=_median(best, level), repetitions=len(best.values_at(level)),
+            vs_sglang_default=over_auto.model_dump() if over_auto else None,
+            vs_no_speculation=over_plain.model_dump() if over_plain else None,
+            best_speculative_trial=speculative.number if speculative else None,
+            best_speculative_label=speculative.label if speculative else None,
+            plain_vs_best_speculative=plain_vs_spec.model_dump() if plain_vs_spec else None,
+        ))
+    return out
+
+
+def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
+    """The lowest level from which on no speculation is decidedly faster (see the module's rule), or
+    None when no level decides it."""
+    for i, entry in enumerate(levels):
+        ratio = entry.get("plain_vs_best_speculative")
+        if not ratio or not _decidedly_above_one(Ratio.model_validate(ratio)):
+            continue
+        contradicted = any(
+            later.get("plain_vs_best_speculative")
+            and Ratio.model_validate(later["plain_vs_best_speculative"]).has_interval
+            and Ratio.model_validate(later["plain_vs_best_speculative"]).ci95_high < 1.0  # type: ignore[operator]
+            for later in levels[i + 1:]
+        )
+        if contradicted:
+            continue
+        return {"concurrency": entry["concurrency"], "ratio": ratio,
+                "best_speculative_trial": entry["best_speculative_trial"],
+                "best_speculative_label": entry["best_speculative_label"]}
+    return None
+
+
+def describe(ratio: Ratio | None, what: str) -> str:
+    """One comparison in words; an interval that contains 1 is "within the noise", never a gain."""
+    if ratio is None:
+        return f"no comparison with {what} (not measured)"
+    if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
+        return f"within the noise of {what} ({ratio.text()})"
+    return f"{ratio.text()} over {what}"
+
+
+def _compare(ratio: dict[str, Any] | None, what: str) -> str:
+    return describe(None if ratio is None else Ratio.model_validate(ratio), what)
+
+
+def per_load_lines(levels: Sequence[LevelBest], *, metric: str, cross: dict[str, Any] | None) -> list[str]:
+    """The lines the console and ``summary.txt`` print: a heading, one line per level, the crossover
+    when one is decided."""
+    if not levels:
+        return []
+    lines = [f"per load: the best configuration at each concurrency level ({metric}; {ESTIMATE})"]
+    for entry in levels:
+        parts = []
+        if entry["best_kind"] != "baseline_auto":
+            parts.append(_compare(entry["vs_sglang_default"], "SGLang's default"))
+        if entry["best_kind"] != "baseline_plain":
+            parts.append(_compare(entry["vs_no_speculation"], "no speculation"))
+        lines.append(f"  at concurrency {entry['concurrency']}: best {entry['best_label']} {entry['value']:.4g} "
+                     f"{metric}" + ("; " + ", ".join(parts) if parts else ""))
+    if cross is not None:
+        ratio = Ratio.model_validate(cross["ratio"])
+        lines.append(f"  from concurrency {cross['concurrency']} on, no speculation is faster: {ratio.text()} over the "
+                     f"best speculative configuration measured there ({cross['best_speculative_label']})")
+    return lines
