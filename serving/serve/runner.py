@@ -163,9 +163,18 @@ def _signals_stop() -> contextlib.AbstractContextManager[None]:
     """
 
     def interrupt(signum: int, frame: object) -> None:
+        # From the first signal on, another one only says to wait: two Ctrl-C in quick succession
+        # (or a signal sent to both `timeout` and spectune) used to raise a second
+        # KeyboardInterrupt before _uninterruptible took over, ending in a traceback.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _still_stopping)
         raise KeyboardInterrupt
 
     return _on_stop_signals(interrupt)
+
+
+def _still_stopping(signum: int, frame: object) -> None:
+    logger.warning("still stopping; please wait")
 
 
 def _uninterruptible(what: str) -> contextlib.AbstractContextManager[None]:
