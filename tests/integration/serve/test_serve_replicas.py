@@ -80,8 +80,15 @@ def _replicas_seen(url: str, *, want: int, tries: int = 40) -> dict[str, dict]:
 def test_both_replicas_answer_each_with_its_own_engine_and_gpu(two_replicas: dict) -> None:
     url = two_replicas["url"]
     assert "2 replicas" in two_replicas["server"].ready_line and "haproxy ingress" in two_replicas["server"].ready_line
-    answered = {http(url + "/v1/completions", body=REQUEST).headers["x-spectune-replica"] for _ in range(20)}
-    assert len(answered) == 2, answered
+    # The ready line comes once the ingress answers; the second replica joins HAProxy's rotation
+    # at its first health check (every 5 s by default): wait for it, bounded.
+    answered: set[str] = set()
+
+    def both_answered() -> bool:
+        answered.add(http(url + "/v1/completions", body=REQUEST).headers["x-spectune-replica"])
+        return len(answered) == 2
+
+    wait_until(both_answered, timeout_s=60, what="both replicas to answer completions", poll_s=0.1)
     audits = _replicas_seen(url, want=2)
     assert set(audits) == answered
     assert all(a["ok"] and a["startup"]["expected"]["NCCL_ALGO"] == "Tree" for a in audits.values()), audits

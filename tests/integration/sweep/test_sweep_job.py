@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from helpers.engine import processes_with_marker
 from helpers.ray_cluster import RayCluster
@@ -85,10 +84,10 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
 
 
 def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> None:
-    from serving.engine.config import EngineConfig
+    from serving.serve.options import read_served
 
-    best = yaml.safe_load((sweep_run["results"] / "best.yaml").read_text())
-    config = EngineConfig.model_validate(best)
+    # what `spectune serve` loads: the EngineConfig, and the provenance block beside it
+    config, _, provenance = read_served(sweep_run["results"] / "best.yaml")
     assert config.kind == "reference" and config.tp_size == 2
     assert "NCCL_PROTO" not in config.env or config.env["NCCL_PROTO"] != "LL128"
     summary = json.loads((sweep_run["results"] / "summary.json").read_text())
@@ -105,6 +104,10 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     verdict = summary["verdict"]["vs_sglang_default"]
     assert verdict["kind"] == "undecided" and verdict["visits"] == 2, "two visits give no interval: no verdict"
     assert summary["best_trial"] == confirmation["chosen"] and "verdict:" in text
+    chosen = next(r for r in _records(sweep_run["results"]) if r["number"] == summary["best_trial"])
+    assert (provenance.sweep, provenance.trial, provenance.mlflow_run_id) == ("ci-sweep", chosen["number"],
+                                                                            chosen["mlflow_run_id"])
+    assert provenance.verdict == "undecided"
 
 
 def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -> None:
