@@ -23,7 +23,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.sweep.per_load import best_at, eligible_at, level_ratio, measured_levels, objective_direction
+from orchestrator.sweep.per_load import (
+    baseline,
+    best_at,
+    decidedly_above_one,
+    eligible_at,
+    level_ratio,
+    measured_levels,
+    objective_direction,
+)
 from orchestrator.sweep.results import TrialRecord, write_json_file
 
 __all__ = ["SCHEDULE_FILE", "adaptive_schedule", "schedule_lines", "schedule_rows", "schedule_summary",
@@ -53,24 +61,23 @@ def schedule_rows(records: Sequence[TrialRecord], *, levels: Sequence[int] | Non
     """Per level with a chain configuration measured: ``{"concurrency", "key", "steps", "trial",
     "label", "plain_faster"}``; ``steps`` 0 where no speculation is decidedly faster there."""
     direction = objective_direction(records)
-    plain = next((r for r in records if r.kind == "baseline_plain"), None)
+    plain = baseline(records, "baseline_plain")
     rows: list[dict[str, Any]] = []
     for level in sorted(levels) if levels is not None else measured_levels(records):
         best = best_at([r for r in records if _chain_steps(r) is not None], level, direction)
         if best is None:
             continue
         ratio = level_ratio(plain, best, level, direction) if plain is not None and eligible_at(plain, level) else None
-        plain_faster = ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
+        plain_faster = decidedly_above_one(ratio)
         rows.append({"concurrency": level, "key": "1" if not rows else str(level),
                      "steps": 0 if plain_faster else _chain_steps(best), "trial": best.number, "label": best.label,
                      "plain_faster": plain_faster})
     return rows
 
 
-def adaptive_schedule(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> dict[str, Any] | None:
-    """The schedule file's content, or None: fewer than two levels with a chain configuration, or
-    0 steps everywhere (then the answer is no speculation, no schedule)."""
-    rows = schedule_rows(records, levels=levels)
+def _config(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The file's content from ``schedule_rows``, or None: fewer than two levels with a chain
+    configuration, or 0 steps everywhere (then the answer is no speculation, no schedule)."""
     if len(rows) < 2 or not any(row["steps"] for row in rows):
         return None
     config: dict[str, Any] = {row["key"]: {"candidate_steps": [row["steps"]], **SLOT_DEFAULTS} for row in rows}
@@ -78,13 +85,18 @@ def adaptive_schedule(records: Sequence[TrialRecord], *, levels: Sequence[int] |
     return config
 
 
+def adaptive_schedule(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> dict[str, Any] | None:
+    """The schedule file's content, or None (see ``_config``)."""
+    return _config(schedule_rows(records, levels=levels))
+
+
 def schedule_summary(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None,
                      file_name: str = SCHEDULE_FILE) -> dict[str, Any] | None:
     """``summary.json``'s ``adaptive_schedule``: the file, its rows, the launch flags and what to know."""
-    config = adaptive_schedule(records, levels=levels)
+    rows = schedule_rows(records, levels=levels)
+    config = _config(rows)
     if config is None:
         return None
-    rows = schedule_rows(records, levels=levels)
     steps = max(row["steps"] for row in rows)
     bounds = " ".join(row["key"] for row in rows)
     flags = (f"--speculative-adaptive --speculative-adaptive-config {file_name} --speculative-eagle-topk 1 "

@@ -23,8 +23,8 @@ from typing import Any, Iterable, Sequence
 from orchestrator.statistics import Ratio, unpaired_ratio
 from orchestrator.sweep.results import TrialRecord
 
-__all__ = ["ESTIMATE", "LevelBest", "best_at", "by_concurrency", "crossover", "describe", "eligible_at", "level_ratio",
-           "measured_levels", "objective_direction", "per_load_lines"]
+__all__ = ["ESTIMATE", "LevelBest", "baseline", "best_at", "by_concurrency", "crossover", "decidedly_above_one", "describe",
+           "eligible_at", "level_ratio", "measured_levels", "objective_direction", "per_load_lines"]
 
 ESTIMATE = "search estimates, trials measured minutes apart"
 
@@ -72,15 +72,21 @@ def level_ratio(a: TrialRecord | None, b: TrialRecord | None, level: int, direct
     return unpaired_ratio(va, vb) if direction == "max" else unpaired_ratio(vb, va)
 
 
-def _decidedly_above_one(ratio: Ratio | None) -> bool:
+def decidedly_above_one(ratio: Ratio | None) -> bool:
+    """The interval lies entirely above 1 (none from fewer than 3 values)."""
     return ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
+
+
+def _decidedly_below_one(ratio: Ratio | None) -> bool:
+    return ratio is not None and ratio.has_interval and ratio.ci95_high < 1.0  # type: ignore[operator]
 
 
 class LevelBest(dict):
     """One entry of ``summary.json``'s ``by_concurrency``."""
 
 
-def _baseline(records: Sequence[TrialRecord], kind: str) -> TrialRecord | None:
+def baseline(records: Iterable[TrialRecord], kind: str) -> TrialRecord | None:
+    """The sweep's ``baseline_plain`` or ``baseline_auto`` trial, if it has one."""
     return next((r for r in records if r.kind == kind), None)
 
 
@@ -90,7 +96,7 @@ def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | No
     None where not measurable, or where the best is that baseline). Also, per level, no speculation
     against the best speculative trial (``plain_vs_best_speculative``), which the crossover reads."""
     direction = objective_direction(records)
-    plain, auto = _baseline(records, "baseline_plain"), _baseline(records, "baseline_auto")
+    plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
     out: list[LevelBest] = []
     for level in sorted(levels) if levels is not None else measured_levels(records):
         best = best_at(records, level, direction)
@@ -116,18 +122,12 @@ def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | No
 def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
     """The lowest level from which on no speculation is decidedly faster (see the module's rule), or
     None when no level decides it."""
+    ratios = [None if entry.get("plain_vs_best_speculative") is None
+              else Ratio.model_validate(entry["plain_vs_best_speculative"]) for entry in levels]
     for i, entry in enumerate(levels):
-        ratio = entry.get("plain_vs_best_speculative")
-        if not ratio or not _decidedly_above_one(Ratio.model_validate(ratio)):
+        if not decidedly_above_one(ratios[i]) or any(_decidedly_below_one(later) for later in ratios[i + 1:]):
             continue
-        contradicted = any(
-            later.get("plain_vs_best_speculative")
-            and Ratio.model_validate(later["plain_vs_best_speculative"]).has_interval
-            and Ratio.model_validate(later["plain_vs_best_speculative"]).ci95_high < 1.0  # type: ignore[operator]
-            for later in levels[i + 1:]
-        )
-        if contradicted:
-            continue
+        ratio = entry["plain_vs_best_speculative"]
         return {"concurrency": entry["concurrency"], "ratio": ratio,
                 "best_speculative_trial": entry["best_speculative_trial"],
                 "best_speculative_label": entry["best_speculative_label"]}

@@ -14,22 +14,19 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 
 from orchestrator.space.define_by_run import DEFAULT_WORD
-from orchestrator.statistics import Ratio, unpaired_ratio
-from orchestrator.sweep.per_load import ESTIMATE, by_concurrency, crossover, describe, per_load_lines
+from orchestrator.statistics import Ratio
+from orchestrator.sweep.per_load import ESTIMATE, baseline, by_concurrency, crossover, describe, level_ratio, per_load_lines
 from orchestrator.sweep.results import TrialRecord, best_record
 
 __all__ = ["SweepReport", "build_report", "summary_table"]
 
 
 def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
-    """``a`` over ``b`` on the objective, oriented so > 1 is better (max) / faster (min)."""
-    if a is None or b is None or a.objective is None or b.objective is None:
+    """``a`` over ``b`` on the objective, oriented so > 1 is better (max) / faster (min): the
+    per-load comparison at the objective's own level."""
+    if a is None or a.objective is None:
         return None
-    if not a.objective.values or not b.objective.values:
-        return None
-    if a.objective.direction == "max":
-        return unpaired_ratio(a.objective.values, b.objective.values)
-    return unpaired_ratio(b.objective.values, a.objective.values)
+    return level_ratio(a, b, a.objective.concurrency, a.objective.direction)
 
 
 def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[dict[str, Any]]:
@@ -85,8 +82,7 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
     ``levels``: the benchmark's concurrency levels (default: every level some trial measured).
     """
     best = confirmed or best_record(records)
-    plain = next((r for r in records if r.kind == "baseline_plain"), None)
-    auto = next((r for r in records if r.kind == "baseline_auto"), None)
+    plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
     over_auto = _ratio(best, auto) if best is not None and auto is not None and best is not auto else None
     over_plain = _ratio(best, plain) if best is not None and plain is not None and best is not plain else None
     counts: dict[str, int] = {}
