@@ -17,9 +17,7 @@ import math
 import re
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -30,6 +28,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from orchestrator.tracking_server import health_status
 from serving.errors import SpectuneError
 
 __all__ = [
@@ -233,12 +232,9 @@ def _check_reachable(tracking_uri: str, *, run_id: str, timeout_s: float) -> Non
         return
     scheme = urllib.parse.urlparse(tracking_uri).scheme
     if scheme in ("http", "https"):
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
-                return
-        except urllib.error.HTTPError:
-            return  # it answers (a server without /health, or one that wants a login): MLflow says more
+            # any status: it answers (a server without /health, or one that wants a login): MLflow says more
+            health_status(tracking_uri, timeout_s=timeout_s)
         except (OSError, ValueError) as exc:
             raise RunConfigError(f"run {run_id}: tracking URI {tracking_uri} is unreachable "
                                  f"({type(exc).__name__}: {exc}); is the MLflow server running? {fix}") from None

@@ -24,14 +24,13 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
+from orchestrator.tracking_server import health_status
 
 __all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "trial_bundles"]
 
@@ -101,11 +100,8 @@ def _check_server(uri: str, *, timeout_s: float) -> str:
     fix = ("start it (mlflow server --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000), fix the "
            "URI, or leave tracking.mlflow_uri unset for a SQLite file in the results directory")
     try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(health, timeout=timeout_s) as answer:
-            status = answer.status
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        status = health_status(uri, timeout_s=timeout_s)
+    except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise PreflightError(
             f"tracking.mlflow_uri: {uri} does not answer ({reason}; waited at most {timeout_s:g} s); {fix}"
