@@ -44,8 +44,8 @@ class Provenance(BaseModel):
     experiment: str | None = Field(default=None, description="MLflow experiment the runs are in.")
     objective: ProvenanceObjective | None = Field(default=None, description="What the trial measured (see there).")
     verdict: str | None = Field(
-        default=None, description="The confirmation's kind of result against SGLang's default (better, worse, "
-                                  "indistinguishable, ...); none without a confirmation round.")
+        default=None, description="The confirmation's verdict against SGLang's default (better, equivalent, "
+                                  "worse or undecided); none without a confirmation round.")
     written_at: str | None = Field(default=None, description="When this block was written (ISO 8601, UTC).")
 
     def ready_text(self) -> str:
