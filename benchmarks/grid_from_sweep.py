@@ -64,7 +64,8 @@ def _records(paths: Iterable[Path]) -> list[list[dict[str, Any]]]:
 
 def _grid_params(params: dict[str, Any]) -> dict[str, Any]:
     """A record's params in the grid's names: the fixed ``env.*`` entries dropped, unset as absent."""
-    return {k: v for k, v in params.items() if not k.startswith("env.") and v is not None and v != "default"}
+    return {k: v for k, v in params.items()
+            if not k.startswith("env.") and v is not None and (v != "default" or k == "all_reduce")}
 
 
 def _value(record: dict[str, Any]) -> float | None:

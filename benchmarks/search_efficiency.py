@@ -64,7 +64,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
-from orchestrator.space import BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, candidate_key  # noqa: E402
+from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, canonical_arm, candidate_key  # noqa: E402
 from orchestrator.space.define_by_run import SweepSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
@@ -234,9 +234,9 @@ def plan_from_params(params: dict[str, Any], where: str) -> TrialPlan:
         if bad:
             raise GridError(f"{where}.params: {', '.join(bad)} must be integers for an explicit configuration")
         triple = SpeculativeTriple(numbers["num_steps"], numbers["eagle_topk"], numbers["num_draft_tokens"])
-    all_reduce = params.get("all_reduce") or "custom"
-    if all_reduce not in ("custom", "nccl"):
-        raise GridError(f"{where}.params.all_reduce={all_reduce!r}; use custom or nccl")
+    all_reduce = canonical_arm(params.get("all_reduce") or "default")  # grids written before 'default' say 'custom'
+    if all_reduce not in ALL_REDUCE_ARMS:
+        raise GridError(f"{where}.params.all_reduce={all_reduce!r}; use one of {', '.join(ALL_REDUCE_ARMS)}")
     env: dict[str, str] = {}
     for name, value in params.items():
         if name in KNOWN_PARAMS:

@@ -39,6 +39,8 @@ from orchestrator.space import (
     SpeculativeList,
     SpeculativeSpace,
     SpeculativeTriple,
+    arm_flags,
+    canonical_arm,
     space_problems,
     triple_problem,
 )
@@ -414,9 +416,12 @@ class SearchSpec(_Model):
     speculative: SpeculativeSearch | None = Field(
         default=None, description="Speculative dimensions; omit to use SGLang's auto choice only."
     )
-    all_reduce: list[Literal["custom", "nccl"]] = Field(
-        default_factory=lambda: ["custom"],
-        description="'custom' = SGLang's custom all-reduce (default); 'nccl' adds --disable-custom-all-reduce.",
+    all_reduce: list[Literal["default", "no_fusion", "nccl"]] = Field(
+        default_factory=lambda: ["default"],
+        description="All-reduce arms: 'default' = SGLang's own choice (custom all-reduce, or FlashInfer fusion where "
+        "SGLang turns it on); 'no_fusion' adds --enforce-disable-flashinfer-allreduce-fusion; 'nccl' adds that and "
+        "--disable-custom-all-reduce ('custom' is read as 'default'). Arms that run one kernel on the node are "
+        "measured once.",
     )
     nccl_env: dict[str, Annotated[list[NcclChoice], Field(max_length=MAX_CHOICES)]] = Field(
         default_factory=dict,
@@ -439,11 +444,16 @@ class SearchSpec(_Model):
         default_factory=EarlyStoppingSpec, description="Stop hopeless trials after a few repetitions (ASHA)."
     )
 
+    @field_validator("all_reduce", mode="before")
+    @classmethod
+    def _legacy_arms(cls, value: Any) -> Any:
+        return [canonical_arm(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
     @field_validator("all_reduce")
     @classmethod
     def _all_reduce(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("give at least one of 'custom', 'nccl'")
+            raise ValueError("give at least one of 'default', 'no_fusion', 'nccl'")
         if len(set(value)) != len(value):
             raise ValueError(f"repeated values in {value}")
         return value
@@ -696,8 +706,9 @@ class SweepSpec(_Model):
                     f"engine.env.{name}: {value!r} is dangerous ({reason}); remove it or add "
                     f"'{name}={value}' to search.allow_dangerous"
                 )
-        if "nccl" in search.all_reduce and engine.tp_size == 1:
-            yield "search.all_reduce: 'nccl' only matters with engine.tp_size > 1 (one rank has no all-reduce)"
+        if set(search.all_reduce) - {"default"} and engine.tp_size == 1:
+            other = ", ".join(repr(a) for a in search.all_reduce if a != "default")
+            yield f"search.all_reduce: {other} only matters with engine.tp_size > 1 (one rank has no all-reduce)"
         if search.nccl_env and engine.tp_size == 1:
             yield "search.nccl_env: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
         if search.nccl_presets is not None and len(search.nccl_presets) > 1 and engine.tp_size == 1:
@@ -786,7 +797,7 @@ class SweepSpec(_Model):
         num_steps: int | None,
         topk: int | None,
         num_draft_tokens: int | None,
-        all_reduce: Literal["custom", "nccl"] = "custom",
+        all_reduce: str = "default",
         nccl_env: dict[str, str] | None = None,
     ) -> EngineConfig:
         """The EngineConfig of one point of the space (the template plus this candidate)."""
@@ -801,7 +812,7 @@ class SweepSpec(_Model):
             speculative_num_steps=num_steps,
             speculative_eagle_topk=topk,
             speculative_num_draft_tokens=num_draft_tokens,
-            disable_custom_all_reduce=all_reduce == "nccl",
+            **arm_flags(all_reduce),
             extra_args=dict(engine.extra_args),
             env={**engine.env, **(nccl_env or {})},
         )

@@ -21,10 +21,13 @@ walks it: data flows spec -> space -> search, so nothing here imports the spec o
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.points import (
     AUTO,
+    ALL_REDUCE_ARMS,
     AUTO_ONLY,
     MAX_CONFIGURATIONS,
     Candidate,
     NcclPreset,
+    arm_flags,
+    canonical_arm,
     SearchSpace,
     SpeculativeList,
     SpeculativeSpace,
@@ -39,6 +42,7 @@ from orchestrator.space.points import (
 from orchestrator.space.settings import candidate_from_settings
 
 __all__ = [
+    "ALL_REDUCE_ARMS",
     "AUTO",
     "AUTO_ONLY",
     "BASELINE_AUTO",
@@ -51,6 +55,8 @@ __all__ = [
     "SpeculativeSpace",
     "SpeculativeTriple",
     "TrialPlan",
+    "arm_flags",
+    "canonical_arm",
     "candidate_from_settings",
     "candidate_key",
     "count_candidates",

@@ -230,8 +230,8 @@ class SweepSpace:
 
     @property
     def default_all_reduce(self) -> str:
-        """The all-reduce path of the baselines and of the speculative stage: SGLang's custom one if searched."""
-        return "custom" if "custom" in self.all_reduce else self.all_reduce[0]
+        """The all-reduce path of the baselines and of the speculative stage: SGLang's default if searched."""
+        return "default" if "default" in self.all_reduce else self.all_reduce[0]
 
     @property
     def has_nccl_dimensions(self) -> bool:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.space.points import Candidate, SpeculativeTriple
+from orchestrator.space.points import Candidate, SpeculativeTriple, canonical_arm
 
 __all__ = ["BASELINE_AUTO", "BASELINE_PLAIN", "TrialPlan", "candidate_key"]
 
@@ -56,7 +56,7 @@ class TrialPlan:
         else:
             head = self.candidate.speculative.label()
         parts = [head]
-        if self.candidate.all_reduce != "custom":
+        if self.candidate.all_reduce != "default":
             parts.append(f"all_reduce={self.candidate.all_reduce}")
         parts += [f"{k}={v}" for k, v in sorted(self.candidate.nccl_env.items())]
         return " ".join(parts)
@@ -80,7 +80,7 @@ class TrialPlan:
             kind=plan["kind"],
             candidate=Candidate(
                 SpeculativeTriple(plan["num_steps"], plan["eagle_topk"], plan["num_draft_tokens"]),
-                plan["all_reduce"],
+                canonical_arm(plan["all_reduce"]),
                 dict(plan["nccl_env"]),
             ),
         )

@@ -59,7 +59,30 @@ MAX_CONFIGURATIONS = 1_000_000
 A sweep runs tens of trials, so a million candidates is already far more than it can try; a space
 beyond it is a typo (a range to 1000, a long NCCL list) and is refused, naming the dimensions."""
 
-AllReduce = Literal["custom", "nccl"]
+AllReduce = Literal["default", "no_fusion", "nccl"]
+"""The all-reduce arms a sweep can search (``serving.all_reduce_rules`` says which kernel each runs on
+which node): ``default`` is SGLang's own choice (its custom all-reduce, or FlashInfer's fused
+all-reduce + RMSNorm where SGLang turns that on), ``no_fusion`` adds
+``--enforce-disable-flashinfer-allreduce-fusion``, ``nccl`` adds that and ``--disable-custom-all-reduce``."""
+
+ALL_REDUCE_ARMS: tuple[AllReduce, ...] = ("default", "no_fusion", "nccl")
+
+LEGACY_ARM_NAMES: dict[str, AllReduce] = {"custom": "default"}
+"""Arm names of earlier versions (specs, trial records, searcher state) -> today's."""
+
+
+def canonical_arm(name: str) -> str:
+    """Today's name of an all-reduce arm (``custom`` was SGLang's default before it could be fusion)."""
+    return LEGACY_ARM_NAMES.get(name, name)
+
+
+def arm_flags(arm: str) -> dict[str, bool]:
+    """The EngineConfig switches of one arm: ``disable_custom_all_reduce`` and
+    ``enforce_disable_flashinfer_allreduce_fusion``."""
+    arm = canonical_arm(arm)
+    return {"disable_custom_all_reduce": arm == "nccl",
+            "enforce_disable_flashinfer_allreduce_fusion": arm in ("no_fusion", "nccl")}
+
 
 
 @dataclass(frozen=True, order=True)
@@ -254,7 +277,7 @@ class Candidate:
     """One point of the search space."""
 
     speculative: SpeculativeTriple
-    all_reduce: AllReduce = "custom"
+    all_reduce: AllReduce = "default"
     nccl_env: dict[str, str] = field(default_factory=dict)
 
     def __hash__(self) -> int:
@@ -289,7 +312,7 @@ class SearchSpace:
     """
 
     speculative: SpeculativeSpace | SpeculativeList = AUTO_ONLY
-    all_reduce: tuple[AllReduce, ...] = ("custom",)
+    all_reduce: tuple[AllReduce, ...] = ("default",)
     nccl_env: Mapping[str, tuple[Optional[str], ...]] = field(default_factory=dict)
     nccl_presets: tuple[NcclPreset, ...] | None = None
 
@@ -393,7 +416,7 @@ class EngineTemplate(Protocol):
         num_steps: int | None,
         topk: int | None,
         num_draft_tokens: int | None,
-        all_reduce: AllReduce = "custom",
+        all_reduce: AllReduce = "default",
         nccl_env: dict[str, str] | None = None,
     ) -> EngineConfig: ...
 

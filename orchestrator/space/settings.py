@@ -6,7 +6,7 @@ result may lie outside the space, and SGLang's rules are checked when it becomes
 
 from __future__ import annotations
 
-from orchestrator.space.points import Candidate, HasSearchSpace, SpeculativeTriple
+from orchestrator.space.points import ALL_REDUCE_ARMS, Candidate, HasSearchSpace, SpeculativeTriple, canonical_arm
 from serving.engine import nccl
 
 __all__ = ["candidate_from_settings"]
@@ -29,7 +29,7 @@ def candidate_from_settings(spec: HasSearchSpace, settings: dict[str, str]) -> C
     """One point of the space, from ``key=value`` settings over the space's first point.
 
     Keys: ``num_steps``, ``eagle_topk``, ``num_draft_tokens`` (or their SGLang names),
-    ``all_reduce`` (custom / nccl), and NCCL variable names (``default`` unsets one). With
+    ``all_reduce`` (default / no_fusion / nccl), and NCCL variable names (``default`` unsets one). With
     ``eagle_topk=1`` and no draft count given, the draft count follows the steps (chain).
     The result may lie outside the spec's space (to reproduce a hand-tuned run); SGLang's rules
     are checked when it becomes an EngineConfig.
@@ -57,8 +57,9 @@ def candidate_from_settings(spec: HasSearchSpace, settings: dict[str, str]) -> C
             allowed = sorted({*_SETTING_ALIASES.values(), "NCCL_*"})
             raise ValueError(f"unknown setting {raw_key!r}; allowed: {', '.join(allowed)}")
         if name == "all_reduce":
-            if value not in ("custom", "nccl"):
-                raise ValueError(f"all_reduce={value!r}: use custom or nccl")
+            value = canonical_arm(value)
+            if value not in ALL_REDUCE_ARMS:
+                raise ValueError(f"all_reduce={value!r}: use one of {', '.join(ALL_REDUCE_ARMS)}")
             all_reduce = value  # type: ignore[assignment]
             continue
         try:

@@ -51,6 +51,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "speculative_eagle_topk": "speculative_eagle_topk",
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "disable_custom_all_reduce": "disable_custom_all_reduce",
+    "enforce_disable_flashinfer_allreduce_fusion": "enforce_disable_flashinfer_allreduce_fusion",
 }
 """Engine flags (and SGLang's aliases of them) spectune sets from typed fields; ``extra_args`` may
 not set them behind its back: rendered later on the command line, they would win."""
@@ -122,7 +123,12 @@ class EngineConfig(BaseModel):
         default=None, ge=2, description="--speculative-num-draft-tokens: tokens verified per cycle (incl. root)."
     )
     disable_custom_all_reduce: bool = Field(
-        default=False, description="--disable-custom-all-reduce: route decode all-reduce through NCCL."
+        default=False, description="--disable-custom-all-reduce: no custom all-reduce (NCCL where nothing else runs)."
+    )
+    enforce_disable_flashinfer_allreduce_fusion: bool = Field(
+        default=False,
+        description="--enforce-disable-flashinfer-allreduce-fusion: no FlashInfer all-reduce fusion (SGLang turns it "
+        "on by itself for some MoE architectures on sm90/sm100 nodes).",
     )
     extra_args: dict[str, FlagValue] = Field(
         default_factory=dict,

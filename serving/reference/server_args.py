@@ -36,8 +36,13 @@ DEFAULT_MAX_RUNNING_WITH_SPEC = 48
 NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
     "mem_fraction_static": {"type": float},
     "trust_remote_code": {"action": "store_true"},
-    "disable_cuda_graph": {"action": "store_true"},
-    "cuda_graph_max_bs": {"type": int},
+    "disable_cuda_graph": {"action": "store_true"},  # deprecated in SGLang 0.5.23, still accepted there
+    "disable_decode_cuda_graph": {"action": "store_true"},
+    "disable_prefill_cuda_graph": {"action": "store_true"},
+    "cuda_graph_bs_decode": {"type": int, "nargs": "+"},
+    "cuda_graph_bs_prefill": {"type": int, "nargs": "+"},
+    "cuda_graph_max_bs_decode": {"type": int},
+    "cuda_graph_max_bs_prefill": {"type": int},
     "chunked_prefill_size": {"type": int},
     "attention_backend": {"type": str},
     "disable_radix_cache": {"action": "store_true"},
@@ -57,7 +62,8 @@ INT_FLAG_BOUNDS: dict[str, tuple[int, int]] = {
     "max_running_requests": (1, 65536),
     "max_prefill_tokens": (1, 1 << 30),
     "decode_log_interval": (1, 1 << 30),
-    "cuda_graph_max_bs": (1, 65536),
+    "cuda_graph_max_bs_decode": (1, 65536),
+    "cuda_graph_max_bs_prefill": (1, 65536),
     "chunked_prefill_size": (-1, 1 << 30),
     "page_size": (1, 65536),
 }
@@ -96,6 +102,7 @@ class ServerArgs:
     speculative_draft_layers: Optional[int]
     enable_metrics: bool
     disable_custom_all_reduce: bool
+    enforce_disable_flashinfer_allreduce_fusion: bool
     enable_symm_mem: bool
     enable_nccl_nvls: bool
     decode_log_interval: int
@@ -148,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--disable-custom-all-reduce", action="store_true", help="Recorded; no custom all-reduce exists here.")
+    p.add_argument("--enforce-disable-flashinfer-allreduce-fusion", action="store_true",
+                   help="As SGLang: no FlashInfer all-reduce fusion (serving.all_reduce_rules).")
     p.add_argument("--enable-symm-mem", action="store_true", help="Sets NCCL_CUMEM_ENABLE=1 as SGLang does.")
     p.add_argument("--enable-nccl-nvls", action="store_true", help="Sets NCCL_NVLS_ENABLE=1 as SGLang does.")
     p.add_argument("--decode-log-interval", type=int, default=40)
@@ -186,6 +195,9 @@ def resolve(
     for name, (low, high) in INT_FLAG_BOUNDS.items():
         if getattr(ns, name) is not None:
             check_int(getattr(ns, name), name=_flag(name), low=low, high=high)
+    for name in ("cuda_graph_bs_decode", "cuda_graph_bs_prefill"):
+        for size in getattr(ns, name) or ():
+            check_int(size, name=_flag(name), low=1, high=65536)
     if ns.mem_fraction_static is not None:
         fraction = check_finite(ns.mem_fraction_static, name="--mem-fraction-static")
         if not 0.0 < fraction <= 1.0:
@@ -277,6 +289,7 @@ def resolve(
         speculative_draft_layers=draft_layers,
         enable_metrics=ns.enable_metrics,
         disable_custom_all_reduce=ns.disable_custom_all_reduce,
+        enforce_disable_flashinfer_allreduce_fusion=ns.enforce_disable_flashinfer_allreduce_fusion,
         enable_symm_mem=ns.enable_symm_mem,
         enable_nccl_nvls=ns.enable_nccl_nvls,
         decode_log_interval=ns.decode_log_interval,

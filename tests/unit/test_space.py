@@ -45,7 +45,7 @@ def test_count_matches_enumeration_and_hand_count() -> None:
             "engine": {"kind": "sglang", "model_path": "m", "draft_model_path": "d", "tp_size": 2},
             "search": {
                 "speculative": {"num_steps": [1, 3], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 11, 12]},
-                "all_reduce": ["custom", "nccl"],
+                "all_reduce": ["default", "nccl"],
                 "nccl_env": {"NCCL_ALGO": [None, "Ring", "Tree"], "NCCL_PROTO": [None, "LL"]},
             },
         }
@@ -109,7 +109,7 @@ def test_nccl_product_is_counted_and_refused_beyond_the_bound() -> None:
     many = tuple([None, *map(str, range(1, 65))])  # 65 choices each
     space = SearchSpace(
         speculative=SpeculativeSpace(num_steps=(1, 2), eagle_topk=(1,)),
-        all_reduce=("custom", "nccl"),
+        all_reduce=("default", "nccl"),
         nccl_env={"NCCL_MIN_NCHANNELS": many, "NCCL_MAX_NCHANNELS": many, "NCCL_MIN_CTAS": many},
     )
     assert len(space) == 2 * 2 * 65**3 == 1_098_500
@@ -131,7 +131,7 @@ def test_empty_speculative_space_is_a_problem() -> None:
 def test_membership_without_listing() -> None:
     space = SearchSpace(
         speculative=SpeculativeSpace(num_steps=(2, 3), eagle_topk=(1, 2), num_draft_tokens=(4, 8)),
-        all_reduce=("custom",),
+        all_reduce=("default",),
         nccl_env={"NCCL_ALGO": (None, "Ring")},
     )
     listed = set(space)
@@ -216,7 +216,7 @@ def test_nccl_presets_are_one_dimension_of_exact_settings() -> None:
     presets = ({}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"})
     space = SearchSpace(
         speculative=SpeculativeList(triples=(SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))),
-        all_reduce=("custom", "nccl"),
+        all_reduce=("default", "nccl"),
         nccl_presets=presets,
     )
     assert space.dimension_sizes() == {"speculative": 2, "all_reduce": 2, "nccl_presets": 3}

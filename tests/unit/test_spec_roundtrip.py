@@ -73,7 +73,7 @@ _nccl = st.one_of(
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(speculative=_speculative, nccl=_nccl, all_reduce=st.sampled_from([["custom"], ["custom", "nccl"], ["nccl"]]),
+@given(speculative=_speculative, nccl=_nccl, all_reduce=st.sampled_from([["default"], ["default", "nccl"], ["nccl"], ["default", "no_fusion", "nccl"]]),
        levels=st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=1, max_size=3, unique=True))
 def test_every_spec_form_that_validates_survives_its_dump(speculative, nccl, all_reduce, levels) -> None:
     data = {

@@ -273,7 +273,7 @@ def _record(number: int, params: dict, values: list[float] | None, status: str =
         "metric": "output_tok_per_s", "direction": "max", "values": values,
         "median": sorted(values)[len(values) // 2]}
     base = {"speculative": "explicit", "num_steps": None, "eagle_topk": None, "num_draft_tokens": None,
-            "all_reduce": "custom"}
+            "all_reduce": "default"}
     return {"number": number, "params": {**base, **params}, "status": status, "objective": objective,
             "measured_in_full": status == "ok"}
 
@@ -292,10 +292,10 @@ def _sweep(scale: float) -> list[dict]:
 def test_sweeps_become_one_grid_with_their_spread_as_noise() -> None:
     grid = gfs.grid_from_trials([_sweep(1.0), _sweep(1.2)], name="g", space=None)
     values = {json.dumps(p["params"], sort_keys=True): (p["value"], p["status"]) for p in grid["points"]}
-    assert values[json.dumps({"speculative": "off", "all_reduce": "custom"}, sort_keys=True)] == (55.0, "ok")
+    assert values[json.dumps({"speculative": "off", "all_reduce": "default"}, sort_keys=True)] == (55.0, "ok")
     # "default" NCCL values and the fixed env.* entries are not grid params; the failed trial is a failed point
     assert values[json.dumps({"speculative": "explicit", "num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3,
-                              "all_reduce": "custom"}, sort_keys=True)] == (121.0, "ok")
+                              "all_reduce": "default"}, sort_keys=True)] == (121.0, "ok")
     assert (None, "failed") in values.values()
     # between-sweep CV of (x, 1.2x): stdev / mean = 0.1414 / 1.1 for every configuration
     assert grid["noise_cv"] == pytest.approx(0.1286, abs=1e-4)

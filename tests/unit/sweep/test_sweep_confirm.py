@@ -27,7 +27,7 @@ def _spec(**confirmation) -> SweepSpec:
 def _record(number: int, value: float, kind: str = "search", status: str = "ok", point: dict | None = None,
             resolved: dict | None = None) -> TrialRecord:
     params = {"speculative": {"baseline_plain": "off", "baseline_auto": "auto"}.get(kind, "explicit"),
-              "num_steps": None, "eagle_topk": None, "num_draft_tokens": None, "all_reduce": "custom"}
+              "num_steps": None, "eagle_topk": None, "num_draft_tokens": None, "all_reduce": "default"}
     params.update(point or {})
     return TrialRecord(
         trial_id=f"t{number}", number=number, kind=kind, label=f"config {number}", params=params, status=status,

@@ -73,7 +73,7 @@ def test_atomic_write_leaves_no_temp_file(tmp_path: Path) -> None:
 
 
 def test_report_states_both_baselines_and_nccl_effects() -> None:
-    base = {"speculative": "explicit", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4, "all_reduce": "custom"}
+    base = {"speculative": "explicit", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4, "all_reduce": "default"}
     records = [
         _record(1, [50.0, 51.0, 49.0], kind="baseline_plain", params={**base, "speculative": "off", "NCCL_ALGO": "default"}),
         _record(2, [90.0, 91.0, 89.0], kind="baseline_auto", params={**base, "speculative": "auto", "NCCL_ALGO": "default"}),

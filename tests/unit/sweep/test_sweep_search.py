@@ -240,7 +240,7 @@ def test_rules_of_thumb_come_right_after_the_baselines() -> None:
     assert [p.kind for p in plans[:2]] == [BASELINE_PLAIN, BASELINE_AUTO]
     # SGLang's auto choices for DeepSeek (3, 1, 4) and Llama (5, 4, 8), with NCCL's defaults
     assert [p.candidate.speculative.label() for p in plans[2:4]] == ["steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
-    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in plans[2:4])
+    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "default" for p in plans[2:4])
 
 
 def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
@@ -254,18 +254,18 @@ def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
 
 def test_speculative_stage_holds_nccl_at_defaults_then_varies_one_factor_at_a_time() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 6]},
-                 all_reduce=["custom", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
+                 all_reduce=["default", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
     searcher = _searcher(spec)
     stage = searcher.speculative_stage
     assert stage == 9  # 0.4 x 22 speculative points (6 chains, 16 trees), rounded up
     plans = _run(searcher, _throughput, 2 + stage + 3)
     speculative_stage = plans[2:2 + stage]
-    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in speculative_stage)
+    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "default" for p in speculative_stage)
     best = max(plans[:2 + stage], key=_throughput).candidate.speculative
     variants = plans[2 + stage:2 + stage + 3]
     assert all(p.candidate.speculative == best for p in variants)
     assert sorted((p.candidate.all_reduce, tuple(p.candidate.nccl_env.items())) for p in variants) == [
-        ("custom", (("NCCL_ALGO", "Ring"),)), ("custom", (("NCCL_ALGO", "Tree"),)), ("nccl", ())]
+        ("default", (("NCCL_ALGO", "Ring"),)), ("default", (("NCCL_ALGO", "Tree"),)), ("nccl", ())]
 
 
 def test_no_stages_when_only_the_speculative_numbers_vary() -> None:
@@ -299,14 +299,14 @@ def test_one_factor_variants_start_from_a_point_of_the_space_even_when_a_baselin
 
 def test_after_the_variants_every_other_proposal_keeps_the_best_settings() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 6]},
-                 all_reduce=["custom", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
+                 all_reduce=["default", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
     searcher = _searcher(spec)
     stage = searcher.speculative_stage
     plans = _run(searcher, _throughput, 2 + stage + 3 + 8)
     after = list(enumerate(plans[2 + stage + 3:], start=stage + 3))  # (proposal number, plan)
     pinned = [p for number, p in after if number % 2 == 0]
     # the best settings are NCCL's defaults and the custom path (_throughput: any forced setting costs 5%)
-    assert len(pinned) == 4 and all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "custom" for p in pinned)
+    assert len(pinned) == 4 and all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "default" for p in pinned)
     keys = [candidate_key(p) for p in plans]
     assert len(keys) == len(set(keys))
 
