@@ -12,6 +12,7 @@ file itself (encoding, size, duplicate keys) is ``orchestrator.spec_file``'s job
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
@@ -48,6 +49,8 @@ from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
+from orchestrator.space.arms import ArmPlan, arm_plan
+from serving.all_reduce_rules import GpuKind
 from serving.engine.config import EngineConfig, EngineKind, FlagValue, validated_extra_args
 from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
@@ -235,16 +238,40 @@ class EngineSpec(_Model):
         default_factory=dict,
         description="Fixed environment for every trial's engine and its workers (e.g. NCCL_DEBUG: WARN).",
     )
+    gpu_kind: str = Field(
+        default="auto",
+        description="The node the engines run on, which decides the kernel of decode's all-reduce: auto (the "
+        "preflight reads compute capability and NVLink from the node), or cpu / smNN-nvlink / smNN-pcie "
+        "(sm90-nvlink: H100/H200; sm100-nvlink: B200; sm120-pcie: RTX PRO 6000). The reference engine follows "
+        "SGLang's rule for it (--reference-gpu-kind).",
+    )
+    architecture: Optional[str] = Field(
+        default=None, min_length=1,
+        description="The model's architectures[0] from its config.json (e.g. KimiK25ForConditionalGeneration), "
+        "which decides whether SGLang turns on FlashInfer all-reduce fusion; default: read from a local model "
+        "directory by the preflight (the reference engine: its preset's).",
+    )
 
     @field_validator("extra_args", mode="before")
     @classmethod
     def _flags(cls, value: Any) -> Any:
         return validated_extra_args(value, use_instead=_spec_field_for)
 
+    @field_validator("gpu_kind")
+    @classmethod
+    def _gpu_kind(cls, value: str) -> str:
+        return value if value == "auto" else GpuKind.parse(value).name
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, value: object) -> object:
         return nccl.validated_env(value)
+
+    @model_validator(mode="after")
+    def _node(self) -> "EngineSpec":
+        if self.kind == "sglang" and self.gpu_kind == "cpu":
+            raise ValueError("gpu_kind: cpu is only for the reference engine; SGLang runs on GPUs (use auto or smNN-...)")
+        return self
 
     @model_validator(mode="after")
     def _draft(self) -> "EngineSpec":
@@ -713,6 +740,7 @@ class SweepSpec(_Model):
             yield "search.nccl_env: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
         if search.nccl_presets is not None and len(search.nccl_presets) > 1 and engine.tp_size == 1:
             yield "search.nccl_presets: NCCL variables only matter with engine.tp_size > 1 (one rank has no all-reduce)"
+        yield from self._all_reduce_problems()
         yield from space_problems(self.space())  # empty, or beyond the bound (counted, never listed)
         level = self.objective.concurrency
         if level is not None and level not in self.benchmark.concurrency:
@@ -726,6 +754,19 @@ class SweepSpec(_Model):
                 f"budget.num_trials={self.budget.num_trials}"
             )
 
+    def _all_reduce_problems(self) -> Iterator[str]:
+        """NCCL settings searched on a node where no arm of the spec lets NCCL carry decode."""
+        search = self.search
+        if not (search.nccl_env or (search.nccl_presets is not None and len(search.nccl_presets) > 1)):
+            return
+        plan = self.arm_plan()
+        if plan.gpu_kind is None or plan.nccl_arms or self.engine.tp_size == 1:
+            return
+        where = "search.nccl_env" if search.nccl_env else "search.nccl_presets"
+        kernels = "; ".join(plan.lines())
+        yield (f"{where}: on {plan.gpu_kind} NCCL carries decode's all-reduce on none of the arms "
+               f"{search.all_reduce} ({kernels}); add 'nccl' to search.all_reduce, or drop {where}")
+
     def warnings(self) -> list[str]:
         """Settings that are valid but cannot give what a user would act on (``spectune validate``
         and the sweep print them): intervals need 3 values (``orchestrator.statistics``)."""
@@ -738,6 +779,15 @@ class SweepSpec(_Model):
         if confirmation.enabled and confirmation.max_visits < MIN_VALUES:
             out.append(f"confirmation.max_visits: {confirmation.max_visits} can never decide a verdict (an interval "
                        f"needs {MIN_VALUES} visits of each contender); it will end 'undecided'")
+        plan = self.arm_plan()
+        merged = {arm: to for arm, to in plan.stands_for.items() if arm != to}
+        if merged:
+            out.append(f"search.all_reduce: on {plan.gpu_kind} " + ", ".join(
+                f"'{arm}' runs the kernel of '{to}'" for arm, to in merged.items())
+                + " (" + "; ".join(plan.lines()) + "): measured once")
+        elif plan.gpu_kind is None and len(self.search.all_reduce) > 1:
+            out.append("search.all_reduce: which kernel each arm runs depends on the node (engine.gpu_kind: auto); "
+                       "the preflight reads it there, and arms that run one kernel are measured once")
         if self.benchmark.min_repetition_s == 0 and self.engine.kind == "sglang":
             out.append("benchmark.min_repetition_s: 0 lets a repetition on a GPU last a few seconds (16 prompts x 128 "
                        "tokens took 8 s on an H200, and two such repetitions were 18% apart)")
@@ -756,12 +806,25 @@ class SweepSpec(_Model):
             numbers = SpeculativeSpace(include_auto=True)
         else:
             numbers = speculative.space()
+        arms = self.arm_plan()
         return SearchSpace(
             speculative=numbers,
-            all_reduce=tuple(self.search.all_reduce),
+            all_reduce=arms.measured,  # type: ignore[arg-type]
             nccl_env={name: tuple(choices) for name, choices in self.search.nccl_env.items()},
             nccl_presets=None if self.search.nccl_presets is None else tuple(self.search.nccl_presets),
+            nccl_arms=arms.nccl_arms,  # type: ignore[arg-type]
         )
+
+    def arm_plan(self, *, gpu_kind: str | None = None) -> ArmPlan:
+        """The all-reduce arms on the spec's node (or ``gpu_kind``): each arm's kernel, the arms
+        measured (one per kernel), where NCCL_* is searched (``orchestrator.space.arms``)."""
+        return arm_plan(self.engine, self.search.all_reduce, gpu_kind=gpu_kind)
+
+    def on_node(self, gpu_kind: str) -> "SweepSpec":
+        """This spec with ``engine.gpu_kind`` set to the node the preflight found (validated again)."""
+        data = self.model_dump()
+        data["engine"]["gpu_kind"] = gpu_kind
+        return type(self).model_validate(data)
 
     @property
     def objective_concurrency(self) -> int:
@@ -803,6 +866,13 @@ class SweepSpec(_Model):
         """The EngineConfig of one point of the space (the template plus this candidate)."""
         engine = self.engine
         speculative = engine.speculative_algorithm is not None
+        extra_args = dict(engine.extra_args)
+        reference_gpu_kind = None
+        if engine.kind == "reference":
+            reference_gpu_kind = None if engine.gpu_kind == "auto" else engine.gpu_kind
+            if engine.architecture:  # SGLang's way to say what the model is; the reference engine reads it
+                overrides = json.loads(str(extra_args.get("json_model_override_args") or "{}"))
+                extra_args["json_model_override_args"] = json.dumps({**overrides, "architectures": [engine.architecture]})
         return EngineConfig(
             kind=engine.kind,
             model_path=engine.model_path,
@@ -813,7 +883,8 @@ class SweepSpec(_Model):
             speculative_eagle_topk=topk,
             speculative_num_draft_tokens=num_draft_tokens,
             **arm_flags(all_reduce),
-            extra_args=dict(engine.extra_args),
+            reference_gpu_kind=reference_gpu_kind,
+            extra_args=extra_args,
             env={**engine.env, **(nccl_env or {})},
         )
 

@@ -83,15 +83,19 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             steps, topks, drafts = numbers.values_used()
             values = f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}"
         dimensions.append({"name": "speculative (steps, topk, draft)", "values": values + auto, "count": len(numbers)})
-    dimensions.append(
-        {"name": "all_reduce", "values": ", ".join(spec.search.all_reduce), "count": len(spec.search.all_reduce)}
-    )
+    arms = spec.arm_plan()
+    merged = {arm: to for arm, to in arms.stands_for.items() if arm != to}
+    arm_values = ", ".join(arms.measured) + (
+        " (" + ", ".join(f"{a} = {to}" for a, to in merged.items()) + " on " + str(arms.gpu_kind) + ")" if merged else "")
+    dimensions.append({"name": "all_reduce", "values": arm_values, "count": len(arms.measured)})
+    nccl_where = "" if arms.nccl_arms is None or set(arms.nccl_arms) == set(arms.measured) else (
+        f" (on {', '.join(arms.nccl_arms)} only)" if arms.nccl_arms else " (on no arm)")
     for name, choices in sorted(spec.search.nccl_env.items()):
         shown = ", ".join("default" if c is None else c for c in choices)
-        dimensions.append({"name": name, "values": shown, "count": len(choices)})
+        dimensions.append({"name": name, "values": shown + nccl_where, "count": len(choices)})
     if space.nccl_presets is not None:
         shown = _listed([preset_label(p) for p in space.nccl_presets], "; ")
-        dimensions.append({"name": "nccl_presets", "values": shown, "count": len(space.nccl_presets)})
+        dimensions.append({"name": "nccl_presets", "values": shown + nccl_where, "count": len(space.nccl_presets)})
 
     bench = spec.benchmark
     slo = {k: v for k, v in spec.objective.slo.model_dump().items() if v is not None}
@@ -125,6 +129,7 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             + (f", stop after {spec.budget.time_limit_s:g} s" if spec.budget.time_limit_s else "")
         ),
         "tracking": f"MLflow {_shown_uri(spec.mlflow_uri())} experiment {spec.experiment_name!r}",
+        "all_reduce": (f"on {arms.gpu_kind}: " if arms.gpu_kind else "") + "; ".join(arms.lines()),
     }
     return {
         "name": spec.name,

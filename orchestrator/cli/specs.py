@@ -52,7 +52,7 @@ def validate(
         table.add_row(dim["name"], dim["values"], str(dim["count"]))
     console.print(table)
     console.print(f"valid configurations: [bold]{summary['valid_configurations']}[/]", highlight=False)
-    for key in ("engine", "objective", "benchmark", "confirmation", "budget", "tracking"):
+    for key in ("engine", "all_reduce", "objective", "benchmark", "confirmation", "budget", "tracking"):
         console.print(f"{key:<12} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)

@@ -141,7 +141,8 @@ class SweepSpace:
             if mode == "explicit":
                 triple = self._sample_triple(trial)
         all_reduce = self._choose(trial, "all_reduce", self.all_reduce)
-        return TrialPlan("search", Candidate(triple, all_reduce, self._sample_nccl(trial)))
+        env = self._sample_nccl(trial) if self._space.searches_nccl(all_reduce) else {}
+        return TrialPlan("search", Candidate(triple, all_reduce, env))
 
     def _sample_nccl(self, trial: Any) -> dict[str, str]:
         """One NCCL setting: a categorical over the listed presets, or one per variable."""
@@ -236,7 +237,9 @@ class SweepSpace:
     @property
     def has_nccl_dimensions(self) -> bool:
         """Whether anything besides the speculative numbers varies (all-reduce path, NCCL)."""
-        return len(self.all_reduce) > 1 or any(len(v) > 1 for v in self.nccl.values()) or len(self.presets or {}) > 1
+        nccl_searched = any(self._space.searches_nccl(arm) for arm in self.all_reduce)
+        return len(self.all_reduce) > 1 or nccl_searched and (
+            any(len(v) > 1 for v in self.nccl.values()) or len(self.presets or {}) > 1)
 
     def pins(self, candidate: Candidate | None = None) -> dict[str, Any]:
         """Optuna params that hold the all-reduce path and the NCCL variables at ``candidate``'s
@@ -245,6 +248,8 @@ class SweepSpace:
         all_reduce = candidate.all_reduce if candidate is not None else self.default_all_reduce
         env = dict(candidate.nccl_env) if candidate is not None else {}
         pins: dict[str, Any] = {"all_reduce": all_reduce} if len(self.all_reduce) > 1 else {}
+        if not self._space.searches_nccl(all_reduce):
+            return pins  # NCCL's defaults are the only setting on this arm: nothing is sampled
         if self.presets is not None and len(self.presets) > 1:
             pins[PRESET_PARAM] = preset_label(env)
         pins.update({name: env.get(name, DEFAULT_WORD) for name, values in self.nccl.items() if len(values) > 1})
@@ -308,8 +313,10 @@ class SweepSpace:
         """``plan`` with one setting besides the speculative numbers changed: each other all-reduce
         path, each other value of one NCCL variable, each other NCCL preset (one factor at a time)."""
         candidate = plan.candidate
-        out = [Candidate(candidate.speculative, path, dict(candidate.nccl_env))
+        out = [Candidate(candidate.speculative, path, dict(candidate.nccl_env) if self._space.searches_nccl(path) else {})
                for path in self.all_reduce if path != candidate.all_reduce]
+        if not self._space.searches_nccl(candidate.all_reduce):
+            return [TrialPlan("search", c) for c in out]
         if self.presets is not None:
             out += [Candidate(candidate.speculative, candidate.all_reduce, dict(env))
                     for env in self.presets.values() if env != candidate.nccl_env]

@@ -309,16 +309,24 @@ class SearchSpace:
         nccl_env: NCCL variable -> its choices (``None`` = unset, NCCL's default), in the spec's order.
         nccl_presets: Instead of ``nccl_env``: exactly these sets of NCCL variables, in the spec's
             order (``{}`` = NCCL's defaults). ``None`` when the spec uses ``nccl_env``.
+        nccl_arms: The all-reduce arms on which NCCL carries decode's all-reduce, where the NCCL
+            settings are searched; the other arms run with NCCL's defaults only. ``None``: every
+            arm (the node is not known yet).
     """
 
     speculative: SpeculativeSpace | SpeculativeList = AUTO_ONLY
     all_reduce: tuple[AllReduce, ...] = ("default",)
     nccl_env: Mapping[str, tuple[Optional[str], ...]] = field(default_factory=dict)
     nccl_presets: tuple[NcclPreset, ...] | None = None
+    nccl_arms: tuple[AllReduce, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.nccl_presets is not None and self.nccl_env:
             raise ValueError("give nccl_env or nccl_presets, not both")
+
+    def searches_nccl(self, arm: str) -> bool:
+        """Whether the NCCL settings are searched on ``arm`` (NCCL carries decode there)."""
+        return self.nccl_arms is None or arm in self.nccl_arms
 
     def dimension_sizes(self) -> dict[str, int]:
         """Points per dimension: ``speculative``, ``all_reduce`` and each NCCL variable (sorted),
@@ -330,8 +338,12 @@ class SearchSpace:
         return sizes
 
     def __len__(self) -> int:
-        """How many configurations: the product of the dimension sizes (nothing is listed)."""
-        return math.prod(self.dimension_sizes().values())
+        """How many configurations (nothing is listed): speculative points x (for each arm, the
+        NCCL points where NCCL carries decode, else one)."""
+        sizes = self.dimension_sizes()
+        nccl = math.prod(size for name, size in sizes.items() if name not in ("speculative", "all_reduce"))
+        per_speculative = sum(nccl if self.searches_nccl(arm) else 1 for arm in self.all_reduce)
+        return sizes["speculative"] * per_speculative
 
     def nccl_points(self) -> Iterator[dict[str, str]]:
         """Every NCCL setting of the space, lazily: the presets in order, or the product of
@@ -366,7 +378,7 @@ class SearchSpace:
         """Every configuration, lazily, in a stable order (speculative, all-reduce, NCCL)."""
         for triple in self.speculative:
             for all_reduce in self.all_reduce:
-                for env in self.nccl_points():
+                for env in (self.nccl_points() if self.searches_nccl(all_reduce) else iter([{}])):
                     yield Candidate(triple, all_reduce, env)
 
     def __contains__(self, candidate: object) -> bool:
@@ -375,6 +387,8 @@ class SearchSpace:
             return False
         if candidate.speculative not in self.speculative or candidate.all_reduce not in self.all_reduce:
             return False
+        if not self.searches_nccl(candidate.all_reduce):
+            return not candidate.nccl_env
         return self.has_nccl_setting(candidate.nccl_env)
 
 

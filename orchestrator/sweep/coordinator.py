@@ -205,6 +205,13 @@ class SweepCoordinator:
             self.tracker.set_tags(registered["run_id"], {"spectune.label": label,
                                                          "mlflow.runName": f"trial {registered['number']:03d} {label}"})
 
+    def note_all_reduce(self, *, trial_id: str, kernel: str) -> None:
+        """The kernel a trial's engine ran decode's all-reduce on (read from the engine): an MLflow
+        param (``resolved.all_reduce_kernel``) and part of its record even if it is stopped early."""
+        registered = self._registered[trial_id]
+        registered["all_reduce_kernel"] = kernel
+        self.tracker.log_params(registered["run_id"], {"resolved.all_reduce_kernel": kernel})
+
     def log_repetition(self, *, trial_id: str, step: int, metrics: dict[str, float | None]) -> None:
         """One repetition's metrics, at ``step`` = repetition (per concurrency level in the names)."""
         self.tracker.log_metrics(self._registered[trial_id]["run_id"], metrics, step=step)
@@ -276,6 +283,7 @@ class SweepCoordinator:
             "repetitions_planned": int(last.get("repetitions_planned", 0)),
             "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
             "engine_config": registered.get("engine_config", {}), "resolved_params": registered.get("resolved"),
+            "all_reduce_kernel": registered.get("all_reduce_kernel"),
             "started_at": registered["started_at"], "node_id": seen.get("spectune.node_id") or last.get("node_id") or None,
             "cuda_visible_devices": seen.get("spectune.cuda_visible_devices"),
             "audit_ok": seen.get("spectune.audit_ok"),

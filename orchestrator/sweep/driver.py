@@ -79,7 +79,7 @@ def run_sweep(
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
     tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
-    _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
+    spec = _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
     for warning in spec.warnings():
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     if not resume:
@@ -137,18 +137,26 @@ def run_sweep(
 
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
-               console: Console) -> None:
+               console: Console) -> SweepSpec:
     """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
-    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run."""
+    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run.
+    Returns the spec planned for the node found there (``engine.gpu_kind`` resolved)."""
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     notes = [check_tracking(tracking_uri)]
     connect_ray(address)
     notes.append(check_resources(spec, wait_s=wait_s, say=say))
-    notes += check_engine(spec, wait_s=wait_s, say=say)
+    engine_notes, gpu_kind = check_engine(spec, wait_s=wait_s, say=say)
+    notes += engine_notes
     for note in notes:
         say(f"preflight: {note}")
+    if gpu_kind is None:
+        return spec
+    planned = spec if gpu_kind == spec.engine.gpu_kind else spec.on_node(gpu_kind)
+    for line in planned.arm_plan().lines():
+        say(f"preflight: all-reduce arm {line}")
+    return planned
 
 
 def _configure_tune() -> None:

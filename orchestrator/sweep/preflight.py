@@ -13,7 +13,9 @@ fix:
 * **engine** (a Ray task in a placement group shaped like a trial's, so it runs where the engine
   will): the engine's package imports there (``sglang`` for ``kind: sglang``), and the model and
   draft paths exist there when they are local paths (a hub id is accepted with a note; a
-  reference preset must be a known one).
+  reference preset must be a known one). The same task reads the node's GPUs (``nvidia-smi``:
+  compute capability, NVLink) and names its kind (``node_gpu_kind``): the sweep then plans its
+  all-reduce arms for that node, and a spec written for another node is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking_server import health_status
 
-__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "trial_bundles"]
+__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "node_gpu_kind", "trial_bundles"]
 
 logger = logging.getLogger(__name__)
 
@@ -233,11 +235,47 @@ def _engine_problems(*, kind: str, model_path: str, draft_path: str | None) -> d
                         resolve_draft_layers(draft_path=draft_path, preset=preset)
                     except ValueError as exc:
                         problems.append(f"engine.draft_model_path: {exc}")
-    return {"problems": problems, "notes": notes, "node": node}
+    from serving.engine.gpu_topology import read_node_gpus
+
+    gpus = read_node_gpus()
+    return {"problems": problems, "notes": notes, "node": node,
+            "gpus": None if gpus is None else {"kind": gpus.kind, "detail": gpus.detail}}
 
 
-def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], None]) -> list[str]:
-    """The engine can start where a trial's engine will run; returns notes (hub ids, the node).
+def node_gpu_kind(spec: SweepSpec, gpus: dict[str, str] | None, *, node: str) -> tuple[str | None, str]:
+    """The node kind the sweep plans its all-reduce arms for, and a note saying where it came from.
+
+    SGLang: what ``nvidia-smi`` reports on the engine's node; a spec that names another kind is
+    refused (its arms and NCCL dimensions were planned for a node this is not). The reference
+    engine follows the spec's kind, or on ``auto`` what it would pick itself there (``cpu``
+    without a GPU, the GPU's sm with PCIe otherwise).
+
+    Raises:
+        PreflightError: ``engine.gpu_kind`` names another node than the one found.
+    """
+    declared = spec.engine.gpu_kind
+    if spec.engine.kind == "reference":
+        if declared != "auto":
+            return declared, f"all-reduce: the reference engine follows SGLang's rule for {declared} (engine.gpu_kind)"
+        found = "cpu" if gpus is None else gpus["kind"].replace("-nvlink", "-pcie")
+        return found, f"all-reduce: the reference engine on node {node} follows SGLang's rule for {found}"
+    if gpus is None:
+        if declared != "auto":
+            return declared, (f"all-reduce: nvidia-smi gave no GPUs on node {node}; planning for {declared} "
+                              "(engine.gpu_kind) as declared")
+        return None, (f"all-reduce: nvidia-smi gave no GPUs on node {node}: the arms' kernels are not known before "
+                      "the first trial, every arm is measured (each trial records what its engine ran)")
+    if declared not in ("auto", gpus["kind"]):
+        raise PreflightError(
+            f"engine.gpu_kind: the spec is written for {declared}, but node {node} is {gpus['kind']} ({gpus['detail']}); "
+            f"its all-reduce arms and NCCL dimensions were planned for another node: set engine.gpu_kind: "
+            f"{gpus['kind']} (or auto), or run it on a {declared} node")
+    return gpus["kind"], f"all-reduce: node {node} is {gpus['kind']} ({gpus['detail']})"
+
+
+def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], None]) -> tuple[list[str], str | None]:
+    """The engine can start where a trial's engine will run; returns notes (hub ids, the node) and
+    the node's GPU kind for the all-reduce arms (``node_gpu_kind``; None: not known).
 
     A placement group shaped like a trial's is reserved, and a task with no resources of its own
     runs in the engine's bundle: the same node, the same Python and runtime_env as the trials.
@@ -276,4 +314,5 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], N
         remove_placement_group(group)
     if found["problems"]:
         raise PreflightError("\n".join(found["problems"]))
-    return [*found["notes"], f"engine: {spec.engine.kind} can start on node {found['node']}"]
+    kind, kind_note = node_gpu_kind(spec, found.get("gpus"), node=found["node"])
+    return [*found["notes"], f"engine: {spec.engine.kind} can start on node {found['node']}", kind_note], kind

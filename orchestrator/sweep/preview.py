@@ -19,6 +19,36 @@ from orchestrator.space import TrialPlan
 
 __all__ = ["dry_run"]
 
+NODE_KINDS_SHOWN = ("sm120-pcie", "sm90-nvlink")
+"""The two node kinds the dry-run always states the all-reduce rule for: eight PCIe GPUs (the seed's
+RTX PRO 6000 node) and an NVLink node (H100/H200), besides the spec's own ``engine.gpu_kind``."""
+
+
+def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
+    """Per all-reduce arm: the full engine command (SGLang's own speculative choice, NCCL's
+    defaults) and which kernel carries decode's all-reduce on each node kind
+    (``orchestrator.space.arms``), measured once where arms share a kernel."""
+    from serving.engine.command import build_command
+
+    if spec.engine.tp_size == 1:
+        console.print("all-reduce: tp_size 1, no tensor-parallel all-reduce", highlight=False)
+        return
+    kinds = list(dict.fromkeys([*([spec.engine.gpu_kind] if spec.engine.gpu_kind != "auto" else []), *NODE_KINDS_SHOWN]))
+    plans = {kind: spec.arm_plan(gpu_kind=kind) for kind in kinds}
+    node = "the node (engine.gpu_kind: auto, read by the preflight)" if spec.engine.gpu_kind == "auto" else \
+        spec.engine.gpu_kind
+    console.print(f"all-reduce arms (SGLang 0.5.23's rule; this sweep runs on {escape(node)}; each trial records the "
+                  "kernel its engine really ran):", highlight=False, soft_wrap=True)
+    for arm in spec.search.all_reduce:
+        config = spec.engine_config(num_steps=None, topk=None, num_draft_tokens=None, all_reduce=arm)
+        console.print(f"  [bold]{arm}[/]: " + escape(build_command(config, host="127.0.0.1", port=30000,
+                                                                python=python).shell(redacted=True)),
+                      highlight=False, soft_wrap=True)
+        for kind, plan in plans.items():
+            line = next(text for text in plan.lines() if text.startswith(f"{arm}: "))
+            console.print(f"    on {kind}: {escape(line[len(arm) + 2:])}", highlight=False, soft_wrap=True)
+    console.print("")
+
 
 def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
             python: str = "python") -> list[dict[str, Any]]:
@@ -46,6 +76,7 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
                   f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
                   f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)
+    _print_arms(spec, console=console, python=python)
     shown = []
     for number, plan in enumerate(plans, start=1):
         config = engine_config_for(spec, plan)

@@ -141,8 +141,10 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
     best = next((r for r in records if r.number == best_trial), None) if best_trial else best_record(records)
     table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions; 95% interval on the log "
                         "scale, from 3 repetitions on)", box=None)
-    for column, justify in (("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
-                            ("reps", "right"), ("status", "left")):
+    kernels = any(r.all_reduce_kernel not in (None, "none") for r in records)  # only where TP all-reduces
+    columns = [("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
+               ("reps", "right")] + ([("all-reduce", "left")] if kernels else []) + [("status", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r in ordered:
         obj = r.objective
@@ -151,6 +153,8 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
         else:
             interval = "too few reps" if obj and obj.values else "-"
         status = r.status + (f" ({r.reason})" if r.reason else "") + ("  <- best" if best is r else "")
-        table.add_row(str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
-                      f"{r.repetitions_done}/{r.repetitions_planned}", status)
+        cells = [str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
+                 f"{r.repetitions_done}/{r.repetitions_planned}"]
+        cells += [r.all_reduce_kernel or "-"] if kernels else []
+        table.add_row(*cells, status)
     return table

@@ -111,6 +111,10 @@ class TrialRecord(BaseModel):
     resolved_params: dict[str, int] | None = Field(
         default=None, description="The speculative numbers the running engine reported in /server_info "
         "({num_steps, eagle_topk, num_draft_tokens}): SGLang's automatic choice resolved, or a count it adjusted.")
+    all_reduce_kernel: str | None = Field(
+        default=None, description="The kernel the running engine's decode all-reduce was on, read from its "
+        "/server_info and log (serving.engine.all_reduce_observed): flashinfer_fusion, custom_all_reduce, nccl, "
+        "none (TP 1), mixed or unknown; None in records written before it was read.")
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
     mlflow_run_id: str | None = None
     started_at: str | None = None
@@ -140,11 +144,14 @@ class TrialRecord(BaseModel):
 
     def ran_as(self) -> str:
         """One string per configuration *as it ran*: the params with the speculative numbers the engine
-        reported (SGLang's auto choice resolved), so SGLang's auto and the explicit point it resolved
-        to are one configuration, never two names for the same engine."""
+        reported (SGLang's auto choice resolved) and the all-reduce kernel it ran instead of the arm, so
+        SGLang's auto and the explicit point it resolved to, or two arms on one kernel, are one
+        configuration, never two names for the same engine."""
         params = dict(self.params)
         if self.resolved_params and params.get("speculative") != "off":
             params.update(self.resolved_params, speculative="explicit")
+        if self.all_reduce_kernel not in (None, "unknown", "mixed"):
+            params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"  # two arms on one kernel are one configuration
         return json.dumps(params, sort_keys=True, default=str)
 
 

@@ -46,6 +46,7 @@ from orchestrator.sweep.search import OBJECTIVE_KEY
 from orchestrator.sweep.session import EngineSession, TrialFailure
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
+from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.config import EngineConfig
 from serving.engine.nccl_log import check_nccl_log, nccl_debug_enabled
 from serving.waiting import wait_until
@@ -99,6 +100,7 @@ class _TrialState:
     other_levels: BenchResult | None = None
     audit_ok: bool | None = None
     resolved: dict[str, int] | None = None
+    all_reduce_kernel: str | None = None
     measured_in_full: bool = False
     started_at: str = field(default_factory=utc_timestamp)
 
@@ -123,7 +125,27 @@ SPECULATIVE_FIELDS = {
 """The sweep's names of the speculative numbers -> SGLang's server-arg names in ``/server_info``."""
 
 
-def resolved_speculative(url: str, *, timeout_s: float = 30.0) -> dict[str, int] | None:
+def server_info(url: str, *, timeout_s: float = 30.0) -> dict[str, Any] | None:
+    """The engine's ``/server_info`` answer, or None; an engine without it (404) is asked at
+    ``/get_server_info``, SGLang's deprecated alias that older versions answer instead."""
+    import urllib.error
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    for route in ("/server_info", "/get_server_info"):
+        try:
+            with opener.open(url.rstrip("/") + route, timeout=timeout_s) as answer:
+                info = json.loads(answer.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                continue
+            return None
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+    return None
+
+
+def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
     """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
 
     SGLang's ``/server_info`` returns its ``ServerArgs`` after ``__post_init__``, i.e. with the
@@ -132,12 +154,7 @@ def resolved_speculative(url: str, *, timeout_s: float = 30.0) -> dict[str, int]
     reference engine reports them the same way. Unset numbers in the command are therefore
     resolved here, and a count the engine adjusted shows as what it is.
     """
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
-    try:
-        with opener.open(url.rstrip("/") + "/server_info", timeout=timeout_s) as answer:
-            info = json.loads(answer.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
+    info = info if info is not None else server_info(url, timeout_s=timeout_s)
     if not isinstance(info, dict):
         return None
     states = info.get("internal_states") if isinstance(info.get("internal_states"), list) else []
@@ -251,7 +268,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
                 "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"), "spectune.audit_ok": state.audit_ok,
         }, texts={"env_audit.json": _json(session.audit)}))
         session.check_audit()
-        _resolve(state, session, coordinator, engine_config)
+        _resolve(spec, state, session, coordinator, engine_config)
         tic = time.monotonic()
         _probe(spec, state, session, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
@@ -285,13 +302,17 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     return _record(spec, state, status=status, reason=reason, message=message, engine_config=engine_config)
 
 
-def _resolve(state: _TrialState, session: EngineSession, coordinator: Any, engine_config: EngineConfig) -> None:
-    """Record the speculative numbers the engine runs with (``resolved_speculative``): SGLang's
-    automatic choice for the auto baseline, and, for an explicit point, whatever the engine made of
-    it (a rewritten count is logged once, naming the field). The record is what ran."""
+def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any,
+             engine_config: EngineConfig) -> None:
+    """Record what the engine runs with, read from it: the kernel of decode's all-reduce
+    (``_all_reduce``) and the speculative numbers (``resolved_speculative``): SGLang's automatic
+    choice for the auto baseline, and, for an explicit point, whatever the engine made of it (a
+    rewritten count is logged once, naming the field). The record is what ran."""
+    info = server_info(session.url)
+    _all_reduce(spec, state, session, coordinator, info=info, tp_size=engine_config.tp_size)
     if engine_config.speculative_algorithm is None:
         return
-    state.resolved = resolved_speculative(session.url)
+    state.resolved = resolved_speculative(session.url, info=info)
     if state.resolved is None:
         logger.warning("trial %d (%s): /server_info reports no speculative numbers; the record keeps the requested "
                        "ones", state.number, state.trial_id)
@@ -303,6 +324,32 @@ def _resolve(state: _TrialState, session: EngineSession, coordinator: Any, engin
         logger.warning("trial %d (%s): the engine rewrote %s; recorded as run", state.number, state.trial_id,
                        ", ".join(f"{SPECULATIVE_FIELDS[k]} {a} -> {b}" for k, (a, b) in changed.items()))
     ray.get(coordinator.note_resolved.remote(trial_id=state.trial_id, resolved=state.resolved))
+
+
+def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,
+                info: dict[str, Any] | None, tp_size: int) -> None:
+    """Which kernel this engine's decode all-reduce is on, from its ``/server_info`` and per-rank log
+    (``serving.engine.all_reduce_observed``), never from the flags: recorded (trials.jsonl, the MLflow
+    param ``resolved.all_reduce_kernel``, ``all_reduce.json``), and a warning where it is not the
+    kernel the spec's node predicted for the trial's arm (the plan then measured something else)."""
+    log_text = ray.get(session.host.log_text.remote()) if tp_size > 1 else ""
+    observed = observe_all_reduce(server_info=info, log_text=log_text, tp_size=tp_size)
+    state.all_reduce_kernel = observed.kernel
+    arm = state.plan.candidate.all_reduce
+    plan = spec.arm_plan()
+    predicted = plan.paths.get(arm)
+    report = {**observed.to_dict(), "arm": arm, "gpu_kind": plan.gpu_kind,
+              "predicted": None if predicted is None else predicted.kernel}
+    ray.get(coordinator.note_all_reduce.remote(trial_id=state.trial_id, kernel=observed.kernel))
+    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={"spectune.all_reduce_kernel": observed.kernel},
+                                         texts={"all_reduce.json": _json(report)}))
+    if predicted is not None and observed.kernel not in ("unknown", predicted.kernel):
+        logger.warning("trial %d (%s): all-reduce arm %r was planned as %s on %s, but the engine ran %s (%s); "
+                       "recorded as run: check engine.gpu_kind and engine.architecture", state.number, state.trial_id,
+                       arm, predicted.kernel, plan.gpu_kind, observed.kernel, observed.evidence)
+    else:
+        logger.info("trial %d (%s): decode all-reduce on %s (%s)", state.number, state.trial_id, observed.kernel,
+                    observed.evidence)
 
 
 def _launch_reason(cause: BaseException) -> str:
@@ -488,6 +535,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
+        all_reduce_kernel=state.all_reduce_kernel,
         engine_command=state.engine_command,
         mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=utc_timestamp(),
     )

@@ -16,6 +16,7 @@ from typing import Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serving.all_reduce_rules import GpuKind
 from serving.engine import nccl
 from serving.errors import EngineConfigError
 from serving.speculative_rules import FIELD_NAMES, speculative_problem, tree_capacity
@@ -52,6 +53,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "speculative_num_draft_tokens": "speculative_num_draft_tokens",
     "disable_custom_all_reduce": "disable_custom_all_reduce",
     "enforce_disable_flashinfer_allreduce_fusion": "enforce_disable_flashinfer_allreduce_fusion",
+    "reference_gpu_kind": "reference_gpu_kind",
 }
 """Engine flags (and SGLang's aliases of them) spectune sets from typed fields; ``extra_args`` may
 not set them behind its back: rendered later on the command line, they would win."""
@@ -130,6 +132,11 @@ class EngineConfig(BaseModel):
         description="--enforce-disable-flashinfer-allreduce-fusion: no FlashInfer all-reduce fusion (SGLang turns it "
         "on by itself for some MoE architectures on sm90/sm100 nodes).",
     )
+    reference_gpu_kind: str | None = Field(
+        default=None,
+        description="Reference engine only (--reference-gpu-kind): the node whose all-reduce rule it follows and "
+        "logs as SGLang would (cpu, sm90-nvlink, sm120-pcie, ...; serving.all_reduce_rules).",
+    )
     extra_args: dict[str, FlagValue] = Field(
         default_factory=dict,
         description="Further engine flags by SGLang name (e.g. mem_fraction_static: 0.85); true renders a bare flag.",
@@ -137,6 +144,11 @@ class EngineConfig(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment for the engine and every worker it spawns (NCCL_* etc.)."
     )
+
+    @field_validator("reference_gpu_kind")
+    @classmethod
+    def _gpu_kind(cls, value: str | None) -> str | None:
+        return None if value is None else GpuKind.parse(value).name
 
     @field_validator("extra_args", mode="before")
     @classmethod
@@ -155,6 +167,9 @@ class EngineConfig(BaseModel):
         Raises ``EngineConfigError``, a ValueError, which pydantic reports as this model's
         validation error next to every other problem of the config.
         """
+        if self.reference_gpu_kind is not None and self.kind != "reference":
+            raise EngineConfigError(f"reference_gpu_kind={self.reference_gpu_kind!r} is the reference engine's own "
+                                    "flag; SGLang reads its node itself (remove it for kind sglang)")
         numbers = (
             self.speculative_num_steps,
             self.speculative_eagle_topk,

@@ -52,6 +52,10 @@ class ModelPreset:
         rope_theta: Rotary embedding base.
         default_max_running_requests: ``--max-running-requests`` without speculation.
         auto_speculative: (steps, topk, draft tokens) chosen when all three are unset.
+        architecture: The ``architectures[0]`` SGLang would read from a config.json, which decides
+            whether SGLang turns on FlashInfer all-reduce fusion (``serving.all_reduce_rules``);
+            ``--json-model-override-args '{"architectures": [...]}'`` overrides it, as in SGLang.
+            A DeepSeek-class default, matching the (3, 1, 4) auto choice.
         description: One line for the docs and ``/v1/models``.
     """
 
@@ -71,6 +75,7 @@ class ModelPreset:
     default_max_running_requests: int = 64
     auto_speculative: tuple[int, int, int] = (3, 1, 4)
     description: str = ""
+    architecture: str = "DeepseekV3ForCausalLM"
 
     @property
     def head_dim(self) -> int:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 from typing import Any, Optional, Sequence
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
 from serving.reference.config import PRESETS, get_preset, resolve_draft_layers
+from serving.all_reduce_rules import GpuKind, predict
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
 
 __all__ = ["INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "ServerArgs", "build_parser", "parse_args", "resolve"]
@@ -103,6 +105,9 @@ class ServerArgs:
     enable_metrics: bool
     disable_custom_all_reduce: bool
     enforce_disable_flashinfer_allreduce_fusion: bool
+    flashinfer_allreduce_fusion_backend: Optional[str]
+    architecture: str
+    reference_gpu_kind: str
     enable_symm_mem: bool
     enable_nccl_nvls: bool
     decode_log_interval: int
@@ -157,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-custom-all-reduce", action="store_true", help="Recorded; no custom all-reduce exists here.")
     p.add_argument("--enforce-disable-flashinfer-allreduce-fusion", action="store_true",
                    help="As SGLang: no FlashInfer all-reduce fusion (serving.all_reduce_rules).")
+    p.add_argument("--flashinfer-allreduce-fusion-backend", default=None, choices=("auto", "trtllm", "mnnvl", "cutedsl"),
+                   help="As SGLang: FlashInfer all-reduce fusion's backend (unset: SGLang's own rule).")
+    p.add_argument("--json-model-override-args", default="{}",
+                   help="As SGLang: JSON overrides of the model config; 'architectures' is read here.")
+    p.add_argument("--reference-gpu-kind", default=None, metavar="KIND",
+                   help="The reference engine's own: the node whose all-reduce rule to follow and log as SGLang "
+                   "would (cpu, sm90-nvlink, sm120-pcie, ...; default: cpu on the CPU, else the GPU's sm with pcie).")
     p.add_argument("--enable-symm-mem", action="store_true", help="Sets NCCL_CUMEM_ENABLE=1 as SGLang does.")
     p.add_argument("--enable-nccl-nvls", action="store_true", help="Sets NCCL_NVLS_ENABLE=1 as SGLang does.")
     p.add_argument("--decode-log-interval", type=int, default=40)
@@ -267,6 +279,14 @@ def resolve(
     if max_running is None:
         max_running = preset.default_max_running_requests
 
+    architecture = _architecture(ns.json_model_override_args, default=preset.architecture)
+    gpu_kind = _gpu_kind(ns.reference_gpu_kind, device=device)
+    path = predict(gpu_kind=GpuKind.parse(gpu_kind), architecture=architecture, tp_size=ns.tp_size,
+                   disable_custom_all_reduce=ns.disable_custom_all_reduce,
+                   enforce_disable_fusion=ns.enforce_disable_flashinfer_allreduce_fusion,
+                   fusion_backend=ns.flashinfer_allreduce_fusion_backend)
+    if path.fusion_line:
+        logger.info("%s", path.fusion_line)  # SGLang's own line (srt/arg_groups/overrides.py)
     no_effect = {name: getattr(ns, name) for name in NO_EFFECT_FLAGS}
     return ServerArgs(
         model_path=preset.name,
@@ -290,6 +310,9 @@ def resolve(
         enable_metrics=ns.enable_metrics,
         disable_custom_all_reduce=ns.disable_custom_all_reduce,
         enforce_disable_flashinfer_allreduce_fusion=ns.enforce_disable_flashinfer_allreduce_fusion,
+        flashinfer_allreduce_fusion_backend=path.fusion_backend,
+        architecture=architecture,
+        reference_gpu_kind=gpu_kind,
         enable_symm_mem=ns.enable_symm_mem,
         enable_nccl_nvls=ns.enable_nccl_nvls,
         decode_log_interval=ns.decode_log_interval,
@@ -302,6 +325,36 @@ def resolve(
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def _architecture(overrides: str, *, default: str) -> str:
+    """``architectures[0]`` from ``--json-model-override-args`` (SGLang's way to override what the
+    model's config.json says), else the preset's."""
+    try:
+        data = json.loads(overrides or "{}")
+    except ValueError as exc:
+        raise ValueError(f"--json-model-override-args is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--json-model-override-args must be a JSON object, got {overrides!r}")
+    names = data.get("architectures")
+    if names is None:
+        return default
+    if not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
+        raise ValueError(f"--json-model-override-args: 'architectures' must be a non-empty list of names, got {names!r}")
+    return names[0]
+
+
+def _gpu_kind(declared: Optional[str], *, device: str) -> str:
+    """The node whose all-reduce rule this engine follows: the declared ``--reference-gpu-kind``,
+    else ``cpu`` on the CPU and, on CUDA, the device's sm with PCIe (NVLink is not probed)."""
+    if declared is not None:
+        return GpuKind.parse(declared).name  # ValueError names the kinds allowed
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"sm{major}{minor}-pcie"
 
 
 def _check_address(addr: str) -> None:

@@ -117,6 +117,21 @@ def env_line(env: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in redacted_env(env).items()) or "(no NCCL_/CUDA_ variables)"
 
 
+def _log_custom_all_reduce(cfg: WorkerConfig) -> None:
+    """What SGLang's every rank logs when its custom all-reduce turns itself off on this node
+    (``serving.all_reduce_rules``), word for word, so the sweep reads the reference engine's log
+    the way it reads SGLang's. There is no custom all-reduce kernel here: the collective is
+    torch.distributed's either way."""
+    from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_line
+
+    args = cfg.args
+    if args.disable_custom_all_reduce:
+        return
+    line = custom_all_reduce_off_line(gpu_kind=GpuKind.parse(args.reference_gpu_kind), world_size=cfg.world_size)
+    if line:
+        logger.warning("%s", line)
+
+
 def _configure_logging(cfg: WorkerConfig) -> None:
     logging.basicConfig(
         level=getattr(logging, cfg.args.log_level.upper(), logging.INFO),
@@ -210,6 +225,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         comm = SingleRank()
     distributed = comm
     comm = _maybe_corrupted(cfg, comm)
+    _log_custom_all_reduce(cfg)
 
     preset = get_preset(args.model_path)
     model = Model(preset=preset, seed=args.random_seed, comm=comm, device=device, dtype=dtype_from_name(args.dtype))

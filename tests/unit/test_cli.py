@@ -40,12 +40,27 @@ def test_validate_kimi_spec_json() -> None:
     # steps 1-5 x topk {1, 2, 4} x drafts {4, 6, 8, 12, 16}: 5 chains + 14 (topk 2) + 21 (topk 4) + auto
     assert counts == {
         "speculative (steps, topk, draft)": 41,
-        "all_reduce": 2,
+        "all_reduce": 3,
         "NCCL_ALGO": 3,
         "NCCL_BUFFSIZE": 2,
         "NCCL_PROTO": 3,
     }
-    assert summary["valid_configurations"] == 1476  # 41 x 2 x 3 x 2 x 3
+    assert summary["valid_configurations"] == 2214  # 41 x 3 x 3 x 2 x 3: the node (gpu_kind auto) is not known yet
+    assert "depend on the node" in summary["text"]["all_reduce"]
+
+
+@pytest.mark.parametrize(("spec", "arms", "configurations"), [
+    # eight PCIe GPUs: one arm (NCCL carries decode whatever the flags), the presets on it: 41 x 5
+    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default", 205),
+    # eight NVLink GPUs: fusion, custom, NCCL; NCCL_* only on nccl: 41 x (1 + 1 + 3 x 3)
+    ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl", 451),
+])
+def test_validate_of_each_node_kinds_spec_states_its_arms(spec: str, arms: str, configurations: int) -> None:
+    result = runner.invoke(app, ["validate", "--json", str(KIMI_SPEC.parent / spec)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert {d["name"]: d["values"] for d in summary["dimensions"]}["all_reduce"] == arms
+    assert summary["valid_configurations"] == configurations
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.index("baseline: no speculation") < out.index("baseline: SGLang's own choice") < out.index("proposed")
-    commands = [line for line in out.splitlines() if "sglang.launch_server" in line]
+    commands = [line for line in out.splitlines() if "sglang.launch_server" in line and not line.startswith("  ")]
     assert len(commands) == 42  # two baselines + the first forty proposals
     assert "NCCL variables searched: NCCL_ALGO" in out.replace("\n", " ")
     assert "--speculative-algorithm" not in commands[0], "the first baseline runs without speculation"
@@ -40,6 +40,30 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), (
         "the NCCL dimensions are searched: some proposal forces an NCCL variable")
     assert all("NCCL_DEBUG=WARN" in c for c in commands)
+
+
+def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_node() -> None:
+    out = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "1", str(KIMI)]).output
+    lines = out.splitlines()
+    arms = {line.split(":")[0].strip(): i for i, line in enumerate(lines) if line.startswith("  ") and
+            "sglang.launch_server" in line}
+    assert set(arms) == {"default", "no_fusion", "nccl"}
+    default, no_fusion, nccl = (lines[arms[a]] for a in ("default", "no_fusion", "nccl"))
+    assert "--enforce-disable-flashinfer-allreduce-fusion" not in default and "--disable-custom-all-reduce" not in default
+    assert "--enforce-disable-flashinfer-allreduce-fusion" in no_fusion and "--disable-custom-all-reduce" not in no_fusion
+    assert "--enforce-disable-flashinfer-allreduce-fusion" in nccl and "--disable-custom-all-reduce" in nccl
+
+    def kernel(arm: str, node: str) -> str:
+        return next(line for line in lines[arms[arm] + 1:arms[arm] + 3] if line.strip().startswith(f"on {node}:"))
+
+    assert "FlashInfer's fused all-reduce" in kernel("default", "sm90-nvlink")
+    assert "custom all-reduce" in kernel("no_fusion", "sm90-nvlink")
+    assert "NCCL" in kernel("nccl", "sm90-nvlink") and "NCCL_* searched here" in kernel("nccl", "sm90-nvlink")
+    assert "NCCL's defaults only" in kernel("default", "sm90-nvlink")
+    for arm in ("default", "no_fusion", "nccl"):  # eight PCIe GPUs: NCCL everywhere, one arm measured
+        assert ": NCCL (" in kernel(arm, "sm120-pcie")
+    assert "PCIe-only" in kernel("default", "sm120-pcie") and "NCCL_* searched here" in kernel("default", "sm120-pcie")
+    assert "measured once, as 'default'" in kernel("nccl", "sm120-pcie")
 
 
 def test_the_same_seed_dry_runs_the_same_trials() -> None:

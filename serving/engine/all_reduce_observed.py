@@ -1,0 +1,107 @@
+"""Which kernel a running engine's decode all-reduce is on, read from the engine, never assumed.
+
+Two sources, both SGLang 0.5.23's own:
+
+* ``/server_info`` (``/get_server_info`` is its deprecated alias) returns the resolved server
+  args (``build_server_info`` -> ``server_args.resolved_dict()``): ``flashinfer_allreduce_fusion_backend``
+  is non-null where FlashInfer's fused all-reduce + RMSNorm runs, ``disable_custom_all_reduce``
+  says whether custom all-reduce was turned off by flag, ``tp_size`` how many ranks there are.
+* The engine log: where custom all-reduce turns itself off, every TP rank logs
+  "CustomAllreduce is disabled because ..." (``custom_all_reduce_utils.py``), and a failed set-up
+  "Setup Custom allreduce failed with ..." (``parallel_state.py``), each line prefixed with the
+  rank (``[time TP3] ...``: the scheduler's ``configure_logger`` prefix). The JIT v2 kernel logs
+  "CustomAllReduceV2 is disabled ..." before SGLang falls back to the legacy one, so only the
+  legacy name counts as off.
+
+The reference engine reports and logs the same (``serving.reference``), so CI reads both node
+kinds' answers through this one function.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+__all__ = ["ObservedAllReduce", "observe_all_reduce", "server_args_of"]
+
+_RANK_LINE = re.compile(r"^\[[^\]\n]*?\bTP(\d+)\b[^\]\n]*\](.*)$", re.MULTILINE)
+_CUSTOM_OFF = ("CustomAllreduce is disabled", "Setup Custom allreduce failed")
+
+
+@dataclass(frozen=True)
+class ObservedAllReduce:
+    """What the running engine's decode all-reduce is on, with what showed it.
+
+    Attributes:
+        kernel: ``flashinfer_fusion``, ``custom_all_reduce``, ``nccl`` or ``none`` (TP 1);
+            ``mixed`` when some ranks logged custom all-reduce off and others did not;
+            ``unknown`` when the engine reported no server args.
+        fusion_backend: ``flashinfer_allreduce_fusion_backend`` from ``/server_info``.
+        disable_custom_all_reduce: From ``/server_info``.
+        ranks_custom_off: Ranks whose log says custom all-reduce is off.
+        ranks_in_log: Ranks seen in the log at all (a rank that logged nothing proves nothing).
+        evidence: One sentence: what decided the kernel.
+    """
+
+    kernel: str
+    fusion_backend: Optional[str] = None
+    disable_custom_all_reduce: Optional[bool] = None
+    ranks_custom_off: list[int] = field(default_factory=list)
+    ranks_in_log: list[int] = field(default_factory=list)
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def server_args_of(info: Any) -> dict[str, Any]:
+    """The server args in a ``/server_info`` answer: its top level, or ``internal_states[0]``
+    for the fields the top level lacks (older SGLang repeated them there)."""
+    if not isinstance(info, dict):
+        return {}
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    return {**first, **info}
+
+
+def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> ObservedAllReduce:
+    """Read the kernel of decode's all-reduce from ``/server_info`` and the engine's log.
+
+    Fusion and ``--disable-custom-all-reduce`` are read from the server args; whether custom
+    all-reduce engaged, from the per-rank lines (absent an "is disabled" line on every rank that
+    logged, it engaged: SGLang's legacy kernel logs nothing when it works).
+    """
+    args = server_args_of(server_info)
+    if tp_size <= 1:
+        return ObservedAllReduce("none", evidence="tp_size 1: no tensor-parallel all-reduce")
+    if not args:
+        return ObservedAllReduce("unknown", evidence="the engine's /server_info gave no server args")
+    backend = args.get("flashinfer_allreduce_fusion_backend")
+    disabled = args.get("disable_custom_all_reduce")
+    ranks_seen: set[int] = set()
+    ranks_off: set[int] = set()
+    for match in _RANK_LINE.finditer(log_text or ""):
+        rank = int(match.group(1))
+        ranks_seen.add(rank)
+        if any(marker in match.group(2) for marker in _CUSTOM_OFF):
+            ranks_off.add(rank)
+    common = dict(fusion_backend=backend, disable_custom_all_reduce=disabled, ranks_custom_off=sorted(ranks_off),
+                  ranks_in_log=sorted(ranks_seen))
+    if backend:
+        return ObservedAllReduce("flashinfer_fusion", **common,
+                                 evidence=f"/server_info flashinfer_allreduce_fusion_backend={backend}")
+    if disabled:
+        return ObservedAllReduce("nccl", **common, evidence="/server_info disable_custom_all_reduce=true, no fusion")
+    if args.get("device") == "cpu":
+        return ObservedAllReduce("nccl", **common, evidence="/server_info device=cpu: no custom all-reduce; "
+                                 "torch.distributed's gloo stands in for NCCL")
+    if ranks_off and ranks_off >= set(range(tp_size)):
+        return ObservedAllReduce("nccl", **common,
+                                 evidence=f"every rank logged 'CustomAllreduce is disabled' ({len(ranks_off)} ranks)")
+    if ranks_off:
+        return ObservedAllReduce("mixed", **common,
+                                 evidence=f"ranks {sorted(ranks_off)} logged custom all-reduce off, the others did not")
+    seen = f"ranks {min(ranks_seen)}-{max(ranks_seen)} in the log" if ranks_seen else "no rank lines in the log"
+    return ObservedAllReduce("custom_all_reduce", **common,
+                             evidence=f"no rank logged custom all-reduce off ({seen}), no fusion")
