@@ -93,8 +93,9 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
                                  evidence=f"/server_info flashinfer_allreduce_fusion_backend={backend}")
     if disabled:
         return ObservedAllReduce("nccl", **common, evidence="/server_info disable_custom_all_reduce=true, no fusion")
-    if args.get("device") == "cpu":
-        return ObservedAllReduce("nccl", **common, evidence="/server_info device=cpu: no custom all-reduce; "
+    emulated = args.get("reference_gpu_kind")  # the reference engine's declared node, which decides, not its device
+    if emulated == "cpu" or (emulated is None and args.get("device") == "cpu"):
+        return ObservedAllReduce("nccl", **common, evidence="/server_info: a CPU node, no custom all-reduce; "
                                  "torch.distributed's gloo stands in for NCCL")
     if ranks_off and ranks_off >= set(range(tp_size)):
         return ObservedAllReduce("nccl", **common,

@@ -45,12 +45,15 @@ def _has_trial_run(results: Path, number: int) -> bool:
 
 def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_path: Path) -> None:
     """Four points; (3, 1, 4) with NCCL's defaults is where the reference engine's auto choice
-    resolves, so it is answered from the auto baseline and never run under its own name."""
+    resolves, so it is answered from the auto baseline and never run under its own name. All three
+    all-reduce arms are asked for, on the CPU node the preflight finds (gpu_kind auto): gloo carries
+    every arm there, so one arm is measured, and each trial records the kernel its engine ran."""
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
         engine=reference_engine(tp_size=2, marker=marker),
         search={"speculative": {"triples": [[2, 1, 3], [3, 1, 4]]}, "nccl_env": {},
+                "all_reduce": ["default", "no_fusion", "nccl"],
                 "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}], "seed": 5,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
@@ -74,6 +77,10 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
             zip(("num_steps", "eagle_topk", "num_draft_tokens"), point))
         assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(record["params"])
         assert record["label"] != "steps=3 topk=1 draft=4", "SGLang's auto choice, measured twice under two names"
+    assert "preflight: all-reduce arm no_fusion:" in log and "measured once, as 'default'" in log, log[-6000:]
+    for record in records:  # one arm stands for the three; the kernel is read from the engine, not assumed
+        assert record["params"]["all_reduce"] == "default" and record["all_reduce_kernel"] == "nccl"
+        assert "--enforce-disable-flashinfer-allreduce-fusion" not in record["engine_command"]
     auto = next(r for r in records if r["kind"] == "baseline_auto")
     assert auto["resolved_params"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
     assert auto["label"] == "SGLang auto (= steps 3 topk 1 draft 4)" and auto["label"] in log
@@ -81,6 +88,8 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
 
     run = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}").get_run(auto["mlflow_run_id"])
     assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
+    assert run.data.params["resolved.all_reduce_kernel"] == "nccl" and run.data.tags["spectune.all_reduce_kernel"] == "nccl"
+    assert "all-reduce" in log, "the summary table has the all-reduce column"
     assert run.data.tags["mlflow.runName"].endswith("SGLang auto (= steps 3 topk 1 draft 4)")
     for record in records:  # the objective metric's repetitions at every level
         assert set(record["level_values"]) == {"1", "2"} and record["level_values"]["2"] == record["objective"]["values"]
