@@ -124,7 +124,7 @@ def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
 
 def decode_log_interval_from_info(info: dict[str, Any] | None) -> int | None:
     """The server's ``decode_log_interval`` (decode steps between folds of its speculative counters
-    into the lifetime totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
+    into the totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
     report it among their server args; ``None`` where not reported."""
     value = (info or {}).get("decode_log_interval")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
@@ -144,8 +144,8 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_
     SGLang refuses (HTTP 400) while requests are still running, e.g. the tail of the previous
     repetition being aborted; that is retried with a growing pause until ``timeout_s``. A reason
     is returned where the endpoint is not served (a plain OpenAI server), the request failed, or
-    the server never became idle — then the server's lifetime counters cannot be attributed to
-    one repetition.
+    the server never became idle — then the server's counters, not reset since an earlier
+    repetition, cannot be attributed to this one.
     """
     url = base_url.rstrip("/") + "/flush_cache"
     deadline = time.monotonic() + timeout_s
