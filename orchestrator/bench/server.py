@@ -88,7 +88,13 @@ async def check_health(session: aiohttp.ClientSession, base_url: str, *, timeout
 async def get_server_info(
     session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0
 ) -> dict[str, Any] | None:
-    """SGLang's ``/server_info`` (or ``/get_server_info``) as a dict; ``None`` where not served."""
+    """SGLang's ``/server_info`` as a dict; ``None`` where not served.
+
+    The deprecated ``/get_server_info`` (SGLang 0.5.23 keeps it as an alias that logs a
+    deprecation warning on every call, ``srt/entrypoints/http_server.py``) is asked only when
+    ``/server_info`` is missing (404: a version before the rename). Any other answer from
+    ``/server_info`` decides: the alias would only repeat it.
+    """
     base = base_url.rstrip("/")
     for path in ("/server_info", "/get_server_info"):
         try:
@@ -96,8 +102,8 @@ async def get_server_info(
         except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
             logger.debug("GET %s%s failed: %s", base, path, exc)
             return None
-        if status == 200 and isinstance(body, dict):
-            return body
+        if status != 404:
+            return body if status == 200 and isinstance(body, dict) else None
     return None
 
 
