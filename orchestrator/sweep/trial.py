@@ -131,8 +131,9 @@ def resolved_speculative(url: str, *, timeout_s: float = 30.0) -> dict[str, int]
     choice among them (``_handle_eagle_family`` in ``srt/arg_groups/speculative_hook.py`` declares
     ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``). They
     are at the top level, and again in ``internal_states[0]`` (the scheduler's
-    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset numbers in the command are therefore
-    resolved here, and a count the engine adjusted shows as what it is.
+    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset
+    numbers in the command are therefore resolved here, and a count the engine adjusted shows as
+    what it is.
     """
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
