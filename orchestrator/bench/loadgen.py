@@ -200,10 +200,11 @@ def _int_or_none(value: Any) -> int | None:
 
 CORRECT_DRAFTS_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 """meta_info's accepted-draft count, newest SGLang spelling first: ``spec_num_correct_drafts``
-(tokenizer_manager_components/spec_decoding_meta.py, which also still sends the next one as a
-"backward-compat alias, remove in next release"), ``spec_accepted_drafts`` (the release before),
-``spec_accept_token_num`` (older tokenizer_manager._calculate_spec_decoding_metrics). All of them
-are sent only after a verify cycle ran; absent means "not reported", never 0."""
+(SGLang 0.5.23: ``TokenizerManager._calculate_spec_decoding_metrics`` in
+``srt/managers/tokenizer_manager.py``, which sends only this name; some development versions
+moved that function to ``fill_spec_decoding_meta`` and sent the next name too, as an alias),
+``spec_accepted_drafts`` (an earlier release), ``spec_accept_token_num`` (older releases of the same
+function). Each is sent only after a verify cycle ran; absent means "not reported", never 0."""
 
 PROPOSED_DRAFTS_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 """The proposed-draft count (spec_verify_ct * (speculative_num_draft_tokens - 1)), same order."""

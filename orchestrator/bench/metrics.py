@@ -18,11 +18,14 @@ is which:
 * ``accept_length_requests`` = (sum(completion_tokens) - #requests) / sum(spec_verify_ct): tokens
   per verify cycle, bonus token included, prefill token excluded. Same definition as the server's.
 * ``accept_length_server`` = ``/server_info`` ``internal_states[i].avg_spec_accept_length`` read
-  after the repetition, when the server's counters were reset by ``/flush_cache`` before it (the
-  reference engine does this). SGLang's ``flush_cache`` does *not* reset them (its
-  ``cum_spec_accept_length`` / ``cum_spec_accept_count`` are lifetime totals): then the value
-  after the repetition is ``accept_length_server_lifetime``, a weighted mean of everything the
-  server ever decoded, and is never presented as this repetition's figure.
+  after the repetition, when the server's counters were seen to be reset by ``/flush_cache``
+  before it. SGLang 0.5.23 resets them (``Scheduler.flush_cache`` calls
+  ``metrics_reporter.reset_metrics()``, which zeroes ``spec_total_num_accept_tokens`` /
+  ``spec_total_num_forward_ct``, so ``avg_spec_accept_length`` is absent until the next fold) and
+  so does the reference engine. A server whose value survives a flush (some older SGLang
+  versions kept lifetime totals) gets ``accept_length_server_lifetime`` instead, a weighted mean
+  of everything it ever decoded, never presented as this repetition's figure. Which one a server
+  is, is detected, not assumed (``orchestrator.bench.runner``).
 * ``spec_accept_length_meta`` = sum(completion_tokens) / sum(spec_verify_ct): the aggregate of
   SGLang's per-request ``meta_info.spec_accept_length``, which also counts the prefill token and
   is therefore a little higher. Reported for comparison with SGLang's own tools, never compared.
@@ -361,7 +364,8 @@ def accept_length_agrees(
     Counters reset before the repetition (``lifetime`` False): S covers exactly the measured
     requests, so it must match: |S - R| <= slack.
 
-    Lifetime counters (``lifetime`` True, SGLang): S is the cycle-weighted mean of everything the
+    Lifetime counters (``lifetime`` True: a server whose counters survive ``/flush_cache``, as
+    some older SGLang versions' did): S is the cycle-weighted mean of everything the
     server ever folded into its totals, i.e. B moved towards this repetition's mean by an unknown
     weight (the server's earlier volume is unknown), so
 
@@ -450,7 +454,8 @@ class RepetitionMetrics(BaseModel):
     accept_length_server_lifetime: float | None = Field(
         default=None,
         description="/server_info avg_spec_accept_length after this repetition when the server's counters "
-        "survive /flush_cache (SGLang): the mean over the server's whole life, for the cross-check only.",
+        "survive /flush_cache (some older SGLang versions; 0.5.23 resets them): the mean over the server's whole "
+        "life, for the cross-check only.",
     )
     spec_accept_length_meta: float | None = Field(
         description="sum(completion_tokens) / sum(spec_verify_ct): SGLang's per-request definition (counts prefill)."

@@ -251,8 +251,9 @@ class BenchResult(BaseModel):
     server_accept_length_scope: Literal["repetition", "lifetime"] | None = Field(
         default=None,
         description="What /server_info's avg_spec_accept_length covered: each repetition (counters reset by "
-        "/flush_cache, the reference engine), the server's lifetime (SGLang, or any server whose flush was never "
-        "seen to clear them; also when only some repetitions were), or None (not reported).",
+        "/flush_cache: SGLang 0.5.23, the reference engine), the server's lifetime (a server whose counters survive "
+        "a flush, as some older SGLang versions', or any server whose flush was never seen to clear them; also "
+        "when only some repetitions were), or None (not reported).",
     )
     settings: BenchSettings = Field(description="The settings used.")
     dataset: DatasetInfo = Field(description="The prompts sent.")

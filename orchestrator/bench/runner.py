@@ -12,9 +12,10 @@ The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where i
 repetition to Ray Tune (exactly once per measured repetition), so ASHA can stop a hopeless trial
 before the last repetition; an exception raised by the callback ends the run. The
 server's ``avg_spec_accept_length`` is read just before and after each flush and after each
-repetition. Only where a flush was *seen* to clear a value (the reference engine) does the value
-after a repetition count as that repetition's figure. Where a value survives a flush (SGLang keeps
-lifetime totals), or no flush has yet been seen to clear one, it is reported only as
+repetition. Only where a flush was *seen* to clear a value (SGLang 0.5.23 and the reference
+engine reset their counters on ``/flush_cache``) does the value after a repetition count as that
+repetition's figure. Where a value survives a flush (some older SGLang versions kept lifetime
+totals), or no flush has yet been seen to clear one, it is reported only as
 ``accept_length_server_lifetime`` and used as a weaker cross-check (it must move towards the
 per-request figure), never as the repetition's figure: a number that cannot be attributed to the
 measured requests is not presented as one. When the first repetition's flush met no value (no
@@ -282,8 +283,8 @@ class _FlushEvidence:
     """What ``/flush_cache`` was seen to do to the server's accept-length counters.
 
     A flush proves something only when a value was there before it: gone afterwards means the
-    counters reset (the reference engine); still there means lifetime totals (SGLang). Per-repetition
-    figures need a reset seen and no survival seen, ever.
+    counters reset (SGLang 0.5.23, the reference engine); still there means lifetime totals (some
+    older SGLang versions). Per-repetition figures need a reset seen and no survival seen, ever.
     """
 
     reset_seen: bool = False
@@ -571,7 +572,8 @@ async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
         # flush does to the counters: flush the idle server once more and look.
         await run.flush()
     # Only a flush seen to clear the counters makes the value after this repetition its figure;
-    # otherwise it is a lifetime mean (SGLang): a weaker cross-check, never the figure itself.
+    # otherwise it is a lifetime mean (a server whose counters survive a flush, or not yet shown
+    # to reset): a weaker cross-check, never the figure itself.
     reset = flushed and before is None and counters.resets
     if after is not None:
         _note_scope(run.measured.scopes, "repetition" if reset else "lifetime")

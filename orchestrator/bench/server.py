@@ -88,7 +88,13 @@ async def check_health(session: aiohttp.ClientSession, base_url: str, *, timeout
 async def get_server_info(
     session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0
 ) -> dict[str, Any] | None:
-    """SGLang's ``/server_info`` (or ``/get_server_info``) as a dict; ``None`` where not served."""
+    """SGLang's ``/server_info`` as a dict; ``None`` where not served.
+
+    The deprecated ``/get_server_info`` (SGLang 0.5.23 keeps it as an alias that logs a
+    deprecation warning on every call, ``srt/entrypoints/http_server.py``) is asked only when
+    ``/server_info`` is missing (404: a version before the rename). Any other answer from
+    ``/server_info`` decides: the alias would only repeat it.
+    """
     base = base_url.rstrip("/")
     for path in ("/server_info", "/get_server_info"):
         try:
@@ -96,8 +102,8 @@ async def get_server_info(
         except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
             logger.debug("GET %s%s failed: %s", base, path, exc)
             return None
-        if status == 200 and isinstance(body, dict):
-            return body
+        if status != 404:
+            return body if status == 200 and isinstance(body, dict) else None
     return None
 
 
@@ -124,7 +130,7 @@ def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
 
 def decode_log_interval_from_info(info: dict[str, Any] | None) -> int | None:
     """The server's ``decode_log_interval`` (decode steps between folds of its speculative counters
-    into the lifetime totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
+    into the totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
     report it among their server args; ``None`` where not reported."""
     value = (info or {}).get("decode_log_interval")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
@@ -144,8 +150,8 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_
     SGLang refuses (HTTP 400) while requests are still running, e.g. the tail of the previous
     repetition being aborted; that is retried with a growing pause until ``timeout_s``. A reason
     is returned where the endpoint is not served (a plain OpenAI server), the request failed, or
-    the server never became idle — then the server's lifetime counters cannot be attributed to
-    one repetition.
+    the server never became idle — then the server's counters, not reset since an earlier
+    repetition, cannot be attributed to this one.
     """
     url = base_url.rstrip("/") + "/flush_cache"
     deadline = time.monotonic() + timeout_s

@@ -206,7 +206,8 @@ class BenchSettings(BenchmarkSpec):
     flush_cache: bool = Field(
         default=True,
         description="POST /flush_cache before each repetition: resets the prefix cache and the server's "
-        "speculative counters, so /server_info's accept length covers exactly that repetition.",
+        "speculative counters (SGLang 0.5.23 and the reference engine reset both; the harness checks), so "
+        "/server_info's accept length covers exactly that repetition.",
     )
     accept_length_tolerance: float = Field(
         default=0.10,

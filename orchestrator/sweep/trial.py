@@ -148,11 +148,14 @@ def server_info(url: str, *, timeout_s: float = 30.0) -> dict[str, Any] | None:
 def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
     """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
 
-    SGLang's ``/server_info`` returns its ``ServerArgs`` after ``__post_init__``, i.e. with the
-    automatic choice made (``speculative_num_steps``, ``speculative_eagle_topk``,
-    ``speculative_num_draft_tokens`` at the top level, and again in ``internal_states[0]``); the
-    reference engine reports them the same way. Unset numbers in the command are therefore
-    resolved here, and a count the engine adjusted shows as what it is.
+    SGLang 0.5.23's ``/server_info`` is ``build_server_info`` (``srt/utils/common.py``), i.e.
+    ``server_args.resolved_dict()``: the server args with every resolution applied, the automatic
+    choice among them (``_handle_eagle_family`` in ``srt/arg_groups/speculative_hook.py`` declares
+    ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``). They
+    are at the top level, and again in ``internal_states[0]`` (the scheduler's
+    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset
+    numbers in the command are therefore resolved here, and a count the engine adjusted shows as
+    what it is.
     """
     info = info if info is not None else server_info(url, timeout_s=timeout_s)
     if not isinstance(info, dict):

@@ -136,23 +136,57 @@ def build_command(
     return EngineCommand(argv=argv, env=dict(config.env), host=host, port=port)
 
 
-def engine_managed_env(config: EngineConfig) -> dict[str, str | None]:
+def engine_managed_env(config: EngineConfig, *, launch_env: Mapping[str, str]) -> dict[str, str | None]:
     """Variables the engine sets itself before spawning its TP workers, as the audit expects them.
 
-    SGLang's ``_set_envs_and_config`` (and the reference engine, which copies it) sets
-    NCCL_CUMEM_ENABLE from ``--enable-symm-mem`` and overwrites CUDA_DEVICE_MAX_CONNECTIONS (its
-    value changed between SGLang versions, so only its presence is expected: ``None``). How it
-    sets NCCL_NVLS_ENABLE with ``--enable-symm-mem`` differs between versions (recent ones set it
-    to 1, older ones left it alone), so it is only expected without symmetric memory, where every
-    version sets it from ``--enable-nccl-nvls``. spectune never sets these through the env (the
-    spec refuses it), so the engine's own rule applies. They appear in the workers' start-up
-    environment, not in the server's own.
+    SGLang 0.5.23's ``_set_envs_and_config`` (``sglang/srt/entrypoints/engine.py``; the reference
+    engine's ``serving.reference.server.prepare_environment`` copies it) decides each one from its
+    flags *and the environment it was launched with*, so the expectation needs both:
+
+    * NCCL_CUMEM_ENABLE: with ``--enable-symm-mem``, ``1``; otherwise, if the launching
+      environment has it, that value is kept (exported before ``ray start``, set by Ray or a
+      container), and if not SGLang sets ``0``. Two flags make the unset case depend on more than
+      the flags: ``--moe-a2a-backend deepep_v2`` sets it to ``1`` first
+      (``srt/arg_groups/moe_hook.py``), and with ``--enable-kv-cache-sharding`` (``1`` unless
+      SGLANG_* variables or the memory saver say otherwise) or ``--nnodes`` > 1 (``1`` on an MNNVL
+      fabric, a GPU query) only its presence is expected (``None``).
+    * NCCL_NVLS_ENABLE: with ``--enable-nccl-nvls`` or ``--enable-symm-mem``, ``1``; otherwise
+      the launching environment's value if it has one, else ``0``.
+    * CUDA_DEVICE_MAX_CONNECTIONS: always overwritten (8 in 0.5.23, 4 in older versions), so only
+      its presence is expected (``None``).
+
+    spectune never sets these through the spec's env (it refuses them), so a value in the launching
+    environment came from outside spectune. They appear in the workers' start-up environment, not
+    in the server's own.
+
+    Args:
+        config: The engine configuration (its flags decide the rule).
+        launch_env: The environment the engine's server process was started with
+            (``EngineProcess.launch_env``).
     """
-    symm_mem = bool(config.extra_args.get("enable_symm_mem"))
-    expected: dict[str, str | None] = {
-        "NCCL_CUMEM_ENABLE": str(int(symm_mem)),
-        "CUDA_DEVICE_MAX_CONNECTIONS": None,
-    }
-    if not symm_mem:
-        expected["NCCL_NVLS_ENABLE"] = str(int(bool(config.extra_args.get("enable_nccl_nvls"))))
-    return expected
+    args = config.extra_args
+    symm_mem = bool(args.get("enable_symm_mem"))
+    nvls = bool(args.get("enable_nccl_nvls"))
+    cumem: str | None
+    if symm_mem:
+        cumem = "1"
+    elif "NCCL_CUMEM_ENABLE" in launch_env:
+        cumem = launch_env["NCCL_CUMEM_ENABLE"]
+    elif args.get("moe_a2a_backend") == "deepep_v2":
+        cumem = "1"
+    elif args.get("enable_kv_cache_sharding") or _int_or_none(args.get("nnodes"), 1) > 1:
+        cumem = None
+    else:
+        cumem = "0"
+    if nvls or symm_mem:
+        nvls_value: str | None = "1"
+    else:
+        nvls_value = launch_env.get("NCCL_NVLS_ENABLE", "0")
+    return {"NCCL_CUMEM_ENABLE": cumem, "NCCL_NVLS_ENABLE": nvls_value, "CUDA_DEVICE_MAX_CONNECTIONS": None}
+
+
+def _int_or_none(value: object, default: int) -> int:
+    try:
+        return int(value) if value is not None else default  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default

@@ -4,6 +4,9 @@ The trial's NCCL variables travel in the actor's ``runtime_env`` (``env_vars``):
 the actor process's environment, the engine subprocess inherits them, and the engine's TP workers
 inherit them from it. The host deliberately does *not* add the variables to the launch itself, so
 a variable that did not arrive through Ray is caught by the audit instead of being papered over.
+What the engine sets itself for its workers is expected by the engine's own rule applied to the
+environment the host launched it with (``engine_managed_env``): a NCCL_CUMEM_ENABLE already there
+(exported before ``ray start``, set by a container) is kept by SGLang, so it is expected as it is.
 
 Ray sets CUDA_VISIBLE_DEVICES for the actor from ``num_gpus``; the engine inherits it. The actor
 never initialises CUDA itself (it does not import torch), so the engine gets the GPUs whole.
@@ -109,7 +112,7 @@ class EngineHost:
         return audit_process_tree(
             root_pid=engine.pid,
             expected=dict(self.config.env),
-            worker_expected=engine_managed_env(self.config),
+            worker_expected=engine_managed_env(self.config, launch_env=engine.launch_env),
         )
 
     def audit(self) -> dict[str, Any]:

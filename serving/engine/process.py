@@ -136,6 +136,7 @@ class EngineProcess:
         self.start_timeout_s = start_timeout_s
         self.die_with_parent = die_with_parent
         self._popen: subprocess.Popen[bytes] | None = None
+        self._launch_env: dict[str, str] | None = None
         self._log: IO[bytes] | None = None
         self._tree: ProcessTree | None = None
         self._was_healthy = False
@@ -179,6 +180,14 @@ class EngineProcess:
         if self._popen is None:
             raise EngineNotReady("engine not started")
         return self._popen.pid
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """The whole environment the server process was started with (a copy): what the engine's
+        own rules for the variables it manages read (``serving.engine.command.engine_managed_env``)."""
+        if self._launch_env is None:
+            raise EngineNotReady("engine not started")
+        return dict(self._launch_env)
 
     @property
     def started(self) -> bool:
@@ -235,6 +244,7 @@ class EngineProcess:
             log.close()
             raise EngineLaunchError(f"cannot run {argv[0]}: {exc}") from None
         self._popen, self._log, self._was_healthy = popen, log, False
+        self._launch_env = env
         self._tree = ProcessTree(popen.pid)  # before anything can reap it: the pid is surely ours
         logger.info("engine starting: pid %d, %s, log %s", popen.pid, self.url, self.log_path)
 

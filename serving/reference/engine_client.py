@@ -329,14 +329,16 @@ class EngineClient:
 
     # ----------------------------------------------------------------------------- reporting
     def meta_info(self, state: RequestState, *, decode: Optional[Callable[[int], str]] = None) -> dict[str, Any]:
-        """SGLang's ``meta_info`` for a request, keys as the newest SGLang sends them
-        (``tokenizer_manager_components/output_processor.py`` and ``spec_decoding_meta.py``).
+        """SGLang's ``meta_info`` for a request, keys as the newest SGLang sends them (0.5.23:
+        ``TokenizerManager._handle_batch_output`` and ``_calculate_spec_decoding_metrics`` in
+        ``srt/managers/tokenizer_manager.py``; some development versions split them into
+        ``tokenizer_manager_components/``).
 
         ``e2e_latency`` and the speculative keys come with the final output only, and the latter
         only once a verify ran (a request that finished at prefill has none), as in SGLang. The
         draft counters carry the new names (``spec_num_correct_drafts``,
-        ``spec_num_proposed_drafts``, ``spec_correct_drafts_histogram``) and, like SGLang's
-        compatibility aliases, the old ones (``spec_accepted_drafts``, ``spec_proposed_drafts``,
+        ``spec_num_proposed_drafts``, ``spec_correct_drafts_histogram``) and, like the
+        compatibility aliases some SGLang versions sent (0.5.23 sends the new names only), the old ones (``spec_accepted_drafts``, ``spec_proposed_drafts``,
         ``spec_accept_histogram``). Per-request accept length counts the prefill token:
         completion_tokens / spec_verify_ct, as SGLang computes it.
 

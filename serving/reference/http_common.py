@@ -357,10 +357,12 @@ async def merged_updates(
 
 
 class StreamInterval:
-    """SGLang's per-request ``stream_interval`` rule (``scheduler_output_processor_mixin``): a
-    chunk goes out when the output length ``% interval == 1`` (every iteration for 1), and always
-    at the end. SGLang applies it in the scheduler; here the HTTP side drops the updates in
-    between, which a client cannot tell apart."""
+    """The per-request ``stream_interval`` rule of earlier SGLang (``scheduler_output_processor_mixin``):
+    a chunk goes out when the output length ``% interval == 1`` (every iteration for 1), and
+    always at the end. SGLang applies it in the scheduler; here the HTTP side drops the updates in
+    between, which a client cannot tell apart. SGLang 0.5.23 (``OutputStreamer.accept`` in
+    ``srt/managers/scheduler_components/output_streamer.py``) sends the first token at once and
+    then whenever at least ``interval`` tokens are unsent; not followed here yet."""
 
     def __init__(self, interval: Optional[int]) -> None:
         self.interval = interval or 1

@@ -1,11 +1,15 @@
 """``/server_info`` (alias ``/get_server_info``) in the shape SGLang's own clients read.
 
-SGLang's handler (``srt/entrypoints/http_server.py`` ``server_info``) returns
-``{**dataclasses.asdict(server_args), **scheduler_info, "internal_states": [...], "version"}``;
-each ``internal_states[i]`` is one DP rank's ``Scheduler.get_internal_state``: again every server
-arg (``vars(get_global_server_args())``), then ``last_gen_throughput``, ``memory_usage``
-(``weight``/``kvcache``/``graph`` in GB, ``token_capacity`` in tokens),
-``effective_max_running_requests_per_dp`` and, after a verify cycle, ``avg_spec_accept_length``.
+SGLang 0.5.23's handler (``srt/entrypoints/http_server.py`` ``server_info``) returns
+``{**build_server_info(server_args, scheduler_info), "startup_time", "internal_states": [...],
+"version", "frontend"}``, where ``build_server_info`` (``srt/utils/common.py``) is
+``server_args.resolved_dict()`` (every server arg with SGLang's resolutions applied) plus
+``launch_command``, ``scheduler_info`` and ``kv_events``. Each ``internal_states[i]`` is one DP
+rank's ``get_internal_state`` (``srt/managers/scheduler_components/internal_state.py``): again
+every server arg (``get_context().resolved_server_args_dict()``), then ``world_size``,
+``startup_time``, ``effective_max_running_requests_per_dp``, ``last_gen_throughput``,
+``memory_usage`` (``weight``/``kvcache``/``graph`` in GB, ``token_capacity`` in tokens) and, once
+a verify cycle has been folded since the last ``/flush_cache``, ``avg_spec_accept_length``.
 
 What reads it: ``python/sglang/bench_one_batch_server.py`` asserts
 ``internal_states[0]["effective_max_running_requests_per_dp"] > 0``, multiplies it by
@@ -114,7 +118,7 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
         "workers": state.worker_info,
         "ready": state.ready,
         "counters": (
-            "lifetime since the last /flush_cache; folded every --decode-log-interval "
+            "totals since the last /flush_cache; folded every --decode-log-interval "
             "iterations and whenever the server goes idle"
         ),
     }

@@ -148,7 +148,7 @@ class _EngineReplica:
 
     def _audit_now(self) -> AuditReport:
         return audit_process_tree(
-            root_pid=self._engine.pid, expected=dict(self.config.env), worker_expected=engine_managed_env(self.config)
+            root_pid=self._engine.pid, expected=dict(self.config.env), worker_expected=engine_managed_env(self.config, launch_env=self._engine.launch_env),
         )
 
     def _models_body(self) -> bytes:

@@ -35,8 +35,8 @@ class Behaviour:
         accept_length: Tokens each verify cycle emits (bonus included): the truth.
         reported_accept_length: What /server_info claims once there are verify cycles to report
             (like SGLang, no value before that); None reports the truth.
-        reset_on_flush: /flush_cache resets the speculative counters (the reference engine); False
-            keeps lifetime totals, as SGLang does.
+        reset_on_flush: /flush_cache resets the speculative counters (SGLang 0.5.23, the
+            reference engine); False keeps lifetime totals, as some older SGLang versions did.
         decode_log_interval: Reported in /server_info like SGLang's server arg (None: not
             reported). The fake folds a request's cycles into its totals when the request ends,
             so 1 is the truth: any decoding at all moves the lifetime mean.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -69,17 +70,77 @@ def test_tree_capacity_checked_when_reproducing_by_hand() -> None:
         candidate.engine_config(KIMI)
 
 
-def test_symm_mem_and_nvls_are_flags_and_expected_in_workers() -> None:
-    base = dict(kind="sglang", model_path="m", tp_size=2)
-    config = EngineConfig(**base, extra_args={"enable_symm_mem": True})
-    argv = build_command(config, port=1).argv
-    assert "--enable-symm-mem" in argv
-    assert "NCCL_CUMEM_ENABLE" not in build_command(config, port=1).env
-    # NVLS under symmetric memory differs between SGLang versions: not expected either way.
-    assert engine_managed_env(config) == {"NCCL_CUMEM_ENABLE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": None}
-    assert engine_managed_env(EngineConfig(**base))["NCCL_NVLS_ENABLE"] == "0"
-    # The reference engine follows SGLang's rule too, so the same expectations hold for it.
-    assert engine_managed_env(EngineConfig(kind="reference", model_path="ref-tiny"))["NCCL_CUMEM_ENABLE"] == "0"
+def test_symm_mem_and_nvls_are_flags_not_env() -> None:
+    config = EngineConfig(kind="sglang", model_path="m", tp_size=2, extra_args={"enable_symm_mem": True})
+    command = build_command(config, port=1)
+    assert "--enable-symm-mem" in command.argv
+    assert "NCCL_CUMEM_ENABLE" not in command.env
+
+
+_MANAGED_CASES = [
+    # (extra_args, launching environment, expected NCCL_CUMEM_ENABLE, expected NCCL_NVLS_ENABLE)
+    ({}, {}, "0", "0"),
+    # a launching environment that already has them (exported before `ray start`, a container):
+    # SGLang keeps them, so a correct launch must not fail the audit
+    ({}, {"NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}, "1", "1"),
+    ({}, {"NCCL_CUMEM_ENABLE": "0"}, "0", "0"),
+    # symmetric memory overrides whatever was there, for both
+    ({"enable_symm_mem": True}, {}, "1", "1"),
+    ({"enable_symm_mem": True}, {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}, "1", "1"),
+    # --enable-nccl-nvls overrides NVLS only; CUMEM still follows the launching environment
+    ({"enable_nccl_nvls": True}, {"NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "1"}, "1", "1"),
+    ({"enable_nccl_nvls": True}, {}, "0", "1"),
+]
+
+
+@pytest.mark.parametrize(("args", "launch_env", "cumem", "nvls"), _MANAGED_CASES)
+def test_managed_env_follows_sglangs_rule_given_the_launching_environment(
+    args: dict, launch_env: dict, cumem: str, nvls: str
+) -> None:
+    config = EngineConfig(kind="sglang", model_path="m", tp_size=2, extra_args=args)
+    assert engine_managed_env(config, launch_env=launch_env) == {
+        "NCCL_CUMEM_ENABLE": cumem, "NCCL_NVLS_ENABLE": nvls, "CUDA_DEVICE_MAX_CONNECTIONS": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "launch_env", "cumem"),
+    [
+        ({"moe_a2a_backend": "deepep_v2"}, {}, "1"),  # moe_hook.py setdefault("NCCL_CUMEM_ENABLE", "1")
+        ({"moe_a2a_backend": "deepep_v2"}, {"NCCL_CUMEM_ENABLE": "0"}, "0"),  # setdefault keeps a set value
+        ({"enable_kv_cache_sharding": True}, {}, None),  # 1 unless SGLANG_* / the memory saver: presence only
+        ({"nnodes": 2}, {}, None),  # 1 on an MNNVL fabric (a GPU query): presence only
+        ({"nnodes": 2}, {"NCCL_CUMEM_ENABLE": "0"}, "0"),
+        ({"nnodes": 2, "enable_symm_mem": True}, {}, "1"),
+    ],
+)
+def test_managed_cumem_where_more_than_the_flags_decide(args: dict, launch_env: dict, cumem: str | None) -> None:
+    config = EngineConfig(kind="sglang", model_path="m", tp_size=2, extra_args=args)
+    assert engine_managed_env(config, launch_env=launch_env)["NCCL_CUMEM_ENABLE"] == cumem
+
+
+@pytest.mark.parametrize(("args", "launch_env", "cumem", "nvls"), _MANAGED_CASES)
+def test_reference_engine_sets_what_the_audit_expects(
+    monkeypatch: pytest.MonkeyPatch, args: dict, launch_env: dict, cumem: str, nvls: str
+) -> None:
+    # The reference engine copies SGLang's rule on its own (it does not call engine_managed_env),
+    # so the two agreeing is evidence, not a tautology.
+    from serving.reference.server import prepare_environment
+    from serving.reference.server_args import parse_args
+
+    for name in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS"):
+        monkeypatch.setenv(name, "")  # so that teardown restores what prepare_environment sets
+        monkeypatch.delenv(name)
+    for name, value in launch_env.items():
+        monkeypatch.setenv(name, value)
+    config = EngineConfig(kind="reference", model_path="ref-tiny", extra_args=args)
+    expected = engine_managed_env(config, launch_env=dict(os.environ))
+    flags = [f"--{name.replace('_', '-')}" for name, on in args.items() if on]
+    prepare_environment(parse_args(["--model-path", "ref-tiny", *flags], cuda_available=False, cuda_device_count=0))
+    assert {name: os.environ.get(name) for name in expected if expected[name] is not None} == {
+        "NCCL_CUMEM_ENABLE": cumem, "NCCL_NVLS_ENABLE": nvls,
+    }
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in os.environ
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,7 @@ def test_a_server_that_lies_about_accept_length_is_flagged(fake_server: FakeServ
 
 
 def test_lifetime_counters_are_a_cross_check_not_the_repetitions_figure(fake_server: FakeServer) -> None:
-    fake_server.behaviour.reset_on_flush = False  # SGLang: /flush_cache keeps the spec counters
+    fake_server.behaviour.reset_on_flush = False  # /flush_cache keeps the spec counters (older SGLang)
     result = run_benchmark(base_url=fake_server.url, settings=_settings(concurrency=[2]))
     assert result.server_accept_length_scope == "lifetime"
     expected = expected_accept_length(tokens=16, accept_length=3)
@@ -255,7 +255,7 @@ def test_bench_command_dead_server_exits_1(unused_url: str) -> None:
     assert "cannot connect" in result.output
 
 
-# --- the lifetime cross-check (SGLang keeps its counters across /flush_cache) -----------------
+# --- the lifetime cross-check (a server that keeps its counters across /flush_cache) ---------
 
 
 def test_lying_server_with_lifetime_counters_is_flagged(fake_server: FakeServer) -> None:

@@ -64,6 +64,24 @@ def test_runtime_env_reaches_server_and_both_tp_workers(ray_cluster: dict, tmp_p
     _wait_gone(pids, timeout_s=30, what="the engine's processes to be gone after stop()")
 
 
+def test_managed_variable_already_in_the_launching_env_passes_the_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL_CUMEM_ENABLE=1 exported before the launch (before `ray start`, by a container): the
+    engine keeps it, as SGLang does, and the audit expects exactly that instead of failing a
+    correct launch. The host runs as plain Python here: its logic is the same in and out of Ray."""
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
+    host = EngineHost(config=reference_config(tp_size=2).model_dump(), log_dir=str(tmp_path), start_timeout_s=120)
+    try:
+        audit = host.start()["audit"]
+    finally:
+        host.stop()
+    assert audit["ok"], audit
+    assert audit["worker_expected"]["NCCL_CUMEM_ENABLE"] == "1"
+    assert audit["worker_expected"]["NCCL_NVLS_ENABLE"] == "0"
+    assert sum(1 for p in audit["processes"] if p["role"] == "tp_worker") == 2, audit
+
+
 def test_variable_set_after_spawn_is_caught_naming_pids_and_variable(ray_cluster: dict, tmp_path: Path) -> None:
     """The seed's failure: NCCL_ALGO is in the server's env, but not in the TP workers'."""
     import ray

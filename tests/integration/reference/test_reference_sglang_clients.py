@@ -135,7 +135,8 @@ def test_models_by_id_and_the_model_field(server: EngineProcess) -> None:
 
 
 def test_meta_info_carries_sglangs_newest_keys(server: EngineProcess) -> None:
-    """output_processor.py / spec_decoding_meta.py: weight_version, num_retractions, the draft
+    """SGLang 0.5.23's tokenizer_manager.py (_handle_batch_output, _calculate_spec_decoding_metrics):
+    weight_version, num_retractions, the draft
     counters by their new names (old ones as aliases), the histogram; no spec keys without a verify."""
     meta = http(server, "/generate", send_one_body("Hello there", max_new_tokens=24))[1]["meta_info"]
     assert meta["weight_version"] == "default" and meta["num_retractions"] == 0

@@ -410,3 +410,39 @@ def test_a_repetition_grows_to_last_min_repetition_s_at_the_measured_rate() -> N
     assert repetition_size(spec, rate_rps=None) == 16, "no rate measured yet (no warm-up)"
     assert repetition_size(BenchSettings(num_prompts=16), rate_rps=2.0) == 16, "spectune bench: exactly as asked"
     assert repetition_size(spec, rate_rps=1e9) == MAX_REPETITION_REQUESTS
+
+
+@pytest.mark.parametrize(
+    ("server_info_status", "expected", "alias_asked"),
+    [(200, {"via": "server_info"}, False), (404, {"via": "alias"}, True), (503, None, False)],
+)
+def test_get_server_info_asks_the_deprecated_alias_only_when_server_info_is_missing(
+    server_info_status: int, expected: dict | None, alias_asked: bool
+) -> None:
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from orchestrator.bench.server import get_server_info
+
+    asked: list[str] = []
+
+    async def server_info(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"via": "server_info"}, status=server_info_status)
+
+    async def alias(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"via": "alias"})
+
+    async def run() -> dict | None:
+        app = web.Application()
+        app.router.add_get("/server_info", server_info)
+        app.router.add_get("/get_server_info", alias)
+        async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+            return await get_server_info(session, str(server.make_url("/")))
+
+    assert asyncio.run(run()) == expected
+    assert ("/get_server_info" in asked) is alias_asked

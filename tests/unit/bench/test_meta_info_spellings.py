@@ -5,17 +5,18 @@ SGLang renamed ``meta_info``'s draft counters twice. The payloads below are what
 ``--speculative-num-draft-tokens 4`` (so 15 proposed drafts), 11 of them accepted; they follow the
 code that builds them:
 
-* newest (``srt/managers/tokenizer_manager_components/spec_decoding_meta.py``
-  ``fill_spec_decoding_meta``): ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` /
-  ``spec_correct_drafts_histogram``, plus the previous names as "backward-compat aliases, remove
-  in next release" (so the next release sends the new names only);
+* newest (SGLang 0.5.23, ``srt/managers/tokenizer_manager.py``
+  ``_calculate_spec_decoding_metrics``): ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts``
+  / ``spec_correct_drafts_histogram`` only; a development version that had moved the function to
+  ``tokenizer_manager_components/spec_decoding_meta.py`` (``fill_spec_decoding_meta``) also sent
+  the previous names as "backward-compat aliases, remove in next release";
 * the release before (same function, earlier): ``spec_accepted_drafts`` /
   ``spec_proposed_drafts`` / ``spec_accept_histogram``;
-* older (``srt/managers/tokenizer_manager.py`` ``_calculate_spec_decoding_metrics``):
+* older (the same ``_calculate_spec_decoding_metrics``, earlier):
   ``spec_accept_token_num`` / ``spec_draft_token_num``; that version also always sent
   ``spec_verify_ct`` and zeroed ``spec_accept_rate`` / ``spec_accept_length``, verify or not.
 
-Every version since ``spec_decoding_meta`` sends the ``spec_*`` keys only once a verify cycle ran:
+Every version since the renames sends the ``spec_*`` keys only once a verify cycle ran:
 absent keys are "not reported", never zero.
 """
 

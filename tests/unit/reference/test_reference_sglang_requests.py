@@ -111,7 +111,8 @@ class _State:
 
 
 def test_stream_interval_rule_is_sglangs() -> None:
-    """scheduler_output_processor_mixin: out when len(output_ids) % interval == 1 (every time for
+    """Earlier SGLang's scheduler_output_processor_mixin (StreamInterval's docstring says how 0.5.23
+    differs): out when len(output_ids) % interval == 1 (every time for
     1), always at the end; an update without new tokens is not a chunk."""
     every5 = StreamInterval(5)
     assert [n for n in range(1, 17) if every5.due(_State(n), (0,), False)] == [1, 6, 11, 16]
