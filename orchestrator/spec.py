@@ -21,6 +21,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
@@ -48,7 +49,7 @@ from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
-from serving.engine.config import EngineConfig, EngineKind, FlagValue, validated_extra_args
+from serving.engine.config import EngineConfig, EngineKind, FlagValue, checked_extra_args, validated_extra_args
 from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
 __all__ = [
@@ -240,6 +241,11 @@ class EngineSpec(_Model):
     @classmethod
     def _flags(cls, value: Any) -> Any:
         return validated_extra_args(value, use_instead=_spec_field_for)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
+        return checked_extra_args(value, info)
 
     @field_validator("env", mode="before")
     @classmethod
