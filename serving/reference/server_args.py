@@ -17,7 +17,7 @@ Every option string registered here is one SGLang 0.5.23's own parser registers 
 ``serving/data/sglang_server_flags.json``, read by ``serving.sglang_flags``), or one of the
 reference engine's own flags named in ``REFERENCE_ONLY_FLAGS``; tests/unit/test_sglang_flags.py
 holds that. So a command line the reference engine takes, SGLang takes too: no alias SGLang lacks
-(``--tp``, ``--speculative-algo`` were such), and no abbreviation (``allow_abbrev=False``).
+(it no longer takes ``--tp`` or ``--speculative-algo``), and no abbreviation (``allow_abbrev=False``).
 """
 
 from __future__ import annotations
