@@ -22,6 +22,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
@@ -51,7 +52,7 @@ from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
 from orchestrator.space.arms import ArmPlan, arm_plan
 from serving.all_reduce_rules import GpuKind
-from serving.engine.config import EngineConfig, EngineKind, FlagValue, validated_extra_args
+from serving.engine.config import EngineConfig, EngineKind, FlagValue, checked_extra_args, validated_extra_args
 from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
 __all__ = [
@@ -261,6 +262,11 @@ class EngineSpec(_Model):
     @classmethod
     def _gpu_kind(cls, value: str) -> str:
         return value if value == "auto" else GpuKind.parse(value).name
+
+    @field_validator("extra_args")
+    @classmethod
+    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
+        return checked_extra_args(value, info)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -103,12 +103,34 @@ def schedule_summary(records: Sequence[TrialRecord], *, levels: Sequence[int] | 
              f"--speculative-num-steps {steps}")
     notes = [
         f"SGLang >= 0.5.13 reads it{' (a step of 0, no drafting, needs >= 0.5.14)' if any(r['steps'] == 0 for r in rows) else ''}",
-        f"capture the boundaries as decode CUDA graphs (--cuda-graph-bs including {bounds}): a batch is rounded up "
-        "to the next captured size before its range is looked up",
+        _capture_note([int(row["key"]) for row in rows]),
         "keys are running decode batch sizes per rank; the sweep measured client concurrency in a closed loop, "
         "where concurrency equals the running batch at steady state",
     ]
     return {"file": file_name, "config": config, "levels": rows, "flags": flags, "notes": notes}
+
+
+def _on_default_grid(size: int) -> bool:
+    """Whether SGLang captures ``size`` by default under speculation (``generate_decode_cuda_graph_batch_sizes``
+    in sglang ``srt/arg_groups/cuda_graph_hook.py``: 1-8, every 2 to 32, every 4 to 64, every 8 to 256,
+    every 16 from 272), up to the largest size it captures."""
+    return (size <= 8 or (size <= 32 and size % 2 == 0) or (size <= 64 and size % 4 == 0)
+            or (size <= 256 and size % 8 == 0) or (size >= 272 and size % 16 == 0))
+
+
+def _capture_note(bounds: Sequence[int]) -> str:
+    """Every boundary must be a captured decode CUDA-graph size: SGLang pads a batch up to the next
+    captured size (``_pad_to_cuda_graph_bs``, sglang ``srt/speculative/adaptive_spec_params.py``) before
+    it looks up the batch's range, so a boundary that is not captured lets batches below it pad across it."""
+    listed = " ".join(str(b) for b in bounds)
+    why = "a batch is padded up to the next captured decode CUDA-graph size before its range is looked up"
+    missing = [b for b in bounds if not _on_default_grid(b)]
+    if not missing:
+        return (f"{why}; every boundary ({listed}) is one of SGLang's default sizes under speculation (1-8, then "
+                "every 2 to 32, 4 to 64, 8 to 256), up to the largest it captures (--cuda-graph-max-bs-decode)")
+    return (f"{why}; {', '.join(str(b) for b in missing)} {'is' if len(missing) == 1 else 'are'} not among SGLang's default sizes under speculation, so "
+            f"give --cuda-graph-bs-decode with every size to capture, {listed} among them (the list replaces "
+            "the defaults)")
 
 
 def write_adaptive_schedule(path: Path, config: dict[str, Any]) -> Path:

@@ -12,13 +12,14 @@ here for the code that reads them as part of the engine's model.
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Union
+from typing import Callable, Literal, Mapping, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from serving.all_reduce_rules import GpuKind
 from serving.engine import nccl
 from serving.errors import EngineConfigError
+from serving.sglang_flags import flag_problem, sglang_flags
 from serving.speculative_rules import FIELD_NAMES, speculative_problem, tree_capacity
 
 __all__ = [
@@ -26,6 +27,9 @@ __all__ = [
     "EngineKind",
     "FlagValue",
     "MANAGED_FLAGS",
+    "checked_extra_args",
+    "engine_flag_names",
+    "extra_args_problems",
     "managed_flag_field",
     "normalise_flag_name",
     "speculative_problem",
@@ -40,12 +44,10 @@ MANAGED_FLAGS: dict[str, str] = {
     "model_path": "model_path",
     "model": "model_path",
     "tp_size": "tp_size",
-    "tp": "tp_size",
     "tensor_parallel_size": "tp_size",
     "host": "(chosen at launch)",
     "port": "(chosen at launch)",
     "speculative_algorithm": "speculative_algorithm",
-    "speculative_algo": "speculative_algorithm",
     "speculative_draft_model_path": "speculative_draft_model_path",
     "speculative_draft_model": "speculative_draft_model_path",
     "speculative_num_steps": "speculative_num_steps",
@@ -55,8 +57,9 @@ MANAGED_FLAGS: dict[str, str] = {
     "enforce_disable_flashinfer_allreduce_fusion": "enforce_disable_flashinfer_allreduce_fusion",
     "reference_gpu_kind": "reference_gpu_kind",
 }
-"""Engine flags (and SGLang's aliases of them) spectune sets from typed fields; ``extra_args`` may
-not set them behind its back: rendered later on the command line, they would win."""
+"""Engine flags (and the aliases SGLang 0.5.23 registers for them: ``--model``,
+``--tensor-parallel-size``, ``--speculative-draft-model``) spectune sets from typed fields;
+``extra_args`` may not set them behind its back: rendered later on the command line, they would win."""
 
 
 def normalise_flag_name(name: str) -> str:
@@ -68,7 +71,8 @@ def managed_flag_field(name: str) -> str | None:
     """The typed field that owns flag ``name`` (normalised), or None if ``extra_args`` may set it.
 
     argparse accepts unambiguous prefixes of long options (SGLang's parser does), so a prefix of
-    a managed flag (``speculative_num_step``) is managed too.
+    a managed flag (``speculative_num_step``) is managed too: the message then names the field to
+    set rather than the exact flag name (``extra_args_problems`` refuses every other prefix).
     """
     if name in MANAGED_FLAGS:
         return MANAGED_FLAGS[name]
@@ -99,6 +103,62 @@ def validated_extra_args(flags: object, *, use_instead: Callable[[str], str]) ->
             raise ValueError(f"{raw!r} is set by spectune; use {use_instead(owner)} instead")
         out[name] = item
     return out
+
+
+def engine_flag_names(kind: EngineKind) -> frozenset[str]:
+    """The option strings ``extra_args`` may name for an engine of ``kind``.
+
+    ``sglang``: SGLang 0.5.23's own (``serving/data/sglang_server_flags.json``), less the
+    deprecated ones. ``reference``: what the reference engine's parser registers (all of them
+    SGLang's, or its own ``REFERENCE_ONLY_FLAGS``), less the same deprecated ones, so that a spec
+    tried on the reference engine runs on SGLang unchanged.
+    """
+    if kind == "sglang":
+        return sglang_flags().accepted
+    from serving.reference.server_args import option_strings  # the parser, not the engine
+
+    return option_strings() - sglang_flags().deprecated
+
+
+def extra_args_problems(flags: Mapping[str, FlagValue], *, kind: EngineKind) -> list[str]:
+    """What is wrong with ``extra_args`` (names already normalised) for an engine of ``kind``.
+
+    Each name must be an exact flag name of that engine (no abbreviation: SGLang's argparse reads
+    an unambiguous prefix as the longer flag and refuses an ambiguous one, exit 2, on the GPU
+    node), not deprecated, and its value must render as the flag expects: ``true``/``false`` for a
+    switch, a value (a list only where it takes several) for the others.
+    """
+    accepted = engine_flag_names(kind)
+    engine = "SGLang" if kind == "sglang" else "the reference engine"
+    table = sglang_flags().flags
+    problems = []
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        problem = flag_problem(flag, accepted=accepted, engine=engine)
+        known = table.get(flag)
+        if problem is None and known is not None:
+            if not known.takes_value and not isinstance(value, bool):
+                problem = f"{flag} is a switch; give true (the bare flag) or false (left out), not {value!r}"
+            elif known.takes_value and value is True:
+                problem = f"{flag} takes a value; true would render the bare flag"
+            elif isinstance(value, list) and known.nargs not in ("+", "*") and not isinstance(known.nargs, int):
+                problem = f"{flag} takes one value, not a list ({value!r})"
+        if problem:
+            problems.append(f"{name}: {problem}")
+    return problems
+
+
+def checked_extra_args(flags: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
+    """A pydantic "after" hook shared by the spec and EngineConfig: ``extra_args_problems`` for the
+    model's ``kind`` (already validated: it is declared first); skipped when ``kind`` itself is
+    invalid, which pydantic reports on its own."""
+    kind = info.data.get("kind")
+    if kind is None:
+        return flags
+    problems = extra_args_problems(flags, kind=kind)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return flags
 
 
 class EngineConfig(BaseModel):
@@ -154,6 +214,11 @@ class EngineConfig(BaseModel):
     @classmethod
     def _normalise_extra_args(cls, value: object) -> object:
         return validated_extra_args(value, use_instead=lambda owner: f"the field {owner!r}")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
+        return checked_extra_args(value, info)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -12,12 +12,19 @@ must not fail later inside a TP worker, far from its cause, after the server has
 Flags SGLang has that mean nothing here (memory fraction, CUDA graphs, attention backend, ...)
 are accepted so the same command line works for both engines; they are recorded in
 ``/server_info`` and logged as having no effect.
+
+Every option string registered here is one SGLang 0.5.23's own parser registers (the list in
+``serving/data/sglang_server_flags.json``, read by ``serving.sglang_flags``), or one of the
+reference engine's own flags named in ``REFERENCE_ONLY_FLAGS``; tests/unit/test_sglang_flags.py
+holds that. So a command line the reference engine takes, SGLang takes too: no alias SGLang lacks
+(it no longer takes ``--tp`` or ``--speculative-algo``), and no abbreviation (``allow_abbrev=False``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 from typing import Any, Optional, Sequence
@@ -27,12 +34,22 @@ from serving.reference.config import PRESETS, get_preset, resolve_draft_layers
 from serving.all_reduce_rules import GpuKind, predict
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
 
-__all__ = ["INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "ServerArgs", "build_parser", "parse_args", "resolve"]
+__all__ = ["INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "REFERENCE_ONLY_FLAGS", "ServerArgs", "build_parser", "option_strings",
+           "parse_args", "resolve"]
 
 logger = logging.getLogger(__name__)
 
 SUPPORTED_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3")
 DEFAULT_MAX_RUNNING_WITH_SPEC = 48
+
+REFERENCE_ONLY_FLAGS: dict[str, str] = {
+    "--reference-gpu-kind": "the node whose all-reduce rule to follow and log (SGLang reads its node itself)",
+}
+"""The reference engine's own flags (option string -> why it exists), the only ones SGLang lacks.
+
+An engine command with one of these runs on the reference engine only; everything else it
+registers is an SGLang flag. (Fault injection is not a flag: ``serving.reference.faults`` reads
+it from the environment, so the command line stays SGLang's.)"""
 
 # SGLang flags accepted for command-line compatibility; they change nothing here.
 NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
@@ -142,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", "--model", dest="model_path", required=True, help="Preset name.")
     p.add_argument("--tokenizer-path", default=None, help="Ignored beyond /server_info (byte tokenizer).")
     p.add_argument("--served-model-name", default=None, help="Name in /v1/models (default: --model-path).")
-    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="Default: cuda if available, else cpu.")
@@ -151,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--max-prefill-tokens", type=int, default=16384)
-    p.add_argument("--speculative-algorithm", "--speculative-algo", dest="speculative_algorithm", default=None)
+    p.add_argument("--speculative-algorithm", dest="speculative_algorithm", default=None)
     p.add_argument(
         "--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None
     )
@@ -178,6 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, kwargs in NO_EFFECT_FLAGS.items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=argparse.SUPPRESS, **kwargs)
     return p
+
+
+@functools.cache
+def option_strings() -> frozenset[str]:
+    """Every option string ``build_parser`` registers (aliases included, ``-h``/``--help`` not)."""
+    return frozenset(
+        option for action in build_parser()._actions  # noqa: SLF001 - argparse's only complete list
+        if not isinstance(action, argparse._HelpAction) for option in action.option_strings  # noqa: SLF001
+    )
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, *, cuda_available: Optional[bool] = None,

@@ -212,6 +212,7 @@ SECRETS = {"HF_TOKEN": "hf_very_secret", "OPENAI_API_KEY": "sk-very-secret", "DB
 def _secret_spec(tmp_path: Path) -> Path:
     def edit(data: dict) -> None:
         data["engine"]["env"] = dict(SECRETS)
+        data["engine"]["kind"] = "sglang"  # --api-key is SGLang's; the reference engine has no such flag
         data["engine"]["extra_args"]["api_key"] = "flag-very-secret"
 
     return _spec_file(tmp_path, edit)

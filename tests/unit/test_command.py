@@ -144,7 +144,9 @@ def test_reference_engine_sets_what_the_audit_expects(
 
 
 @pytest.mark.parametrize(
-    "flag", ["tensor_parallel_size", "model", "speculative_algo", "speculative-num-step", "--port", "hos"]
+    # SGLang 0.5.23's own aliases (serving/data/sglang_server_flags.json), then abbreviations
+    "flag", ["tensor_parallel_size", "model", "speculative_draft_model", "speculative_algo", "tp",
+             "speculative-num-step", "--port", "hos"]
 )
 def test_aliases_and_abbreviations_of_managed_flags_are_refused(flag: str) -> None:
     # rendered after the typed flags, argparse's last value would silently win

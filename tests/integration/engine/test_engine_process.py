@@ -35,7 +35,9 @@ def test_tp2_engine_direct_launch_passes_audit_and_stops_clean(tmp_path: Path) -
 
 
 def test_bad_flag_fails_fast_with_log_tail(tmp_path: Path) -> None:
-    config = reference_config(extra_args={"no_such_flag": 1})
+    # A name the engine lacks no longer gets this far (EngineConfig checks extra_args against the
+    # engine's flags); a value out of the engine's bounds still does, and must fail the same way.
+    config = reference_config(extra_args={"max_running_requests": 0})
     engine = EngineProcess.from_config(config, log_dir=tmp_path, start_timeout_s=120)
     started = time.monotonic()
     with pytest.raises(EngineLaunchError) as excinfo:
@@ -43,8 +45,8 @@ def test_bad_flag_fails_fast_with_log_tail(tmp_path: Path) -> None:
             pass
     assert time.monotonic() - started < 60, "a bad flag must fail at once, not at the deadline"
     assert excinfo.value.exit_code not in (None, 0)
-    assert "--no-such-flag" in excinfo.value.log_tail
-    assert "--no-such-flag" in str(excinfo.value)
+    assert "--max-running-requests must be an integer in [1, 65536], got 0" in excinfo.value.log_tail
+    assert "--max-running-requests" in str(excinfo.value)
     assert excinfo.value.reason == "launch_failed"
     assert not engine.started
 
