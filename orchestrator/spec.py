@@ -826,10 +826,16 @@ class SweepSpec(_Model):
         measured (one per kernel), where NCCL_* is searched (``orchestrator.space.arms``)."""
         return arm_plan(self.engine, self.search.all_reduce, gpu_kind=gpu_kind)
 
-    def on_node(self, gpu_kind: str) -> "SweepSpec":
-        """This spec with ``engine.gpu_kind`` set to the node the preflight found (validated again)."""
+    def on_node(self, *, gpu_kind: str | None, architecture: str | None = None) -> "SweepSpec":
+        """This spec with ``engine.gpu_kind`` (and ``engine.architecture``) set to what the preflight
+        found on the node, validated again; itself when nothing was found."""
+        if (gpu_kind is None or gpu_kind == self.engine.gpu_kind) and architecture is None:
+            return self
         data = self.model_dump()
-        data["engine"]["gpu_kind"] = gpu_kind
+        if gpu_kind is not None:
+            data["engine"]["gpu_kind"] = gpu_kind
+        if architecture is not None:
+            data["engine"]["architecture"] = architecture
         return type(self).model_validate(data)
 
     @property

@@ -147,13 +147,13 @@ def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_
     notes = [check_tracking(tracking_uri)]
     connect_ray(address)
     notes.append(check_resources(spec, wait_s=wait_s, say=say))
-    engine_notes, gpu_kind = check_engine(spec, wait_s=wait_s, say=say)
+    engine_notes, node = check_engine(spec, wait_s=wait_s, say=say)
     notes += engine_notes
     for note in notes:
         say(f"preflight: {note}")
-    if gpu_kind is None:
-        return spec
-    planned = spec if gpu_kind == spec.engine.gpu_kind else spec.on_node(gpu_kind)
+    planned = spec.on_node(gpu_kind=node["gpu_kind"], architecture=node["architecture"])
+    if planned.engine.gpu_kind == "auto":
+        return planned
     for line in planned.arm_plan().lines():
         say(f"preflight: all-reduce arm {line}")
     return planned

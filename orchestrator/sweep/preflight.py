@@ -190,6 +190,18 @@ def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str]
 # --- the engine, where it will run ------------------------------------------------------------
 
 
+def _local_architecture(model_path: str) -> str | None:
+    """``architectures[0]`` of a local model directory's config.json (what SGLang reads), else None."""
+    import json
+
+    config = Path(model_path).expanduser() / "config.json"
+    try:
+        names = json.loads(config.read_text(encoding="utf-8")).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+
+
 def _engine_problems(*, kind: str, model_path: str, draft_path: str | None) -> dict[str, Any]:
     """Runs on the engine's node: what would stop the engine from starting there (plain data back)."""
     import socket
@@ -239,7 +251,8 @@ def _engine_problems(*, kind: str, model_path: str, draft_path: str | None) -> d
 
     gpus = read_node_gpus()
     return {"problems": problems, "notes": notes, "node": node,
-            "gpus": None if gpus is None else {"kind": gpus.kind, "detail": gpus.detail}}
+            "gpus": None if gpus is None else {"kind": gpus.kind, "detail": gpus.detail},
+            "architecture": _local_architecture(model_path) if kind == "sglang" else None}
 
 
 def node_gpu_kind(spec: SweepSpec, gpus: dict[str, str] | None, *, node: str) -> tuple[str | None, str]:
@@ -273,9 +286,11 @@ def node_gpu_kind(spec: SweepSpec, gpus: dict[str, str] | None, *, node: str) ->
     return gpus["kind"], f"all-reduce: node {node} is {gpus['kind']} ({gpus['detail']})"
 
 
-def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], None]) -> tuple[list[str], str | None]:
+def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
+                 say: Callable[[str], None]) -> tuple[list[str], dict[str, str | None]]:
     """The engine can start where a trial's engine will run; returns notes (hub ids, the node) and
-    the node's GPU kind for the all-reduce arms (``node_gpu_kind``; None: not known).
+    what the all-reduce arms are planned with: ``gpu_kind`` (``node_gpu_kind``; None: not known) and
+    the ``architecture`` read from a local model's config.json (None: the spec's own, or unknown).
 
     A placement group shaped like a trial's is reserved, and a task with no resources of its own
     runs in the engine's bundle: the same node, the same Python and runtime_env as the trials.
@@ -315,4 +330,12 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str], N
     if found["problems"]:
         raise PreflightError("\n".join(found["problems"]))
     kind, kind_note = node_gpu_kind(spec, found.get("gpus"), node=found["node"])
-    return [*found["notes"], f"engine: {spec.engine.kind} can start on node {found['node']}", kind_note], kind
+    notes = [*found["notes"], f"engine: {spec.engine.kind} can start on node {found['node']}", kind_note]
+    architecture = found.get("architecture")
+    if architecture and spec.engine.architecture and architecture != spec.engine.architecture:
+        raise PreflightError(f"engine.architecture: {spec.engine.architecture} is set, but {spec.engine.model_path}/"
+                             f"config.json on node {found['node']} says {architecture}; fix engine.architecture (or "
+                             "remove it: the preflight reads it from a local model)")
+    if architecture and not spec.engine.architecture:
+        notes.append(f"engine.architecture: {architecture} (from {spec.engine.model_path}/config.json)")
+    return notes, {"gpu_kind": kind, "architecture": None if spec.engine.architecture else architecture}

@@ -229,6 +229,18 @@ def test_the_preflight_refuses_a_spec_written_for_another_node_and_resolves_auto
         node_gpu_kind(_spec("sm90-nvlink"), found, node="n1")
     kind, note = node_gpu_kind(_spec("auto"), found, node="n1")
     assert kind == "sm120-pcie" and "n1 is sm120-pcie" in note
-    assert _spec("auto").on_node(kind).space().all_reduce == ("default",)
+    assert _spec("auto").on_node(gpu_kind=kind).space().all_reduce == ("default",)
     assert node_gpu_kind(_spec("auto", kind="reference", tp=2), None, node="n1")[0] == "cpu"
     assert node_gpu_kind(_spec("auto"), None, node="n1")[0] is None  # no nvidia-smi: nothing collapsed
+
+
+def test_the_preflight_reads_a_local_models_architecture_from_its_config(tmp_path) -> None:
+    from orchestrator.sweep.preflight import _local_architecture
+
+    (tmp_path / "config.json").write_text('{"architectures": ["KimiK25ForConditionalGeneration"]}')
+    assert _local_architecture(str(tmp_path)) == KIMI
+    assert _local_architecture(str(tmp_path / "missing")) is None
+    assert _local_architecture("moonshotai/Kimi-K2.5") is None  # a hub id: not read
+    planned = _spec("auto").on_node(gpu_kind="sm90-nvlink", architecture="LlamaForCausalLM")
+    assert planned.engine.architecture == "LlamaForCausalLM" and planned.arm_plan().paths["default"].kernel == (
+        "custom_all_reduce")
