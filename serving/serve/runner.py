@@ -2,9 +2,11 @@
 
 Ready means: the application is RUNNING (so every replica's engine is healthy and passed its env
 audit — a replica whose audit fails never starts) and the endpoint answers through the ingress.
-On Ctrl-C or SIGTERM the application is deleted (each replica stops its engine and proves its
-process tree gone) and a Ray started here (``serving.serve.cluster``) is shut down; a second
-Ctrl-C does not cut that short.
+Before deploying, the preflight (``serving.serve.preflight``) refuses what cannot run here (no
+node for a replica's GPUs, a missing model path). On Ctrl-C or SIGTERM the application is
+deleted (each replica stops its engine and proves its process tree gone) and the Serve and Ray
+started here (``serving.serve.cluster``) are shut down, then anything of that Ray still alive is
+stopped; a second Ctrl-C does not cut that short.
 """
 
 from __future__ import annotations
