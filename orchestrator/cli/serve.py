@@ -67,6 +67,11 @@ def serve(
                                     help="MLflow tracking URI of --mlflow-run (default: $MLFLOW_TRACKING_URI).",
                                     show_default=False)
     ] = None,
+    wait_for_resources: Annotated[
+        float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
+                            help="If the cluster cannot hold the replicas yet (an autoscaling cluster, nodes still "
+                            "joining), wait this long, saying every 30 s what is missing; default 0: exit 2 at once."),
+    ] = 0.0,
     emit_serve_config: Annotated[
         Optional[Path], typer.Option("--emit-serve-config", help="Write a Serve config file (serve deploy / ray job "
                                      "submit) instead of serving.", show_default=False)
@@ -75,7 +80,8 @@ def serve(
     """Serve a configuration with Ray Serve behind an OpenAI-compatible endpoint (until Ctrl-C).
 
     Exit 0 after a clean stop (or with the file written), 1 if the application failed to start
-    (e.g. an engine failed its env audit), 2 for an invalid config or option.
+    (e.g. an engine failed its env audit), 2 for an invalid config or option, or one that cannot
+    run here (preflight: no node for a replica's GPUs, a missing model path, an unknown preset).
     """
     err = stderr_console()
     overrides: dict = {"host": host, "port": port, "num_replicas": num_replicas, "gpus_per_replica": gpus_per_replica,
@@ -112,7 +118,7 @@ def serve(
         )
         typer.echo(f"wrote {emit_serve_config}: serve deploy {emit_serve_config}")
         return
-    from serving.serve.runner import Readiness, ServeStartError, run_foreground
+    from serving.serve.runner import Readiness, ServePreflightError, ServeStartError, run_foreground
 
     def on_ready(ready: Readiness) -> None:
         typer.echo(ready.line())
@@ -120,7 +126,13 @@ def serve(
             _tag_served(provenance, served_by=f"{socket.gethostname()}:{options.port}", url=ready.url)
 
     try:
-        run_foreground(engine_config, options, api_key=key, address=address, on_ready=on_ready, provenance=provenance)
+        run_foreground(engine_config, options, api_key=key, address=address, on_ready=on_ready, provenance=provenance,
+                       wait_for_resources_s=wait_for_resources)
+    except ServePreflightError as exc:
+        err.print("[bold red]cannot serve[/] (nothing was deployed):")
+        for line in str(exc).splitlines():
+            err.print(f"  - {escape(line)}", soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except ServeStartError as exc:
         err.print(f"[bold red]serve failed[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None

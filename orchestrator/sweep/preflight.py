@@ -20,12 +20,8 @@ fix:
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import re
-import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -33,6 +29,7 @@ from urllib.parse import urlsplit
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking_server import health_status
+from serving.engine.preflight import engine_problems, plural, run_where_placed, units_that_fit, wait_for_fit
 
 __all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "node_gpu_kind", "trial_bundles"]
 
@@ -41,15 +38,9 @@ logger = logging.getLogger(__name__)
 TRACKING_TIMEOUT_S = 5.0
 """How long an MLflow tracking server may take to answer ``/health`` before the sweep refuses it."""
 
-PROGRESS_EVERY_S = 30.0
-"""How often a waiting preflight says what it waits for."""
-
 ENGINE_CHECK_TIMEOUT_S = 120.0
 """How long the engine check may wait for its placement group when no wait was asked for (the
 resources exist, so only other work can hold them)."""
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-"""``org/name``: a Hugging Face hub id (SGLang downloads it, or finds it in the HF cache)."""
 
 
 class PreflightError(SpectuneError):
@@ -123,23 +114,12 @@ def _existing_ancestor(path: Path) -> Path:
 # --- resources ---------------------------------------------------------------------------------
 
 
-def _nodes() -> list[dict[str, float]]:
-    import ray
-
-    return [dict(node.get("Resources", {})) for node in ray.nodes() if node.get("Alive")]
-
-
 def _fits(node: dict[str, float], bundles: list[dict[str, float]]) -> bool:
     need: dict[str, float] = {}
     for bundle in bundles:
         for name, amount in bundle.items():
             need[name] = need.get(name, 0.0) + amount
-    return all(node.get(name, 0.0) >= amount for name, amount in need.items())
-
-
-def _plural(count: float, word: str) -> str:
-    shown = f"{count:g}"
-    return f"{shown} {word}{'' if shown == '1' else 's'}"
+    return units_that_fit([node], need) >= 1
 
 
 def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
@@ -149,10 +129,10 @@ def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
     largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
     where = "resources.gpus_per_trial" if spec.resources.gpus_per_trial is not None else "engine.tp_size"
     return (
-        f"resources: the spec asks for {_plural(gpus, 'GPU')} per trial ({where}) and {_plural(cpus, 'CPU')} "
-        f"(resources.cpus_per_trial) on one node, but the cluster has {_plural(total_gpus, 'GPU')} and "
-        f"{_plural(total_cpus, 'CPU')} in {_plural(len(nodes), 'node')} (the largest node: "
-        f"{_plural(largest.get('GPU', 0.0), 'GPU')}, {_plural(largest.get('CPU', 0.0), 'CPU')})"
+        f"resources: the spec asks for {plural(gpus, 'GPU')} per trial ({where}) and {plural(cpus, 'CPU')} "
+        f"(resources.cpus_per_trial) on one node, but the cluster has {plural(total_gpus, 'GPU')} and "
+        f"{plural(total_cpus, 'CPU')} in {plural(len(nodes), 'node')} (the largest node: "
+        f"{plural(largest.get('GPU', 0.0), 'GPU')}, {plural(largest.get('CPU', 0.0), 'CPU')})"
     )
 
 
@@ -169,22 +149,15 @@ def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str]
         PreflightError: no node fits (after ``wait_s``).
     """
     bundles, _ = trial_bundles(spec)
-    started = last_said = time.monotonic()
-    while True:
-        nodes = _nodes()
-        if any(_fits(node, bundles) for node in nodes):
-            return f"resources: a node holds a trial ({_plural(spec.gpus_per_trial, 'GPU')}, " \
-                   f"{_plural(spec.resources.cpus_per_trial, 'CPU')})"
-        waited = time.monotonic() - started
-        if waited >= wait_s:
-            hint = (f"gave up after waiting {waited:.0f} s (--wait-for-resources {wait_s:g})" if wait_s else
-                    "add a node that has them, lower the spec's needs, or pass --wait-for-resources SECONDS on an "
-                    "autoscaling cluster")
-            raise PreflightError(f"{_shortfall(spec, nodes)}; {hint}")
-        if time.monotonic() - last_said >= PROGRESS_EVERY_S:
-            say(f"waiting for resources ({waited:.0f} of {wait_s:g} s): {_shortfall(spec, nodes)}")
-            last_said = time.monotonic()
-        time.sleep(poll_s)
+    fits, nodes, waited = wait_for_fit(lambda seen: any(_fits(node, bundles) for node in seen), wait_s=wait_s,
+                                       say=say, describe=lambda seen: _shortfall(spec, seen), poll_s=poll_s)
+    if fits:
+        return f"resources: a node holds a trial ({plural(spec.gpus_per_trial, 'GPU')}, " \
+               f"{plural(spec.resources.cpus_per_trial, 'CPU')})"
+    hint = (f"gave up after waiting {waited:.0f} s (--wait-for-resources {wait_s:g})" if wait_s else
+            "add a node that has them, lower the spec's needs, or pass --wait-for-resources SECONDS on an "
+            "autoscaling cluster")
+    raise PreflightError(f"{_shortfall(spec, nodes)}; {hint}")
 
 
 # --- the engine, where it will run ------------------------------------------------------------
@@ -202,57 +175,17 @@ def _local_architecture(model_path: str) -> str | None:
     return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
-def _engine_problems(*, kind: str, model_path: str, draft_path: str | None) -> dict[str, Any]:
-    """Runs on the engine's node: what would stop the engine from starting there (plain data back)."""
-    import socket
-
-    problems: list[str] = []
-    notes: list[str] = []
-    node = socket.gethostname()
-    if kind == "sglang":
-        if importlib.util.find_spec("sglang") is None:
-            problems.append(
-                f"engine.kind: sglang: the package 'sglang' cannot be imported on node {node} ({sys.executable}); "
-                "install it there: pip install 'sglang[all]' (or pip install 'spectune[sglang]'), or use kind: "
-                "reference to try spectune on the CPU reference engine"
-            )
-        for field, path in (("engine.model_path", model_path), ("engine.draft_model_path", draft_path)):
-            if path is None:
-                continue
-            local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
-            if local and not Path(path).expanduser().exists():
-                problems.append(f"{field}: {path} does not exist on node {node}; give an existing local path "
-                                "or a Hugging Face hub id (org/name)")
-            elif not local and _HUB_ID.match(path):
-                notes.append(f"{field}: {path!r} is taken as a Hugging Face hub id (SGLang loads it from the HF "
-                             "cache or downloads it on the first start, which can take long)")
-            elif not local:
-                problems.append(f"{field}: {path!r} is neither an existing local path on node {node} nor a hub "
-                                "id (org/name)")
-    else:
-        for module in ("torch", "serving.reference"):
-            if importlib.util.find_spec(module) is None:
-                problems.append(f"engine.kind: reference: the module {module!r} cannot be imported on node {node} "
-                                f"({sys.executable}); install spectune there (pip install -e .)")
-        if not problems:
-            from serving.reference.config import get_preset, resolve_draft_layers
-
-            try:
-                preset = get_preset(model_path)
-            except (KeyError, ValueError) as exc:
-                problems.append(f"engine.model_path: {exc}")
-            else:
-                if draft_path is not None:
-                    try:
-                        resolve_draft_layers(draft_path=draft_path, preset=preset)
-                    except ValueError as exc:
-                        problems.append(f"engine.draft_model_path: {exc}")
+def _engine_and_node(**kwargs: Any) -> dict[str, Any]:
+    """Runs on the engine's node: ``engine_problems`` (``serving.engine.preflight``), plus what the
+    all-reduce arms are planned with there: the node's GPUs (``nvidia-smi``) and a local model's
+    architecture."""
     from serving.engine.gpu_topology import read_node_gpus
 
+    found = engine_problems(**kwargs)
     gpus = read_node_gpus()
-    return {"problems": problems, "notes": notes, "node": node,
-            "gpus": None if gpus is None else {"kind": gpus.kind, "detail": gpus.detail},
-            "architecture": _local_architecture(model_path) if kind == "sglang" else None}
+    found["gpus"] = None if gpus is None else {"kind": gpus.kind, "detail": gpus.detail}
+    found["architecture"] = _local_architecture(kwargs["model_path"]) if kwargs["kind"] == "sglang" else None
+    return found
 
 
 def node_gpu_kind(spec: SweepSpec, gpus: dict[str, str] | None, *, node: str) -> tuple[str | None, str]:
@@ -298,35 +231,15 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
     Raises:
         PreflightError: every problem found, one per line.
     """
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     bundles, engine_bundle = trial_bundles(spec)
-    group = placement_group(bundles, strategy="STRICT_PACK")
     try:
-        limit = max(wait_s, ENGINE_CHECK_TIMEOUT_S)
-        started = time.monotonic()
-        while True:
-            ready, _ = ray.wait([group.ready()], timeout=PROGRESS_EVERY_S)
-            if ready:
-                break
-            waited = time.monotonic() - started
-            if waited >= limit:
-                raise PreflightError(
-                    f"resources: no node could give one trial's resources ({bundles}) within {waited:.0f} s: other "
-                    "work holds them (ray status shows what); wait for it, or pass --wait-for-resources SECONDS"
-                )
-            say(f"waiting for a node to free one trial's resources {bundles} ({waited:.0f} s so far)")
-        task = ray.remote(_engine_problems).options(
-            num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=engine_bundle),
+        found = run_where_placed(
+            _engine_and_node, bundles=bundles, bundle_index=engine_bundle, wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S),
+            say=say, what="one trial's", kind=spec.engine.kind, model_path=spec.engine.model_path,
+            draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm else None,
         )
-        found = ray.get(task.remote(kind=spec.engine.kind, model_path=spec.engine.model_path,
-                                    draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm
-                                    else None), timeout=limit)
-    finally:
-        remove_placement_group(group)
+    except TimeoutError as exc:
+        raise PreflightError(str(exc)) from None
     if found["problems"]:
         raise PreflightError("\n".join(found["problems"]))
     kind, kind_note = node_gpu_kind(spec, found.get("gpus"), node=found["node"])

@@ -66,9 +66,7 @@ def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str,
     """
     gpus = options.gpus_for(config)
     cpus = options.cpus_per_replica
-    bundle: dict[str, float] = {"CPU": cpus}
-    if gpus:
-        bundle["GPU"] = gpus
+    bundle = options.replica_bundle(config)
     passed_through: dict[str, Any] = (
         {"autoscaling_config": options.autoscaling_config}
         if options.autoscaling_config is not None

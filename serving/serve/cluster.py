@@ -15,12 +15,24 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from dataclasses import dataclass
+
+import psutil
 
 from serving.ports import free_port
 from serving.serve.options import IngressPath, ServeOptions, ServeStartError
+from serving.waiting import wait_until
 
-__all__ = ["HAPROXY_FIXED_PORTS", "ClusterSession", "ServeAddressTaken", "check_serve_address", "start_or_join"]
+__all__ = [
+    "HAPROXY_FIXED_PORTS",
+    "ClusterSession",
+    "ServeAddressTaken",
+    "check_serve_address",
+    "own_processes",
+    "start_or_join",
+    "stop_leftovers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +43,12 @@ HAPROXY_FIXED_PORTS = (
     "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",  # 9500
 )
 """Variables naming ports that Serve's HAProxy mode takes at fixed numbers unless told otherwise."""
+
+LEFTOVER_EXIT_S = 10.0
+"""How long the processes of a Ray started here may take to exit on their own after ``ray.shutdown``
+(Ray's workers notice their raylet is gone within a few seconds)."""
+LEFTOVER_KILL_S = 5.0
+"""How long a leftover may take to exit after SIGTERM before it is SIGKILLed."""
 
 
 class ServeAddressTaken(ServeStartError):
@@ -112,3 +130,55 @@ def check_serve_address(options: ServeOptions) -> None:
             f"Serve already runs on this cluster at {running.host}:{running.port}, not {options.host}:{options.port}; "
             f"pass --host {running.host} --port {running.port} (and an --app-name and --route-prefix of its own)"
         )
+
+
+def own_processes() -> list[psutil.Process]:
+    """Every live descendant of this process: with a Ray started here, that is all of it (GCS,
+    raylet, agents, workers, the Serve actors' HAProxy and the replicas' engines with their TP
+    workers, which are in sessions of their own but still descendants). Taken before Ray shuts
+    down, while none has been re-parented yet; ``psutil.Process`` refuses to signal a pid reused
+    since."""
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def stop_leftovers(processes: list[psutil.Process], *, exit_s: float = LEFTOVER_EXIT_S,
+                   kill_s: float = LEFTOVER_KILL_S) -> list[str]:
+    """After ``ray.shutdown`` of a Ray started here: give ``processes`` ``exit_s`` to exit, then
+    SIGTERM the survivors, SIGKILL them after ``kill_s``; returns a description of each that had
+    to be stopped (logged as a warning: it means some part did not stop itself)."""
+    def survivors() -> list[psutil.Process]:
+        return [proc for proc in processes if _running(proc)]
+
+    try:
+        wait_until(lambda: not survivors(), timeout_s=exit_s, what="Ray's processes to exit", poll_s=0.2)
+        return []
+    except TimeoutError:
+        pass
+    stopped = []
+    for proc in survivors():
+        try:
+            stopped.append(f"{proc.pid} ({' '.join(proc.cmdline())[:120]})")
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    try:
+        wait_until(lambda: not survivors(), timeout_s=kill_s, what="leftover processes to exit on SIGTERM", poll_s=0.2)
+    except TimeoutError:
+        for proc in survivors():
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+    if stopped:
+        logger.warning("stopped %d process(es) that outlived Ray's shutdown: %s", len(stopped), "; ".join(stopped))
+    return stopped

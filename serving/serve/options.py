@@ -156,6 +156,25 @@ class ServeOptions(BaseModel):
             return self.gpus_per_replica
         return config.tp_size if config.kind == "sglang" else 0
 
+    def replica_bundle(self, config: EngineConfig) -> dict[str, float]:
+        """The one placement-group bundle of a replica: its CPUs and its engine's GPUs, which
+        must therefore be on one node (``STRICT_PACK``)."""
+        bundle: dict[str, float] = {"CPU": self.cpus_per_replica}
+        gpus = self.gpus_for(config)
+        if gpus:
+            bundle["GPU"] = float(gpus)
+        return bundle
+
+    def replicas_at_start(self) -> int:
+        """How many replicas Serve starts with: ``num_replicas`` (default 1), or the autoscaling
+        config's ``initial_replicas`` / ``min_replicas`` (at least one: the endpoint must answer)."""
+        if self.autoscaling_config is None:
+            return self.num_replicas or 1
+        start = self.autoscaling_config.get("initial_replicas")
+        if start is None:
+            start = self.autoscaling_config.get("min_replicas", 1)
+        return max(1, int(start))
+
 
 def _problems(error: ValidationError, *, prefix: str = "") -> list[str]:
     out = []

@@ -2,9 +2,11 @@
 
 Ready means: the application is RUNNING (so every replica's engine is healthy and passed its env
 audit — a replica whose audit fails never starts) and the endpoint answers through the ingress.
-On Ctrl-C or SIGTERM the application is deleted (each replica stops its engine and proves its
-process tree gone) and a Ray started here (``serving.serve.cluster``) is shut down; a second
-Ctrl-C does not cut that short.
+Before deploying, the preflight (``serving.serve.preflight``) refuses what cannot run here (no
+node for a replica's GPUs, a missing model path). On Ctrl-C or SIGTERM the application is
+deleted (each replica stops its engine and proves its process tree gone) and the Serve and Ray
+started here (``serving.serve.cluster``) are shut down, then anything of that Ray still alive is
+stopped; a second Ctrl-C does not cut that short.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from ray import serve
 
 from serving.engine.config import EngineConfig
 from serving.serve.app import build_app
-from serving.serve.cluster import check_serve_address, start_or_join
+from serving.serve.cluster import ClusterSession, check_serve_address, own_processes, start_or_join, stop_leftovers
 from serving.serve.ingress import key_digest
 from serving.serve.options import ServeOptions, ServeStartError
+from serving.serve.preflight import ServePreflightError, check_engine_here, check_engine_on_cluster, check_resources
 from serving.serve.provenance import Provenance
 from serving.waiting import wait_until
 
-__all__ = ["Readiness", "ServeStartError", "base_url", "run_foreground"]
+__all__ = ["Readiness", "ServePreflightError", "ServeStartError", "base_url", "run_foreground"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,8 +217,12 @@ def run_foreground(
     on_ready: Callable[[Readiness], None],
     status_every_s: float = 5.0,
     provenance: Provenance | None = None,
+    wait_for_resources_s: float = 0.0,
 ) -> None:
     """Serve ``config`` until Ctrl-C / SIGTERM, then stop everything this call started.
+
+    Before anything is deployed, the preflight (``serving.serve.preflight``) checks that the
+    engine can start where a replica will run it and that the cluster can hold the replicas.
 
     Args:
         config: The engine configuration (a sweep's best.yaml).
@@ -225,43 +232,88 @@ def run_foreground(
         on_ready: Called once with the readiness facts (the CLI prints the line).
         status_every_s: How often the application's status is checked (changes are logged).
         provenance: Where ``config`` came from (``GET /spectune/info``, the readiness line).
+        wait_for_resources_s: How long the preflight waits for nodes that can hold the replicas
+            (an autoscaling cluster); 0 refuses at once.
 
     Raises:
+        ServePreflightError: the engine cannot start here, or the cluster cannot hold the replicas
+            (nothing was deployed).
         ServeStartError: the application failed to deploy or never answered.
     """
     with _signals_stop():
+        # A local cluster's only node is this machine: check the engine before Ray starts.
+        notes = check_engine_here(config) if address is None else []
         cluster = start_or_join(options, address=address)
-        deployed = False
+        # ray.init replaced our SIGTERM handler with its own (sys.exit; for a Ray started here it
+        # kills Ray's processes first and exits 1, leaving the HAProxy that a Serve actor spawned):
+        # ours again, so SIGTERM stops everything as Ctrl-C does.
+        with _signals_stop():
+            _serve_started_cluster(config, options, cluster=cluster, api_key=api_key, address=address,
+                                   on_ready=on_ready, status_every_s=status_every_s, provenance=provenance,
+                                   wait_for_resources_s=wait_for_resources_s, notes=notes)
+
+
+def _serve_started_cluster(config: EngineConfig, options: ServeOptions, *, cluster: ClusterSession,
+                           api_key: str | None, address: str | None, on_ready: Callable[[Readiness], None],
+                           status_every_s: float, provenance: Provenance | None, wait_for_resources_s: float,
+                           notes: list[str]) -> None:
+    """``run_foreground`` once connected to Ray: preflight, deploy, serve, and always tear down."""
+    serve_started = deployed = False
+    try:
+        notes.append(check_resources(config, options, wait_s=wait_for_resources_s, say=logger.warning))
+        if address is not None:
+            notes += check_engine_on_cluster(config, options, wait_s=wait_for_resources_s, say=logger.warning)
+        for note in notes:
+            logger.info("preflight: %s", note)
+        serve_started = True
+        serve.start(http_options={"host": options.host, "port": options.port}, proxy_location="EveryNode")
+        check_serve_address(options)
+        app = build_app(config, options, api_key_sha256=key_digest(api_key) if api_key else None,
+                        provenance=provenance)
+        logger.info("deploying %s (%s) as application %r", config.model_path, options.replicas_text(), options.app_name)
+        deployed = True
         try:
-            serve.start(http_options={"host": options.host, "port": options.port}, proxy_location="EveryNode")
-            check_serve_address(options)
-            app = build_app(config, options, api_key_sha256=key_digest(api_key) if api_key else None,
-                            provenance=provenance)
-            logger.info("deploying %s (%s) as application %r", config.model_path, options.replicas_text(), options.app_name)
-            deployed = True
-            try:
-                serve.run(app, name=options.app_name, route_prefix=options.route_prefix, blocking=False)
-            except RuntimeError as exc:
-                raise ServeStartError(
-                    f"application {options.app_name!r} failed to deploy: {exc}\n{_deployment_messages(options.app_name)}"
-                ) from None
-            on_ready(_wait_ready(options, api_key=api_key, ingress=cluster.ingress))
-            _report_status_changes(options.app_name, every_s=status_every_s)
-        except KeyboardInterrupt:
-            logger.info("stopping")
-        finally:
-            with _uninterruptible("stopping the application and its engines"):
-                _teardown(options, deployed=deployed, started_ray=cluster.started_here)
+            serve.run(app, name=options.app_name, route_prefix=options.route_prefix, blocking=False)
+        except RuntimeError as exc:
+            raise ServeStartError(
+                f"application {options.app_name!r} failed to deploy: {exc}\n{_deployment_messages(options.app_name)}"
+            ) from None
+        on_ready(_wait_ready(options, api_key=api_key, ingress=cluster.ingress))
+        _report_status_changes(options.app_name, every_s=status_every_s)
+    except KeyboardInterrupt:
+        logger.info("stopping")
+    finally:
+        with _uninterruptible("stopping the application and its engines"):
+            _teardown(options, deployed=deployed, serve_started=serve_started, cluster=cluster)
 
 
-def _teardown(options: ServeOptions, *, deployed: bool, started_ray: bool) -> None:
-    """Delete the application (each replica stops its engine), then a Ray started here."""
+def _teardown(options: ServeOptions, *, deployed: bool, serve_started: bool, cluster: ClusterSession) -> None:
+    """Delete the application (each replica stops its engine), then a Serve and Ray started here,
+    then whatever of that Ray outlived its shutdown.
+
+    Each step runs even if the one before failed: an application that does not go (Serve's
+    delete gives up after 60 s, e.g. with a replica still waiting for resources) must not keep
+    Serve's shutdown from stopping its proxies. HAProxy is a child of Serve's ``HAProxyManager``
+    actor, which kills it only in its ``shutdown`` (called by Serve's); a Ray stopped without that
+    (as Ray's own SIGTERM handler stops it) can leave HAProxy running, so whatever of the Ray
+    started here is still alive after ``ray.shutdown`` is stopped too (``stop_leftovers``).
+    """
     began = time.monotonic()
     try:
         if deployed:
-            serve.delete(options.app_name)
-        if started_ray:
+            try:
+                serve.delete(options.app_name)
+            except Exception as exc:  # noqa: BLE001 - Serve's shutdown (and Ray's) must run regardless
+                logger.warning("application %r was not deleted cleanly (%s: %s); shutting down regardless%s",
+                               options.app_name, type(exc).__name__, exc,
+                               "" if cluster.started_here else
+                               f"; on the joined cluster check it with serve status, remove it with "
+                               f"serve shutdown or a redeploy")
+        if serve_started and cluster.started_here:
             serve.shutdown()
     finally:
+        ours = own_processes() if cluster.started_here else []
         ray.shutdown()  # a cluster started here stops; a joined one only loses this driver
+        if cluster.started_here:
+            stop_leftovers(ours)
     logger.info("stopped in %.1f s", time.monotonic() - began)

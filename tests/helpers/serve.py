@@ -160,15 +160,16 @@ class ServeProcess:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "--- spectune serve stderr ---\n" + "\n".join(text.splitlines()[-lines:])
 
-    def stop(self) -> int:
-        """Ctrl-C, as a user stops it; returns the exit code (SIGKILLs the group if it hangs)."""
+    def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
+        """Ctrl-C (or ``sig``: SIGTERM as a service manager stops it); returns the exit code
+        (SIGKILLs the group if it hangs)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"spectune serve did not stop within {STOP_TIMEOUT_S:g} s of Ctrl-C\n"
+                raise AssertionError(f"spectune serve did not stop within {STOP_TIMEOUT_S:g} s of {sig.name}\n"
                                      f"{self.log_tail()}") from None
         return int(self.proc.returncode)
 

@@ -1,0 +1,131 @@
+"""``spectune serve``'s preflight: what the application needs, checked in seconds before it is deployed.
+
+Without it a configuration that cannot run here is found out the slow way: Serve waits, silently
+and for ever, for a node with the replica's GPUs (Ray's "needs GPU" only reaches the Serve
+controller's log), and an engine whose model is missing fails its launch three times (Serve's
+constructor retries) before ``spectune serve`` exits 1. Each check raises
+:class:`ServePreflightError` (the CLI exits 2) naming the field, the value and the fix:
+
+* **engine**: the engine can start where a replica will run it (``serving.engine.preflight``:
+  SGLang importable, local model and draft paths existing, a hub id accepted with a note, a
+  reference preset known). For a local cluster that is this machine, checked before Ray starts;
+  on a joined cluster, in a Ray task placed like a replica (its one STRICT_PACK bundle).
+* **resources**: the cluster's nodes can hold the replicas Serve starts with, each on one node
+  (a replica's CPUs and GPUs are one bundle). With ``--wait-for-resources S`` (an autoscaling
+  cluster, nodes still joining) it waits up to S seconds, saying every 30 s what for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from serving.engine.config import EngineConfig
+from serving.engine.preflight import (
+    alive_nodes,
+    engine_problems,
+    plural,
+    run_where_placed,
+    units_that_fit,
+    wait_for_fit,
+)
+from serving.errors import SpectuneError
+from serving.serve.options import ServeOptions
+
+__all__ = ["ENGINE_CHECK_TIMEOUT_S", "ServePreflightError", "check_engine_on_cluster", "check_engine_here",
+           "check_resources", "shortfall"]
+
+ENGINE_CHECK_TIMEOUT_S = 120.0
+"""How long the engine check on a joined cluster may wait for its placement group when no wait
+was asked for (the resources exist, so only other work can hold them)."""
+
+SERVE_FIELDS = {"kind": "kind", "model": "model_path", "draft": "speculative_draft_model_path"}
+"""The engine fields of a best.yaml, as the messages name them."""
+
+
+class ServePreflightError(SpectuneError):
+    """The configuration cannot be served on this cluster (exit 2); the message says what to change."""
+
+
+def _draft(config: EngineConfig) -> str | None:
+    return config.speculative_draft_model_path if config.speculative_algorithm else None
+
+
+def _verdict(found: dict[str, Any], config: EngineConfig) -> list[str]:
+    if found["problems"]:
+        raise ServePreflightError("\n".join(found["problems"]))
+    return [*found["notes"], f"engine: {config.kind} can start on node {found['node']}"]
+
+
+def check_engine_here(config: EngineConfig) -> list[str]:
+    """The engine can start on this machine (a local cluster's only node); returns notes.
+
+    Raises:
+        ServePreflightError: every problem found, one per line.
+    """
+    return _verdict(engine_problems(kind=config.kind, model_path=config.model_path, draft_path=_draft(config),
+                                    fields=SERVE_FIELDS), config)
+
+
+def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait_s: float = 0.0,
+                            say: Callable[[str], None]) -> list[str]:
+    """The engine can start where a replica will run (a Ray task in a placement group shaped like
+    one replica's: the same node, the same Python); returns notes.
+
+    Raises:
+        ServePreflightError: every problem found, one per line, or no node freed a replica's
+            resources in time.
+    """
+    try:
+        found = run_where_placed(
+            engine_problems, bundles=[options.replica_bundle(config)], bundle_index=0,
+            wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S), say=say, what="one replica's", kind=config.kind,
+            model_path=config.model_path, draft_path=_draft(config), fields=SERVE_FIELDS,
+        )
+    except TimeoutError as exc:
+        raise ServePreflightError(str(exc)) from None
+    return _verdict(found, config)
+
+
+def shortfall(config: EngineConfig, options: ServeOptions, nodes: list[dict[str, float]]) -> str:
+    """What the replicas need and what the cluster has, in one sentence."""
+    bundle = options.replica_bundle(config)
+    gpus, cpus, replicas = bundle.get("GPU", 0.0), bundle["CPU"], options.replicas_at_start()
+    gpu_field = ("serve.gpus_per_replica" if options.gpus_per_replica is not None
+                 else "tp_size" if config.kind == "sglang" else "the reference engine's default")
+    replica_field = ("serve.autoscaling_config" if options.autoscaling_config is not None
+                     else "serve.num_replicas" if options.num_replicas is not None else "the default")
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
+    return (
+        f"resources: each replica needs {plural(gpus, 'GPU')} ({gpu_field}) and {plural(cpus, 'CPU')} "
+        f"(serve.cpus_per_replica) on one node, x {plural(replicas, 'replica')} ({replica_field}), but the cluster "
+        f"has {plural(sum(n.get('GPU', 0.0) for n in nodes), 'GPU')} and "
+        f"{plural(sum(n.get('CPU', 0.0) for n in nodes), 'CPU')} in {plural(len(nodes), 'node')} (the largest "
+        f"node: {plural(largest.get('GPU', 0.0), 'GPU')}, {plural(largest.get('CPU', 0.0), 'CPU')}), room for "
+        f"{plural(units_that_fit(nodes, bundle), 'replica')}"
+    )
+
+
+def check_resources(config: EngineConfig, options: ServeOptions, *, wait_s: float = 0.0,
+                    say: Callable[[str], None], poll_s: float = 2.0,
+                    nodes: Callable[[], list[dict[str, float]]] = alive_nodes) -> str:
+    """The connected cluster's nodes can hold the replicas Serve starts with; returns a note.
+
+    Args:
+        wait_s: Keep looking this long (nodes joining, an autoscaler adding them), saying every
+            30 s what is missing; 0 decides at once.
+        say: Where the waiting lines go.
+        nodes: The cluster's nodes (a test passes its own).
+
+    Raises:
+        ServePreflightError: they do not (after ``wait_s``).
+    """
+    bundle, replicas = options.replica_bundle(config), options.replicas_at_start()
+    fits, seen, waited = wait_for_fit(lambda now: units_that_fit(now, bundle) >= replicas, wait_s=wait_s, say=say,
+                                      describe=lambda now: shortfall(config, options, now), poll_s=poll_s, nodes=nodes)
+    if fits:
+        return (f"resources: the cluster holds {plural(replicas, 'replica')} of {plural(bundle.get('GPU', 0.0), 'GPU')}"
+                f" and {plural(bundle['CPU'], 'CPU')} each")
+    hint = (f"gave up after waiting {waited:.0f} s (--wait-for-resources {wait_s:g})" if wait_s else
+            "run it where a node has them, lower --gpus-per-replica / --num-replicas (an SGLang engine needs "
+            "tp_size GPUs), or pass --wait-for-resources SECONDS on an autoscaling cluster")
+    raise ServePreflightError(f"{shortfall(config, options, seen)}; {hint}")
