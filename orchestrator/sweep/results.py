@@ -112,6 +112,10 @@ class TrialRecord(BaseModel):
         default=None, description="The speculative numbers the running engine reported in /server_info "
         "({num_steps, eagle_topk, num_draft_tokens}): SGLang's automatic choice resolved, or a count it adjusted.")
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
+    start_flags: dict[str, Any] = Field(
+        default_factory=dict, description="Engine flags the sweep added to this trial's engine to start it sooner "
+        "(orchestrator.sweep.start_flags: skip_server_warmup, the decode CUDA-graph sizes the benchmark reaches); in "
+        "engine_command, never in engine_config (best.yaml and spectune serve start without them).")
     mlflow_run_id: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
