@@ -58,6 +58,7 @@ from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_
 __all__ = [
     "BenchmarkSpec",
     "BudgetSpec",
+    "DEFAULT_ENGINE_START_S",
     "ConfirmationSpec",
     "EarlyStoppingSpec",
     "ProbeSpec",
@@ -107,6 +108,15 @@ MAX_PARALLEL_TRIALS = 1024
 
 MAX_RESOURCES = 1024
 """The most GPUs or CPUs one trial may reserve (a trial runs one engine on one node)."""
+
+DEFAULT_ENGINE_START_S: dict[str, float] = {"reference": 10.0, "sglang": 600.0}
+"""Seconds one engine start is taken to last before a trial has measured one (``budget.engine_start_estimate_s``).
+
+reference: measured launch-to-healthy times of 6-12 s (median 7.4 s over 34 CPU trials,
+benchmarks/data/sweeps/reference-cpu-grid-quiet.trials.jsonl; 9-11 s for the GPU reference engine on
+an H200, docs/measurements/gpu-sweep-h200x1/trials.jsonl). sglang: the middle of the 5-15 minutes
+per launch of a 1T-parameter model on one 8-GPU node (docs/search-efficiency.md: ~600 GB of
+weights, then CUDA-graph capture); a small model starts in a minute or two, so such specs set it."""
 
 
 class _Model(StrictModel):
@@ -629,6 +639,19 @@ class BudgetSpec(_Model):
     )
     engine_start_timeout_s: float = Field(
         default=1800.0, gt=0, le=MAX_DURATION_S, description="Time an engine may take to become healthy."
+    )
+    engine_start_estimate_s: float | None = Field(
+        default=None, gt=0, le=MAX_DURATION_S,
+        description="Seconds one engine start (launch to healthy) is expected to take, for the plan's cost (engine "
+        "starts x start time) until a trial has measured it; default by engine.kind: "
+        f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_ENGINE_START_S.items())} (orchestrator.sweep.cost).",
+    )
+    sweep_only_start_flags: bool = Field(
+        default=True,
+        description="Start every trial's and confirmation visit's engine with --skip-server-warmup (the harness warms "
+        "up itself) and decode CUDA graphs only for the batch sizes the benchmark reaches (--cuda-graph-bs-decode, "
+        "--cuda-graph-max-bs-decode; orchestrator.sweep.start_flags). Recorded on each trial, never in best.yaml; "
+        "flags engine.extra_args sets are kept as given. false: start sweep engines as they would be served.",
     )
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_EAGLE_TOPK",
     "MAX_NUM_DRAFT_TOKENS",
     "MAX_NUM_STEPS",
+    "SPECULATIVE_MAX_RUNNING_REQUESTS",
     "chain_num_draft_tokens",
     "speculative_problem",
     "tree_capacity",
@@ -31,6 +32,10 @@ MAX_EAGLE_TOPK = 64
 """Largest ``eagle_topk`` accepted."""
 MAX_NUM_DRAFT_TOKENS = 1024
 """Largest ``num_draft_tokens`` accepted (tokens verified in one forward pass)."""
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+"""SGLang's ``max_running_requests`` under speculation unless ``--max-running-requests`` is set
+(0.5.23: ``srt/arg_groups/speculative_hook.py``, "Max running requests is reset to 48 for
+speculative decoding"): no decode batch of a speculative engine is larger."""
 
 FIELD_NAMES: Mapping[str, str] = {
     "num_steps": "speculative_num_steps",

@@ -30,6 +30,7 @@ from orchestrator.sweep.results import (
 )
 from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import ENGINE_CONFIG_ARTIFACT, open_tracker
+from serving.engine.command import render_flags
 
 __all__ = [
     "BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE",
@@ -163,9 +164,13 @@ class SweepCoordinator:
 
     def register_trial(
         self, *, trial_id: str, kind: str, label: str, params: dict[str, Any], engine_command: str,
-        engine_config: dict[str, Any] | None = None,
+        engine_config: dict[str, Any] | None = None, start_flags: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Number a starting trial and give it its MLflow run (the existing one when it is re-run).
+
+        ``engine_config`` (what ``spectune serve --mlflow-run`` serves) is the trial's configuration
+        without ``start_flags``, the sweep-only flags its engine ran with: those are the tag
+        ``spectune.start_flags`` (as rendered on the command line) and part of ``engine_command``.
 
         Returns:
             ``{"number", "run_id", "finished"}``; ``finished`` is the trial's record if it already
@@ -183,12 +188,14 @@ class SweepCoordinator:
         if run["existing"]:
             logger.info("trial %s (%d) runs again; continuing its MLflow run %s", trial_id, number, run["run_id"])
         self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running",
-                                              "spectune.number": number})
+                                              "spectune.number": number,
+                                              "spectune.start_flags": " ".join(render_flags(start_flags or {}))})
         if engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
             self.tracker.log_dict(run["run_id"], engine_config, ENGINE_CONFIG_ARTIFACT)
         self._registered[trial_id] = {
             "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
             "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": utc_timestamp(),
+            "start_flags": dict(start_flags or {}),
         }
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
@@ -284,6 +291,7 @@ class SweepCoordinator:
             "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
             "engine_config": registered.get("engine_config", {}), "resolved_params": registered.get("resolved"),
             "all_reduce_kernel": registered.get("all_reduce_kernel"),
+            "start_flags": registered.get("start_flags", {}),
             "started_at": registered["started_at"], "node_id": seen.get("spectune.node_id") or last.get("node_id") or None,
             "cuda_visible_devices": seen.get("spectune.cuda_visible_devices"),
             "audit_ok": seen.get("spectune.audit_ok"),

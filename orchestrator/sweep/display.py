@@ -1,7 +1,9 @@
 """The sweep's console: one readable line per event on the job log, and never a silent one.
 
 :class:`Display` prints trial n/N with its config, each repetition, the current best and the time
-left; Ray Tune pickles it with the callbacks that feed it.
+left (the trials still to run and, at most, the confirmation's visits: ``orchestrator.sweep.cost``),
+and the plan's cost in engine starts once the first start is measured; Ray Tune pickles it with the
+callbacks that feed it.
 :class:`QuietWatch` is a driver thread that prints what the sweep is waiting for (a trial's engine,
 a free node, a confirmation visit) whenever the log has been quiet too long.
 """
@@ -15,6 +17,9 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.spec import SweepSpec
+from orchestrator.sweep.cost import (
+    cost_line, format_duration, measured_start_times, planned_starts, start_time, visit_estimate_s,
+)
 from orchestrator.sweep.preflight import trial_bundles
 from orchestrator.sweep.results import TrialRecord
 from orchestrator.space import TrialPlan
@@ -45,6 +50,10 @@ class Display:
         """Trial number -> (label, when it started): what a quiet job log is waiting for."""
         self.activity: tuple[str, float] | None = None
         """What the driver itself is doing outside the search (a confirmation visit), and since when."""
+        self.records: list[TrialRecord] = []
+        """The trials that ended with a record: their start times and pace feed the time left."""
+        self.confirmation: list[int] | None = None
+        """[most visits, visits done] once the confirmation has started."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
@@ -54,16 +63,44 @@ class Display:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("records", [])  # pickled by a sweep started before these were kept
+        state.setdefault("confirmation", None)
         self.__dict__.update(state)
         self.console = job_console()
 
+    def time_left_s(self) -> float | None:
+        """Seconds the sweep is expected to run on: the trials still to run at the pace so far, plus
+        the confirmation's remaining visits at most (``cost.visit_estimate_s`` each); None before
+        anything has ended."""
+        if self.confirmation is not None:
+            most, done = self.confirmation
+            return max(0, most - done) * visit_estimate_s(self.spec, self.records)
+        if not self.finished:
+            return None
+        spent = time.monotonic() - self.started
+        trials = max(0, self.total - self.finished) * spent / self.finished
+        return trials + planned_starts(self.spec).visits * visit_estimate_s(self.spec, self.records)
+
     def _elapsed(self) -> str:
         spent = time.monotonic() - self.started
-        left = ""
-        if self.finished:
-            rest = max(0, self.total - self.finished) * spent / self.finished
-            left = f", ~{_duration(rest)} left"
+        rest = self.time_left_s()
+        left = f", ~{_duration(rest)} left" if rest is not None else ""
         return f"elapsed {_duration(spent)}{left}"
+
+    def confirmation_started(self, contenders: int, *, done: int = 0) -> None:
+        """The confirmation begins with ``contenders`` (``done`` visits resumed): its cost in engine starts."""
+        most = contenders * self.spec.confirmation.max_visits
+        self.confirmation = [most, min(done, most)]
+        seconds, basis = start_time(self.spec, self.records)
+        self.line(f"confirmation cost: up to {most - self.confirmation[1]} engine starts ({contenders} contenders x "
+                  f"{self.spec.confirmation.max_visits} visits{f', {done} done' if done else ''}) x "
+                  f"{_duration(seconds)} per start ({basis}); ~{_duration(visit_estimate_s(self.spec, self.records))} "
+                  f"per visit with its repetitions")
+
+    def visit_ended(self) -> None:
+        """One confirmation visit ended (whatever its outcome)."""
+        if self.confirmation is not None:
+            self.confirmation[1] += 1
 
     def line(self, text: str) -> None:
         self.last_line = time.monotonic()
@@ -98,6 +135,8 @@ class Display:
         if record is None:
             self.line(f"[trial {number}/{self.total}] {fallback}  ({self._elapsed()})")
             return
+        first_measured = bool(measured_start_times([record])) and not measured_start_times(self.records)
+        self.records.append(record)
         direction = self.spec.objective.direction
         if record.status == "ok" and record.complete and record.value is not None:
             if self.best is None or (record.value > self.best[0] if direction == "max" else record.value < self.best[0]):
@@ -107,11 +146,12 @@ class Display:
         best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
         self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
                   f"  | best {best}  | {self._elapsed()}")
+        if first_measured:  # the estimate gives way to what this machine takes
+            self.line(cost_line(self.spec, self.records))
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+    return format_duration(seconds)
 
 
 class QuietWatch:

@@ -30,6 +30,7 @@ from rich.markup import escape
 from orchestrator.space.define_by_run import SweepSpace
 from orchestrator.sweep.callbacks import tune_callbacks
 from orchestrator.sweep.cluster import SweepBusyError, connect_ray, create_coordinator
+from orchestrator.sweep.cost import cost_line
 from orchestrator.sweep.coordinator import (
     STATE_FILE,
     CoordinatorRef,
@@ -38,7 +39,7 @@ from orchestrator.sweep.coordinator import (
 from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
 from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
-from orchestrator.sweep.results import atomic_write_text
+from orchestrator.sweep.results import TrialRecord, atomic_write_text
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.scheduler import BaselineAwareASHA
 from orchestrator.sweep.search import SweepSearch
@@ -108,6 +109,8 @@ def run_sweep(
     ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
+    # the plan in engine starts x start time (measured by the trials a resumed sweep already ran)
+    display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
     tuner = _tuner(spec, ctx=ctx, bundles=bundles, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()

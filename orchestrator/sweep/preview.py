@@ -59,6 +59,8 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     """
     import optuna
 
+    from orchestrator.sweep.cost import cost_line
+    from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
     from orchestrator.sweep.trial import engine_config_for
     from serving.engine.command import build_command
     from serving.redaction import redacted_env
@@ -80,6 +82,7 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     shown = []
     for number, plan in enumerate(plans, start=1):
         config = engine_config_for(spec, plan)
+        config = with_start_flags(config, sweep_start_flags(spec, config))  # as the trial starts it
         command = build_command(config, host="127.0.0.1", port=30000, python=python)
         kind = {"baseline_plain": "baseline: no speculation", "baseline_auto": "baseline: SGLang's own choice"}.get(
             plan.kind, "proposed")
@@ -88,4 +91,5 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
         console.print("")
         shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
                       "env": redacted_env(command.env)})
+    console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)  # engine starts x start time
     return shown

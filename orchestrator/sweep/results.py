@@ -116,6 +116,10 @@ class TrialRecord(BaseModel):
         "/server_info and log (serving.engine.all_reduce_observed): flashinfer_fusion, custom_all_reduce, nccl, "
         "none (TP 1), mixed or unknown; None in records written before it was read.")
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
+    start_flags: dict[str, Any] = Field(
+        default_factory=dict, description="Engine flags the sweep added to this trial's engine to start it sooner "
+        "(orchestrator.sweep.start_flags: skip_server_warmup, the decode CUDA-graph sizes the benchmark reaches); in "
+        "engine_command, never in engine_config (best.yaml and spectune serve start without them).")
     mlflow_run_id: str | None = None
     started_at: str | None = None
     ended_at: str | None = None

@@ -44,6 +44,7 @@ from orchestrator.timestamps import utc_timestamp
 from orchestrator.sweep.results import Objective, TrialRecord, auto_label
 from orchestrator.sweep.search import OBJECTIVE_KEY
 from orchestrator.sweep.session import EngineSession, TrialFailure
+from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.all_reduce_observed import observe_all_reduce
@@ -103,6 +104,7 @@ class _TrialState:
     all_reduce_kernel: str | None = None
     measured_in_full: bool = False
     started_at: str = field(default_factory=utc_timestamp)
+    start_flags: dict[str, Any] = field(default_factory=dict)
 
 
 def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
@@ -203,19 +205,21 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     plan = TrialPlan.from_config(config)
     trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
     engine_config = engine_config_for(spec, plan)
+    start_flags = sweep_start_flags(spec, engine_config)  # run with, recorded apart: never in engine_config
     # port 0 stands for the free port the host picks; the record keeps this form (secrets redacted)
-    engine_command = build_command(engine_config, host="127.0.0.1", port=0).shell(redacted=True)
+    engine_command = build_command(with_start_flags(engine_config, start_flags), host="127.0.0.1",
+                                   port=0).shell(redacted=True)
     coordinator = ctx.coordinator.get()
     registration = ray.get(coordinator.register_trial.remote(
         trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
-        engine_command=engine_command, engine_config=engine_config.model_dump(),
+        engine_command=engine_command, engine_config=engine_config.model_dump(), start_flags=start_flags,
     ))
     if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
         done = TrialRecord.model_validate(registration["finished"])
         tune.report(_final_report(spec, done))
         return
     state = _TrialState(plan=plan, trial_id=trial_id, engine_command=engine_command, number=registration["number"],
-                        run_id=registration["run_id"])
+                        run_id=registration["run_id"], start_flags=start_flags)
     logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
     record = _run_steps(spec, ctx, state, engine_config)
     ray.get(coordinator.finish_trial.remote(record.model_dump()))
@@ -256,7 +260,8 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts={"engine.log": text}))
 
     session = EngineSession(
-        engine_config, session_id=state.trial_id, label=f"trial {state.number}", sweep_name=ctx.sweep_name,
+        with_start_flags(engine_config, state.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
+        sweep_name=ctx.sweep_name,
         num_gpus=ctx.gpus_per_trial, start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_launch_reason,
         time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
     )
@@ -539,7 +544,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
         audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
         all_reduce_kernel=state.all_reduce_kernel,
-        engine_command=state.engine_command,
+        engine_command=state.engine_command, start_flags=state.start_flags,
         mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=utc_timestamp(),
     )
 
@@ -560,8 +565,9 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     config = EngineConfig.model_validate(engine_config)
     values: list[float] = []
     status, reason, message = "ok", None, ""
-    session = EngineSession(
-        config, session_id=visit_id, label="trial 0", sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
+    session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
+        with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
+        sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
         start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason,
     )
     try:

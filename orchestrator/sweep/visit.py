@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm import Confirmation, run_confirmation
+from orchestrator.sweep.confirm import Confirmation, choose_contenders, run_confirmation
 from orchestrator.sweep.display import Display
 from orchestrator.sweep.results import TrialRecord
 
@@ -56,15 +56,21 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
     """
     import ray
 
+    done = ray.get(coordinator.confirmation_visits.remote())
+
     def visit(record: TrialRecord, round_number: int) -> dict[str, Any]:
+        if display.confirmation is None:  # the first visit: the round runs; its cost in engine starts
+            display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k)),
+                                         done=len(done))
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())
         try:
             return run_placed_visit(record=record, round_number=round_number, ctx=ctx, bundles=bundles)
         finally:
             display.activity = None
+            display.visit_ended()
 
     return run_confirmation(
-        spec, records, visit=visit, say=display.line, done=ray.get(coordinator.confirmation_visits.remote()),
+        spec, records, visit=visit, say=display.line, done=done,
         on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
     )

@@ -81,6 +81,13 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
     for record in records.values():
         assert record["audit_ok"] is True, record
         assert record["node_id"], record
+        # the sweep-only start flags: what ran (engine_command), never the config best.yaml is built from
+        speculative = record["engine_config"]["speculative_algorithm"] is not None
+        assert record["start_flags"] == {"skip_server_warmup": True, "cuda_graph_bs_decode": [1, 2],
+                                         "cuda_graph_max_bs_decode": 2}, (record["label"], speculative)
+        assert record["engine_command"].endswith("--skip-server-warmup --cuda-graph-bs-decode 1 2 "
+                                                 "--cuda-graph-max-bs-decode 2"), record["engine_command"]
+        assert set(record["engine_config"]["extra_args"]) == {"enable_metrics", "context_length"}, record
 
 
 def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> None:
@@ -94,6 +101,10 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     assert summary["best_trial"] is not None and summary["counts"]["failed"] == 3
     text = (sweep_run["results"] / "best.yaml").read_text()
     assert text.startswith("# spectune sweep ci-sweep") and "no speculation" in text
+    assert "skip_server_warmup" not in text and "cuda_graph_bs_decode" not in text, "served without the sweep's flags"
+    assert set(config.extra_args) == {"enable_metrics", "context_length"}, config.extra_args
+    assert "cost: " in sweep_run["log"] and "engine starts" in sweep_run["log"]
+    assert "confirmation cost: up to 6 engine starts (3 contenders x 2 visits)" in sweep_run["log"]
     confirmation = summary["confirmation"]
     # the one ok search trial, SGLang's default and no speculation, each visited twice on a fresh engine
     roles = [c["role"] for c in confirmation["contenders"]]
@@ -130,6 +141,7 @@ def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -
         names = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert {"env_audit.json", "engine.log"} <= names, (child.data.tags.get("spectune.label"), names)
         assert child.data.tags["spectune.status"] in ("ok", "failed")
+        assert child.data.tags["spectune.start_flags"].startswith("--skip-server-warmup --cuda-graph-bs-decode 1 2")
         assert child.info.status in ("FINISHED", "FAILED")
     ok = [c for c in children if c.data.tags["spectune.status"] == "ok"]
     assert len(ok) == 3

@@ -40,6 +40,14 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), (
         "the NCCL dimensions are searched: some proposal forces an NCCL variable")
     assert all("NCCL_DEBUG=WARN" in c for c in commands)
+    # as each trial starts: no SGLang warm-up, decode graphs up to the highest level (48, speculation's cap too)
+    assert all(c.endswith("--skip-server-warmup --cuda-graph-bs-decode " + (
+        "1 2 4 8 12 16 24 32 40 48" if i == 0 else "1 2 3 4 5 6 7 8 10 12 14 16 18 20 22 24 26 28 30 32 40 44 48")
+        + " --cuda-graph-max-bs-decode 48") for i, c in enumerate(commands)), commands[:2]
+    # the plan's cost: 40 trials + (3 best, SGLang's default, no speculation) x 16 visits, at SGLang's default start
+    assert ("cost: 120 engine starts (40 trials + up to 80 confirmation visits: 5 contenders x 16) x 10m00s per "
+            "start (estimated: the default for sglang; budget.engine_start_estimate_s sets it) = ~20h00m of engine "
+            "starts") in " ".join(out.split())
 
 
 def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_node() -> None:

@@ -1,0 +1,151 @@
+"""A sweep's cost counted in engine starts: how many, and how long one takes.
+
+Every trial and every confirmation visit starts a fresh engine, and for a large model the start is
+most of the bill (minutes of loading weights and capturing CUDA graphs against a benchmark of one
+or two). So the dry run and the running sweep state the plan as *engine starts x start time*:
+
+* **Starts**: the trials (``budget.num_trials``, baselines included) plus, when the confirmation is
+  on, at most ``contenders x confirmation.max_visits`` visits. The contenders are those
+  ``confirm.choose_contenders`` takes: the ``confirmation.top_k`` best search trials (no more than
+  the search trials there are), SGLang's default and no speculation; without speculation there is
+  no SGLang default to judge against and the confirmation does not run (``confirm.run_confirmation``).
+  The visits are an upper bound: racing drops contenders and a decided verdict ends the rounds.
+* **Start time**: the median launch-to-healthy time (``timings_s.engine_start``) of the trials whose
+  engine came up, once there is one; before that ``budget.engine_start_estimate_s``, or the engine
+  kind's default (``orchestrator.spec.DEFAULT_ENGINE_START_S``).
+
+The running sweep's time left adds the confirmation to the trials still to run: each visit is taken
+as one start, one teardown and ``confirmation.repetitions_per_visit`` repetitions at the pace the
+trials measured (their benchmark time per repetition, warm-up included).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable
+
+from orchestrator.spec import DEFAULT_ENGINE_START_S, SweepSpec
+from orchestrator.sweep.results import TrialRecord
+
+__all__ = [
+    "StartPlan",
+    "cost_line",
+    "format_duration",
+    "measured_start_times",
+    "planned_starts",
+    "start_time",
+    "visit_estimate_s",
+]
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """The engine starts a sweep plans: its trials and, at most, its confirmation visits.
+
+    Attributes:
+        trials: ``budget.num_trials``.
+        contenders: Configurations the confirmation would visit (0: it is off or cannot run).
+        max_visits: Visits per contender at most (``confirmation.max_visits``).
+    """
+
+    trials: int
+    contenders: int
+    max_visits: int
+
+    @property
+    def visits(self) -> int:
+        """The most confirmation visits: contenders x max_visits."""
+        return self.contenders * self.max_visits
+
+    @property
+    def total(self) -> int:
+        """Every engine start the plan may take."""
+        return self.trials + self.visits
+
+
+def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPlan:
+    """The spec's trials and the upper bound of its confirmation visits.
+
+    Args:
+        contenders: The confirmation's actual contenders, once known (the running sweep, after the
+            search); default: the most the spec allows (see the module docstring).
+    """
+    confirmation = spec.confirmation
+    if contenders is None:
+        contenders = 0
+        if confirmation.enabled and spec.engine.speculative_algorithm is not None:
+            baselines = 2  # no speculation and SGLang's default (``SweepSpace.baselines``)
+            contenders = min(confirmation.top_k, max(0, spec.budget.num_trials - baselines)) + baselines
+    if not confirmation.enabled:
+        contenders = 0
+    return StartPlan(trials=spec.budget.num_trials, contenders=contenders, max_visits=confirmation.max_visits)
+
+
+def measured_start_times(records: Iterable[TrialRecord]) -> list[float]:
+    """Launch-to-healthy seconds of the trials whose engine came up (a node recorded: the start
+    returned); a launch that failed early says nothing about how long a start takes."""
+    return [float(r.timings_s["engine_start"]) for r in records
+            if "engine_start" in r.timings_s and r.node_id is not None and r.timings_s["engine_start"] > 0]
+
+
+def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
+    """Seconds per engine start and where the figure comes from, in words.
+
+    The median of ``measured_start_times`` once there is one; else ``budget.engine_start_estimate_s``;
+    else the engine kind's default.
+    """
+    measured = measured_start_times(records)
+    if measured:
+        return statistics.median(measured), f"measured, median of {len(measured)} start{'s' * (len(measured) > 1)}"
+    if spec.budget.engine_start_estimate_s is not None:
+        return spec.budget.engine_start_estimate_s, "estimated: budget.engine_start_estimate_s"
+    return DEFAULT_ENGINE_START_S[spec.engine.kind], (
+        f"estimated: the default for {spec.engine.kind}; budget.engine_start_estimate_s sets it")
+
+
+def _repetition_s(spec: SweepSpec, records: list[TrialRecord]) -> float:
+    """Benchmark seconds per measured repetition (warm-up included), the trials' median; before any,
+    ``benchmark.min_repetition_s``."""
+    paces = []
+    for record in records:
+        repetitions = sum(len(v) for v in record.level_values.values())
+        if repetitions and record.timings_s.get("bench"):
+            paces.append(record.timings_s["bench"] / repetitions)
+    return statistics.median(paces) if paces else spec.benchmark.min_repetition_s
+
+
+def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> float:
+    """Seconds one confirmation visit is expected to take: a start, a teardown and
+    ``confirmation.repetitions_per_visit`` repetitions at the trials' pace."""
+    records = list(records)
+    start, _ = start_time(spec, records)
+    teardowns = [r.timings_s["teardown"] for r in records if "teardown" in r.timings_s]
+    teardown = statistics.median(teardowns) if teardowns else 0.0
+    return start + teardown + spec.confirmation.repetitions_per_visit * _repetition_s(spec, records)
+
+
+def format_duration(seconds: float) -> str:
+    """``42s``, ``7m05s``, ``3h20m``."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def cost_line(spec: SweepSpec, records: Iterable[TrialRecord] = (), *, contenders: int | None = None) -> str:
+    """The plan's cost in one line: ``engine starts (trials + visits) x start time = total``."""
+    records = list(records)
+    plan = planned_starts(spec, contenders=contenders)
+    seconds, basis = start_time(spec, records)
+    if plan.visits:
+        visits = f" + up to {plan.visits} confirmation visits: {plan.contenders} contenders x {plan.max_visits}"
+    elif spec.confirmation.enabled:
+        visits = "; no confirmation visits"
+    else:
+        visits = "; confirmation off"
+    limit = spec.budget.time_limit_s
+    cut = (f"; budget.time_limit_s ({format_duration(limit)}) stops starting trials sooner"
+           if limit is not None and plan.trials * seconds > limit else "")
+    return (f"cost: {plan.total} engine starts ({plan.trials} trials{visits}) x {format_duration(seconds)} per "
+            f"start ({basis}) = ~{format_duration(plan.total * seconds)} of engine starts{cut}")
