@@ -531,7 +531,7 @@ def final_pick(grid: Grid, trials: list[tuple[str, float | None]], *, seed: int,
     observe_visit = visit_lookup(grid, seed=seed, noise_cv=noise_cv)
     visits = 0
 
-    def visit(record: TrialRecord, round_number: int) -> dict[str, Any]:
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int = 1) -> dict[str, Any]:
         nonlocal visits
         visits += 1
         value = observe_visit(keys[record.number], round_number)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
@@ -95,6 +96,16 @@ MAX_CHOICES = 1024
 
 Far more than a sweep can try, and enough to spell any speculative dimension out in full (the
 largest, num_draft_tokens, has 1023 values); a longer list is a generated mistake."""
+
+MEASURED_VISIT_CV: dict[str, float] = {
+    # the CPU reference engine: the demo's confirmation, x1.08 [1.00, 1.17] from 5 paired visits
+    # (docs/measurements/demo-cpu): sd of the log ratios 0.063, i.e. 4.5% per visit
+    "reference": 0.045,
+    # SGLang with CUDA graphs on GPUs: spec-decoding CV 0.1-0.3% at c1-c16 (a public table); the upper end
+    "sglang": 0.003,
+}
+"""Between-visit CV (a fresh engine's spread, sd of its log level) per engine kind, as measured:
+what ``confirmation.margin: auto`` is derived from."""
 
 MAX_DURATION_S = 30 * 24 * 3600.0
 """The longest time limit or timeout a spec may set (30 days): beyond any sweep, and small enough for
@@ -687,12 +698,20 @@ class ConfirmationSpec(_Model):
     max_visits: int = Field(default=16, ge=1, le=100, description="Most rounds (visits per contender, each a fresh "
                             "engine); still undecided then, the verdict is 'undecided'. At 5% noise per launch a "
                             "6% gain needs about 12-16 (benchmarks/search_efficiency.py).")
-    repetitions_per_visit: int = Field(
-        default=1, ge=1, le=20, description="Benchmark repetitions of the objective level per visit (their "
-        "geometric mean is the visit's value)."
+    repetitions_per_visit: Union[Annotated[int, Field(ge=1, le=20)], Literal["auto"]] = Field(
+        default="auto", description="Benchmark repetitions of the objective level per visit (their geometric mean "
+        "is the visit's value); auto: sqrt((start time / repetition time) x (within-visit / between-visit "
+        "variance)), in [1, 8], from the measured components (orchestrator/sweep/economy.py)."
     )
-    margin: float = Field(default=0.01, gt=0, lt=0.5, description="Practical margin: 'better' needs the whole "
-                          "interval above 1 + margin, 'equivalent' the whole interval within it.")
+    margin: Union[Annotated[float, Field(gt=0, lt=0.5)], Literal["auto"]] = Field(
+        default="auto", description="Practical margin: 'better' needs the whole interval above 1 + margin (a false "
+        "'better' is one at a true ratio <= 1 + margin), 'worse' below 1 / (1 + margin), 'equivalent' (TOST) the "
+        "whole interval within them; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
+        "smallest margin the engine kind's measured between-visit noise can call equivalent within max_visits "
+        "(SweepSpec.confirmation_margin).")
+    max_minutes: float | None = Field(
+        default=None, gt=0, le=MAX_DURATION_S / 60, description="Time the confirmation may take; it stops, "
+        "undecided with the reason, as soon as the measured spread says deciding would take longer.")
 
     @model_validator(mode="after")
     def _visit_bounds(self) -> "ConfirmationSpec":
@@ -860,6 +879,25 @@ class SweepSpec(_Model):
         if architecture is not None:
             data["engine"]["architecture"] = architecture
         return type(self).model_validate(data)
+
+    @property
+    def confirmation_margin(self) -> float:
+        """``confirmation.margin``, or for ``auto`` the smallest margin (in 0.5% steps, at least 1%)
+        within which "equivalent" is reachable by the last look at the engine kind's measured
+        between-visit CV: ``c_last * sqrt(2) * cv / sqrt(max_visits)``, ``c_last`` the last look's
+        boundary with the leader's correction for ``top_k`` (``orchestrator.sequential``)."""
+        margin = self.confirmation.margin
+        if margin != "auto":
+            return float(margin)
+        from orchestrator.sequential import critical_value
+
+        settings = self.confirmation
+        last = max(MIN_VALUES, settings.max_visits)
+        first = min(max(MIN_VALUES, settings.min_visits), last)
+        c_last = critical_value(last, first=first, last=last, comparisons=settings.top_k)
+        cv = MEASURED_VISIT_CV[self.engine.kind]
+        reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
+        return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)
 
     @property
     def objective_concurrency(self) -> int:

@@ -43,16 +43,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from orchestrator.sequential import LookDecision, judge, visits_to_decide
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES, Ratio, decide, half_width, paired_ratio, visits_needed
+from orchestrator.statistics import MIN_VALUES, Ratio, decide, half_width, paired_ratio
+from orchestrator.sweep.economy import VisitEconomy, choose_repetitions, visit_economy
 from orchestrator.sweep.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
 
 logger = logging.getLogger(__name__)
 
-Visit = Callable[[TrialRecord, int], dict[str, Any]]
-"""Runs one visit of a record's engine (round given); returns ``{"values", "status", "reason", "message"}``."""
+Visit = Callable[..., dict[str, Any]]
+"""``visit(record, round_number, repetitions=n)`` runs one visit of a record's engine with ``n``
+repetitions of the objective's level; returns ``{"values", "status", "reason", "message"}`` and,
+where known, ``"timings": {"engine_start": s, "bench": s}`` (the visit economy reads them)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,16 @@ class Confirmation:
     """Trial number -> the round after which it stopped being visited (racing)."""
     rounds: int = 0
     max_visits: int = 0
+    min_visits: int = 3
     wall_s: float = 0.0
+    searched: int = 0
+    """Search contenders at the start: the leader's tests run at alpha / searched (it is picked from them)."""
+    economy: VisitEconomy | None = None
+    """Variance components, start and repetition time, and the repetitions per visit they chose."""
+    repetitions: int = 1
+    """Repetitions per visit now (``confirmation.repetitions_per_visit``, or chosen by the economy)."""
+    infeasible: str | None = None
+    """Why the round stopped before ``max_visits`` without a decision (the feasibility sentence)."""
 
     def role(self, role: str) -> TrialRecord | None:
         return next((c.record for c in self.contenders if c.role == role), None)
@@ -109,6 +122,12 @@ class Confirmation:
             "chosen": self.chosen, "vs_sglang_default": self.vs_sglang_default,
             "vs_no_speculation": self.vs_no_speculation, "lines": self.lines,
             "dropped": {str(k): v for k, v in self.dropped.items()}, "wall_s": round(self.wall_s, 1),
+            "visits_made": sum(1 for v in self.visits if v.get("status") == "ok" or v.get("reason")),
+            "repetitions_per_visit": self.repetitions, "searched_contenders": self.searched,
+            "economy": self.economy.to_dict() if self.economy else None, "infeasible": self.infeasible,
+            "error_control": "Lan-DeMets O'Brien-Fleming alpha spending over the looks, one-sided 2.5% per claim, "
+                             "the leader's tests Bonferroni-corrected for the search contenders it was picked from "
+                             "(orchestrator/sequential.py)",
         }
 
 
@@ -147,23 +166,57 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def _oriented(confirmation: Confirmation, a: int, b: int) -> Ratio | None:
-    """Trial ``a`` against trial ``b``, paired by round, > 1 meaning ``a`` is better."""
+    """Trial ``a`` against trial ``b``, paired by round, > 1 meaning ``a`` is better (a nominal 95%
+    interval at this look: for the pick's race, not for a verdict; verdicts use :func:`_verdict`)."""
     first, second = confirmation.series(a), confirmation.series(b)
     if confirmation.direction == "min":
         first, second = second, first
     return paired_ratio(first, second)
 
 
+def _diffs(confirmation: Confirmation, a: int, b: int) -> list[float]:
+    """Per-round log ratios of ``a`` over ``b`` (oriented: > 0 means ``a`` is better), rounds where both ran."""
+    first, second = confirmation.series(a), confirmation.series(b)
+    if confirmation.direction == "min":
+        first, second = second, first
+    return [math.log(x) - math.log(y) for x, y in zip(first, second) if x and y and x > 0 and y > 0]
+
+
+def _is_searched(confirmation: Confirmation, record: TrialRecord) -> bool:
+    return any(c.record is record and c.role not in ("default", "no_speculation") for c in confirmation.contenders)
+
+
 def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict[str, Any]:
-    ratio = _oriented(confirmation, a.number, b.number)
-    kind = decide(ratio, margin=confirmation.margin)
+    """``a`` against ``b`` at this look, by the sequential design (``orchestrator.sequential``): the
+    claim and its interval, 95% over all looks; a search contender (picked as leader from the same
+    visits) is judged at alpha / the number of search contenders."""
+    diffs = _diffs(confirmation, a.number, b.number)
+    comparisons = max(1, confirmation.searched) if _is_searched(confirmation, a) else 1
+    first, last = max(MIN_VALUES, confirmation.min_visits), max(MIN_VALUES, confirmation.max_visits)
+    look: LookDecision = judge(diffs, margin=confirmation.margin, first=first, last=last, comparisons=comparisons)
+    needed = None
+    if look.claim == "undecided" and look.log_sd:
+        # optimistic by one standard error: the fewest visits a plausible true ratio would need, so a
+        # first look's unlucky mean does not end a round that could still decide
+        se = look.log_sd / math.sqrt(look.pairs)
+        mean = abs(math.log(look.ratio))
+        estimates = [visits_to_decide(log_mean=m, log_sd=look.log_sd, margin=confirmation.margin, first=first,
+                                      last=last, comparisons=comparisons) for m in (mean + se, max(mean - se, 0.0))]
+        known = [n for n in estimates if n is not None]
+        needed = min(known) if known else None
+    if not diffs:
+        text = "not measured"
+    elif look.low is None:
+        text = f"x{look.ratio:.2f} (no decision possible yet at {look.pairs} visits)"
+    else:
+        text = f"x{look.ratio:.2f} [{look.low:.2f}, {look.high:.2f}]"
     return {
-        "kind": kind, "ratio": ratio.ratio if ratio else None,
-        "ci95_low": ratio.ci95_low if ratio else None, "ci95_high": ratio.ci95_high if ratio else None,
-        "visits": ratio.visits if ratio else 0, "margin": confirmation.margin,
+        "kind": look.claim, "ratio": look.ratio if diffs else None, "ci95_low": look.low, "ci95_high": look.high,
+        "visits": look.pairs, "margin": confirmation.margin, "comparisons": comparisons,
+        "critical": look.critical if math.isfinite(look.critical) else None,
+        "log_sd": look.log_sd, "between_visit_cv": look.log_sd / math.sqrt(2) if look.log_sd else None,
         "trial": a.number, "label": a.label, "against_trial": b.number, "against_label": b.label,
-        "visits_needed": visits_needed(ratio, margin=confirmation.margin) if kind == "undecided" else None,
-        "text": ratio.text() if ratio else "not measured",
+        "visits_needed": needed, "text": text,
     }
 
 
@@ -236,17 +289,24 @@ def _decidable(ratio: Ratio, floor: float, cap: int) -> bool:
 def _race(confirmation: Confirmation) -> list[tuple[TrialRecord, str]]:
     """Contenders whose question is answered after this round, and why: a search contender the
     leader is decidedly better than; no speculation once SGLang's default and the leader (if any)
-    are each decidedly better than it. The leader is always visited."""
+    are each decidedly better than it. The leader is always visited. "Decidedly" is the nominal 95%
+    interval of this look (``statistics.decide``): dropping a contender is no claim, and the
+    verdict's error control holds whichever contenders are still visited (its Bonferroni
+    correction counts every search contender the round started with)."""
     leader, default = _leader(confirmation), confirmation.role("default")
     out: list[tuple[TrialRecord, str]] = []
     for contender in confirmation.contenders:
         record = contender.record
         if record.number in confirmation.dropped or contender.role == "default" or record is leader:
             continue
-        judges = [leader] if contender.role != "no_speculation" else [r for r in (default, leader) if r is not None]
-        verdicts = [_verdict(confirmation, judge, record) for judge in judges if judge is not None]
-        if verdicts and all(v["kind"] == "better" for v in verdicts):
-            out.append((record, "; ".join(f"trial {v['trial']} is better, {v['text']}" for v in verdicts)))
+        if contender.role == "no_speculation":  # its verdict is reported: judged as verdicts are
+            verdicts = [_verdict(confirmation, judge, record) for judge in (default, leader) if judge is not None]
+            if verdicts and all(v["kind"] == "better" for v in verdicts):
+                out.append((record, "; ".join(f"trial {v['trial']} is better, {v['text']}" for v in verdicts)))
+            continue
+        ratio = _oriented(confirmation, leader.number, record.number) if leader is not None else None
+        if ratio is not None and decide(ratio, margin=confirmation.margin) == "better":
+            out.append((record, f"trial {leader.number} is better, {ratio.text()} (this look's 95%)"))  # type: ignore
     return out
 
 
@@ -279,8 +339,10 @@ def _conclude(confirmation: Confirmation) -> None:
             lines.append(f"{head}: worse, {text} from {n} interleaved visits each; best.yaml is SGLang's default")
         else:
             needed = verdict["visits_needed"]
-            if verdict["ci95_low"] is None:
-                hint = f"an interval needs {MIN_VALUES} visits of each (confirmation.max_visits)"
+            if confirmation.infeasible:
+                hint = confirmation.infeasible
+            elif verdict["ci95_low"] is None:
+                hint = f"no decision is possible at {n} visits (confirmation.max_visits)"
             elif needed:
                 hint = f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
             else:
@@ -301,11 +363,72 @@ def _conclude(confirmation: Confirmation) -> None:
     confirmation.lines = lines
 
 
+def _paired_for_economy(confirmation: Confirmation) -> list[tuple[list[float], list[int]]]:
+    """Per search contender against SGLang's default: its per-round log ratios and each round's
+    repetitions (the between-visit variance is read from them, drift cancelled by the pairing)."""
+    default = confirmation.role("default")
+    if default is None:
+        return []
+    reps = {(v["trial"], v["round"]): len(v.get("values") or []) for v in confirmation.visits if v["status"] == "ok"}
+    out = []
+    for contender in confirmation.contenders:
+        if contender.role == "default":
+            continue
+        a, b = confirmation.series(contender.record.number), confirmation.series(default.number)
+        rounds = [i for i, (x, y) in enumerate(zip(a, b)) if x and y]
+        diffs = [math.log(a[i]) - math.log(b[i]) for i in rounds]  # type: ignore[arg-type]
+        out.append((diffs, [max(reps.get((contender.record.number, i), 1), 1) for i in rounds]))
+    return out
+
+
+def _economy(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation) -> VisitEconomy:
+    fixed = spec.confirmation.repetitions_per_visit
+    return visit_economy(records=[r for r in records if r.kind == "search" or r.kind.startswith("baseline")],
+                         visits=confirmation.visits, paired_diffs=_paired_for_economy(confirmation),
+                         fixed=None if fixed == "auto" else int(fixed))
+
+
+def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
+    """After a look without a verdict: the sentence that stops the round, or None to go on. It
+    stops where, at the measured spread, deciding would take more visits than ``max_visits`` allows,
+    or more time than ``confirmation.max_minutes`` has left (a visit costs a start plus its
+    repetitions, ``VisitEconomy``)."""
+    leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
+    a, b = (leader, default) if leader is not None else (default, plain)
+    if a is None or b is None:
+        return None
+    verdict = _verdict(confirmation, a, b)
+    if verdict["kind"] != "undecided" or not verdict["log_sd"]:
+        return None
+    economy = confirmation.economy
+    visit_s = None
+    if economy is not None and economy.start_s and economy.repetition_s:
+        visit_s = economy.start_s + confirmation.repetitions * economy.repetition_s
+    active = sum(1 for c in confirmation.contenders if c.record.number not in confirmation.dropped)
+    needed = verdict["visits_needed"]
+    spread = f"at the measured between-visit spread {verdict['between_visit_cv']:.1%}"
+    goal = f"deciding ±{confirmation.margin:.0%}"
+    cost = "" if visit_s is None or needed is None else f" (~{needed * active * visit_s / 60:.0f} min)"
+    if needed is None:
+        return f"{spread}, {goal} takes more visits than any budget (the ratio, {verdict['text']}, sits on the margin)"
+    if needed > confirmation.max_visits:
+        return f"{spread}, {goal} takes about {needed} visits{cost}: more than confirmation.max_visits " \
+               f"({confirmation.max_visits})"
+    limit = spec.confirmation.max_minutes
+    if limit is not None and visit_s is not None:
+        left_s = limit * 60 - confirmation.wall_s
+        if (needed - verdict["visits"]) * active * visit_s > left_s:
+            return f"{spread}, {goal} takes about {needed} visits{cost}: more than confirmation.max_minutes " \
+                   f"({limit:g}) leaves"
+    return None
+
+
 def run_confirmation(
     spec: SweepSpec, records: list[TrialRecord], *, visit: Visit, say: Callable[[str], None],
     done: Iterable[dict[str, Any]] = (), on_visit: Callable[[dict[str, Any]], None] | None = None,
 ) -> Confirmation | None:
-    """Visit the contenders round by round until decided or ``confirmation.max_visits`` rounds ran.
+    """Visit the contenders round by round until decided, shown infeasible, or ``confirmation.max_visits``
+    rounds ran.
 
     Args:
         visit: Runs one visit (``visit.run_placed_visit``: ``trial.run_visit`` in a placement group; or a test double).
@@ -321,14 +444,20 @@ def run_confirmation(
     if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
     started = time.monotonic()
-    confirmation = Confirmation(contenders=contenders, margin=settings.margin, direction=spec.objective.direction,
-                                max_visits=settings.max_visits)
+    confirmation = Confirmation(contenders=contenders, margin=spec.confirmation_margin, direction=spec.objective.direction,
+                                max_visits=settings.max_visits, min_visits=settings.min_visits,
+                                searched=sum(1 for c in contenders if c.role not in ("default", "no_speculation")))
     numbers = {c.record.number for c in contenders}
     confirmation.visits = [dict(v) for v in done if v.get("trial") in numbers]
     seen = {(v["trial"], v["round"]) for v in confirmation.visits}
+    confirmation.economy = _economy(spec, records, confirmation)
+    confirmation.repetitions = confirmation.economy.repetitions_per_visit
     say(f"confirmation: {', '.join(f'{c.role} = trial {c.record.number} {c.record.label}' for c in contenders)}; "
         f"{settings.min_visits}-{settings.max_visits} fresh-engine visits each, interleaved, until the verdict against "
-        f"SGLang's default is decided (margin {settings.margin:.0%})" + (f"; {len(seen)} visits resumed" if seen else ""))
+        f"SGLang's default is decided (margin {spec.confirmation_margin:.1%}; 95% over all looks, alpha spent by "
+        f"O'Brien-Fleming, the leader's tests at 2.5%/{max(1, confirmation.searched)} one-sided)"
+        + (f"; {len(seen)} visits resumed" if seen else ""))
+    say(confirmation.economy.line())
     for round_number in range(settings.max_visits):
         resting = round_number >= settings.min_visits and _default_rests(confirmation)
         confirmation.rounds = round_number + 1
@@ -339,21 +468,32 @@ def run_confirmation(
                 continue
             if resting and contender.role == "default":
                 continue
-            outcome = visit(record, round_number)
+            outcome = visit(record, round_number, repetitions=confirmation.repetitions)
             values = [float(v) for v in outcome.get("values", []) if isinstance(v, (int, float))]
             entry = {"trial": record.number, "round": round_number, "values": values, "value": _geomean(values),
                      "status": outcome["status"] if values or outcome["status"] != "ok" else "failed",
                      "reason": outcome.get("reason") or (None if values else "no_values"),
-                     "message": outcome.get("message", "")}
+                     "message": outcome.get("message", ""), "repetitions": confirmation.repetitions,
+                     "timings": dict(outcome.get("timings") or {})}
             confirmation.visits.append(entry)
             if on_visit is not None:
                 on_visit(entry)
             shown = ", ".join(f"{v:.4g}" for v in values) if entry["status"] == "ok" else entry["reason"]
             say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
                 f"({contender.role}): {spec.objective.metric} {shown}")
+        confirmation.wall_s = time.monotonic() - started
         if confirmation.rounds < settings.min_visits:
             continue
         if _decided(confirmation):
+            break
+        economy = _economy(spec, records, confirmation)
+        if economy.repetitions_per_visit != confirmation.repetitions:
+            say(f"confirmation: {economy.line()}")
+        confirmation.economy, confirmation.repetitions = economy, economy.repetitions_per_visit
+        infeasible = _feasibility(spec, confirmation)
+        if infeasible is not None:
+            confirmation.infeasible = infeasible
+            say(f"confirmation: stopped after round {confirmation.rounds}: {infeasible}")
             break
         for record, why in _race(confirmation):
             confirmation.dropped[record.number] = confirmation.rounds

@@ -117,12 +117,19 @@ def _repetition_s(spec: SweepSpec, records: list[TrialRecord]) -> float:
 
 def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> float:
     """Seconds one confirmation visit is expected to take: a start, a teardown and
-    ``confirmation.repetitions_per_visit`` repetitions at the trials' pace."""
+    ``confirmation.repetitions_per_visit`` repetitions at the trials' pace (``auto``: the visit
+    economy's choice before its first look, between- and within-visit spread taken as equal)."""
     records = list(records)
     start, _ = start_time(spec, records)
     teardowns = [r.timings_s["teardown"] for r in records if "teardown" in r.timings_s]
     teardown = statistics.median(teardowns) if teardowns else 0.0
-    return start + teardown + spec.confirmation.repetitions_per_visit * _repetition_s(spec, records)
+    repetition = _repetition_s(spec, records)
+    repetitions = spec.confirmation.repetitions_per_visit
+    if repetitions == "auto":  # the economy's first choice (orchestrator.sweep.economy)
+        from orchestrator.sweep.economy import choose_repetitions
+
+        repetitions = choose_repetitions(within=1.0, between=1.0, start_s=start + teardown, repetition_s=repetition)
+    return start + teardown + int(repetitions) * repetition
 
 
 def format_duration(seconds: float) -> str:

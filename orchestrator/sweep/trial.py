@@ -559,16 +559,18 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     placement group shaped like a trial's; nothing is reported to Ray Tune.
 
     Returns:
-        ``{"values": [...], "status": "ok"|"failed", "reason", "message"}``.
+        ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
+        "bench", "teardown"}}`` (seconds; the visit economy reads what a start and a repetition cost).
     """
     spec = SweepSpec.model_validate(ctx.spec)
     config = EngineConfig.model_validate(engine_config)
     values: list[float] = []
     status, reason, message = "ok", None, ""
+    timings: dict[str, float] = {}
     session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
         with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
         sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
-        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason,
+        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
     )
     try:
         with session:
@@ -579,10 +581,13 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
             if "min_repetitions" in type(settings).model_fields:
                 overrides["min_repetitions"] = repetitions
             settings = settings.model_copy(update=overrides)
+            tic = time.monotonic()
             try:
                 result = run_benchmark(base_url=session.url, settings=settings)
             except BenchmarkError as exc:
                 raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+            finally:
+                timings["bench"] = time.monotonic() - tic
             for repetition in result.level(level).repetitions:
                 value = repetition.flat().get(spec.objective.metric)
                 if isinstance(value, (int, float)):
@@ -592,7 +597,8 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     finally:
         if session.stop_error is not None:  # the visit's figures stand; a leftover is logged
             logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
-    return {"values": values, "status": status, "reason": reason, "message": message}
+    return {"values": values, "status": status, "reason": reason, "message": message,
+            "timings": {k: round(v, 3) for k, v in timings.items()}}
 
 
 def _visit_launch_reason(cause: BaseException) -> str:

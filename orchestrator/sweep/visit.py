@@ -20,7 +20,7 @@ from orchestrator.sweep.results import TrialRecord
 __all__ = ["run_cluster_confirmation", "run_placed_visit"]
 
 
-def run_placed_visit(*, record: TrialRecord, round_number: int, ctx: Any,
+def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any,
                      bundles: list[dict[str, float]]) -> dict[str, Any]:
     """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
     like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
@@ -39,7 +39,7 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, ctx: Any,
         )
         return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
                                    visit_id=f"confirm-{record.number}-{round_number}",
-                                   repetitions=int(ctx.spec["confirmation"]["repetitions_per_visit"])))
+                                   repetitions=repetitions))
     finally:
         remove_placement_group(group)
 
@@ -58,14 +58,15 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
 
     done = ray.get(coordinator.confirmation_visits.remote())
 
-    def visit(record: TrialRecord, round_number: int) -> dict[str, Any]:
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int) -> dict[str, Any]:
         if display.confirmation is None:  # the first visit: the round runs; its cost in engine starts
             display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k)),
                                          done=len(done))
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())
         try:
-            return run_placed_visit(record=record, round_number=round_number, ctx=ctx, bundles=bundles)
+            return run_placed_visit(record=record, round_number=round_number, repetitions=repetitions, ctx=ctx,
+                                    bundles=bundles)
         finally:
             display.activity = None
             display.visit_ended()

@@ -1,0 +1,210 @@
+"""The verdict's operating characteristic, from the product's own decision code.
+
+Each simulated confirmation is ``orchestrator.sweep.confirm.run_confirmation`` itself, on records
+of a search with one search contender or three equally fast ones, SGLang's default and no
+speculation, and a visit function that draws each visit's value as ``true speed x exp(N(0, cv))``
+with a round-level drift shared by every visit of the round (it cancels in the pairs; it is there
+to show that it does). For every true ratio (search contenders / SGLang's default) and
+between-visit CV it prints P(better), P(equivalent), P(worse), P(undecided), the mean visits per
+contender and the mean engine starts, as JSON; ``--table`` prints the markdown table of
+docs/sweep.md from that JSON.
+
+    python benchmarks/verdict_operating_characteristic.py --runs 1000 > out.json
+    python benchmarks/verdict_operating_characteristic.py --table out.json
+
+Monte Carlo error: a rate p from R runs has a standard error sqrt(p (1 - p) / R) (0.49 points at
+p = 2.5%, R = 1000); the JSON carries it per cell.
+
+``--economy`` instead compares, on a simulated node whose start costs ``--start-s`` and repetition
+``--repetition-s`` with between-visit CV ``--between-cv`` and within-visit CV ``--within-cv``,
+the engine starts to a verdict with today's default (``repetitions_per_visit: auto``, the visit
+economy) against one repetition per visit (the rule before it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.spec import SweepSpec  # noqa: E402
+from orchestrator.sweep.confirm import run_confirmation  # noqa: E402
+from orchestrator.sweep.results import Objective, TrialRecord  # noqa: E402
+
+RATIOS = (0.97, 0.99, 1.0, 1.01, 1.03, 1.05, 1.08, 1.15)
+CVS = (0.02, 0.05, 0.10, 0.16)
+DEFAULT_SPEED = 100.0
+
+
+def spec(*, margin: float | None = None, repetitions: Any = 1, max_visits: int = 16, min_visits: int = 3,
+         top_k: int = 3) -> SweepSpec:
+    confirmation: dict[str, Any] = {"top_k": top_k, "min_visits": min_visits, "max_visits": max_visits,
+                                    "repetitions_per_visit": repetitions}
+    if margin is not None:
+        confirmation["margin"] = margin
+    return SweepSpec.from_dict({
+        "name": "oc", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "objective": {"metric": "output_tok_per_s", "concurrency": 4}, "benchmark": {"concurrency": [4]},
+        "confirmation": confirmation,
+    })
+
+
+def _record(number: int, kind: str, values: list[float], *, start_s: float, rep_s: float) -> TrialRecord:
+    params = {"speculative": {"baseline_plain": "off", "baseline_auto": "auto"}.get(kind, "explicit"),
+              "num_steps": None if kind != "search" else number, "eagle_topk": None if kind != "search" else 1,
+              "num_draft_tokens": None if kind != "search" else number + 1, "all_reduce": "default"}
+    median = sorted(values)[len(values) // 2]
+    return TrialRecord(
+        trial_id=f"t{number}", number=number, kind=kind, label=f"config {number}", params=params, status="ok",
+        objective=Objective(metric="output_tok_per_s", concurrency=4, direction="max", values=values, median=median),
+        repetitions_done=len(values), repetitions_planned=len(values), measured_in_full=True,
+        level_values={"4": values}, timings_s={"engine_start": start_s, "bench": rep_s * len(values)},
+    )
+
+
+def simulate(*, ratio: float, between_cv: float, contenders: int, seed: int, settings: SweepSpec,
+             within_cv: float = 0.0, start_s: float = 10.0, rep_s: float = 4.0, drift_cv: float = 0.02) -> dict:
+    """One confirmation: its verdict, visits per contender and engine starts."""
+    rng = random.Random(seed)
+    speeds = {1: DEFAULT_SPEED / 2, 2: DEFAULT_SPEED}
+    for i in range(contenders):
+        speeds[3 + i] = DEFAULT_SPEED * ratio
+
+    def draw(number: int, n: int) -> list[float]:
+        return [speeds[number] * rng.lognormvariate(0.0, within_cv) if within_cv else speeds[number]
+                for _ in range(n)]
+
+    records = [_record(1, "baseline_plain", draw(1, 3), start_s=start_s, rep_s=rep_s),
+               _record(2, "baseline_auto", draw(2, 3), start_s=start_s, rep_s=rep_s)]
+    records += [_record(3 + i, "search", draw(3 + i, 3), start_s=start_s, rep_s=rep_s) for i in range(contenders)]
+    drift: dict[int, float] = {}
+    starts = [0]
+
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int = 1) -> dict:
+        starts[0] += 1
+        shared = drift.setdefault(round_number, rng.lognormvariate(0.0, drift_cv))
+        level = speeds[record.number] * shared * rng.lognormvariate(0.0, between_cv)
+        values = [level * (rng.lognormvariate(0.0, within_cv) if within_cv else 1.0) for _ in range(repetitions)]
+        return {"values": values, "status": "ok", "reason": None, "message": "",
+                "timings": {"engine_start": start_s, "bench": rep_s * repetitions}}
+
+    result = run_confirmation(settings, records, visit=visit, say=lambda _line: None)
+    assert result is not None
+    verdict = result.vs_sglang_default or {"kind": "undecided", "visits": 0}
+    return {"kind": verdict["kind"], "visits": max((v["round"] for v in result.visits), default=-1) + 1,
+            "starts": starts[0], "repetitions": sum(len(v["values"]) for v in result.visits),
+            "seconds": starts[0] * start_s + sum(len(v["values"]) for v in result.visits) * rep_s}
+
+
+def _cell(args: tuple) -> dict:
+    ratio, cv, contenders, runs, seed, margin = args
+    settings = spec(margin=margin, top_k=contenders)
+    counts = {"better": 0, "equivalent": 0, "worse": 0, "undecided": 0}
+    visits = starts = 0
+    for r in range(runs):
+        out = simulate(ratio=ratio, between_cv=cv, contenders=contenders, seed=seed * 1_000_003 + r, settings=settings)
+        counts[out["kind"]] += 1
+        visits += out["visits"]
+        starts += out["starts"]
+    cell: dict[str, Any] = {"true_ratio": ratio, "between_visit_cv": cv, "search_contenders": contenders,
+                            "runs": runs, "mean_visits": round(visits / runs, 2), "mean_starts": round(starts / runs, 2)}
+    for kind, count in counts.items():
+        p = count / runs
+        cell[f"p_{kind}"] = round(p, 4)
+        cell[f"se_{kind}"] = round(math.sqrt(max(p * (1 - p), 1.0 / runs) / runs), 4)
+    return cell
+
+
+def operating_characteristic(*, runs: int, seed: int, margin: float | None, ratios=RATIOS, cvs=CVS,
+                             contenders=(1, 3), workers: int = 2) -> dict:
+    jobs = [(ratio, cv, k, runs, seed + i, margin) for i, (ratio, cv, k) in
+            enumerate((r, c, k) for k in contenders for c in cvs for r in ratios)]
+    started = time.monotonic()
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            cells = list(pool.map(_cell, jobs))
+    else:
+        cells = [_cell(job) for job in jobs]
+    settings = spec(margin=margin)
+    return {
+        "command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
+        "decision": "orchestrator.sweep.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
+                    "O'Brien-Fleming spending, one-sided 2.5% per claim, the leader Bonferroni-corrected over the "
+                    "search contenders, TOST for equivalent)",
+        "margin": settings.confirmation_margin, "min_visits": settings.confirmation.min_visits,
+        "max_visits": settings.confirmation.max_visits, "repetitions_per_visit": 1, "round_drift_cv": 0.02,
+        "seed": seed, "wall_s": round(time.monotonic() - started, 1), "cells": cells,
+    }
+
+
+def economy(*, runs: int, seed: int, start_s: float, rep_s: float, between_cv: float, within_cv: float,
+            ratio: float, margin: float | None, max_visits: int) -> dict:
+    out: dict[str, Any] = {
+        "command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
+        "node": {"start_s": start_s, "repetition_s": rep_s, "between_visit_cv": between_cv, "within_visit_cv": within_cv,
+                 "true_ratio": ratio}, "runs": runs,
+    }
+    for name, repetitions in (("one_repetition_per_visit", 1), ("visit_economy_auto", "auto")):
+        settings = spec(margin=margin, repetitions=repetitions, max_visits=max_visits, top_k=1)
+        results = [simulate(ratio=ratio, between_cv=between_cv, contenders=1, seed=seed + r, settings=settings,
+                            within_cv=within_cv, start_s=start_s, rep_s=rep_s) for r in range(runs)]
+        decided = [r for r in results if r["kind"] != "undecided"]
+        out[name] = {
+            "p_decided": round(len(decided) / runs, 3),
+            "p_better": round(sum(r["kind"] == "better" for r in results) / runs, 3),
+            "mean_starts": round(sum(r["starts"] for r in results) / runs, 2),
+            "mean_starts_when_decided": round(sum(r["starts"] for r in decided) / len(decided), 2) if decided else None,
+            "mean_hours": round(sum(r["seconds"] for r in results) / runs / 3600, 2),
+        }
+    return out
+
+
+def table(data: dict) -> str:
+    rows = ["| contenders | between-visit CV | true ratio | P(better) | P(equivalent) | P(worse) | P(undecided) | "
+            "mean visits |", "|---|---|---|---|---|---|---|---|"]
+    for c in data["cells"]:
+        rows.append(f"| {c['search_contenders']} | {c['between_visit_cv']:.0%} | x{c['true_ratio']:.2f} | "
+                    f"{c['p_better']:.3f} | {c['p_equivalent']:.3f} | {c['p_worse']:.3f} | {c['p_undecided']:.3f} | "
+                    f"{c['mean_visits']:.1f} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000, help="Simulated confirmations per cell.")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--margin", type=float, default=None, help="confirmation.margin (default: the spec's).")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--table", metavar="JSON", help="Print the markdown table of a result file.")
+    parser.add_argument("--economy", action="store_true", help="Engine starts to a verdict: economy vs one repetition.")
+    parser.add_argument("--start-s", type=float, default=300.0)
+    parser.add_argument("--repetition-s", type=float, default=30.0)
+    parser.add_argument("--between-cv", type=float, default=0.01)
+    parser.add_argument("--within-cv", type=float, default=0.05)
+    parser.add_argument("--ratio", type=float, default=1.05)
+    parser.add_argument("--max-visits", type=int, default=16)
+    args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    if args.economy:
+        result = economy(runs=args.runs, seed=args.seed, start_s=args.start_s, rep_s=args.repetition_s,
+                         between_cv=args.between_cv, within_cv=args.within_cv, ratio=args.ratio, margin=args.margin,
+                         max_visits=args.max_visits)
+    else:
+        result = operating_characteristic(runs=args.runs, seed=args.seed, margin=args.margin, workers=args.workers)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""The confirmation's verdict under repeated looks: group-sequential boundaries with alpha spending.
+
+The confirmation looks at its paired log ratios after every round, from ``min_visits`` to
+``max_visits`` pairs, and stops at the first decision. Testing a nominal 95% interval at every look
+gave a false "better" 6-9% of the time at true equality (simulated with the product's own code);
+peeking spends the error once per look. So each look gets a boundary of its own, from a
+Lan-DeMets spending function: the one-sided error ``alpha`` is spent over the looks as the
+information fraction ``t = n / max_visits`` grows, ``alpha(t)`` by look ``n`` in all
+(O'Brien-Fleming type, ``2 - 2 Phi(z_{1-alpha/2} / sqrt(t))``: little early, nearly all of it
+at the last look, so a confirmation that runs its course keeps about the power of a fixed-size
+design of ``max_visits``). References: K. K. G. Lan and D. L. DeMets (1983), "Discrete sequential
+boundaries for clinical trials", Biometrika 70(3):659-663; C. Jennison and B. W. Turnbull (2000),
+"Group Sequential Methods with Applications to Clinical Trials", ch. 7 (spending functions) and
+3.8 (unknown variance).
+
+The statistic at look ``n`` is Student's t of the per-pair log ratios against a boundary ratio
+``delta``: ``T_n = (mean(d) - delta) / (sd(d) / sqrt(n))``. With log-normal visit noise and the
+true ratio on the boundary, the sequence ``T_first .. T_last`` has a distribution free of the
+noise's size, so the critical values ``c_n`` are found once by simulating it (seeded, 200,000
+paths; ``boundaries``): at each look, ``c_n`` is set so that the paths that cross first at ``n``
+are ``alpha(t_n) - alpha(t_{n-1})`` of all. Nothing is approximated but the Monte Carlo (about
++/-0.07 points of error on 2.5%); the unknown variance is part of the simulated statistic, not a
+normal approximation of it.
+
+A claim is made when its one-sided test crosses: **better** when ``T`` against ``+log(1 + margin)``
+exceeds ``c_n`` (the error side is set by the margin: a true ratio at or below ``1 + margin`` is
+called better at most ``alpha`` of the time); **worse** symmetrically against
+``-log(1 + margin)``; **equivalent** by TOST, both one-sided tests against the two margins at the
+same boundaries (a true ratio outside the margins is called equivalent at most ``alpha`` of the
+time). The leader is picked from the same visits it is tested on, among ``k`` search contenders,
+so its tests run at ``alpha / k`` (Bonferroni over the contenders: whichever is picked, the chance
+that any of the ``k`` crosses falsely is at most ``alpha``). The interval printed with the verdict
+is the one the decision reads, ``exp(mean(d) +/- c_n * sd(d) / sqrt(n))``: 95% over all looks (and
+over the pick), not 95% at one look.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+__all__ = [
+    "ALPHA",
+    "LookDecision",
+    "boundaries",
+    "critical_value",
+    "judge",
+    "obrien_fleming_spent",
+    "visits_to_decide",
+]
+
+ALPHA = 0.025
+"""One-sided error of each claim (better, worse, equivalent): the 95% the output prints."""
+
+PATHS = 200_000
+"""Simulated paths per boundary set (seeded): the Monte Carlo error of each spent share is about
+sqrt(alpha / PATHS), 0.035 points at alpha = 2.5%."""
+
+SEED = 20261203
+
+Claim = Literal["better", "worse", "equivalent", "undecided"]
+
+
+def obrien_fleming_spent(t: float, *, alpha: float = ALPHA) -> float:
+    """Lan-DeMets O'Brien-Fleming-type spending: the one-sided error spent by information ``t``."""
+    if t <= 0:
+        return 0.0
+    from scipy.stats import norm
+
+    return float(2.0 * (1.0 - norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(min(t, 1.0)))))
+
+
+@functools.lru_cache(maxsize=64)
+def boundaries(first: int, last: int, alpha: float = ALPHA) -> tuple[float, ...]:
+    """Critical values ``c_n`` of the one-sided t statistic for looks at ``n = first .. last`` pairs
+    (``inf`` where the look spends nothing the simulation can resolve), as the module says."""
+    import numpy as np
+
+    if not 2 <= first <= last:
+        raise ValueError(f"looks need 2 <= first <= last, got first={first}, last={last}")
+    rng = np.random.default_rng(SEED + 1000 * first + last)
+    d = rng.standard_normal((PATHS, last), dtype=np.float64)
+    counts = np.arange(1, last + 1, dtype=np.float64)
+    sums = np.cumsum(d, axis=1)
+    squares = np.cumsum(d * d, axis=1)
+    alive = np.ones(PATHS, dtype=bool)
+    out: list[float] = []
+    spent_before = 0.0  # no look before ``first``: the share up to it is spent at the first look
+    for n in range(first, last + 1):
+        i = n - 1
+        mean = sums[:, i] / counts[i]
+        var = np.maximum((squares[:, i] - counts[i] * mean * mean) / (counts[i] - 1.0), 1e-300)
+        t_stat = mean / np.sqrt(var / counts[i])
+        spent = obrien_fleming_spent(n / last, alpha=alpha)
+        crossings = int(round((spent - spent_before) * PATHS))
+        spent_before = spent
+        candidates = np.sort(t_stat[alive])
+        if crossings < 1 or candidates.size == 0:
+            out.append(math.inf)
+            continue
+        crossings = min(crossings, candidates.size)
+        critical = float(candidates[-crossings]) if crossings < candidates.size else float(candidates[0])
+        out.append(critical)
+        alive &= ~(t_stat >= critical)
+    return tuple(out)
+
+
+def critical_value(n: int, *, first: int, last: int, comparisons: int = 1) -> float:
+    """``c_n`` at ``n`` pairs for tests at ``ALPHA / comparisons``; ``inf`` before the first look."""
+    if n < first:
+        return math.inf
+    return boundaries(first, last, ALPHA / max(1, comparisons))[min(n, last) - first]
+
+
+@dataclass(frozen=True)
+class LookDecision:
+    """One look's verdict on per-pair log ratios.
+
+    Attributes:
+        claim: better, worse, equivalent or undecided.
+        ratio: exp(mean(d)).
+        low, high: The decision interval (None where this look can decide nothing: fewer than 2
+            pairs, or a look that spends no error).
+        critical: ``c_n``.
+        pairs: n.
+        log_sd: sd(d).
+    """
+
+    claim: Claim
+    ratio: float
+    low: float | None
+    high: float | None
+    critical: float
+    pairs: int
+    log_sd: float | None
+
+
+def judge(diffs: Sequence[float], *, margin: float, first: int, last: int, comparisons: int = 1) -> LookDecision:
+    """The claim the per-pair log ratios ``diffs`` support at this look (``n = len(diffs)``)."""
+    n = len(diffs)
+    if n == 0:
+        return LookDecision("undecided", 1.0, None, None, math.inf, 0, None)
+    mean = math.fsum(diffs) / n
+    if n < 2:
+        return LookDecision("undecided", math.exp(mean), None, None, math.inf, n, None)
+    sd = math.sqrt(max(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1), 0.0))
+    critical = critical_value(n, first=first, last=last, comparisons=comparisons)
+    if not math.isfinite(critical):
+        return LookDecision("undecided", math.exp(mean), None, None, critical, n, sd)
+    half = critical * sd / math.sqrt(n)
+    low, high = mean - half, mean + half
+    bound = math.log(1.0 + margin)
+    if low > bound:
+        claim: Claim = "better"
+    elif high < -bound:
+        claim = "worse"
+    elif low > -bound and high < bound:
+        claim = "equivalent"
+    else:
+        claim = "undecided"
+    return LookDecision(claim, math.exp(mean), math.exp(low), math.exp(high), critical, n, sd)
+
+
+def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int, last: int,
+                     comparisons: int = 1, cap: int = 10_000) -> int | None:
+    """Pairs that would decide if the mean and spread stayed as measured: the smallest ``n`` whose
+    boundary the measured mean clears (up to ``last`` with this design's boundaries; beyond it, as if
+    the design were stretched to ``n`` looks, its last boundary); None beyond ``cap`` or with no
+    spread measured (the mean then sits on a decision boundary, or nothing is known)."""
+    if log_sd <= 0:
+        return None
+    bound = math.log(1.0 + margin)
+    distance = abs(log_mean) - bound if abs(log_mean) > bound else bound - abs(log_mean)
+    if distance <= 0:
+        return None
+    for n in range(max(first, 2), last + 1):
+        critical = critical_value(n, first=first, last=last, comparisons=comparisons)
+        if math.isfinite(critical) and critical * log_sd / math.sqrt(n) < distance:
+            return n
+    # beyond the design: the last look's level (about the full alpha) with more pairs
+    level = ALPHA / max(1, comparisons)
+    n = last + 1
+    while n <= cap:
+        if _t_quantile(1.0 - level, n - 1) * log_sd / math.sqrt(n) < distance:
+            return n
+        n += max(1, n // 10)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: int) -> float:
+    from scipy.stats import t as student
+
+    return float(student.ppf(q, df))
