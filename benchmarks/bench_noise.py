@@ -6,8 +6,8 @@ On the CPU reference engine (``ref-tiny``, EAGLE3 with ``ref-tiny-draft``, 3 ste
 * **old**: one warm-up of ``--old-warmup`` requests at the highest level, then exactly
   ``--old-repetitions`` repetitions per level (what ``spectune bench`` did before issue 10);
 * **new**: the library's defaults: each level warmed at its own concurrency until two windows agree
-  on tok/s, then repeated until the 95% interval of output tok/s is within 2% of the median
-  (at least 3, at most 10 repetitions).
+  on tok/s, then repeated until the 95% interval of output tok/s (of its geometric mean, log scale)
+  is within a factor 1.02 of it (at least 3, at most 10 repetitions).
 
 Each procedure run gets a freshly started engine, as a sweep trial does (a warm engine would hide
 exactly what warm-up is for), and the runs are interleaved: old, new, new, old, old, new, ... so
@@ -18,7 +18,8 @@ level it reports:
 * ``cv``: stdev / mean of output tok/s across the repetitions of one run (mean over runs);
 * ``first_rep_vs_rest``: the first repetition's tok/s / the median of the others (a cold first
   repetition shows as < 1);
-* ``repetitions``, ``target_met``, ``ci_rel`` (half-width of the 95% interval / median), ``drift``;
+* ``repetitions``, ``target_met``, ``ci_rel`` (``noise.ci_rel``: exp(log-scale half-width) - 1; runs
+  recorded before issue 28 hold the arithmetic half-width / median), ``drift``;
 * ``warmup_requests`` / ``warmup_s`` / ``warmup_converged`` and the whole run's ``seconds``;
 
 and per level ``cv_ratio_new_over_old`` (below 1: the new procedure's repetitions agree better).
@@ -173,7 +174,7 @@ def describe_new(settings: BenchSettings) -> str:
     return (
         f"per level: {settings.warmup_requests} warm-up requests, then windows until tok/s is stable within "
         f"{warmup.tolerance:.0%} (at most {warmup.max_windows}); repetitions until the 95% interval is within "
-        f"{settings.target_ci_rel:.0%} of the median ({fewest}-{most})"
+        f"{settings.target_ci_rel:.0%} of the geometric mean ({fewest}-{most})"
     )
 
 

@@ -819,10 +819,16 @@ class SweepSpec(_Model):
         """Settings that are valid but cannot give what a user would act on (``spectune validate``
         and the sweep print them): intervals need 3 values (``orchestrator.statistics``)."""
         out = []
-        fewest, most = self.benchmark.repetition_bounds()
+        bench = self.benchmark
+        most = bench.repetitions
         if most < MIN_VALUES:
+            target = ("; benchmark.target_ci_rel can never be met, so every level runs all of them"
+                      if bench.target_ci_rel is not None else "")
             out.append(f"benchmark.repetitions: {most} gives no interval for a trial (an interval needs {MIN_VALUES} "
-                       "repetitions); the table will say 'too few repetitions for an interval'")
+                       f"repetitions); the table will say 'too few repetitions for an interval'{target}")
+        elif bench.target_ci_rel is not None and bench.min_repetitions is not None and bench.min_repetitions < MIN_VALUES:
+            out.append(f"benchmark.min_repetitions: {bench.min_repetitions} acts as {MIN_VALUES} (no interval is stated "
+                       f"from fewer values, so no level stops before {MIN_VALUES} repetitions)")
         confirmation = self.confirmation
         if confirmation.enabled and confirmation.max_visits < MIN_VALUES:
             out.append(f"confirmation.max_visits: {confirmation.max_visits} can never decide a verdict (an interval "

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.statistics import t975
+from orchestrator.statistics import log_interval
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.bench.loadgen import RequestRecord
@@ -71,7 +71,6 @@ __all__ = [
     "request_per_s",
     "spec_accept_length_meta",
     "spec_accept_rate_requests",
-    "t975",
     "tokens_per_chunk",
     "tpot_ms",
     "ttft_ms",
@@ -96,8 +95,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 class Distribution(BaseModel):
     """The one summary used for every sample, whether per-request latencies or per-repetition results.
 
-    All fields are ``None`` for an empty sample; spread fields are ``None`` when they need two
-    values. ``median`` is the p50 (objective names such as ``ttft_ms_p50`` refer to it).
+    All fields are ``None`` for an empty sample; ``stdev`` and ``cv`` need two values; ``geomean``
+    and the 95% interval need positive values, and the interval :data:`~orchestrator.statistics.MIN_VALUES`
+    (3) of them. ``median`` is the p50 (objective names such as ``ttft_ms_p50`` refer to it).
+
+    The interval is of the **geometric mean**, computed on the logarithms by
+    :func:`orchestrator.statistics.log_interval`, the machinery the trials' objective and the
+    confirmation use, for their reasons: throughput and latency are positive with multiplicative
+    noise, so an interval on the log scale is never negative and is symmetric in ratio terms, where
+    the arithmetic mean +/- t * stdev / sqrt(n) this summary once gave printed [-35.2, 523.4] from
+    two repetitions of 266 and 222 tok/s. From fewer than 3 values no interval is stated (with one
+    degree of freedom a t interval is 12.7 standard errors wide). A sample with a zero or negative
+    value (a count such as ``num_errors`` that is 0 in some repetition) has no geometric mean and
+    gets no interval at all, rather than one over its positive values only or a second, arithmetic
+    rule: ``geomean``, ``ci95_low`` and ``ci95_high`` are ``None`` for it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -116,11 +127,21 @@ class Distribution(BaseModel):
     cv: float | None = Field(
         default=None, description="Coefficient of variation: stdev / mean (None if mean is 0)."
     )
+    geomean: float | None = Field(
+        default=None,
+        description="Geometric mean exp(mean(log x)), the centre of the 95% interval on the log scale (None unless "
+        "every value is positive).",
+    )
     ci95_low: float | None = Field(
-        default=None, description="Lower end of the 95% Student-t confidence interval of the mean."
+        default=None,
+        description="Lower end of the 95% interval of the geometric mean, exp(m - t(0.975, n-1) * s / sqrt(n)) with m, "
+        "s the mean and sample stdev of log x (orchestrator.statistics.log_interval); never negative. None from "
+        "fewer than 3 values or when a value is not positive.",
     )
     ci95_high: float | None = Field(
-        default=None, description="Upper end of the 95% Student-t confidence interval of the mean."
+        default=None,
+        description="Upper end of the 95% interval of the geometric mean, exp(m + t(0.975, n-1) * s / sqrt(n)); "
+        "None where ci95_low is.",
     )
 
     @classmethod
@@ -128,7 +149,9 @@ class Distribution(BaseModel):
         """Summarise ``values`` (order does not matter).
 
         Formulas: percentiles as in :func:`percentile`; mad = median(|x_i - median|);
-        cv = stdev / mean; 95% interval = mean +/- t(0.975, n - 1) * stdev / sqrt(n).
+        cv = stdev / mean; geomean = exp(mean(log x)) and the 95% interval
+        exp(mean(log x) +/- t(0.975, n - 1) * stdev(log x) / sqrt(n)), both only when every value is
+        positive and finite, the interval only from ``MIN_VALUES`` values on.
         """
         data = sorted(float(v) for v in values)
         n = len(data)
@@ -147,13 +170,12 @@ class Distribution(BaseModel):
         }
         if n >= 2:
             stdev = statistics.stdev(data)
-            half = t975(n - 1) * stdev / math.sqrt(n)
-            fields.update(
-                stdev=stdev,
-                cv=stdev / abs(mean) if mean != 0 else None,
-                ci95_low=mean - half,
-                ci95_high=mean + half,
-            )
+            fields.update(stdev=stdev, cv=stdev / abs(mean) if mean != 0 else None)
+        if all(v > 0 and math.isfinite(v) for v in data):
+            fields["geomean"] = math.exp(statistics.fmean(math.log(v) for v in data))
+            interval = log_interval(data)  # None from fewer than MIN_VALUES values
+            if interval is not None:
+                fields.update(ci95_low=interval[0], ci95_high=interval[1])
         return cls(count=n, **fields)
 
 

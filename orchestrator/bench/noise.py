@@ -8,8 +8,9 @@ repetition of other levels cold (559 vs 622-646 tok/s), and a fixed number of re
 intervals too wide to rank configs 3-8% apart.
 
 * :func:`windows_stable`: warm-up stops once two consecutive windows agree on throughput.
-* :func:`repetition_verdict`: a level stops once the 95% interval of its target metric is within
-  ``target_ci_rel`` of the median, or at the cap.
+* :func:`repetition_verdict`: a level stops once the 95% interval of its target metric's geometric
+  mean (log scale, from 3 repetitions on: ``orchestrator.statistics``) is within a factor
+  1 + ``target_ci_rel`` of it, or at the cap.
 * :func:`detect_drift`: a monotone trend across repetitions (Mann-Kendall) is flagged, since a
   median over a drifting level describes none of its repetitions.
 """
@@ -76,16 +77,23 @@ def windows_stable(throughputs: Sequence[float | None], *, tolerance: float) -> 
 
 
 def ci_rel(values: Sequence[float | None]) -> float | None:
-    """Half-width of the 95% Student-t interval of the mean, relative to the median:
-    t(0.975, n - 1) * stdev / sqrt(n) / |median| over the present values (None entries, i.e.
-    repetitions without the metric, are left out).
+    """The relative half-width of the 95% interval of the geometric mean, on the log scale:
+    w = exp(t(0.975, n - 1) * s / sqrt(n)) - 1, s the sample standard deviation of log(values),
+    over the present values (None entries, i.e. repetitions without the metric, are left out).
 
-    None with fewer than two present values or a median of 0 (no relative width exists).
+    It is the interval of :class:`~orchestrator.bench.metrics.Distribution` (``ci95_low``,
+    ``ci95_high``, from ``orchestrator.statistics.log_interval``) said as one number:
+    ci95_high = geomean * (1 + w) and ci95_low = geomean / (1 + w), so w = sqrt(ci95_high / ci95_low) - 1,
+    and "w <= 2%" means the interval lies within a factor 1.02 of the geometric mean either way. The
+    level's summary states the same interval, so the stopping rule and the JSON cannot disagree.
+
+    None with fewer than ``orchestrator.statistics.MIN_VALUES`` (3) present values, or when one of
+    them is 0 or negative (a repetition that served nothing): no interval, so no width.
     """
     dist = Distribution.of(_present(values))
-    if dist.ci95_low is None or dist.ci95_high is None or not dist.median:
+    if dist.ci95_low is None or dist.ci95_high is None:
         return None
-    return (dist.ci95_high - dist.ci95_low) / 2 / abs(dist.median)
+    return math.sqrt(dist.ci95_high / dist.ci95_low) - 1.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,8 @@ def repetition_verdict(
     Rule, with n = len(values) and w = :func:`ci_rel` (values):
 
     * no target (``target_ci_rel`` None): stop at n = ``max_repetitions``, exactly as many as asked;
-    * n < ``min_repetitions``: go on (too few to trust even a narrow interval);
+    * n < ``min_repetitions``: go on (too few to trust even a narrow interval; w is None below 3
+      values whatever ``min_repetitions`` says);
     * w is not None and w <= ``target_ci_rel``: stop, target met;
     * n >= ``max_repetitions``: stop, target not met (the cap);
     * otherwise go on.

@@ -112,12 +112,15 @@ class LevelResult(BaseModel):
         default=None, description="The metric whose interval decided the repetitions, and whose drift was tested."
     )
     target_ci_rel: float | None = Field(
-        default=None, description="The target: relative half-width of the 95% interval (None: fixed repetitions)."
+        default=None,
+        description="The target for ci_rel: the 95% interval within a factor 1 + target_ci_rel of the geometric mean "
+        "(None: fixed repetitions).",
     )
     ci_rel: float | None = Field(
         default=None,
-        description="Achieved: t(0.975, n-1) * stdev / sqrt(n) / |median| of target_metric over the repetitions "
-        "(noise.ci_rel; None with fewer than two values).",
+        description="Achieved: exp(t(0.975, n-1) * stdev(log x) / sqrt(n)) - 1 of target_metric over the repetitions, "
+        "i.e. sqrt(ci95_high / ci95_low) - 1 of its summary's log-scale interval (noise.ci_rel; None from fewer "
+        "than 3 values or when one is not positive).",
     )
     target_met: bool | None = Field(
         default=None, description="ci_rel <= target_ci_rel (None: no target, fixed repetitions)."
@@ -385,9 +388,11 @@ def _warmup_cell(warmup: LevelWarmup | None) -> str:
 
 
 def _interval_cell(level: LevelResult) -> str:
-    """``±1.8% met`` / ``±3.1% NOT met`` (against the target) or ``±1.8%`` (fixed repetitions)."""
+    """``±1.8% met`` / ``±3.1% NOT met`` (against the target) or ``±1.8%`` (fixed repetitions): ci_rel,
+    the interval's reach either way from the geometric mean as a factor (x1.018 up, /1.018 down);
+    ``- NOT met`` where no interval exists (fewer than 3 repetitions) but a target was set."""
     if level.ci_rel is None:
-        return "-"
+        return "- NOT met" if level.target_met is False else "-"
     verdict = {True: " met", False: " NOT met", None: ""}[level.target_met]
     return f"±{level.ci_rel * 100:.1f}%{verdict}"
 

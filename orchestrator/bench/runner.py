@@ -189,7 +189,7 @@ def _log_settings(base_url: str, api: str, model: str | None, settings: BenchSet
     warmup = settings.warmup
     logger.info(
         "benchmarking %s: api=%s model=%s dataset=%s prompts=%d output_len=%d concurrency=%s repetitions=%s "
-        "(target: %s 95%% interval within %s of the median) warmup=%d per level%s temperature=%g seed=%d%s",
+        "(target: %s 95%% interval within %s of the geometric mean) warmup=%d per level%s temperature=%g seed=%d%s",
         base_url, api, model or "-", settings.dataset, settings.num_prompts, settings.output_len,
         settings.concurrency, most if fewest == most else f"{fewest}-{most}", settings.target_metric,
         "-" if settings.target_ci_rel is None else f"{settings.target_ci_rel:.1%}", settings.warmup_requests,
@@ -447,8 +447,9 @@ async def run_level(
     run: BenchRun, *, concurrency: int, on_repetition: RepetitionCallback | None = None
 ) -> LevelResult:
     """Measure one concurrency level: :func:`warm_up_level`, then :func:`run_repetition` until
-    ``noise.repetition_verdict`` says stop (the target metric's 95% interval within
-    ``target_ci_rel`` of its median after at least ``min_repetitions``, or ``repetitions`` done).
+    ``noise.repetition_verdict`` says stop (the 95% interval of the target metric's geometric mean
+    within a factor 1 + ``target_ci_rel`` of it after at least ``min_repetitions``, or
+    ``repetitions`` done).
 
     ``on_repetition`` is called once per measured repetition, before the verdict; what it raises
     ends the run. Returns the level's result (also kept in ``run`` for :meth:`BenchRun.result`).
@@ -678,7 +679,7 @@ def _log_level(level: LevelResult) -> None:
     target = "" if level.target_ci_rel is None else f" (target {level.target_ci_rel:.1%})"
     log = logger.warning if level.target_met is False else logger.info
     log(
-        "concurrency %d: %d repetitions, %s 95%% interval %s of the median%s%s", level.concurrency,
+        "concurrency %d: %d repetitions, %s 95%% interval %s of the geometric mean%s%s", level.concurrency,
         level.repetitions_used, level.target_metric, width, target,
         ": not met" if level.target_met is False else "",
     )

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
+from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel
 
 __all__ = ["ApiChoice", "BenchSettings", "BenchmarkSpec", "DEFAULT_NOISE_METRICS", "WarmupSpec"]
@@ -35,8 +36,9 @@ MAX_SEED = 2**63 - 1
 """Largest seed: what a 64-bit signed integer (SGLang's and torch's seeds) holds."""
 MAX_REPETITIONS = 100
 """Most repetitions per level."""
-DEFAULT_MIN_REPETITIONS = 3
-"""Fewest repetitions per level by default: two values give an interval, three a first sight of its spread."""
+DEFAULT_MIN_REPETITIONS = MIN_VALUES
+"""Fewest repetitions per level by default, and in effect (a smaller ``min_repetitions`` acts as this):
+no interval is stated from fewer than ``orchestrator.statistics.MIN_VALUES`` (3) values."""
 MIN_WINDOW_REQUESTS = 4
 """Fewest requests in a default warm-up window."""
 
@@ -125,15 +127,17 @@ class BenchmarkSpec(StrictModel):
         ge=1,
         le=MAX_REPETITIONS,
         description=f"Fewest repetitions per level before its interval is judged; at most repetitions. "
-        f"Default: {DEFAULT_MIN_REPETITIONS}, or repetitions if that is smaller.",
+        f"Default: {DEFAULT_MIN_REPETITIONS}, or repetitions if that is smaller; 1 or 2 act as {MIN_VALUES}, since no "
+        f"interval is stated from fewer than {MIN_VALUES} values.",
     )
     target_ci_rel: float | None = Field(
         default=0.02,
         gt=0,
         lt=1,
-        description="Repeat a level until the half-width of the 95% interval of its target metric (the sweep's "
-        "objective) is at most this fraction of the median, or repetitions is reached; null = exactly "
-        "repetitions per level.",
+        description="Repeat a level until the 95% interval of its target metric's geometric mean (the sweep's "
+        "objective; log scale, from 3 repetitions on) lies within a factor 1 + target_ci_rel of it either way, "
+        "i.e. exp(t(0.975, n-1) * stdev(log x) / sqrt(n)) - 1 <= target_ci_rel, or repetitions is reached; "
+        "null = exactly repetitions per level.",
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Sampling and prompt-selection seed.")
@@ -162,13 +166,14 @@ class BenchmarkSpec(StrictModel):
         return self
 
     def repetition_bounds(self) -> tuple[int, int]:
-        """(fewest, most) repetitions per level: ``min_repetitions`` (default
-        min(DEFAULT_MIN_REPETITIONS, repetitions)) and ``repetitions``; (repetitions, repetitions)
-        without a target, i.e. the fixed count."""
+        """(fewest, most) repetitions per level: ``min_repetitions`` (default DEFAULT_MIN_REPETITIONS),
+        raised to ``MIN_VALUES`` (a level cannot meet its target before it has an interval, so a
+        smaller minimum would only misreport when it may stop) and capped at ``repetitions``; and
+        ``repetitions``. (repetitions, repetitions) without a target, i.e. the fixed count."""
         if self.target_ci_rel is None:
             return self.repetitions, self.repetitions
         fewest = self.min_repetitions if self.min_repetitions is not None else DEFAULT_MIN_REPETITIONS
-        return min(fewest, self.repetitions), self.repetitions
+        return min(max(fewest, MIN_VALUES), self.repetitions), self.repetitions
 
     @model_validator(mode="after")
     def _dataset(self) -> "BenchmarkSpec":

@@ -26,6 +26,7 @@ from orchestrator.cli.console import stderr_console
 from orchestrator.errors import BenchmarkError, SpecError
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec import SweepSpec
+from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import validation_problems
 
 __all__ = ["bench", "probe"]
@@ -90,10 +91,12 @@ def bench(
     repetitions: Annotated[
         Optional[int], typer.Option("--repetitions", "-r", help="Most repetitions per level (the cap).")
     ] = None,
-    min_repetitions: Annotated[Optional[int], typer.Option(help="Fewest repetitions per level.")] = None,
+    min_repetitions: Annotated[
+        Optional[int], typer.Option(help=f"Fewest repetitions per level (below {MIN_VALUES} acts as {MIN_VALUES}).")
+    ] = None,
     target_ci: Annotated[
         Optional[float],
-        typer.Option(help="Repeat until the 95% interval's half-width is at most this fraction of the median."),
+        typer.Option(help="Repeat until the 95% interval of the geometric mean lies within a factor 1 + this of it."),
     ] = None,
     target_metric: Annotated[
         Optional[str], typer.Option(help="Metric whose interval decides the repetitions (default output_tok_per_s).")
@@ -127,7 +130,8 @@ def bench(
 
     Settings come from --spec's benchmark section (or the defaults), overridden by options. Each
     level is warmed up at its own concurrency until its throughput is stable, then repeated until
-    the 95% interval of --target-metric is within --target-ci of the median (or -r is reached).
+    the 95% interval of --target-metric's geometric mean (log scale, from 3 repetitions on) is within
+    a factor 1 + --target-ci of it (or -r is reached).
     """
     if fixed_warmup and warmup_tolerance is not None:
         raise _fail(EXIT_BAD_INPUT, "--fixed-warmup turns the warm-up windows off; drop --warmup-tolerance")
@@ -252,9 +256,13 @@ def _show_trust(result: BenchResult, err: Console) -> None:
         if level.warmup is not None and level.warmup.converged is False:
             err.print(f"[yellow]warm-up not converged[/] at c={c}: window tok/s "
                       f"{', '.join('-' if v is None else f'{v:.1f}' for v in level.warmup.window_tok_per_s)}")
-        if level.target_met is False and level.ci_rel is not None and level.target_ci_rel is not None:
+        if level.target_met is False and level.target_ci_rel is not None and level.ci_rel is None:
+            err.print(f"[yellow]target not met[/] at c={c}: no 95% interval of {escape(str(level.target_metric))} "
+                      f"from {level.repetitions_used} repetitions (an interval needs {MIN_VALUES} positive values); "
+                      "raise --repetitions")
+        elif level.target_met is False and level.target_ci_rel is not None:
             err.print(f"[yellow]target not met[/] at c={c}: {escape(str(level.target_metric))} 95% interval "
-                      f"±{level.ci_rel:.1%} of the median after {level.repetitions_used} repetitions "
+                      f"±{level.ci_rel:.1%} of the geometric mean after {level.repetitions_used} repetitions "
                       f"(target ±{level.target_ci_rel:.1%}); raise --repetitions for a narrower one")
         if level.drifts and level.drift is not None:
             err.print(f"[yellow]drift[/] at c={c}: {escape(level.drift.metric)} trends {level.drift.direction} over "

@@ -71,7 +71,7 @@ class Objective(BaseModel):
     direction: Literal["max", "min"]
     values: list[float] = Field(default_factory=list, description="One value per repetition, in order.")
     median: float | None = None
-    ci95_low: float | None = Field(default=None, description="95% interval (log scale; none from < 3 values).")
+    ci95_low: float | None = Field(default=None, description="95% interval of the values' geometric mean (log scale; none from < 3 values).")
     ci95_high: float | None = None
 
 

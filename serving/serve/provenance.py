@@ -25,8 +25,10 @@ class ProvenanceObjective(BaseModel):
     metric: str | None = Field(default=None, description="The objective's metric (e.g. output_tok_per_s).")
     concurrency: int | None = Field(default=None, description="The concurrency level the objective was measured at.")
     median: float | None = Field(default=None, description="Median of the metric over the trial's repetitions.")
-    ci95_low: float | None = Field(default=None, description="Low end of the median's 95% interval (none from < 3 values).")
-    ci95_high: float | None = Field(default=None, description="High end of the median's 95% interval.")
+    ci95_low: float | None = Field(
+        default=None, description="Low end of the 95% interval of the repetitions' geometric mean (log scale; none "
+        "from < 3 values).")
+    ci95_high: float | None = Field(default=None, description="High end of that interval.")
     repetitions: int | None = Field(default=None, description="How many repetitions the median is over.")
 
 

@@ -289,8 +289,14 @@ def test_validate_warns_when_settings_cannot_give_an_interval() -> None:
     spec = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 2},
                                 "confirmation": {"min_visits": 2, "max_visits": 2}})
     warnings = spec.warnings()
-    assert any(w.startswith("benchmark.repetitions: 2 gives no interval") for w in warnings), warnings
+    assert any(w.startswith("benchmark.repetitions: 2 gives no interval") and "target_ci_rel can never be met" in w
+               for w in warnings), warnings
     assert any(w.startswith("confirmation.max_visits: 2 can never decide") for w in warnings), warnings
+    fixed = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 2, "target_ci_rel": None}}).warnings()
+    assert not any("target_ci_rel" in w for w in fixed), fixed  # no target: nothing to meet
+    low = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 6, "min_repetitions": 2}}).warnings()
+    assert low == ["benchmark.min_repetitions: 2 acts as 3 (no interval is stated from fewer values, so no level "
+                   "stops before 3 repetitions)"], low
     assert SweepSpec.from_dict(BASE).warnings() == [], "the defaults give intervals"
     switched_off = {**BASE, "confirmation": {"enabled": False, "min_visits": 1, "max_visits": 2}}
     assert SweepSpec.from_dict(switched_off).warnings() == [], "no confirmation: nothing to warn about"

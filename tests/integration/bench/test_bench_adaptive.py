@@ -159,7 +159,7 @@ def test_repetitions_stop_at_the_cap_when_the_interval_stays_wide(fake_server: F
     console = Console(record=True, width=240)
     console.print(summary_table(result))
     text = console.export_text()
-    assert "target_not_met" in text and "NOT met" in text and "2-5 rep" in text
+    assert "target_not_met" in text and "NOT met" in text and "3-5 rep" in text  # min_repetitions 2 acts as 3
 
 
 def test_without_a_target_exactly_the_repetitions_run(fake_server: FakeServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -21,11 +22,11 @@ from orchestrator.bench.metrics import (
     percentile,
     request_per_s,
     spec_accept_length_meta,
-    t975,
     tokens_per_chunk,
     tpot_ms,
 )
 from orchestrator.spec import OBJECTIVE_METRICS
+from orchestrator.statistics import t975
 
 
 def rec(index: int = 0, **fields) -> RequestRecord:
@@ -57,8 +58,48 @@ def test_distribution_by_hand() -> None:
     assert d.stdev == pytest.approx(stdev)
     assert d.cv == pytest.approx(stdev / 5.0)
     assert d.mad == pytest.approx(0.5)  # |x - 4.5| = 2.5 .5 .5 .5 .5 .5 2.5 4.5 -> median 0.5
-    half = 2.364624 * stdev / math.sqrt(8)  # t(0.975, 7), exact to 6 decimals (tables round it to 2.365)
-    assert d.ci95_low == pytest.approx(5.0 - half) and d.ci95_high == pytest.approx(5.0 + half)
+    # the interval is of the geometric mean, on the logs: mean(log x) = log 4.603216, stdev(log x) = 0.446091
+    half = 2.364624 * 0.446091 / math.sqrt(8)  # t(0.975, 7), exact to 6 decimals (tables round it to 2.365)
+    assert d.geomean == pytest.approx(4.603216, rel=1e-6)
+    assert d.ci95_low == pytest.approx(4.603216 * math.exp(-half), rel=1e-5)  # 3.170259
+    assert d.ci95_high == pytest.approx(4.603216 * math.exp(half), rel=1e-5)  # 6.683868
+
+
+def test_interval_of_the_geometric_mean_by_hand() -> None:
+    """100, 110, 121: log x = log 100 + (0, 1, 2) * log 1.1, so the geometric mean is 110 and
+    stdev(log x) = log 1.1; half-width t(0.975, 2) * log 1.1 / sqrt(3) = 4.302653 * 0.0953102 / 1.7320508
+    = 0.236764 on the log scale: [110 / e^0.236764, 110 * e^0.236764] = [86.80956, 139.38557]."""
+    d = Distribution.of([121.0, 100.0, 110.0])
+    assert d.geomean == pytest.approx(110.0)
+    assert d.ci95_low == pytest.approx(86.80956, rel=1e-6) and d.ci95_high == pytest.approx(139.38557, rel=1e-6)
+    assert d.ci95_low * d.ci95_high == pytest.approx(110.0**2)  # symmetric about the geometric mean in ratio terms
+    assert d.mean == pytest.approx(110.333333) and d.median == 110.0  # the plain summaries are unchanged
+
+
+def test_no_interval_from_two_values() -> None:
+    """Two repetitions of 266 and 222 tok/s once gave the arithmetic interval [-35.2, 523.4]."""
+    two = Distribution.of([266.0, 222.0])
+    assert two.ci95_low is None and two.ci95_high is None
+    assert two.stdev == pytest.approx(math.sqrt(968.0)) and two.geomean == pytest.approx(math.sqrt(266.0 * 222.0))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[266.0, 222.0, 240.0], [1.0, 1000.0, 1.0], [0.001, 50.0, 3.0, 7.0], [5.0, 5.0, 5.0], [1e-9, 1e9, 1.0]],
+)
+def test_a_positive_metric_never_gets_a_negative_lower_end(values: list[float]) -> None:
+    """Spreads where mean - t * stdev / sqrt(n) is far below 0 (e.g. [1, 1000, 1]: 334 - 4.30 * 576.5 / 1.73)."""
+    d = Distribution.of(values)
+    assert d.ci95_low is not None and d.ci95_high is not None
+    assert 0 < d.ci95_low <= d.geomean <= d.ci95_high
+
+
+def test_a_sample_with_a_zero_or_negative_value_gets_no_interval() -> None:
+    """No geometric mean exists; an interval over the positive values only would describe another sample."""
+    for values in ([0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 2.0, 3.0], [-1.0, 2.0, 3.0]):
+        d = Distribution.of(values)
+        assert d.geomean is None and d.ci95_low is None and d.ci95_high is None, values
+        assert d.stdev is not None and d.median is not None  # the rest of the summary stands
 
 
 @pytest.mark.parametrize(
@@ -71,10 +112,11 @@ def test_t_quantile_is_exact_beyond_the_old_table(df: int, expected: float) -> N
 
 
 def test_interval_of_61_values_uses_t_60_not_the_normal_quantile() -> None:
-    values = [float(i % 7) for i in range(61)]  # df = 60: t = 2.000, not 1.96
+    values = [float(i % 7 + 1) for i in range(61)]  # df = 60: t = 2.000, not 1.96
     d = Distribution.of(values)
-    half = (d.ci95_high - d.ci95_low) / 2
-    assert half == pytest.approx(2.000297821 * d.stdev / math.sqrt(61))
+    half = math.log(d.ci95_high / d.ci95_low) / 2  # on the log scale
+    log_sd = statistics.stdev(math.log(v) for v in values)
+    assert half == pytest.approx(2.000297821 * log_sd / math.sqrt(61))
     with pytest.raises(ValueError, match="df must be >= 1"):
         t975(0)
 
@@ -85,6 +127,7 @@ def test_distribution_small_samples() -> None:
     one = Distribution.of([3.0])
     assert one.median == one.p99 == 3.0 and one.mad == 0.0
     assert one.stdev is None and one.cv is None and one.ci95_low is None
+    assert one.geomean == pytest.approx(3.0)
     zero_mean = Distribution.of([-1.0, 1.0])
     assert zero_mean.cv is None
 

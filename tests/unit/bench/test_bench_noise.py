@@ -52,31 +52,65 @@ def test_window_size_defaults_to_two_rounds_of_the_level() -> None:
 
 
 def test_ci_rel_by_hand() -> None:
-    # mean 100, stdev 2, n 3: t(0.975, 2) = 4.302653 -> half-width 4.302653 * 2 / sqrt(3) = 4.96828
-    assert ci_rel([100.0, 102.0, 98.0]) == pytest.approx(4.302653 * 2 / math.sqrt(3) / 100, rel=1e-6)
-    # stdev sqrt(2 / 4) = 0.707107, t(0.975, 4) = 2.776445: 2.776445 * 0.707107 / sqrt(5) / 100 = 0.0087798
-    assert ci_rel([100.0, 101.0, 99.0, 100.0, 100.0]) == pytest.approx(0.0087798, rel=1e-4)
+    # 100, 110, 121: stdev(log x) = log 1.1 = 0.0953102, t(0.975, 2) = 4.302653:
+    # exp(4.302653 * 0.0953102 / sqrt(3)) - 1 = exp(0.236764) - 1 = 0.267142
+    assert ci_rel([100.0, 110.0, 121.0]) == pytest.approx(math.exp(4.302653 * math.log(1.1) / math.sqrt(3)) - 1, rel=1e-6)
+    assert ci_rel([100.0, 110.0, 121.0]) == pytest.approx(0.267142, rel=1e-5)
+    # stdev(log x) = 0.0200030 (about 2 / 100): exp(4.302653 * 0.0200030 / sqrt(3)) - 1 = 0.0509455
+    assert ci_rel([100.0, 102.0, 98.0]) == pytest.approx(0.0509455, rel=1e-5)
+    # stdev(log x) = 0.00707136, t(0.975, 4) = 2.776445: exp(2.776445 * 0.00707136 / sqrt(5)) - 1 = 0.0088189
+    assert ci_rel([100.0, 101.0, 99.0, 100.0, 100.0]) == pytest.approx(0.0088189, rel=1e-4)
     assert ci_rel([100.0, None, 102.0, 98.0]) == ci_rel([100.0, 102.0, 98.0])  # absent values left out
-    assert ci_rel([5.0, 5.0]) == 0.0
+    assert ci_rel([5.0, 5.0, 5.0]) == 0.0
     assert ci_rel([100.0]) is None and ci_rel([]) is None
-    assert ci_rel([-1.0, 0.0, 1.0]) is None  # median 0: no relative width
+
+
+def test_ci_rel_needs_three_positive_values() -> None:
+    assert ci_rel([5.0, 5.0]) is None and ci_rel([266.0, 222.0]) is None  # no interval from 2 values
+    assert ci_rel([100.0, None, 102.0]) is None  # two present values
+    assert ci_rel([100.0, 0.0, 102.0]) is None  # a repetition that served nothing: no interval
+    assert ci_rel([-1.0, 0.0, 1.0]) is None
+
+
+def test_ci_rel_is_the_summary_interval_as_one_number() -> None:
+    """The stopping rule and the level's ci95 in the JSON are one interval: [g / (1 + w), g * (1 + w)]."""
+    from orchestrator.bench.metrics import Distribution
+
+    values = [559.0, 646.0, 622.0, 637.0, 625.0]
+    d, w = Distribution.of(values), ci_rel(values)
+    assert d.ci95_high == pytest.approx(d.geomean * (1 + w)) and d.ci95_low == pytest.approx(d.geomean / (1 + w))
 
 
 def test_a_level_goes_on_while_its_interval_is_wider_than_the_target() -> None:
     verdict = repetition_verdict([100.0, 102.0, 98.0], min_repetitions=3, max_repetitions=10, target_ci_rel=0.02)
     assert not verdict.stop and verdict.target_met is False
-    assert verdict.ci_rel == pytest.approx(0.0496828, rel=1e-5)
+    assert verdict.ci_rel == pytest.approx(0.0509455, rel=1e-5)
 
 
 def test_a_level_stops_at_the_target() -> None:
     verdict = repetition_verdict([100.0, 101.0, 99.0, 100.0, 100.0], min_repetitions=3, max_repetitions=10,
                                  target_ci_rel=0.02)
-    assert verdict.stop and verdict.target_met is True and verdict.ci_rel == pytest.approx(0.0087798, rel=1e-4)
+    assert verdict.stop and verdict.target_met is True and verdict.ci_rel == pytest.approx(0.0088189, rel=1e-4)
 
 
 def test_a_level_never_stops_before_its_minimum() -> None:
-    verdict = repetition_verdict([100.0, 100.0], min_repetitions=3, max_repetitions=10, target_ci_rel=0.02)
+    verdict = repetition_verdict([100.0] * 3, min_repetitions=4, max_repetitions=10, target_ci_rel=0.02)
     assert not verdict.stop and verdict.ci_rel == 0.0 and verdict.target_met is True
+
+
+def test_a_level_never_stops_on_two_values_whatever_its_minimum() -> None:
+    """Two equal values once gave a zero-width interval and stopped a level at min_repetitions 2."""
+    verdict = repetition_verdict([100.0, 100.0], min_repetitions=1, max_repetitions=10, target_ci_rel=0.02)
+    assert not verdict.stop and verdict.ci_rel is None and verdict.target_met is False
+    third = repetition_verdict([100.0, 100.0, 100.0], min_repetitions=1, max_repetitions=10, target_ci_rel=0.02)
+    assert third.stop and third.target_met is True
+
+
+def test_a_repetition_without_throughput_keeps_the_level_going_to_the_cap() -> None:
+    values = [100.0, 0.0, 100.0, 100.0]
+    assert not repetition_verdict(values, min_repetitions=3, max_repetitions=5, target_ci_rel=0.02).stop
+    capped = repetition_verdict([*values, 100.0], min_repetitions=3, max_repetitions=5, target_ci_rel=0.02)
+    assert capped.stop and capped.target_met is False and capped.ci_rel is None
 
 
 def test_a_level_stops_at_the_cap_with_the_target_not_met() -> None:
@@ -153,6 +187,9 @@ def test_repetitions_is_the_cap_and_min_repetitions_defaults_below_it() -> None:
     assert BenchmarkSpec().repetition_bounds() == (3, 10)
     assert BenchmarkSpec(repetitions=2).repetition_bounds() == (2, 2)  # the default minimum, capped
     assert BenchmarkSpec(repetitions=8, min_repetitions=5).repetition_bounds() == (5, 8)
+    # an interval needs 3 values: a smaller minimum acts as 3 (capped at repetitions)
+    assert BenchmarkSpec(repetitions=8, min_repetitions=1).repetition_bounds() == (3, 8)
+    assert BenchmarkSpec(repetitions=2, min_repetitions=1).repetition_bounds() == (2, 2)
     assert BenchmarkSpec(repetitions=8, target_ci_rel=None).repetition_bounds() == (8, 8)  # fixed
 
 

@@ -216,6 +216,34 @@ def test_level_summary_flags_noise() -> None:
         result.level(3)
 
 
+def test_a_level_summary_states_log_scale_intervals_in_its_json(tmp_path: Path) -> None:
+    """10, 10, 5 tok/s: the interval is about the geometric mean (10 * 10 * 5)^(1/3) = 7.937005, not
+    the arithmetic mean 8.33; a count that is 0 and a one-request sample get none."""
+    data = json.loads(write_json(_result(), tmp_path / "r.json").read_text())
+    tok = data["levels"][0]["summary"]["output_tok_per_s"]
+    assert tok["geomean"] == pytest.approx(500 ** (1 / 3)) and 0 < tok["ci95_low"] < tok["geomean"] < tok["ci95_high"]
+    assert data["levels"][0]["summary"]["num_errors"]["ci95_low"] is None  # 0 errors: no geometric mean
+    assert data["levels"][0]["repetitions"][0]["ttft_ms"]["ci95_low"] is None  # one request
+
+
+def test_too_few_repetitions_for_the_target_are_said_so() -> None:
+    from rich.console import Console
+
+    from orchestrator.bench.report import summary_table
+
+    result = _result()
+    two = summarise_level(concurrency=2, request_rate=None, repetitions=result.levels[0].repetitions[:2],
+                          noise_metrics=[], noisy_cv_threshold=0.05, target_ci_rel=0.02)
+    assert two.ci_rel is None and two.target_met is False
+    shown = result.model_copy(update={"levels": [two]})
+    err = Console(record=True, width=400)
+    commands._show_trust(shown, err)
+    assert "no 95% interval of output_tok_per_s from 2 repetitions (an interval needs 3" in err.export_text()
+    table = Console(record=True, width=400)
+    table.print(summary_table(shown))
+    assert "- NOT met" in table.export_text()
+
+
 def test_json_round_trip_and_schema_version(tmp_path: Path) -> None:
     result = _result()
     path = write_json(result, tmp_path / "r.json")
