@@ -103,8 +103,10 @@ def _logs(values: Sequence[float]) -> list[float]:
 
 def log_interval(values: Sequence[float]) -> tuple[float, float] | None:
     """95% interval of the typical value (geometric mean) of positive ``values``; None from fewer than
-    :data:`MIN_VALUES`. Formula: exp(m +/- t(0.975, n-1) * s / sqrt(n)), m and s the mean and sample
+    :data:`MIN_VALUES`, or when a value is not positive. Formula: exp(m +/- t(0.975, n-1) * s / sqrt(n)), m and s the mean and sample
     standard deviation of log(values)."""
+    if any(not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)) for v in values):
+        return None  # an interval of the positive values alone would describe another sample
     logs = _logs(values)
     if len(logs) < MIN_VALUES:
         return None

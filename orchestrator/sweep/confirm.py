@@ -322,7 +322,7 @@ def _conclude(confirmation: Confirmation) -> None:
     """The verdicts, the choice and the lines, from the visits made."""
     leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
     confirmation.leader = leader.number if leader else None
-    margin = f"margin {confirmation.margin:.0%}"
+    margin = f"margin {confirmation.margin:.1%}, 95% over all looks"
     lines: list[str] = []
     chosen = default
     if leader is not None and default is not None:
@@ -347,7 +347,12 @@ def _conclude(confirmation: Confirmation) -> None:
                 hint = f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
             else:
                 hint = "the ratio sits on the margin: no practical number of visits would decide it"
-            lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}); {hint}; "
+            side = ""
+            if verdict["ci95_low"] is not None and verdict["ci95_low"] > 1.0:
+                side = "; faster than SGLang's default, but not shown to be by more than the margin"
+            elif verdict["ci95_high"] is not None and verdict["ci95_high"] < 1.0:
+                side = "; slower than SGLang's default, but not shown to be by more than the margin"
+            lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}; {hint}; "
                          "best.yaml keeps SGLang's default")
     elif default is not None:
         lines.append(f"verdict: no search trial completed apart from SGLang's default ({default.label}); best.yaml "
