@@ -19,7 +19,7 @@ search estimate (trials measured minutes apart), like every per-load figure.
 
 best.yaml is one configuration for every load, from the confirmation's verdict at the objective's
 level (or the search's best there without one). Where the two disagree (the schedule's steps at
-some level are not best.yaml's), :func:`launch_line` says in one line which to launch for which
+some level are not best.yaml's), :func:`launch_advice` says in one line which to launch for which
 traffic, and why they differ.
 """
 
@@ -164,7 +164,8 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
 
     best.yaml answers for traffic at the objective's level (there it is confirmed, or the search's
     best); the schedule is the only answer per load, but every entry of it is a search estimate.
-    Where its entry at the objective's level differs from best.yaml, it is the unconfirmed one.
+    Where its entry at the objective's level differs from a confirmed best.yaml, the entry is the
+    unconfirmed one.
 
     Args:
         confirmed: best.yaml is the confirmation's choice (else the search's best: the confirmation
@@ -192,7 +193,8 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
         why = "the search's best there, no confirmation ran"
         source = "the best chain configuration's, from the same search estimates"
         elsewhere = "search estimates, like best.yaml"
-    head = f"which to launch: for traffic at concurrency {objective_level}, best.yaml (trial {best.number} {best.label}; {why}); "
+    head = (f"which to launch: for traffic at concurrency {objective_level}, best.yaml (trial {best.number} "
+            f"{best.label}; {why}); ")
     if at_objective is not None and objective_level in disagree:
         text = head + (f"{summary['file']}'s steps {at_objective} there are {source}, so launch it only for traffic "
                        f"that swings across {span}")
