@@ -16,6 +16,11 @@ that level, or 0 where no speculation is decidedly faster than it there (interva
 sweep measured client concurrency in a closed loop, where concurrency equals the running decode
 batch at steady state; SGLang's keys are running decode batch sizes per rank. The schedule is a
 search estimate (trials measured minutes apart), like every per-load figure.
+
+best.yaml is one configuration for every load, from the confirmation's verdict at the objective's
+level (or the search's best there without one). Where the two disagree (the schedule's steps at
+some level are not best.yaml's), :func:`launch_advice` says in one line which to launch for which
+traffic, and why they differ.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from orchestrator.sweep.per_load import (
 )
 from orchestrator.sweep.results import TrialRecord, write_json_file
 
-__all__ = ["SCHEDULE_FILE", "adaptive_schedule", "schedule_lines", "schedule_rows", "schedule_summary",
-           "write_adaptive_schedule"]
+__all__ = ["SCHEDULE_FILE", "adaptive_schedule", "launch_advice", "launch_line", "schedule_lines", "schedule_rows",
+           "schedule_summary", "write_adaptive_schedule"]
 
 SCHEDULE_FILE = "sglang_adaptive_spec.json"
 
@@ -143,3 +148,63 @@ def schedule_lines(summary: dict[str, Any]) -> list[str]:
     steps = ", ".join(f"{row['steps']} from {row['key']}" for row in summary["levels"])
     return [f"  SGLang adaptive schedule (steps by batch size: {steps}): {summary['file']}",
             f"    launch with: {summary['flags']}"] + [f"    {note}" for note in summary["notes"]]
+
+
+def _steps_as_run(record: TrialRecord) -> int | None:
+    """The steps a schedule entry would need to be ``record``: 0 for no speculation, a chain's
+    ``num_steps`` (SGLang's auto choice resolved), None for a tree configuration (no entry is)."""
+    return 0 if record.params.get("speculative") == "off" else _chain_steps(record)
+
+
+def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, objective_level: int,
+                  confirmed: bool, verdict_kind: str | None = None) -> dict[str, Any] | None:
+    """``summary.json``'s ``launch``: where the schedule (``summary``, from :func:`schedule_summary`)
+    and best.yaml (``best``) disagree, which to launch for which traffic and why; None where there is
+    no schedule or no best.yaml, or where every entry of the schedule is best.yaml's steps.
+
+    best.yaml answers for traffic at the objective's level (there it is confirmed, or the search's
+    best); the schedule is the only answer per load, but every entry of it is a search estimate.
+    Where its entry at the objective's level differs from a confirmed best.yaml, the entry is the
+    unconfirmed one.
+
+    Args:
+        confirmed: best.yaml is the confirmation's choice (else the search's best: the confirmation
+            was off or could not run).
+        verdict_kind: The confirmation's verdict against SGLang's default (``undecided``, ...), shown.
+
+    Returns:
+        ``{"best_yaml_trial", "best_yaml_steps", "schedule_steps_at_objective", "objective_concurrency",
+        "disagree_at", "text"}``; ``best_yaml_steps`` None for a tree configuration.
+    """
+    if summary is None or best is None:
+        return None
+    mine = _steps_as_run(best)
+    rows = summary["levels"]
+    disagree = [row["concurrency"] for row in rows if row["steps"] != mine]
+    if not disagree:
+        return None
+    at_objective = next((row["steps"] for row in rows if row["concurrency"] == objective_level), None)
+    span = f"concurrency {rows[0]['concurrency']}-{rows[-1]['concurrency']}"
+    if confirmed:
+        why = "the confirmation's choice" + (f", verdict {verdict_kind}" if verdict_kind else "")
+        source = "a search estimate the confirmation did not bear out"
+        elsewhere = f"search estimates; the confirmation measured concurrency {objective_level} only"
+    else:
+        why = "the search's best there, no confirmation ran"
+        source = "the best chain configuration's, from the same search estimates"
+        elsewhere = "search estimates, like best.yaml"
+    head = (f"which to launch: for traffic at concurrency {objective_level}, best.yaml (trial {best.number} "
+            f"{best.label}; {why}); ")
+    if at_objective is not None and objective_level in disagree:
+        text = head + (f"{summary['file']}'s steps {at_objective} there are {source}, so launch it only for traffic "
+                       f"that swings across {span}")
+    else:
+        others = ", ".join(f"{row['steps']} at {row['concurrency']}" for row in rows if row["concurrency"] in disagree)
+        text = head + f"for traffic that swings across {span}, {summary['file']} (steps {others}: {elsewhere})"
+    return {"best_yaml_trial": best.number, "best_yaml_steps": mine, "schedule_steps_at_objective": at_objective,
+            "objective_concurrency": objective_level, "disagree_at": disagree, "text": text}
+
+
+def launch_line(advice: dict[str, Any] | None) -> list[str]:
+    """What the console and ``summary.txt`` say of :func:`launch_advice`: one line, or none."""
+    return [] if advice is None else [f"  {advice['text']}"]

@@ -20,13 +20,21 @@ from rich.markup import escape
 
 from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.adaptive_schedule import SCHEDULE_FILE, schedule_lines, schedule_summary, write_adaptive_schedule
+from orchestrator.sweep.adaptive_schedule import (
+    SCHEDULE_FILE,
+    launch_advice,
+    launch_line,
+    schedule_lines,
+    schedule_summary,
+    write_adaptive_schedule,
+)
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
-from orchestrator.sweep.report import build_report, summary_table
+from orchestrator.sweep.report import SweepReport, build_report, summary_table
 from orchestrator.sweep.results import (
     TrialRecord,
     atomic_write_text,
+    best_record,
     trial_provenance,
     write_best_yaml,
     write_json_file,
@@ -34,7 +42,8 @@ from orchestrator.sweep.results import (
 from orchestrator.timestamps import utc_timestamp
 from serving.serve.provenance import Provenance
 
-__all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "final_records", "finish_sweep", "verdict_summary"]
+__all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "best_yaml_choice", "final_records", "finish_sweep",
+           "summary_report", "summary_text", "verdict_summary"]
 
 EXIT_NO_BEST = EXIT_FAILED  # the sweep ran, but no trial gave a valid best configuration
 
@@ -57,6 +66,53 @@ def verdict_summary(confirmation: Confirmation | None) -> dict[str, Any] | None:
     return {"vs_sglang_default": confirmation.vs_sglang_default, "vs_no_speculation": confirmation.vs_no_speculation,
             "chosen_trial": confirmation.chosen, "rounds": confirmation.rounds,
             "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
+
+
+def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
+                     confirmation: Confirmation | None) -> tuple[TrialRecord | None, str]:
+    """The trial whose configuration best.yaml holds, and why, in every path: the confirmation's
+    ``chosen`` (the leader, SGLang's default or no speculation) when it ran; else the search's best,
+    because the confirmation was off or could not run (it needs SGLang's default and one more
+    complete trial). The report, best.yaml and the table's mark all take it from here."""
+    if confirmation is not None:
+        chosen = next((r for r in records if r.number == confirmation.chosen), None)
+        return chosen, "the confirmation's choice"
+    searched = best_record(records)
+    if not spec.confirmation.enabled:
+        return searched, "the search's best; the confirmation was off: confirmation.enabled is false"
+    return searched, ("the search's best; no confirmation could run: it needs SGLang's default and another "
+                      "complete trial")
+
+
+def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None) -> SweepReport:
+    """``summary.json``'s content but the wall time: the report (``report.build_report``) on the trial
+    :func:`best_yaml_choice` gives, the adaptive schedule and, where it and best.yaml disagree, which
+    to launch for which traffic (``launch``; its line ends ``per_load_lines``), the confirmation and
+    the verdict."""
+    metric, level = spec.objective.metric, spec.objective_concurrency
+    best, why = best_yaml_choice(spec, records, confirmation)
+    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
+                          confirmed=best if confirmation is not None else None, best_why=why,
+                          confirmation_lines=confirmation.lines if confirmation else None,
+                          levels=spec.benchmark.concurrency)
+    schedule = schedule_summary(records, levels=spec.benchmark.concurrency)
+    report["adaptive_schedule"] = schedule
+    verdict_kind = (confirmation.vs_sglang_default or {}).get("kind") if confirmation is not None else None
+    report["launch"] = launch_advice(schedule, best, objective_level=level, confirmed=confirmation is not None,
+                                     verdict_kind=verdict_kind)
+    if schedule is not None:
+        report["per_load_lines"] += schedule_lines(schedule)
+    report["per_load_lines"] += launch_line(report["launch"])
+    report["confirmation"] = confirmation.to_dict() if confirmation else None
+    report["verdict"] = verdict_summary(confirmation)
+    return report
+
+
+def summary_text(records: list[TrialRecord], report: dict[str, Any], *, metric: str, concurrency: int) -> str:
+    """``summary.txt``: the table (best.yaml's trial marked) and the report's lines."""
+    text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
+    text_console.print(summary_table(records, metric=metric, concurrency=concurrency, best_trial=report["best_trial"]))
+    return text_console.export_text() + "\n".join(report["lines"] + report["per_load_lines"]) + "\n"
 
 
 def final_records(coordinator: Any) -> list[TrialRecord]:
@@ -97,16 +153,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     from orchestrator.sweep.plots import draw_plots
 
     metric, level = spec.objective.metric, spec.objective_concurrency
-    confirmed = next((r for r in records if confirmation and r.number == confirmation.chosen), None)
-    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
-                          confirmed=confirmed, confirmation_lines=confirmation.lines if confirmation else None,
-                          levels=spec.benchmark.concurrency)
-    schedule = schedule_summary(records, levels=spec.benchmark.concurrency)
-    report["adaptive_schedule"] = schedule
-    if schedule is not None:
-        report["per_load_lines"] += schedule_lines(schedule)
-    report["confirmation"] = confirmation.to_dict() if confirmation else None
-    report["verdict"] = verdict_summary(confirmation)
+    report = summary_report(spec, records, confirmation)
+    schedule = report["adaptive_schedule"]
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
@@ -127,10 +175,7 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     if schedule is not None:
         files.append(write_adaptive_schedule(out / SCHEDULE_FILE, schedule["config"]))
     write_json_file(out / "summary.json", dict(report))
-    text_console = Console(record=True, width=140, file=open(os.devnull, "w"))
-    text_console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    summary_text = text_console.export_text() + "\n".join(report["lines"] + report["per_load_lines"]) + "\n"
-    atomic_write_text(out / "summary.txt", summary_text)
+    atomic_write_text(out / "summary.txt", summary_text(records, report, metric=metric, concurrency=level))
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:
         files.append(out / CONFIRMATION_FILE)

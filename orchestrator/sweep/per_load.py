@@ -7,7 +7,11 @@ there and compares it with SGLang's default (the ``baseline_auto`` trial) and wi
 (``baseline_plain``), as the search's other comparisons are made: ratios of two trials'
 repetitions with log-scale 95% intervals (``orchestrator.statistics.unpaired_ratio``), none from
 fewer than three values. They are search estimates, trials measured minutes apart, and are
-labelled so.
+labelled so. Their counts are ``repetitions`` (the smaller of the two trials' repetitions at that
+level); ``visits`` is kept for the confirmation's fresh-engine visits (:func:`ratio_dict`).
+
+A comparison whose interval contains 1 is "within the noise" only where the measurement could
+have told the two apart (:data:`NOISE_RESOLUTION`); otherwise it is "undecided" (:func:`describe`).
 
 The crossover is the lowest level at which no speculation is decidedly faster than every
 speculative configuration measured there (its interval against the best speculative one lies
@@ -23,10 +27,44 @@ from typing import Any, Iterable, Sequence
 from orchestrator.statistics import Ratio, unpaired_ratio
 from orchestrator.sweep.results import TrialRecord
 
-__all__ = ["ESTIMATE", "LevelBest", "baseline", "best_at", "by_concurrency", "crossover", "decidedly_above_one", "describe",
-           "eligible_at", "level_ratio", "measured_levels", "objective_direction", "per_load_lines"]
+__all__ = ["ESTIMATE", "NOISE_RESOLUTION", "LevelBest", "baseline", "best_at", "by_concurrency", "could_distinguish",
+           "crossover", "decidedly_above_one", "describe", "eligible_at", "level_ratio", "measured_levels",
+           "objective_direction", "per_load_lines", "ratio_dict", "ratio_from_dict"]
 
 ESTIMATE = "search estimates, trials measured minutes apart"
+
+NOISE_RESOLUTION = 0.10
+"""The widest interval that still says "no difference": a ratio is "within the noise" only when its
+whole 95% interval lies inside [1 / (1 + 0.10), 1 + 0.10] = [0.909, 1.10], i.e. the measurement
+would have shown a 10% difference either way and showed none. 10% is the size of the gains the
+search is after (the demo's search put its best at x1.15 over SGLang's default; two H200 sweeps
+named winners at x1.10 and x0.78). Three repetitions a side (Welch, 4 degrees of freedom: half-width
+about 2.3 x the CV) at the CVs measured under load (1.5-3.4%, DESIGN.md "Noise") give intervals of
+about +/-3-8%, inside it; at the CV measured at concurrency 1 on the CPU (8.4%) about +/-19%, which
+cannot rule out such a gain and so reads "undecided"."""
+
+
+def ratio_dict(ratio: Ratio | None) -> dict[str, Any] | None:
+    """``ratio`` as ``summary.json`` stores it, its count named for what it counts: ``repetitions``
+    for a search estimate (``basis`` unpaired: the smaller of the two trials' repetitions) and
+    ``visits`` only for the confirmation's paired fresh-engine visits."""
+    if ratio is None:
+        return None
+    data = ratio.model_dump()
+    if ratio.basis == "unpaired":
+        data["repetitions"] = data.pop("visits")
+    return data
+
+
+def ratio_from_dict(data: dict[str, Any] | None) -> Ratio | None:
+    """The inverse of :func:`ratio_dict`; also reads summaries written before the rename (``visits``
+    for a search estimate's repetitions)."""
+    if data is None:
+        return None
+    data = dict(data)
+    if "repetitions" in data:
+        data["visits"] = data.pop("repetitions")
+    return Ratio.model_validate(data)
 
 
 def measured_levels(records: Iterable[TrialRecord]) -> list[int]:
@@ -92,8 +130,8 @@ def baseline(records: Iterable[TrialRecord], kind: str) -> TrialRecord | None:
 
 def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[LevelBest]:
     """Per level (ascending): the best complete, feasible trial measured there, its median of the
-    objective metric, and its ratios against SGLang's default and no speculation (``Ratio.model_dump()``,
-    None where not measurable, or where the best is that baseline). Also, per level, no speculation
+    objective metric (``repetitions``: how many values that median is of), and its ratios against
+    SGLang's default and no speculation (:func:`ratio_dict`), None where not measurable, or where the best is that baseline). Also, per level, no speculation
     against the best speculative trial (``plain_vs_best_speculative``), which the crossover reads."""
     direction = objective_direction(records)
     plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
@@ -110,11 +148,10 @@ def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | No
         out.append(LevelBest(
             concurrency=level, best_trial=best.number, best_kind=best.kind, best_label=best.label, best_params=dict(best.params),
             value=_median(best, level), repetitions=len(best.values_at(level)),
-            vs_sglang_default=over_auto.model_dump() if over_auto else None,
-            vs_no_speculation=over_plain.model_dump() if over_plain else None,
+            vs_sglang_default=ratio_dict(over_auto), vs_no_speculation=ratio_dict(over_plain),
             best_speculative_trial=speculative.number if speculative else None,
             best_speculative_label=speculative.label if speculative else None,
-            plain_vs_best_speculative=plain_vs_spec.model_dump() if plain_vs_spec else None,
+            plain_vs_best_speculative=ratio_dict(plain_vs_spec),
         ))
     return out
 
@@ -122,8 +159,7 @@ def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | No
 def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
     """The lowest level from which on no speculation is decidedly faster (see the module's rule), or
     None when no level decides it."""
-    ratios = [None if entry.get("plain_vs_best_speculative") is None
-              else Ratio.model_validate(entry["plain_vs_best_speculative"]) for entry in levels]
+    ratios = [ratio_from_dict(entry.get("plain_vs_best_speculative")) for entry in levels]
     for i, entry in enumerate(levels):
         if not decidedly_above_one(ratios[i]) or any(_decidedly_below_one(later) for later in ratios[i + 1:]):
             continue
@@ -134,17 +170,35 @@ def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
     return None
 
 
+def could_distinguish(ratio: Ratio, resolution: float = NOISE_RESOLUTION) -> bool:
+    """Whether ``ratio``'s interval is narrow enough to have shown a ``resolution`` difference: it lies
+    within [1 / (1 + resolution), 1 + resolution] (:data:`NOISE_RESOLUTION`)."""
+    return ratio.has_interval and 1.0 / (1.0 + resolution) <= ratio.ci95_low and ratio.ci95_high <= 1.0 + resolution  # type: ignore[operator]
+
+
 def describe(ratio: Ratio | None, what: str) -> str:
-    """One comparison in words; an interval that contains 1 is "within the noise", never a gain."""
+    """One comparison in words. An interval that contains 1 is never a gain: it is "within the noise
+    of ``what``" when it also lies within [1 / 1.1, 1.1] (:data:`NOISE_RESOLUTION`: the measurement
+    could have told a 10% difference and saw none, a finding), and "undecided against ``what``
+    (x0.63 to x5.00)" when it is wider (the measurement could not tell; the point estimate of such
+    an interval is left out, it would read as a result)."""
     if ratio is None:
         return f"no comparison with {what} (not measured)"
     if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
-        return f"within the noise of {what} ({ratio.text()})"
+        if could_distinguish(ratio):
+            return f"within the noise of {what} ({ratio.text()})"
+        return f"undecided against {what} (x{ratio.ci95_low:.2f} to x{ratio.ci95_high:.2f})"
     return f"{ratio.text()} over {what}"
 
 
 def _compare(ratio: dict[str, Any] | None, what: str) -> str:
-    return describe(None if ratio is None else Ratio.model_validate(ratio), what)
+    return describe(ratio_from_dict(ratio), what)
+
+
+def _repetitions(entry: LevelBest) -> str:
+    """``median of 3 repetitions``: a search trial's repetitions, never called visits."""
+    n = entry.get("repetitions")
+    return "median of 1 repetition" if n == 1 else f"median of {n} repetitions"
 
 
 def per_load_lines(levels: Sequence[LevelBest], *, metric: str, cross: dict[str, Any] | None) -> list[str]:
@@ -160,9 +214,10 @@ def per_load_lines(levels: Sequence[LevelBest], *, metric: str, cross: dict[str,
         if entry["best_kind"] != "baseline_plain":
             parts.append(_compare(entry["vs_no_speculation"], "no speculation"))
         lines.append(f"  at concurrency {entry['concurrency']}: best {entry['best_label']} {entry['value']:.4g} "
-                     f"{metric}" + ("; " + ", ".join(parts) if parts else ""))
+                     f"{metric} ({_repetitions(entry)})" + ("; " + ", ".join(parts) if parts else ""))
     if cross is not None:
-        ratio = Ratio.model_validate(cross["ratio"])
+        ratio = ratio_from_dict(cross["ratio"])
+        assert ratio is not None
         lines.append(f"  from concurrency {cross['concurrency']} on, no speculation is faster: {ratio.text()} over the "
                      f"best speculative configuration measured there ({cross['best_speculative_label']})")
     return lines

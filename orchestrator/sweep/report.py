@@ -15,10 +15,19 @@ from rich.table import Table
 
 from orchestrator.space.define_by_run import DEFAULT_WORD
 from orchestrator.statistics import Ratio
-from orchestrator.sweep.per_load import ESTIMATE, baseline, by_concurrency, crossover, describe, level_ratio, per_load_lines
+from orchestrator.sweep.per_load import (
+    ESTIMATE,
+    baseline,
+    by_concurrency,
+    crossover,
+    describe,
+    level_ratio,
+    per_load_lines,
+    ratio_dict,
+)
 from orchestrator.sweep.results import TrialRecord, best_record
 
-__all__ = ["SweepReport", "build_report", "summary_table"]
+__all__ = ["BEST_MARK", "SweepReport", "build_report", "summary_table"]
 
 
 def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
@@ -62,7 +71,7 @@ def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[
             effects.append({
                 "variable": name, "value": value, "basis": basis, "pairs": len(pairs),
                 "forced_trial": forced_rec.number, "default_trial": default_rec.number,
-                "ratio": ratio.model_dump() if ratio else None,
+                "ratio": ratio_dict(ratio),
                 "text": f"{name}={value}: " + describe(ratio, "NCCL's default") + f" ({basis})",
             })
     return effects
@@ -74,12 +83,14 @@ class SweepReport(dict):
 
 def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int,
                  confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None,
-                 levels: Sequence[int] | None = None) -> SweepReport:
+                 levels: Sequence[int] | None = None, best_why: str | None = None) -> SweepReport:
     """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares,
     and the best configuration at each load (``orchestrator.sweep.per_load``).
 
-    ``confirmed``: the confirmation round's winner, which then is the best (its lines are added).
+    ``confirmed``: the confirmation round's choice, which then is the best (its lines are added).
     ``levels``: the benchmark's concurrency levels (default: every level some trial measured).
+    ``best_why``: why best.yaml holds the trial it holds, for its ``best.yaml: trial N ...`` line
+    (default: "the confirmation's choice" with ``confirmed``, else "the search's best").
     """
     best = confirmed or best_record(records)
     plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
@@ -103,8 +114,9 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         if searched is not plain and plain is not None:
             lines.append("  " + describe(_ratio(searched, plain), "no speculation") + f" ({estimate})")
     lines += list(confirmation_lines or [])
-    if best is not None and best is not searched:
-        lines.append(f"best.yaml: trial {best.number} {best.label} (the confirmation's choice)")
+    if best is not None:
+        why = best_why or ("the confirmation's choice" if confirmed is not None else "the search's best")
+        lines.append(f"best.yaml: trial {best.number} {best.label} ({why})")
     effects = _nccl_effects(records, nccl_variables)
     lines += [f"  {e['text']}" for e in effects]
     per_level = by_concurrency(records, levels=levels)
@@ -116,8 +128,8 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
         best_config=best.engine_config if best else None,
         metric=metric,
         concurrency=concurrency,
-        over_sglang_default=over_auto.model_dump() if over_auto else None,
-        over_no_speculation=over_plain.model_dump() if over_plain else None,
+        over_sglang_default=ratio_dict(over_auto),
+        over_no_speculation=ratio_dict(over_plain),
         nccl_effects=effects,
         counts=counts,
         trials=len(records),
@@ -131,14 +143,21 @@ def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], m
     )
 
 
-def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, best_trial: int | None = None) -> Table:
-    """Trials sorted by the objective (best first; failed ones last, with their reason); ``best_trial``
-    (the confirmed winner) is marked, else the best complete trial."""
+BEST_MARK = "<- best.yaml"
+"""The table's mark on the trial whose configuration best.yaml holds (the confirmation's choice when
+it ran, which need not be the table's top row: the table ranks the search's estimates)."""
+
+
+def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, best_trial: int | None) -> Table:
+    """Trials sorted by the objective (best first; failed ones last, with their reason), the trial
+    ``best_trial`` marked :data:`BEST_MARK`. ``best_trial`` is the report's (``build_report``: what
+    best.yaml holds), passed, never recomputed here, so the mark cannot stand on another trial than
+    best.yaml; None (no valid best configuration) marks nothing."""
     measured = [r for r in records if r.value is not None]
     direction = measured[0].objective.direction if measured and measured[0].objective else "max"
     ordered = sorted(measured, key=lambda r: r.value if direction == "min" else -r.value)  # type: ignore[operator]
     ordered += [r for r in records if r.value is None]
-    best = next((r for r in records if r.number == best_trial), None) if best_trial else best_record(records)
+    best = next((r for r in records if r.number == best_trial), None) if best_trial is not None else None
     table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions; 95% interval on the log "
                         "scale, from 3 repetitions on)", box=None)
     kernels = any(r.all_reduce_kernel not in (None, "none") for r in records)  # only where TP all-reduces
@@ -152,7 +171,7 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
             interval = f"[{obj.ci95_low:.4g}, {obj.ci95_high:.4g}]"
         else:
             interval = "too few reps" if obj and obj.values else "-"
-        status = r.status + (f" ({r.reason})" if r.reason else "") + ("  <- best" if best is r else "")
+        status = r.status + (f" ({r.reason})" if r.reason else "") + (f"  {BEST_MARK}" if best is r else "")
         cells = [str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
                  f"{r.repetitions_done}/{r.repetitions_planned}"]
         cells += [r.all_reduce_kernel or "-"] if kernels else []

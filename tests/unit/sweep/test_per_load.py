@@ -73,10 +73,12 @@ def test_the_crossover_line_when_speculation_loses_decidedly() -> None:
     assert report["crossover"]["concurrency"] == 32
     lines = report["per_load_lines"]
     assert lines[0].startswith("per load:") and "search estimates, trials measured minutes apart" in lines[0]
-    assert lines[1].startswith("  at concurrency 1: best steps=5 topk=1 draft=6 110 output_tok_per_s; x1.22 [")
+    assert lines[1].startswith("  at concurrency 1: best steps=5 topk=1 draft=6 110 output_tok_per_s (median of 3 "
+                               "repetitions); x1.22 [")
     assert "over SGLang's default, x2.20 [" in lines[1] and lines[1].endswith("over no speculation")
     assert "within the noise of no speculation" in lines[2]
-    assert lines[3].startswith("  at concurrency 32: best no speculation 800 output_tok_per_s; x1.14 [")
+    assert lines[3].startswith("  at concurrency 32: best no speculation 800 output_tok_per_s (median of 3 "
+                               "repetitions); x1.14 [")
     assert "no speculation (" not in lines[3]  # no comparison of no speculation with itself
     assert lines[4].startswith("  from concurrency 32 on, no speculation is faster: x1.11 [")
     assert lines[4].endswith("over the best speculative configuration measured there (steps=5 topk=1 draft=6)")
