@@ -16,16 +16,20 @@ from typing import Any
 
 import aiohttp
 
+from orchestrator.bench.blocking import blocking
+
 from orchestrator.bench.loadgen import ApiKind
 
 __all__ = [
     "SERVER_INFO_KEYS",
+    "aserver_info",
     "accept_length_from_info",
     "check_health",
     "decode_log_interval_from_info",
     "detect_api",
     "flush_cache",
     "get_server_info",
+    "server_info",
     "openai_model",
     "summarise_server_info",
 ]
@@ -105,6 +109,16 @@ async def get_server_info(
         if status != 404:
             return body if status == 200 and isinstance(body, dict) else None
     return None
+
+
+async def aserver_info(base_url: str, *, timeout_s: float = 30.0) -> dict[str, Any] | None:
+    """:func:`get_server_info` in a session of its own: one read of the engine's server args (the
+    trial's record of what the engine resolved), blocking twin :func:`server_info`."""
+    async with aiohttp.ClientSession() as session:
+        return await get_server_info(session, base_url, timeout_s=timeout_s)
+
+
+server_info = blocking(aserver_info)
 
 
 def accept_length_from_info(info: dict[str, Any] | None) -> float | None:

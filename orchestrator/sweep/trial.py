@@ -24,7 +24,6 @@ import logging
 import os
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from ray import tune
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.probe import run_probe
 from orchestrator.bench.report import BenchResult
+from orchestrator.bench.server import server_info
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
@@ -125,26 +125,6 @@ SPECULATIVE_FIELDS = {
     "num_draft_tokens": "speculative_num_draft_tokens",
 }
 """The sweep's names of the speculative numbers -> SGLang's server-arg names in ``/server_info``."""
-
-
-def server_info(url: str, *, timeout_s: float = 30.0) -> dict[str, Any] | None:
-    """The engine's ``/server_info`` answer, or None; an engine without it (404) is asked at
-    ``/get_server_info``, SGLang's deprecated alias that older versions answer instead."""
-    import urllib.error
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
-    for route in ("/server_info", "/get_server_info"):
-        try:
-            with opener.open(url.rstrip("/") + route, timeout=timeout_s) as answer:
-                info = json.loads(answer.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                continue
-            return None
-        except (OSError, ValueError):
-            return None
-        return info if isinstance(info, dict) else None
-    return None
 
 
 def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
