@@ -698,6 +698,10 @@ class ConfirmationSpec(_Model):
     max_visits: int = Field(default=16, ge=1, le=100, description="Most rounds (visits per contender, each a fresh "
                             "engine); still undecided then, the verdict is 'undecided'. At 5% noise per launch a "
                             "6% gain needs about 12-16 (benchmarks/search_efficiency.py).")
+    no_speculation: bool = Field(
+        default=True, description="Visit no speculation too, so the gain over it comes from interleaved fresh "
+        "engines. false: one contender fewer every round (a third of the starts with top_k 1); that gain stays "
+        "the search's estimate, and says so.")
     repetitions_per_visit: Union[Annotated[int, Field(ge=1, le=20)], Literal["auto"]] = Field(
         default="auto", description="Benchmark repetitions of the objective level per visit (their geometric mean "
         "is the visit's value); auto: sqrt((start time / repetition time) x (within-visit / between-visit "
@@ -709,6 +713,10 @@ class ConfirmationSpec(_Model):
         "whole interval within them; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
         "smallest margin the engine kind's measured between-visit noise can call equivalent within max_visits "
         "(SweepSpec.confirmation_margin).")
+    max_host_cpu_steal: float | None = Field(
+        default=0.05, ge=0, le=1, description="A visit during which the hypervisor gave more than this share of "
+        "the host's CPU to other guests (/proc/stat steal) is recorded as discarded and not counted: it measured "
+        "the neighbours (orchestrator/bench/host_cpu.py). null: count every visit.")
     max_minutes: float | None = Field(
         default=None, gt=0, le=MAX_DURATION_S / 60, description="Time the confirmation may take; it stops, "
         "undecided with the reason, as soon as the measured spread says deciding would take longer.")

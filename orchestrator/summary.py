@@ -118,8 +118,9 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             + f", temperature {bench.temperature}, seed {bench.seed}"
         ),
         "confirmation": (
-            f"the search's best {spec.confirmation.top_k}, SGLang's default and no speculation, "
-            f"{spec.confirmation.min_visits}-{spec.confirmation.max_visits} interleaved visits each "
+            f"the search's best {spec.confirmation.top_k}, SGLang's default"
+            + (" and no speculation, " if spec.confirmation.no_speculation else " (no speculation not visited), ")
+            + f"{spec.confirmation.min_visits}-{spec.confirmation.max_visits} interleaved visits each "
             f"({spec.confirmation.repetitions_per_visit} repetition(s) a visit), margin {spec.confirmation_margin:.1%}"
             if spec.confirmation.enabled else "off"
         ),

@@ -461,6 +461,10 @@ class RepetitionMetrics(BaseModel):
         description="Open loop: scheduled arrival to send per request (ms), already inside ttft_ms and e2e_ms; "
         "empty in closed loop.",
     )
+    host_cpu_steal: float | None = Field(
+        default=None, description="Share of the bench host's CPU time the hypervisor gave to other guests during "
+        "the repetition (0-1, /proc/stat steal; None off Linux): a CPU-bound engine on that host slowed by it "
+        "(orchestrator/bench/host_cpu.py).")
     tokens_per_chunk: float | None = Field(description="Tokens per streamed chunk (absent when not streamed).")
     spec_verify_ct: int | None = Field(description="sum(spec_verify_ct): verify cycles (absent without speculation).")
     accept_length: float | None = Field(
@@ -567,6 +571,7 @@ METRICS: dict[str, Metric] = {
     **_latency("e2e_ms"),
     **_latency("queue_delay_ms", objective=False),  # already inside ttft_ms and e2e_ms
     "cycle_ms": Metric(lambda rep: rep.cycle_ms, "min"),
+    "host_cpu_steal": Metric(lambda rep: rep.host_cpu_steal),
 }
 """Every scalar metric of a repetition, by name: the one table behind ``RepetitionMetrics.flat()``,
 a level's summary and ``BenchResult.flat()``, and (through :data:`OBJECTIVE_METRICS`) what a
@@ -596,6 +601,7 @@ def compute_repetition_metrics(
     accept_length_server_before: float | None = None,
     server_counters_reset: bool = True,
     server_update_interval: int | None = None,
+    host_cpu_steal: float | None = None,
 ) -> RepetitionMetrics:
     """Every metric of one repetition from its records and the server's accept length.
 
@@ -608,6 +614,7 @@ def compute_repetition_metrics(
         server_update_interval: The server's ``decode_log_interval`` (decode steps between folds
             of its counters), where ``/server_info`` reports it; it decides whether lifetime
             counters that did not move are a mismatch or not checkable.
+        host_cpu_steal: The host's CPU steal over the repetition (``host_cpu.steal_fraction``).
     """
     ok = ok_records(records)
     errors = [r for r in records if r.error is not None]
@@ -650,6 +657,7 @@ def compute_repetition_metrics(
         tpot_ms=tpot_ms(ok),
         e2e_ms=e2e_ms(ok),
         queue_delay_ms=queue_delay_ms(ok),
+        host_cpu_steal=host_cpu_steal,
         tokens_per_chunk=tokens_per_chunk(ok),
         spec_verify_ct=sum(r.spec_verify_ct for r in spec) if spec else None,  # type: ignore[misc]
         accept_length=accept,

@@ -45,6 +45,7 @@ import aiohttp
 from orchestrator.bench import server as srv
 from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import Prompt, load_prompts
+from orchestrator.bench.host_cpu import read_cpu_times, steal_fraction
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import (
     METRICS,
@@ -564,8 +565,10 @@ async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
     """
     s = run.settings
     flushed, before = await run.flush()
+    cpu_before = read_cpu_times()
     result = await run.load(_items(run.prompts, count or len(run.prompts)), concurrency=concurrency, phase="measure",
                             batch=repetition)
+    steal = steal_fraction(cpu_before, read_cpu_times())
     after = await run.accept_length()
     counters = run.counters
     if flushed and before is None and after is not None and not counters.decided and run.flush_supported:
@@ -589,6 +592,7 @@ async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
         server_counters_reset=reset,
         server_update_interval=srv.decode_log_interval_from_info(run.info),
         accept_length_tolerance=s.accept_length_tolerance,
+        host_cpu_steal=steal,
     )
 
     def stop(reason: str) -> BenchmarkAborted:
@@ -621,6 +625,10 @@ def _note_scope(scopes: set[str], scope: str) -> None:
     scopes.add(scope)
 
 
+STEAL_WORTH_SAYING = 0.05
+"""CPU steal at which a repetition's log line warns (the quiet VM measured 0-3%)."""
+
+
 def _log_repetition(metrics: RepetitionMetrics) -> None:
     def fmt(value: float | None, digits: int = 1) -> str:
         return "absent" if value is None else f"{value:.{digits}f}"
@@ -632,6 +640,12 @@ def _log_repetition(metrics: RepetitionMetrics) -> None:
         fmt(metrics.tpot_ms.median, 2), fmt(metrics.accept_length, 2), fmt(metrics.accept_length_server, 2),
         fmt(metrics.tokens_per_chunk, 2), metrics.num_errors,
     )
+    if metrics.host_cpu_steal is not None and metrics.host_cpu_steal >= STEAL_WORTH_SAYING:
+        logger.warning(
+            "concurrency %d rep %d: the hypervisor gave %.0f%% of this host's CPU to other guests during it (steal); "
+            "a CPU-bound engine here measured the neighbours, not its configuration",
+            metrics.concurrency, metrics.repetition, 100 * metrics.host_cpu_steal,
+        )
     if metrics.accept_length_mismatch:
         server = metrics.accept_length_server
         logger.warning(

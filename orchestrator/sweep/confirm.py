@@ -56,7 +56,8 @@ logger = logging.getLogger(__name__)
 Visit = Callable[..., dict[str, Any]]
 """``visit(record, round_number, repetitions=n)`` runs one visit of a record's engine with ``n``
 repetitions of the objective's level; returns ``{"values", "status", "reason", "message"}`` and,
-where known, ``"timings": {"engine_start": s, "bench": s}`` (the visit economy reads them)."""
+where known, ``"timings": {"engine_start": s, "bench": s}`` (the visit economy reads them) and
+``"host_cpu_steal"`` (a visit over ``confirmation.max_host_cpu_steal`` is recorded as discarded)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class Confirmation:
 
     Attributes:
         contenders: In visiting order.
-        visits: Every visit, ``{"trial", "round", "values", "value", "status", "reason", "message"}``.
+        visits: Every visit, ``{"trial", "round", "values", "value", "status", "reason", "message",
+            "host_cpu_steal"}``; status ``ok``, ``failed`` or ``discarded`` (measured under CPU steal).
         leader: The best search contender over its visits (None without one).
         chosen: The trial whose configuration best.yaml holds.
         vs_sglang_default / vs_no_speculation: ``{"kind", "ratio", "ci95_low", "ci95_high", "visits", ...}``.
@@ -135,8 +137,9 @@ def _usable(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if r.status == "ok" and r.complete and r.value is not None]
 
 
-def choose_contenders(records: list[TrialRecord], *, top_k: int) -> list[Contender]:
-    """The ``top_k`` best complete search trials, SGLang's default, then no speculation.
+def choose_contenders(records: list[TrialRecord], *, top_k: int, no_speculation: bool = True) -> list[Contender]:
+    """The ``top_k`` best complete search trials, SGLang's default, then no speculation (unless
+    ``no_speculation`` is False: ``confirmation.no_speculation``).
 
     A search trial that ran as SGLang's default (the point auto resolved to) is the default, not a
     contender of its own: one configuration is never visited twice under two names.
@@ -156,7 +159,7 @@ def choose_contenders(records: list[TrialRecord], *, top_k: int) -> list[Contend
     roles = ["best", "runner_up"] + [f"top_{i}" for i in range(3, top_k + 1)]
     out = [Contender(role, record) for role, record in zip(roles, searched)]
     out += [Contender("default", default)] if default is not None else []
-    out += [Contender("no_speculation", plain)] if plain is not None else []
+    out += [Contender("no_speculation", plain)] if plain is not None and no_speculation else []
     return out
 
 
@@ -342,7 +345,11 @@ def _conclude(confirmation: Confirmation) -> None:
             if confirmation.infeasible:
                 hint = confirmation.infeasible
             elif verdict["ci95_low"] is None:
-                hint = f"no decision is possible at {n} visits (confirmation.max_visits)"
+                set_aside = sum(1 for v in confirmation.visits if v["status"] != "ok")
+                hint = (f"an interval needs 3 paired visits and {n} counted"
+                        + (f" ({set_aside} visit(s) discarded or failed)" if set_aside else "")
+                        + (f"; raise confirmation.max_visits ({confirmation.max_visits})"
+                           if confirmation.rounds >= confirmation.max_visits else ""))
             elif needed:
                 hint = f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
             else:
@@ -354,6 +361,10 @@ def _conclude(confirmation: Confirmation) -> None:
                 side = "; slower than SGLang's default, but not shown to be by more than the margin"
             lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}; {hint}; "
                          "best.yaml keeps SGLang's default")
+    elif default is not None and confirmation.searched:
+        why = confirmation.infeasible or f"the {confirmation.rounds} round(s) ran"
+        lines.append(f"verdict: undecided: no visit of the search's contenders counted before the round stopped "
+                     f"({why}); best.yaml keeps SGLang's default ({default.label})")
     elif default is not None:
         lines.append(f"verdict: no search trial completed apart from SGLang's default ({default.label}); best.yaml "
                      "is SGLang's default")
@@ -428,9 +439,35 @@ def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     return None
 
 
+def _out_of_time(max_minutes: float | None, elapsed_s: float, round_s: float | None) -> str | None:
+    """The sentence that ends the round loop before a round ``confirmation.max_minutes`` has no
+    time for (a round costs about what the last one did), or None. The bound holds with or without
+    a measured spread: discarded or failed visits can leave the look nothing to judge."""
+    if max_minutes is None or round_s is None:
+        return None
+    left_s = max_minutes * 60 - elapsed_s
+    if round_s <= left_s:
+        return None
+    return (f"confirmation.max_minutes ({max_minutes:g}) leaves {max(left_s, 0):.0f} s, less than another round "
+            f"takes (~{round_s:.0f} s)")
+
+
+def _discard_if_stolen(entry: dict[str, Any], limit: float | None) -> None:
+    """Set aside a visit measured while the hypervisor ran other guests on this host's CPUs: its
+    figure is the neighbours', not its configuration's. Steal does not depend on which contender
+    runs, so setting such visits aside leaves the comparison unbiased; the round loses its pair."""
+    steal = entry.get("host_cpu_steal")
+    if entry["status"] != "ok" or limit is None or steal is None or steal <= limit:
+        return
+    entry.update(status="discarded", reason="host_cpu_steal",
+                 message=f"the hypervisor gave {steal:.0%} of the host's CPU to other guests during it (over "
+                         f"confirmation.max_host_cpu_steal {limit:.0%})")
+
+
 def run_confirmation(
     spec: SweepSpec, records: list[TrialRecord], *, visit: Visit, say: Callable[[str], None],
     done: Iterable[dict[str, Any]] = (), on_visit: Callable[[dict[str, Any]], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Confirmation | None:
     """Visit the contenders round by round until decided, shown infeasible, or ``confirmation.max_visits``
     rounds ran.
@@ -440,15 +477,16 @@ def run_confirmation(
         say: One line of progress for the job log.
         done: Visits an earlier (interrupted) run of this confirmation made; not run again.
         on_visit: Called with each new visit's record as it ends (persisted for resume).
+        clock: Seconds, monotonic (``confirmation.max_minutes`` is read against it; tests pass their own).
 
     Returns:
         None when there are fewer than two contenders or no SGLang default to judge against.
     """
     settings = spec.confirmation
-    contenders = choose_contenders(records, top_k=settings.top_k)
+    contenders = choose_contenders(records, top_k=settings.top_k, no_speculation=settings.no_speculation)
     if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
-    started = time.monotonic()
+    started = clock()
     confirmation = Confirmation(contenders=contenders, margin=spec.confirmation_margin, direction=spec.objective.direction,
                                 max_visits=settings.max_visits, min_visits=settings.min_visits,
                                 searched=sum(1 for c in contenders if c.role not in ("default", "no_speculation")))
@@ -463,7 +501,14 @@ def run_confirmation(
         f"O'Brien-Fleming, the leader's tests at 2.5%/{max(1, confirmation.searched)} one-sided)"
         + (f"; {len(seen)} visits resumed" if seen else ""))
     say(confirmation.economy.line())
+    round_s: float | None = None  # the last round's wall time: what the next one will about cost
     for round_number in range(settings.max_visits):
+        out_of_time = _out_of_time(settings.max_minutes, clock() - started, round_s)
+        if out_of_time is not None:
+            confirmation.infeasible = out_of_time
+            say(f"confirmation: stopped after round {confirmation.rounds}: {out_of_time}")
+            break
+        round_started = clock()
         resting = round_number >= settings.min_visits and _default_rests(confirmation)
         confirmation.rounds = round_number + 1
         order = contenders if round_number % 2 == 0 else list(reversed(contenders))
@@ -479,14 +524,18 @@ def run_confirmation(
                      "status": outcome["status"] if values or outcome["status"] != "ok" else "failed",
                      "reason": outcome.get("reason") or (None if values else "no_values"),
                      "message": outcome.get("message", ""), "repetitions": confirmation.repetitions,
-                     "timings": dict(outcome.get("timings") or {})}
+                     "timings": dict(outcome.get("timings") or {}), "host_cpu_steal": outcome.get("host_cpu_steal")}
+            _discard_if_stolen(entry, settings.max_host_cpu_steal)
             confirmation.visits.append(entry)
             if on_visit is not None:
                 on_visit(entry)
             shown = ", ".join(f"{v:.4g}" for v in values) if entry["status"] == "ok" else entry["reason"]
+            if entry["status"] == "discarded":
+                shown = f"{', '.join(f'{v:.4g}' for v in values)}, discarded: {entry['message']}"
             say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
                 f"({contender.role}): {spec.objective.metric} {shown}")
-        confirmation.wall_s = time.monotonic() - started
+        confirmation.wall_s = clock() - started
+        round_s = clock() - round_started
         if confirmation.rounds < settings.min_visits:
             continue
         if _decided(confirmation):
@@ -505,5 +554,15 @@ def run_confirmation(
             say(f"confirmation: trial {record.number} {record.label} is no longer visited after round "
                 f"{confirmation.rounds}: {why}")
     _conclude(confirmation)
-    confirmation.wall_s = time.monotonic() - started
+    discarded = [v for v in confirmation.visits if v["status"] == "discarded"]
+    if discarded:
+        confirmation.lines.append(
+            f"  {len(discarded)} of {len(confirmation.visits)} visits discarded: the hypervisor gave over "
+            f"{settings.max_host_cpu_steal:.0%} of the host's CPU to other guests during them (up to "
+            f"{max(v['host_cpu_steal'] for v in discarded):.0%}; confirmation.max_host_cpu_steal): a quieter "
+            "machine decides in fewer visits")
+    if not settings.no_speculation and any(r.kind == "baseline_plain" for r in _usable(records)):
+        confirmation.lines.append("  no speculation: not visited (confirmation.no_speculation: false); the gain over "
+                                  "it is the search's estimate above, from trials measured minutes apart")
+    confirmation.wall_s = clock() - started
     return confirmation

@@ -7,7 +7,8 @@ or two). So the dry run and the running sweep state the plan as *engine starts x
 * **Starts**: the trials (``budget.num_trials``, baselines included) plus, when the confirmation is
   on, at most ``contenders x confirmation.max_visits`` visits. The contenders are those
   ``confirm.choose_contenders`` takes: the ``confirmation.top_k`` best search trials (no more than
-  the search trials there are), SGLang's default and no speculation; without speculation there is
+  the search trials there are), SGLang's default and no speculation (unless
+  ``confirmation.no_speculation`` is false); without speculation there is
   no SGLang default to judge against and the confirmation does not run (``confirm.run_confirmation``).
   The visits are an upper bound: racing drops contenders and a decided verdict ends the rounds.
 * **Start time**: the median launch-to-healthy time (``timings_s.engine_start``) of the trials whose
@@ -76,7 +77,8 @@ def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPl
         contenders = 0
         if confirmation.enabled and spec.engine.speculative_algorithm is not None:
             baselines = 2  # no speculation and SGLang's default (``SweepSpace.baselines``)
-            contenders = min(confirmation.top_k, max(0, spec.budget.num_trials - baselines)) + baselines
+            visited = 1 + int(confirmation.no_speculation)  # SGLang's default, and no speculation unless switched off
+            contenders = min(confirmation.top_k, max(0, spec.budget.num_trials - baselines)) + visited
     if not confirmation.enabled:
         contenders = 0
     return StartPlan(trials=spec.budget.num_trials, contenders=contenders, max_visits=confirmation.max_visits)

@@ -13,8 +13,9 @@ machine whose starts differ runs many short visits.
 The components are estimated from what was measured: ``within`` from the repetitions of the
 search's trials and of visits with two or more (each group is one engine), pooled on the log scale;
 ``between`` from the confirmation's paired log ratios, whose variance is ``2 * (between + within / r)``
-(round-level drift cancels in the pairs). Before the first look there is no ``between``: the
-choice then assumes the two are equal. Start and repetition times come from the visits' timings,
+(round-level drift cancels in the pairs). Before the first look there is no ``between``, and until
+it has ``MIN_BETWEEN_DF`` degrees of freedom it is reported but not acted on: the choice then
+assumes the two are equal. Start and repetition times come from the visits' timings,
 or before any, from the trials'.
 """
 
@@ -32,6 +33,12 @@ __all__ = ["MAX_REPETITIONS_PER_VISIT", "VisitEconomy", "choose_repetitions", "v
 MAX_REPETITIONS_PER_VISIT = 8
 """The most repetitions the economy gives one visit: beyond it a long visit meets the machine's slow
 drift, which pairing by round only cancels between visits, not within one."""
+
+
+MIN_BETWEEN_DF = 4
+"""Degrees of freedom (pairs - 1, summed over comparisons) before the between-visit estimate moves
+the choice: from 3 pairs its variance estimate is 0 often enough that r would jump to the cap on
+noise (measured: the demo's between 0.0% after 3 pairs, 8 repetitions chosen)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,8 @@ class VisitEconomy:
         def sec(value: float | None) -> str:
             return "?" if value is None else f"{value:.0f} s"
 
-        return (f"visit economy: spread within a visit {pct(self.within_cv)}, between visits {pct(self.between_cv)}; "
+        return (f"visit economy: spread within a visit {pct(self.within_cv)}, added by a fresh start "
+                f"{pct(self.between_cv)}; "
                 f"a start costs {sec(self.start_s)}, a repetition {sec(self.repetition_s)}: "
                 f"{self.repetitions_per_visit} repetition(s) per visit ({self.basis})")
 
@@ -126,17 +134,20 @@ def visit_economy(*, records: Sequence[TrialRecord], visits: Sequence[dict[str, 
             between_total += max(noise - repeated, 0.0) * (len(diffs) - 1)
             between_df += len(diffs) - 1
     between = between_total / between_df if between_df else None
+    settled = between if between_df >= MIN_BETWEEN_DF else None  # 3 pairs often read 0: r would jump to the cap
     timed = [v.get("timings") or {} for v in visits if v.get("status") == "ok"]
     start_s = _median(t.get("engine_start", 0.0) + t.get("teardown", 0.0) + t.get("warmup", 0.0) for t in timed) \
         or _median(r.timings_s.get("engine_start", 0.0) + r.timings_s.get("teardown", 0.0) for r in records)
-    repetition_s = _median(t.get("bench", 0.0) / max(1, len(v.get("values") or [])) for t, v in
+    repetition_s = _median((t.get("bench", 0.0) - t.get("warmup", 0.0)) / max(1, len(v.get("values") or [])) for t, v in
                            zip(timed, [v for v in visits if v.get("status") == "ok"])) or _median(
         r.timings_s.get("bench", 0.0) / max(1, sum(len(vs) for vs in r.level_values.values()) or r.repetitions_done)
         for r in records if r.repetitions_done)
-    chosen = fixed if fixed is not None else choose_repetitions(within=within, between=between, start_s=start_s,
+    chosen = fixed if fixed is not None else choose_repetitions(within=within, between=settled, start_s=start_s,
                                                                 repetition_s=repetition_s)
     basis = ("set by confirmation.repetitions_per_visit" if fixed is not None else
-             "chosen from the confirmation's visits" if between is not None else
+             "chosen from the confirmation's visits" if settled is not None else
+             f"the start's share measured with {between_df} degree(s) of freedom, too few to act on: assumed equal "
+             f"to the within-visit spread until {MIN_BETWEEN_DF}" if between is not None else
              "chosen before the first look: between-visit spread assumed equal to the within-visit spread")
     return VisitEconomy(
         within_cv=math.sqrt(within) if within is not None else None,

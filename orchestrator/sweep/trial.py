@@ -540,11 +540,13 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
-        "bench", "teardown"}}`` (seconds; the visit economy reads what a start and a repetition cost).
+        "bench", "warmup", "teardown"}, "host_cpu_steal"}`` (``bench`` includes ``warmup``) (seconds; the visit economy reads what a start and a
+        repetition cost; ``host_cpu_steal`` is the most of the repetitions', None off Linux).
     """
     spec = SweepSpec.model_validate(ctx.spec)
     config = EngineConfig.model_validate(engine_config)
     values: list[float] = []
+    steals: list[float] = []
     status, reason, message = "ok", None, ""
     timings: dict[str, float] = {}
     session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
@@ -568,17 +570,23 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
                 raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
             finally:
                 timings["bench"] = time.monotonic() - tic
-            for repetition in result.level(level).repetitions:
+            measured = result.level(level)
+            if measured.warmup is not None and measured.warmup.duration_s is not None:
+                timings["warmup"] = measured.warmup.duration_s  # a visit's fixed cost, like its start
+            for repetition in measured.repetitions:
                 value = repetition.flat().get(spec.objective.metric)
                 if isinstance(value, (int, float)):
                     values.append(float(value))
+                if repetition.host_cpu_steal is not None:
+                    steals.append(repetition.host_cpu_steal)
     except TrialFailure as failure:
         status, reason, message = "failed", failure.reason, failure.message
     finally:
         if session.stop_error is not None:  # the visit's figures stand; a leftover is logged
             logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
     return {"values": values, "status": status, "reason": reason, "message": message,
-            "timings": {k: round(v, 3) for k, v in timings.items()}}
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "host_cpu_steal": round(max(steals), 4) if steals else None}
 
 
 def _visit_launch_reason(cause: BaseException) -> str:

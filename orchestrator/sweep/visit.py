@@ -60,7 +60,8 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
 
     def visit(record: TrialRecord, round_number: int, *, repetitions: int) -> dict[str, Any]:
         if display.confirmation is None:  # the first visit: the round runs; its cost in engine starts
-            display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k)),
+            display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k,
+                                                                 no_speculation=spec.confirmation.no_speculation)),
                                          done=len(done))
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())

@@ -73,6 +73,15 @@ def test_contenders_are_the_best_the_runner_up_sglangs_default_and_no_speculatio
         ("best", 3), ("runner_up", 4), ("default", 2), ("no_speculation", 1)], "early-stopped trial 5 never is one"
 
 
+def test_no_speculation_switched_off_is_not_visited_and_its_gain_is_said_to_be_the_searchs() -> None:
+    assert [c.role for c in choose_contenders(RECORDS, top_k=2, no_speculation=False)] == [
+        "best", "runner_up", "default"]
+    result, double, _ = _run({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0}, no_speculation=False)
+    assert 1 not in double.order and double.order[:6] == [3, 4, 2, 2, 4, 3]
+    assert result.vs_sglang_default["kind"] == "better" and result.vs_no_speculation is None
+    assert "no speculation: not visited (confirmation.no_speculation: false)" in result.lines[-1]
+
+
 def test_a_search_trial_that_ran_as_sglangs_default_is_not_visited_twice() -> None:
     same_as_auto = _record(6, 125.0, point=AUTO_POINT)  # e.g. proposed while the auto baseline still ran
     chosen = choose_contenders([*RECORDS, same_as_auto], top_k=2)
@@ -131,6 +140,59 @@ def test_the_pairing_cancels_drift_that_a_plain_comparison_would_read_as_a_gain(
     # equal speeds, the machine speeding up 1% per visit: paired by round, the ratio stays near 1
     result, _, _ = _run({3: 100.0, 4: 100.0, 2: 100.0, 1: 50.0}, cv=0.0005, drift=0.01, max_visits=6)
     assert 0.97 < result.vs_sglang_default["ratio"] < 1.03
+
+
+def test_a_visit_measured_under_cpu_steal_is_discarded_and_the_verdict_reads_the_rest() -> None:
+    double = Double({3: 120.0, 4: 110.0, 2: 100.0, 1: 50.0})
+    stolen = {(2, 0), (3, 1)}  # SGLang's default in round 1, the best in round 2: each at a third of its speed
+
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int = 1) -> dict:
+        outcome = double(record, round_number, repetitions=repetitions)
+        if (record.number, round_number) in stolen:
+            return {**outcome, "values": [v / 3 for v in outcome["values"]], "host_cpu_steal": 0.35}
+        return {**outcome, "host_cpu_steal": 0.01}
+
+    lines: list[str] = []
+    result = run_confirmation(_spec(max_visits=8), RECORDS, visit=visit, say=lines.append)
+    discarded = [v for v in result.visits if v["status"] == "discarded"]
+    assert {(v["trial"], v["round"]) for v in discarded} == stolen
+    assert all(v["reason"] == "host_cpu_steal" and v["values"] for v in discarded), "the figure is kept, not counted"
+    assert result.vs_sglang_default["kind"] == "better" and 1.17 < result.vs_sglang_default["ratio"] < 1.23
+    assert any("discarded: the hypervisor gave 35% of the host's CPU" in line for line in lines)
+    assert "2 of " in result.lines[-1] and "confirmation.max_host_cpu_steal" in result.lines[-1]
+
+    kept = run_confirmation(_spec(max_visits=8, max_host_cpu_steal=None), RECORDS, visit=visit, say=lambda _: None)
+    assert not any(v["status"] == "discarded" for v in kept.visits), "null counts every visit"
+
+
+def test_max_minutes_ends_the_rounds_before_one_it_has_no_time_for_even_without_a_spread() -> None:
+    double = Double({3: 120.0, 4: 110.0, 2: 100.0, 1: 50.0})
+    now = [0.0]
+
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int = 1) -> dict:
+        now[0] += 10.0  # each visit takes 10 s on this clock: a round of four, 40 s
+        outcome = double(record, round_number, repetitions=repetitions)
+        return {**outcome, "host_cpu_steal": 0.5 if record.number == 2 else 0.0}  # SGLang's default: all discarded
+
+    lines: list[str] = []
+    result = run_confirmation(_spec(max_visits=8, max_minutes=2.0), RECORDS, visit=visit, say=lines.append,
+                              clock=lambda: now[0])
+    assert result.rounds == 3, "120 s: three rounds of 40 s, not a fourth"
+    assert result.infeasible == "confirmation.max_minutes (2) leaves 0 s, less than another round takes (~40 s)"
+    assert "confirmation: stopped after round 3: confirmation.max_minutes (2)" in lines[-1]
+    assert result.vs_sglang_default["kind"] == "undecided" and "confirmation.max_minutes (2)" in result.lines[0]
+
+
+def test_a_leader_with_no_counted_visit_is_undecided_not_missing() -> None:
+    double = Double({3: 120.0, 2: 100.0, 1: 50.0})
+
+    def visit(record: TrialRecord, round_number: int, *, repetitions: int = 1) -> dict:
+        return {**double(record, round_number, repetitions=repetitions),
+                "host_cpu_steal": 0.3 if record.number == 3 else 0.0}
+
+    result = run_confirmation(_spec(top_k=1, max_visits=3), RECORDS, visit=visit, say=lambda _: None)
+    assert result.vs_sglang_default is None and result.chosen == 2
+    assert result.lines[0].startswith("verdict: undecided: no visit of the search's contenders counted")
 
 
 def test_failed_visits_are_recorded_and_the_rest_still_decides() -> None:

@@ -43,6 +43,13 @@ def test_a_search_smaller_than_top_k_has_fewer_contenders() -> None:
     assert (plan.contenders, plan.total) == (1 + 2, 3 + 12)  # one search trial after the two baselines
 
 
+def test_no_speculation_switched_off_is_one_contender_fewer() -> None:
+    on = planned_starts(_spec(budget={"num_trials": 40}, confirmation={"top_k": 1, "max_visits": 6}))
+    off = planned_starts(_spec(budget={"num_trials": 40}, confirmation={"top_k": 1, "max_visits": 6,
+                                                                       "no_speculation": False}))
+    assert (on.contenders, off.contenders) == (3, 2) and off.visits == 12
+
+
 def test_no_confirmation_visits_when_it_is_off_or_cannot_run() -> None:
     assert planned_starts(_spec(budget={"num_trials": 5}, confirmation={"enabled": False})).total == 5
     plain = _spec(engine={"speculative_algorithm": None, "draft_model_path": None}, budget={"num_trials": 5})
