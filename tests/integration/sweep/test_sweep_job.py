@@ -46,7 +46,8 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 "nccl_env": {"NCCL_ALGO": ["default", "Tree"], "NCCL_PROTO": ["default", "LL128"]},
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
         budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
-        confirmation={"enabled": True, "top_k": 2, "min_visits": 2, "max_visits": 2, "repetitions_per_visit": 1},
+        confirmation={"enabled": True, "top_k": 2, "min_visits": 2, "max_visits": 2, "repetitions_per_visit": 1,
+                      "max_host_cpu_steal": None},  # the round's flow, whatever the VM's steal (unit-tested)
     )
     results = work / "results"
     proc = cluster.submit(
