@@ -152,10 +152,14 @@ class EngineClient:
         try:
             while True:
                 new_ids = await state.queue.get()
-                last = state.finished and state.queue.empty()
-                yield state, new_ids, last
-                if last:
+                if state.finished:
+                    # The engine is done: what is still queued goes out with this, as the last
+                    # update, so no chunk rendered from the finished state claims to be an earlier one.
+                    while not state.queue.empty():
+                        new_ids = (*new_ids, *state.queue.get_nowait())
+                    yield state, new_ids, True
                     return
+                yield state, new_ids, False
         finally:
             if not state.finished:
                 self.abort(state.rid)

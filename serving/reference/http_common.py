@@ -328,16 +328,22 @@ async def stream_response(
 
 
 async def merged_updates(
-    client: EngineClient, states: Sequence[RequestState]
-) -> AsyncGenerator[tuple[int, RequestState, tuple[int, ...], bool], None]:
+    client: EngineClient, states: Sequence[RequestState],
+    snapshot: Optional[Callable[[int, RequestState, tuple[int, ...], bool], Any]] = None,
+) -> AsyncGenerator[tuple[int, Any, tuple[int, ...], bool], None]:
     """``client.updates`` of several requests as one stream of (item index, state, new ids,
     is_last), in the order the engine produced them: SGLang's batched streaming, which yields
-    each item's chunk as it comes (``_handle_batch_request``). Closing it aborts what is left."""
-    queue: asyncio.Queue[tuple[int, RequestState, tuple[int, ...], bool]] = asyncio.Queue()
+    each item's chunk as it comes (``_handle_batch_request``). Closing it aborts what is left.
+
+    A state is live: by the time a queued update is read, its request may have grown or finished.
+    ``snapshot(index, state, new_ids, is_last)``, where given, renders the update as it arrives,
+    and its result takes the state's place in the stream."""
+    queue: asyncio.Queue[tuple[int, Any, tuple[int, ...], bool]] = asyncio.Queue()
 
     async def pump(index: int, state: RequestState) -> None:
         async for rs, new_ids, last in client.updates(state):
-            queue.put_nowait((index, rs, new_ids, last))
+            shot = rs if snapshot is None else snapshot(index, rs, new_ids, last)
+            queue.put_nowait((index, shot, new_ids, last))
 
     tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(states)]
     try:

@@ -357,9 +357,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 if intervals[0].due(rs, new_ids, last):
                     yield sse(payload(rs))
             return
-        async for index, rs, new_ids, last in merged_updates(client, submitted):
-            if intervals[index].due(rs, new_ids, last):
-                yield sse({**payload(rs), "index": index})
+        def chunk(index: int, rs: RequestState, new_ids: tuple[int, ...], last: bool) -> bytes | None:
+            return sse({**payload(rs), "index": index}) if intervals[index].due(rs, new_ids, last) else None
+
+        async for _, event, _, _ in merged_updates(client, submitted, snapshot=chunk):
+            if event is not None:
+                yield event
 
     return await stream_response(request, client, submitted, events())
 
