@@ -448,8 +448,8 @@ def _out_of_time(max_minutes: float | None, elapsed_s: float, round_s: float | N
     left_s = max_minutes * 60 - elapsed_s
     if round_s <= left_s:
         return None
-    return (f"confirmation.max_minutes ({max_minutes:g}) leaves {max(left_s, 0):.0f} s, less than another round "
-            f"takes (~{round_s:.0f} s)")
+    return (f"confirmation.max_minutes ({max_minutes:g}) leaves {math.floor(max(left_s, 0))} s, less than another "
+            f"round takes (~{math.ceil(round_s)} s)")
 
 
 def _discard_if_stolen(entry: dict[str, Any], limit: float | None) -> None:
