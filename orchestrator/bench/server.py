@@ -17,20 +17,19 @@ from typing import Any
 import aiohttp
 
 from orchestrator.bench.blocking import blocking
-
 from orchestrator.bench.loadgen import ApiKind
 
 __all__ = [
     "SERVER_INFO_KEYS",
-    "aserver_info",
     "accept_length_from_info",
+    "aserver_info",
     "check_health",
     "decode_log_interval_from_info",
     "detect_api",
     "flush_cache",
     "get_server_info",
-    "server_info",
     "openai_model",
+    "server_info",
     "summarise_server_info",
 ]
 

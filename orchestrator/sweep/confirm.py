@@ -529,9 +529,10 @@ def run_confirmation(
             confirmation.visits.append(entry)
             if on_visit is not None:
                 on_visit(entry)
-            shown = ", ".join(f"{v:.4g}" for v in values) if entry["status"] == "ok" else entry["reason"]
+            measured = entry["status"] in ("ok", "discarded")
+            shown = ", ".join(f"{v:.4g}" for v in values) if measured else entry["reason"]
             if entry["status"] == "discarded":
-                shown = f"{', '.join(f'{v:.4g}' for v in values)}, discarded: {entry['message']}"
+                shown += f", discarded: {entry['message']}"
             say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
                 f"({contender.role}): {spec.objective.metric} {shown}")
         confirmation.wall_s = clock() - started

@@ -540,8 +540,9 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
-        "bench", "warmup", "teardown"}, "host_cpu_steal"}`` (``bench`` includes ``warmup``) (seconds; the visit economy reads what a start and a
-        repetition cost; ``host_cpu_steal`` is the most of the repetitions', None off Linux).
+        "bench", "warmup", "teardown"}, "host_cpu_steal"}``: timings in seconds, ``bench`` including
+        ``warmup`` (the visit economy reads what a start and a repetition cost); ``host_cpu_steal``
+        the most of the repetitions', None off Linux.
     """
     spec = SweepSpec.model_validate(ctx.spec)
     config = EngineConfig.model_validate(engine_config)
