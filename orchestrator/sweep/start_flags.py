@@ -33,7 +33,7 @@ every size occurs, as a batch fills at the start and drains at the end of a run 
 moment whenever a request finishes before its successor is admitted). The engine's own cap bounds
 it too: ``max_running_requests`` (48 under speculation unless ``engine.extra_args`` sets it). So
 the reachable sizes are ``1..n`` with ``n = min(highest level, that cap)``, and the captured list is
-SGLang's own list built for ``max_bs = n`` (``sglang_decode_batch_sizes``): every reachable size
+SGLang's own list built for ``max_bs = n`` (``serving.cuda_graph_rules.decode_batch_sizes``): every reachable size
 pads to a captured one no larger than ``n``, sizes up to the last default entry below ``n`` replay
 exactly the graph the served default engine replays for them, and the few sizes between that entry
 and ``n`` pad to ``n`` instead of to the next default entry (no slower). With
@@ -62,6 +62,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from orchestrator.spec import SweepSpec
+from serving.cuda_graph_rules import decode_batch_sizes
 from serving.engine.config import EngineConfig, FlagValue
 from serving.speculative_rules import SPECULATIVE_MAX_RUNNING_REQUESTS
 
@@ -69,7 +70,6 @@ __all__ = [
     "GRAPH_FLAGS",
     "WARMUP_FLAG",
     "reachable_batch_size",
-    "sglang_decode_batch_sizes",
     "sweep_start_flags",
     "with_start_flags",
 ]
@@ -91,26 +91,6 @@ USER_GRAPH_CHOICES = (
 config that wins over both, a backend, or none at all); with any of them set (``false`` is not a
 choice: it renders as nothing) the sweep adds no graph flag. ``skip_server_warmup`` given at all,
 ``false`` included, is the spec's choice (``false``: keep SGLang's warm-up)."""
-
-
-def sglang_decode_batch_sizes(max_bs: int, *, speculative: bool, disable_padding: bool = False) -> list[int]:
-    """SGLang 0.5.23's decode capture list for ``max_bs`` (``cuda_graph_hook.generate_decode_cuda_graph_batch_sizes``).
-
-    Args:
-        max_bs: The largest batch size to capture (appended when the pattern misses it).
-        speculative: Speculative decoding on (a denser pattern at small sizes).
-        disable_padding: ``--disable-cuda-graph-padding``: every size from 1, no padding.
-    """
-    if disable_padding:
-        sizes = list(range(1, max_bs + 1))
-    elif not speculative:
-        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
-    else:
-        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
-    sizes = [bs for bs in sizes if bs <= max_bs]
-    if max_bs not in sizes:
-        sizes.append(max_bs)
-    return sizes
 
 
 def _int_flag(value: FlagValue | None) -> int | None:
@@ -156,8 +136,8 @@ def sweep_start_flags(spec: SweepSpec, config: EngineConfig) -> dict[str, FlagVa
         flags[WARMUP_FLAG] = True
     if not any(_given(extra, flag, false_counts=False) for flag in USER_GRAPH_CHOICES):
         n = reachable_batch_size(spec, config)
-        sizes = sglang_decode_batch_sizes(n, speculative=config.speculative,
-                                          disable_padding=extra.get("disable_cuda_graph_padding") is True)
+        sizes = decode_batch_sizes(n, speculative=config.speculative,
+                                   disable_padding=extra.get("disable_cuda_graph_padding") is True)
         flags["cuda_graph_bs_decode"] = list(sizes)
         flags["cuda_graph_max_bs_decode"] = max(sizes)
     return flags

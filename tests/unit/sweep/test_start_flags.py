@@ -14,12 +14,12 @@ from orchestrator.sweep.coordinator import SweepCoordinator
 from orchestrator.sweep.results import read_records
 from orchestrator.sweep.start_flags import (
     reachable_batch_size,
-    sglang_decode_batch_sizes,
     sweep_start_flags,
     with_start_flags,
 )
 from orchestrator.sweep.trial import engine_config_for
 from orchestrator.tracking import recorded_config
+from serving.cuda_graph_rules import decode_batch_sizes
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
 
@@ -44,12 +44,12 @@ def _config(spec: SweepSpec, *, speculative: bool = True) -> EngineConfig:
 
 def test_sglangs_own_lists_for_a_given_max() -> None:
     # cuda_graph_hook.generate_decode_cuda_graph_batch_sizes: the pattern up to max_bs, max_bs appended
-    assert sglang_decode_batch_sizes(48, speculative=True) == SPEC_SPECULATIVE_DEFAULT
-    assert sglang_decode_batch_sizes(9, speculative=True) == [*range(1, 10)]
-    assert sglang_decode_batch_sizes(11, speculative=True) == [*range(1, 9), 10, 11]
-    assert sglang_decode_batch_sizes(48, speculative=False) == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
-    assert sglang_decode_batch_sizes(6, speculative=False) == [1, 2, 4, 6]
-    assert sglang_decode_batch_sizes(5, speculative=False, disable_padding=True) == [1, 2, 3, 4, 5]
+    assert decode_batch_sizes(48, speculative=True) == SPEC_SPECULATIVE_DEFAULT
+    assert decode_batch_sizes(9, speculative=True) == [*range(1, 10)]
+    assert decode_batch_sizes(11, speculative=True) == [*range(1, 9), 10, 11]
+    assert decode_batch_sizes(48, speculative=False) == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
+    assert decode_batch_sizes(6, speculative=False) == [1, 2, 4, 6]
+    assert decode_batch_sizes(5, speculative=False, disable_padding=True) == [1, 2, 3, 4, 5]
 
 
 def test_a_trial_starts_without_warmup_and_captures_up_to_its_highest_level() -> None:

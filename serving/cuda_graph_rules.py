@@ -1,0 +1,162 @@
+"""Which decode batch sizes SGLang 0.5.23 captures in CUDA graphs, and which graph a batch replays:
+its rule, written once, for the sweep's start flags and the GPU reference engine.
+
+From the 0.5.23 wheel (paths under ``sglang/srt/``):
+
+* **The list.** ``arg_groups/cuda_graph_hook.py`` ``generate_decode_cuda_graph_batch_sizes``:
+  under speculation ``1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, 272.. step 16``, without
+  it ``1, 2, 4, 8, 12, 16-256 step 8, 272-496 step 16, 512.. step 32``; every size from 1 with
+  ``--disable-cuda-graph-padding``; cut at ``max_bs``, which is appended when missing.
+* **max_bs.** ``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` by the smallest visible
+  GPU's memory (MiB) and TP size (:func:`default_decode_max_bs`); an explicit
+  ``--cuda-graph-bs-decode`` wins over ``--cuda-graph-max-bs-decode`` (``max_bs = max(bs)``).
+* **The runtime cut.** ``model_executor/runner/base_cuda_graph_runner.py``
+  ``get_batch_sizes_to_capture`` keeps sizes up to the request pool (``max_running_requests``:
+  48 under EAGLE unless given, ``speculative_hook.py``), appending the pool size when the list
+  passes it. One H200 at TP 1 under EAGLE captures 23 sizes: 1-8, 10-32 step 2, 40, 44, 48.
+* **Off.** ``--disable-decode-cuda-graph`` or ``--cuda-graph-backend-decode disabled``; the
+  deprecated ``--disable-cuda-graph`` turns off decode and prefill (``parse_cuda_graph_config``).
+* **Replay.** ``BaseCudaGraphRunner._pad_to_bucket``: the smallest captured size ``>=`` the batch
+  (``bisect_left``); a batch above the largest runs eagerly, no error (``can_run_graph``:
+  ``cuda_graph_bs <= self.max_bs``); with ``--disable-cuda-graph-padding`` only exact sizes replay.
+  The target's verify forward replays at ``bs x speculative_num_draft_tokens`` tokens, the draft
+  loop at ``bs x speculative_eagle_topk`` (built only for ``speculative_num_steps > 1``).
+* **Reported.** ``/server_info`` keeps the flags as given (``cuda_graph_bs_decode`` null by
+  default), the resolved plan under ``cuda_graph_config.decode.{backend,max_bs,bs}`` (before the
+  runtime cut) and the sizes really captured as ``internal_states[i].decode_cuda_graph_bs``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Literal, Optional, Sequence
+
+from serving.speculative_rules import SPECULATIVE_MAX_RUNNING_REQUESTS
+
+__all__ = [
+    "DecodeGraphPlan",
+    "decode_batch_sizes",
+    "default_decode_max_bs",
+    "graph_batch_size",
+    "plan_decode_graphs",
+]
+
+Backend = Literal["full", "breakable", "disabled"]
+
+
+def decode_batch_sizes(max_bs: int, *, speculative: bool, disable_padding: bool = False) -> list[int]:
+    """SGLang's decode capture list for ``max_bs`` (``generate_decode_cuda_graph_batch_sizes``).
+
+    Args:
+        max_bs: The largest batch size to capture (appended when the pattern misses it).
+        speculative: Speculative decoding on (a denser pattern at small sizes).
+        disable_padding: ``--disable-cuda-graph-padding``: every size from 1, no padding.
+    """
+    if disable_padding:
+        sizes = list(range(1, max_bs + 1))
+    elif not speculative:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    else:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def default_decode_max_bs(gpu_memory_mib: Optional[float], tp_size: int) -> int:
+    """``handle_gpu_memory_settings``'s ``max_bs`` for a GPU of ``gpu_memory_mib`` (None: unknown)."""
+    if gpu_memory_mib is None:
+        return 160
+    gib = gpu_memory_mib / 1024
+    small_tp = tp_size < 4
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 48 if small_tp else 160
+    if gib < 60:
+        return 32 if small_tp else 160
+    if gib < 160:
+        return 256 if small_tp else 512
+    return 512
+
+
+@dataclass(frozen=True)
+class DecodeGraphPlan:
+    """What the decode graphs are: the resolved config and the sizes captured.
+
+    Attributes:
+        backend: ``cuda_graph_config.decode.backend``.
+        max_bs: ``cuda_graph_config.decode.max_bs`` (as resolved, before the runtime cut).
+        bs: ``cuda_graph_config.decode.bs`` (likewise).
+        captured: The sizes really captured (``decode_cuda_graph_bs``): empty when disabled.
+        pad: Whether a batch pads up to the next captured size (``--disable-cuda-graph-padding`` off).
+    """
+
+    backend: Backend
+    max_bs: int
+    bs: tuple[int, ...]
+    captured: tuple[int, ...]
+    pad: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend != "disabled" and bool(self.captured)
+
+    def config_dict(self) -> dict[str, object]:
+        """``/server_info``'s ``cuda_graph_config.decode``."""
+        return {"backend": self.backend, "max_bs": self.max_bs, "bs": list(self.bs)}
+
+
+def plan_decode_graphs(
+    *,
+    speculative: bool,
+    gpu_memory_mib: Optional[float],
+    tp_size: int,
+    max_running_requests: Optional[int] = None,
+    cuda_graph_bs_decode: Optional[Sequence[int]] = None,
+    cuda_graph_max_bs_decode: Optional[int] = None,
+    cuda_graph_backend_decode: Optional[Backend] = None,
+    disable_decode_cuda_graph: bool = False,
+    disable_cuda_graph: bool = False,
+    disable_cuda_graph_padding: bool = False,
+) -> DecodeGraphPlan:
+    """The decode graphs an SGLang 0.5.23 server with these flags captures, in its precedence:
+    the backend flag over the off-switches over the deprecated ``--disable-cuda-graph``; an explicit
+    list over ``--cuda-graph-max-bs-decode`` over the memory default; then the request-pool cut."""
+    backend: Backend = "full"
+    if disable_cuda_graph:
+        backend = "disabled"
+    if disable_decode_cuda_graph:
+        backend = "disabled"
+    if cuda_graph_backend_decode is not None:
+        backend = cuda_graph_backend_decode
+    if cuda_graph_bs_decode:
+        bs = sorted(set(int(b) for b in cuda_graph_bs_decode))
+        max_bs = max(bs)
+    else:
+        max_bs = cuda_graph_max_bs_decode or default_decode_max_bs(gpu_memory_mib, tp_size)
+        if cuda_graph_max_bs_decode is None and max_running_requests is not None and max_running_requests < max_bs:
+            max_bs = max_running_requests  # a lower --max-running-requests caps the defaulted size
+        bs = decode_batch_sizes(max_bs, speculative=speculative, disable_padding=disable_cuda_graph_padding)
+    pool = max_running_requests or (SPECULATIVE_MAX_RUNNING_REQUESTS if speculative else None)
+    captured = list(bs)
+    if pool is not None:
+        if max(captured) > pool:
+            captured.append(pool)
+        captured = sorted(set(b for b in captured if b <= pool))
+    if backend == "disabled":
+        captured = []
+    return DecodeGraphPlan(backend=backend, max_bs=max_bs, bs=tuple(bs), captured=tuple(captured),
+                           pad=not disable_cuda_graph_padding)
+
+
+def graph_batch_size(batch: int, captured: Sequence[int], *, pad: bool = True) -> Optional[int]:
+    """The captured size a decode batch of ``batch`` requests replays, or None to run it eagerly
+    (above the largest captured size, none captured, or no exact size without padding)."""
+    if batch < 1 or not captured or batch > captured[-1]:
+        return None
+    index = bisect.bisect_left(captured, batch)
+    size = captured[index]
+    return size if pad or size == batch else None
