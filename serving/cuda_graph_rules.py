@@ -115,6 +115,7 @@ def plan_decode_graphs(
     gpu_memory_mib: Optional[float],
     tp_size: int,
     max_running_requests: Optional[int] = None,
+    request_pool: Optional[int] = None,
     cuda_graph_bs_decode: Optional[Sequence[int]] = None,
     cuda_graph_max_bs_decode: Optional[int] = None,
     cuda_graph_backend_decode: Optional[Backend] = None,
@@ -124,7 +125,13 @@ def plan_decode_graphs(
 ) -> DecodeGraphPlan:
     """The decode graphs an SGLang 0.5.23 server with these flags captures, in its precedence:
     the backend flag over the off-switches over the deprecated ``--disable-cuda-graph``; an explicit
-    list over ``--cuda-graph-max-bs-decode`` over the memory default; then the request-pool cut."""
+    list over ``--cuda-graph-max-bs-decode`` over the memory default; then the request-pool cut.
+
+    Args:
+        max_running_requests: ``--max-running-requests`` as given (a lower one caps a defaulted max_bs).
+        request_pool: The running server's request pool, which cuts the captured sizes (default:
+            ``max_running_requests``, else 48 under speculation, else no cut).
+    """
     backend: Backend = "full"
     if disable_cuda_graph:
         backend = "disabled"
@@ -140,7 +147,7 @@ def plan_decode_graphs(
         if cuda_graph_max_bs_decode is None and max_running_requests is not None and max_running_requests < max_bs:
             max_bs = max_running_requests  # a lower --max-running-requests caps the defaulted size
         bs = decode_batch_sizes(max_bs, speculative=speculative, disable_padding=disable_cuda_graph_padding)
-    pool = max_running_requests or (SPECULATIVE_MAX_RUNNING_REQUESTS if speculative else None)
+    pool = request_pool or max_running_requests or (SPECULATIVE_MAX_RUNNING_REQUESTS if speculative else None)
     captured = list(bs)
     if pool is not None:
         if max(captured) > pool:

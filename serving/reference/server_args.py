@@ -62,6 +62,8 @@ NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
     "cuda_graph_bs_prefill": {"type": int, "nargs": "+"},
     "cuda_graph_max_bs_decode": {"type": int},
     "cuda_graph_max_bs_prefill": {"type": int},
+    "cuda_graph_backend_decode": {"type": str, "choices": ["full", "breakable", "disabled"]},
+    "disable_cuda_graph_padding": {"action": "store_true"},
     "chunked_prefill_size": {"type": int},
     "attention_backend": {"type": str},
     "disable_radix_cache": {"action": "store_true"},

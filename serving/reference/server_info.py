@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.cuda_graph_rules import DecodeGraphPlan, plan_decode_graphs
 from serving.reference.config import get_preset
 from serving.reference.http_common import AppState
 
@@ -49,7 +50,10 @@ SGLANG_DEFAULTS: dict[str, Any] = {
     "nnodes": 1,
     "node_rank": 0,
     "disaggregation_mode": "null",
-    "disable_cuda_graph": True,  # eager only: there are no CUDA graphs here
+    "disable_cuda_graph": False,
+    "disable_decode_cuda_graph": False,
+    "disable_prefill_cuda_graph": False,
+    "disable_cuda_graph_padding": False,
 }
 """Filled in where the reference engine's value is None (or the arg does not exist here)."""
 
@@ -84,6 +88,20 @@ def _memory_usage(state: AppState, scheduler_memory: dict[str, Any]) -> dict[str
     }
 
 
+def _decode_graphs(args: dict[str, Any], state: AppState) -> DecodeGraphPlan:
+    """SGLang's decode-graph plan for these flags (``serving.cuda_graph_rules``). The reference
+    engine captures none yet: ``decode_cuda_graph_bs`` reports what was captured, so it is empty."""
+    return plan_decode_graphs(
+        speculative=state.args.speculative, gpu_memory_mib=None, tp_size=state.args.tp_size,
+        request_pool=state.args.max_running_requests,  # resolved; whether it was given is not kept
+        cuda_graph_bs_decode=args.get("cuda_graph_bs_decode"), cuda_graph_max_bs_decode=args.get("cuda_graph_max_bs_decode"),
+        cuda_graph_backend_decode=args.get("cuda_graph_backend_decode"),
+        disable_decode_cuda_graph=bool(args.get("disable_decode_cuda_graph")),
+        disable_cuda_graph=bool(args.get("disable_cuda_graph")),
+        disable_cuda_graph_padding=bool(args.get("disable_cuda_graph_padding")),
+    )
+
+
 def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
     """The ``/server_info`` body (SGLang's shape, plus a ``reference_engine`` section).
 
@@ -92,6 +110,7 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
     client polling early sees the final shape; the scheduler's counters join once it reports.
     """
     args = _server_args(state)
+    args["cuda_graph_config"] = {"decode": _decode_graphs(args, state).config_dict()}
     scheduler = dict(state.client.internal_state) if state.client else {}
     scheduler_memory = scheduler.pop("memory_usage", {}) or {}
     internal: dict[str, Any] = {
@@ -101,6 +120,7 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
         "memory_usage": _memory_usage(state, scheduler_memory),
         # SGLang: self.max_running_requests after resolve_max_num_reqs (speculation caps it at 48).
         "effective_max_running_requests_per_dp": state.args.max_running_requests,
+        "decode_cuda_graph_bs": [],  # captured sizes (SGLang's internal_states key): eager here, none
     }
     body: dict[str, Any] = {
         **args,

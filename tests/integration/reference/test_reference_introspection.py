@@ -84,6 +84,18 @@ def samples(text: str) -> list:
     return [s for f in text_string_to_metric_families(text) for s in f.samples]
 
 
+def test_server_info_reports_the_decode_graph_plan_as_sglang_does_and_what_was_captured(server: EngineProcess) -> None:
+    """0.5.23: the flags as given at the top level, the resolved plan under
+    ``cuda_graph_config.decode`` (``cuda_graph_hook.parse_cuda_graph_config``, before the runtime
+    cut) and the captured sizes as ``internal_states[i].decode_cuda_graph_bs``: none on CPU."""
+    info = http(server, "/server_info")[1]
+    decode = info["cuda_graph_config"]["decode"]
+    assert decode["backend"] == "full" and decode["max_bs"] == 160, "unknown GPU memory: SGLang's 160"
+    assert decode["bs"][:9] == [1, 2, 3, 4, 5, 6, 7, 8, 10] and decode["bs"][-1] == 160, "speculation's list"
+    assert info["cuda_graph_bs_decode"] is None and info["disable_cuda_graph"] is False
+    assert info["internal_states"][0]["decode_cuda_graph_bs"] == []
+
+
 def test_metrics_agree_with_meta_info(server: EngineProcess) -> None:
     """Counters move by exactly what the requests' ``meta_info`` says, under SGLang's labels:
     ``spec_verify_calls_total`` by ``spec_verify_ct`` (what dashboards divide generated tokens by
