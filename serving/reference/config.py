@@ -92,6 +92,17 @@ class ModelPreset:
         """Extra stop tokens for chat requests: the end-of-turn marker of the template."""
         return (END_OF_TURN_ID,)
 
+    def weight_elements(self, tp_size: int) -> int:
+        """Parameters one TP rank holds: the replicated embedding, output layer and norms, and
+        its shard of the attention and MLP matrices."""
+        h, layers = self.hidden_size, self.num_layers
+        replicated = 2 * self.vocab_size * h + (2 * layers + 1) * h
+        return replicated + layers * (4 * h * h + 3 * h * self.intermediate_size) // tp_size
+
+    def kv_elements_per_token(self, tp_size: int) -> int:
+        """KV-cache values one token takes on one TP rank (keys and values of every layer)."""
+        return self.num_layers * 2 * (self.hidden_size // tp_size)
+
     def check_tp(self, tp_size: int) -> None:
         """Raise ``ValueError`` naming the field if this shape cannot be split ``tp_size`` ways."""
         for field in ("num_heads", "intermediate_size"):

@@ -90,6 +90,8 @@ class AppState:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     worker_info: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     max_total_num_tokens: int = 0
+    decode_cuda_graph_bs: tuple[int, ...] = ()  # what rank 0 captured (WorkerReady)
+    graph_memory_gb: float = 0.0
     startup_time: Optional[float] = None  # seconds from process start to ready (/server_info)
 
     @property

@@ -18,9 +18,14 @@ import logging
 
 import torch
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "cache_cols"]
 
 logger = logging.getLogger(__name__)
+
+
+def cache_cols(*, context_length: int, scratch: int) -> int:
+    """Positions one row holds: the context, the speculative scratch past it, and one spare."""
+    return context_length + scratch + 1
 
 
 def _grow(current: int, needed: int, *, minimum: int, maximum: int) -> int:
@@ -92,6 +97,11 @@ class KVCache:
         self.k, self.v = new_k, new_v
         logger.debug("KV cache grown to %d rows x %d cols", new_rows, new_cols)
         self.rows, self.cols = new_rows, new_cols
+
+    def allocate_whole(self) -> None:
+        """Allocate every row and column now and never again: captured CUDA graphs keep the
+        tensors' addresses, so the cache must not move after capture."""
+        self.reserve(rows=self.max_rows, cols=self.max_cols)
 
     def write(self, layer: int, rows: torch.Tensor, cols: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k``/``v`` (``[T, heads, head_dim]``) at positions ``(rows[i], cols[i])``."""

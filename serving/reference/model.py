@@ -80,10 +80,17 @@ class Attention:
     bias: Optional[torch.Tensor] = None
 
     @classmethod
-    def uniform(cls, *, prefix: torch.Tensor, extra: torch.Tensor, dtype: torch.dtype) -> "Attention":
-        """Build the mask once per forward (all layers share it)."""
+    def uniform(
+        cls, *, prefix: torch.Tensor, extra: torch.Tensor, dtype: torch.dtype, key_len: Optional[int] = None
+    ) -> "Attention":
+        """Build the mask once per forward (all layers share it).
+
+        ``key_len`` fixes how many key columns attention reads (a captured CUDA graph's, at
+        least the longest prefix plus the scratch); by default just enough, read off ``prefix``
+        (a device-to-host sync)."""
         batch, width, scratch = extra.shape
-        key_len = int(prefix.max()) + scratch
+        if key_len is None:
+            key_len = int(prefix.max()) + scratch
         cols = torch.arange(key_len, device=prefix.device)
         rel = cols[None, :] - prefix[:, None]  # [B, L]
         in_scratch = (rel >= 0) & (rel < scratch)
@@ -96,10 +103,14 @@ class Attention:
         return cls(batch=batch, width=width, key_len=key_len, bias=bias[:, None])
 
     @classmethod
-    def decode(cls, *, prefix: torch.Tensor, visible: int, dtype: torch.dtype) -> "Attention":
-        """One new token per request that sees ``visible`` scratch columns (all before it)."""
+    def decode(
+        cls, *, prefix: torch.Tensor, visible: int, dtype: torch.dtype, key_len: Optional[int] = None
+    ) -> "Attention":
+        """One new token per request that sees ``visible`` scratch columns (all before it);
+        ``key_len`` as in :meth:`uniform`."""
         batch = prefix.shape[0]
-        key_len = int(prefix.max()) + visible
+        if key_len is None:
+            key_len = int(prefix.max()) + visible
         cols = torch.arange(key_len, device=prefix.device)
         bias = torch.zeros(batch, key_len, dtype=dtype, device=prefix.device)
         bias.masked_fill_(cols[None, :] >= (prefix + visible)[:, None], float("-inf"))

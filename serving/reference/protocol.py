@@ -147,6 +147,9 @@ class WorkerReady:
     process_name: str
     env: dict[str, str]
     max_total_num_tokens: int
+    decode_cuda_graph_bs: tuple[int, ...] = ()  # sizes captured ((): eager decode)
+    graph_memory_gb: float = 0.0
+    graph_capture_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

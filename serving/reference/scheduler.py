@@ -26,6 +26,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from serving.cuda_graph_rules import DecodeGraphPlan
+from serving.reference.cuda_graphs import DecodeGraphs
+from serving.reference.kv_cache import cache_cols
 from serving.reference.model import Attention, Model, PrefillSpan
 from serving.reference.protocol import GenerateReq, TokenOut, TopLogprobs
 from serving.reference.sampling import SamplingParams, output_logprobs, target_probs
@@ -137,6 +140,10 @@ class Scheduler:
         log_stats: Whether this rank logs the decode lines (rank 0).
         on_stats: Called with the internal state after each fold.
         clock: Time source for throughput figures (never for decisions).
+        decode_graphs: Decode CUDA graphs to capture (``ServerArgs.decode_graph_plan``), or None
+            to decode eagerly.
+        use_cuda_graphs: With ``decode_graphs``: capture real CUDA graphs (False runs the same
+            static-buffer path eagerly, for CPU tests).
     """
 
     def __init__(
@@ -151,6 +158,8 @@ class Scheduler:
         log_stats: bool = True,
         on_stats: Optional[Callable[[dict[str, Any]], None]] = None,
         clock: Callable[[], float] = time.perf_counter,
+        decode_graphs: Optional[DecodeGraphPlan] = None,
+        use_cuda_graphs: bool = True,
     ) -> None:
         self.model = model
         self.spec = spec
@@ -161,8 +170,9 @@ class Scheduler:
         self.log_stats = log_stats
         self.on_stats = on_stats
         self.clock = clock
-        slack = spec.scratch_cols if spec else 1
-        self.cache = model.new_cache(max_rows=max_running_requests, max_cols=context_length + slack + 1)
+        self.cache = model.new_cache(
+            max_rows=max_running_requests, max_cols=cache_cols(context_length=context_length, scratch=self._scratch())
+        )
         self.device = model.device
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -173,6 +183,12 @@ class Scheduler:
         self.last_gen_throughput = 0.0
         self.last_spec_accept_length = 0.0
         self.last_spec_accept_rate = 0.0
+        self.graphs: Optional[DecodeGraphs] = None
+        if decode_graphs is not None and decode_graphs.enabled:
+            self.graphs = DecodeGraphs(
+                model=model, cache=self.cache, spec=spec, plan=decode_graphs, use_cuda_graphs=use_cuda_graphs
+            )
+            self.graphs.capture()
 
     # ----------------------------------------------------------------------------- requests
     def submit(self, req: GenerateReq) -> list[TokenOut]:
@@ -319,17 +335,21 @@ class Scheduler:
     def _decode(self) -> list[TokenOut]:
         batch = self.running
         dev = self.device
-        prefix = torch.tensor([r.committed for r in batch], device=dev)
-        self.cache.reserve(rows=len(batch), cols=int(prefix.max()) + 1)
-        logits = self.model.forward(
-            input_ids=torch.tensor([r.pending for r in batch], device=dev),
-            positions=prefix,
-            kv_rows=torch.arange(len(batch), device=dev),
-            kv_cols=prefix,
-            attention=Attention.decode(prefix=prefix, visible=1, dtype=self.model.dtype),
-            cache=self.cache,
-            num_layers=self.model.num_layers,
-        )
+        committed = [r.committed for r in batch]
+        pending = [r.pending for r in batch]
+        logits = self.graphs.decode(tokens=pending, prefix=committed) if self.graphs else None
+        if logits is None:
+            prefix = torch.tensor(committed, device=dev)
+            self.cache.reserve(rows=len(batch), cols=max(committed) + 1)
+            logits = self.model.forward(
+                input_ids=torch.tensor(pending, device=dev),
+                positions=prefix,
+                kv_rows=torch.arange(len(batch), device=dev),
+                kv_cols=prefix,
+                attention=Attention.decode(prefix=prefix, visible=1, dtype=self.model.dtype),
+                cache=self.cache,
+                num_layers=self.model.num_layers,
+            )
         picks = self._sample_rows(logits, batch)
         outs = []
         for i, (req, token) in enumerate(zip(batch, picks)):
@@ -345,11 +365,17 @@ class Scheduler:
         assert spec is not None
         batch = self.running
         dev = self.device
-        prefix = torch.tensor([r.committed for r in batch], device=dev)
-        roots = torch.tensor([r.pending for r in batch], device=dev)
-        self.cache.reserve(rows=len(batch), cols=int(prefix.max()) + spec.scratch_cols)
-        tree = draft_tree(model=self.model, cache=self.cache, roots=roots, prefix=prefix, config=spec)
-        logits = verify_tree(model=self.model, cache=self.cache, tree=tree, prefix=prefix)
+        committed = [r.committed for r in batch]
+        pending = [r.pending for r in batch]
+        replayed = self.graphs.speculate(roots=pending, prefix=committed) if self.graphs else None
+        if replayed is not None:
+            tree, logits = replayed
+        else:
+            prefix = torch.tensor(committed, device=dev)
+            roots = torch.tensor(pending, device=dev)
+            self.cache.reserve(rows=len(batch), cols=max(committed) + spec.scratch_cols)
+            tree = draft_tree(model=self.model, cache=self.cache, roots=roots, prefix=prefix, config=spec)
+            logits = verify_tree(model=self.model, cache=self.cache, tree=tree, prefix=prefix)
         tokens = tree.tokens.tolist()
         parents = tree.parents.tolist()
         greedy_pick = logits.argmax(dim=-1).tolist()
@@ -496,13 +522,19 @@ class Scheduler:
             )
             if self.spec:
                 msg += f"accept len: {self.last_spec_accept_length:.2f}, accept rate: {self.last_spec_accept_rate:.2f}, "
-            logger.info(msg + f"gen throughput (token/s): {self.last_gen_throughput:.2f}")
+            graph = self.graphs is not None and self.graphs.last_pass_was_graph
+            logger.info(msg + f"cuda graph: {graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}")
         self._win_verify_ct = self._win_accept_tokens = self._win_accepted_drafts = 0
         self._gen_tokens = 0
         self._window_start = now
         self._iters_since_fold = 0
         if self.on_stats is not None:
             self.on_stats(self.internal_state())
+
+    @property
+    def decode_cuda_graph_bs(self) -> list[int]:
+        """The decode sizes captured (SGLang's ``internal_states[i].decode_cuda_graph_bs``)."""
+        return list(self.graphs.sizes) if self.graphs is not None else []
 
     def internal_state(self) -> dict[str, Any]:
         """What ``/server_info`` reports as ``internal_states[0]``."""
@@ -515,7 +547,12 @@ class Scheduler:
             "num_used_tokens": used,
             "token_usage": used / capacity if capacity else 0.0,
             "memory_usage": {"kvcache_rows": self.cache.rows, "kvcache_cols": self.cache.cols},
+            "decode_cuda_graph_bs": self.decode_cuda_graph_bs,
         }
+        if self.graphs is not None:
+            # The modes of SGLang's sglang:cuda_graph_passes_total, counted since start.
+            state["cuda_graph_passes"] = {"decode_cuda_graph": self.graphs.counts.graph,
+                                          "decode_none": self.graphs.counts.eager}
         if self.spec is not None:
             state["spec_verify_ct_total"] = self.cum_spec_verify_ct
             state["spec_accept_tokens_total"] = self.cum_spec_accept_tokens

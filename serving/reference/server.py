@@ -96,6 +96,8 @@ def attach_engine(
     args = state.args
     state.worker_info = workers.worker_info()
     state.max_total_num_tokens = ready[0].max_total_num_tokens
+    state.decode_cuda_graph_bs = ready[0].decode_cuda_graph_bs
+    state.graph_memory_gb = ready[0].graph_memory_gb
     if state.metrics is not None:
         state.metrics.set_max_total_num_tokens(state.max_total_num_tokens)
     client = EngineClient(

@@ -32,9 +32,10 @@ from typing import Any, Optional, Sequence
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
 from serving.reference.config import PRESETS, get_preset, resolve_draft_layers
 from serving.all_reduce_rules import GpuKind, predict
+from serving.cuda_graph_rules import DecodeGraphPlan
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
 
-__all__ = ["INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "REFERENCE_ONLY_FLAGS", "ServerArgs", "build_parser", "option_strings",
+__all__ = ["DEFAULT_MEM_FRACTION_STATIC", "GRAPH_FLAGS", "INT_FLAG_BOUNDS", "NO_EFFECT_FLAGS", "REFERENCE_ONLY_FLAGS", "ServerArgs", "build_parser", "option_strings",
            "parse_args", "resolve"]
 
 logger = logging.getLogger(__name__)
@@ -51,19 +52,38 @@ An engine command with one of these runs on the reference engine only; everythin
 registers is an SGLang flag. (Fault injection is not a flag: ``serving.reference.faults`` reads
 it from the environment, so the command line stays SGLang's.)"""
 
+DEFAULT_MEM_FRACTION_STATIC = 0.85
+"""The reference engine's share of a GPU's memory for weights and a static KV cache when it
+captures decode CUDA graphs. SGLang derives its own default from the GPU's memory, the chunked
+prefill size and the graph sizes (``srt/arg_groups/memory_hook.py``); this one is a plain fraction."""
+
+# SGLang's decode CUDA-graph flags, with its help text: they take effect on CUDA at --tp-size 1
+# (serving.reference.cuda_graphs); elsewhere decode runs eagerly and the engine says so.
+GRAPH_FLAGS: dict[str, dict[str, Any]] = {
+    "cuda_graph_bs_decode": {"type": int, "nargs": "+",
+                             "help": "Explicit list of batch sizes to capture for the decode cuda graph."},
+    "cuda_graph_max_bs_decode": {"type": int, "help": "Maximum batch size captured for the decode cuda graph."},
+    "cuda_graph_backend_decode": {"type": str, "choices": ["full", "breakable", "disabled"],
+                                  "help": "Backend for the decode phase (here: full or disabled; breakable runs as full)."},
+    "disable_decode_cuda_graph": {"action": "store_true",
+                                  "help": "Disable the decode-phase CUDA graph. Convenience for "
+                                  "--cuda-graph-backend-decode=disabled."},
+    "disable_cuda_graph_padding": {"action": "store_true",
+                                   "help": "Disable cuda graph when padding is needed. Still uses cuda graph when "
+                                   "padding is not needed."},
+    "disable_cuda_graph": {"action": "store_true",
+                           "help": "Deprecated. Use --cuda-graph-backend-{decode,prefill}=disabled instead."},
+    "mem_fraction_static": {"type": float,
+                            "help": "Share of the GPU's memory for weights and the static KV cache that decode "
+                            f"CUDA graphs need (default {DEFAULT_MEM_FRACTION_STATIC})."},
+}
+
 # SGLang flags accepted for command-line compatibility; they change nothing here.
 NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
-    "mem_fraction_static": {"type": float},
     "trust_remote_code": {"action": "store_true"},
-    "disable_cuda_graph": {"action": "store_true"},  # deprecated in SGLang 0.5.23, still accepted there
-    "disable_decode_cuda_graph": {"action": "store_true"},
     "disable_prefill_cuda_graph": {"action": "store_true"},
-    "cuda_graph_bs_decode": {"type": int, "nargs": "+"},
     "cuda_graph_bs_prefill": {"type": int, "nargs": "+"},
-    "cuda_graph_max_bs_decode": {"type": int},
     "cuda_graph_max_bs_prefill": {"type": int},
-    "cuda_graph_backend_decode": {"type": str, "choices": ["full", "breakable", "disabled"]},
-    "disable_cuda_graph_padding": {"action": "store_true"},
     "chunked_prefill_size": {"type": int},
     "attention_backend": {"type": str},
     "disable_radix_cache": {"action": "store_true"},
@@ -133,7 +153,53 @@ class ServerArgs:
     dist_init_addr: Optional[str]
     skip_server_warmup: bool
     log_level: str
+    graph_flags: dict[str, Any]
     no_effect: dict[str, Any]
+    gpu_memory_mib: Optional[float] = None
+
+    def decode_graph_plan(self) -> DecodeGraphPlan:
+        """SGLang's decode-graph plan for these flags on this GPU (``serving.cuda_graph_rules``),
+        cut at the request pool (the resolved ``max_running_requests``)."""
+        from serving.cuda_graph_rules import plan_decode_graphs
+
+        flags = self.graph_flags
+        return plan_decode_graphs(
+            speculative=self.speculative, gpu_memory_mib=self.gpu_memory_mib, tp_size=self.tp_size,
+            request_pool=self.max_running_requests,
+            cuda_graph_bs_decode=flags.get("cuda_graph_bs_decode"),
+            cuda_graph_max_bs_decode=flags.get("cuda_graph_max_bs_decode"),
+            cuda_graph_backend_decode=flags.get("cuda_graph_backend_decode"),
+            disable_decode_cuda_graph=bool(flags.get("disable_decode_cuda_graph")),
+            disable_cuda_graph=bool(flags.get("disable_cuda_graph")),
+            disable_cuda_graph_padding=bool(flags.get("disable_cuda_graph_padding")),
+        )
+
+    @property
+    def eager_decode_reason(self) -> Optional[str]:
+        """Why decode runs eagerly although SGLang would capture graphs here (None: it captures,
+        or the flags turned graphs off)."""
+        if not self.decode_graph_plan().enabled:
+            return None
+        if self.device != "cuda":
+            return "decode CUDA graphs need --device cuda; decode runs eagerly on the CPU"
+        if self.tp_size > 1:
+            return (
+                f"decode CUDA graphs are not captured at --tp-size {self.tp_size} by the reference engine "
+                "(capturing torch.distributed's all-reduce hung on torch 2.11); decode runs eagerly"
+            )
+        return None
+
+    @property
+    def scratch_cols(self) -> int:
+        """KV columns past a request's prefix that one decode step or speculative cycle writes."""
+        if not self.speculative:
+            return 1
+        assert self.speculative_num_steps and self.speculative_eagle_topk and self.speculative_num_draft_tokens
+        return max(self.speculative_num_draft_tokens, 1 + (self.speculative_num_steps - 1) * self.speculative_eagle_topk)
+
+    @property
+    def captures_decode_graphs(self) -> bool:
+        return self.decode_graph_plan().enabled and self.eager_decode_reason is None
 
     @property
     def speculative(self) -> bool:
@@ -142,6 +208,8 @@ class ServerArgs:
     def to_dict(self) -> dict[str, Any]:
         """Flat dict for ``/server_info`` (no-effect flags included under their own names)."""
         out = dataclasses.asdict(self)
+        out.pop("gpu_memory_mib")
+        out.update(out.pop("graph_flags"))
         out.update(out.pop("no_effect"))
         return out
 
@@ -194,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-init-addr", default=None, help="host:port for torch.distributed (default: a free port).")
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"))
+    for name, kwargs in GRAPH_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, **kwargs)
     for name, kwargs in NO_EFFECT_FLAGS.items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=argparse.SUPPRESS, **kwargs)
     return p
@@ -316,7 +386,13 @@ def resolve(
     if path.fusion_line:
         logger.info("%s", path.fusion_line)  # SGLang's own line (srt/arg_groups/overrides.py)
     no_effect = {name: getattr(ns, name) for name in NO_EFFECT_FLAGS}
-    return ServerArgs(
+    graph_flags = {name: getattr(ns, name) for name in GRAPH_FLAGS}
+    if ns.disable_cuda_graph:
+        # SGLang's DeprecatedStoreTrueAction (srt/arg_groups/argparse_actions.py), word for word.
+        logger.warning("'--disable-cuda-graph' is deprecated and will be removed in a future release. "
+                       "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.")
+    gpu_memory_mib = _gpu_memory_mib() if device == "cuda" else None
+    args = ServerArgs(
         model_path=preset.name,
         tokenizer_path=ns.tokenizer_path or preset.name,
         served_model_name=ns.served_model_name or preset.name,
@@ -347,8 +423,51 @@ def resolve(
         dist_init_addr=ns.dist_init_addr,
         skip_server_warmup=ns.skip_server_warmup,
         log_level=ns.log_level,
+        graph_flags=graph_flags,
         no_effect=no_effect,
+        gpu_memory_mib=gpu_memory_mib,
     )
+    return _fit_static_cache(args, preset=preset)
+
+
+def _fit_static_cache(args: ServerArgs, *, preset: Any) -> ServerArgs:
+    """With decode CUDA graphs the KV cache is allocated whole at start (a captured graph keeps
+    its tensors' addresses): ``max_running_requests`` rows of the full context. Where that does not
+    fit ``--mem-fraction-static`` of the GPU, the request pool shrinks to what fits, as SGLang's
+    pool follows its memory; one row not fitting is an error naming what to change."""
+    if not args.captures_decode_graphs or args.gpu_memory_mib is None:
+        return args
+    from serving.reference.kv_cache import cache_cols
+
+    dtype_bytes = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
+    fraction = args.graph_flags.get("mem_fraction_static") or DEFAULT_MEM_FRACTION_STATIC
+    budget = args.gpu_memory_mib * 2**20 * fraction - preset.weight_elements(args.tp_size) * dtype_bytes
+    cols = cache_cols(context_length=args.context_length, scratch=args.scratch_cols)
+    row_bytes = cols * preset.kv_elements_per_token(args.tp_size) * dtype_bytes
+    rows = int(budget // row_bytes) if budget > 0 else 0
+    if rows < 1:
+        raise ValueError(
+            f"decode CUDA graphs need the KV cache allocated whole: one request of --context-length "
+            f"{args.context_length} takes {row_bytes / 2**30:.1f} GiB, and --mem-fraction-static {fraction} "
+            f"of this GPU leaves {max(budget, 0) / 2**30:.1f} GiB after the weights; lower --context-length, "
+            "raise --mem-fraction-static, or pass --disable-decode-cuda-graph"
+        )
+    if rows >= args.max_running_requests:
+        return args
+    logger.warning(
+        "max_running_requests is reduced from %d to %d: decode CUDA graphs need the KV cache allocated whole "
+        "(%d requests x %d positions, %.1f GiB each), and --mem-fraction-static %s of this GPU holds %d; "
+        "lower --context-length for more", args.max_running_requests, rows, args.max_running_requests, cols,
+        row_bytes / 2**30, fraction, rows,
+    )
+    return dataclasses.replace(args, max_running_requests=rows)
+
+
+def _gpu_memory_mib() -> float:
+    """The GPU's memory in MiB (SGLang reads ``nvidia-smi --query-gpu=memory.total``, the same figure)."""
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory / 2**20
 
 
 def _flag(name: str) -> str:

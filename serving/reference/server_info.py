@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.cuda_graph_rules import DecodeGraphPlan, plan_decode_graphs
 from serving.reference.config import get_preset
 from serving.reference.http_common import AppState
 
@@ -75,31 +74,14 @@ def _memory_usage(state: AppState, scheduler_memory: dict[str, Any]) -> dict[str
     args = state.args
     preset = get_preset(args.model_path)
     size = _DTYPE_BYTES.get(args.dtype, 4)
-    h, layers, tp = preset.hidden_size, preset.num_layers, args.tp_size
-    replicated = 2 * preset.vocab_size * h + (2 * layers + 1) * h  # embedding, output layer, norms
-    sharded = layers * (4 * h * h + 3 * h * preset.intermediate_size) // tp
-    kv_bytes = state.max_total_num_tokens * layers * 2 * (h // tp) * size
+    kv_bytes = state.max_total_num_tokens * preset.kv_elements_per_token(args.tp_size) * size
     return {
         **scheduler_memory,
-        "weight": round((replicated + sharded) * size / 2**30, 2),
+        "weight": round(preset.weight_elements(args.tp_size) * size / 2**30, 2),
         "kvcache": round(kv_bytes / 2**30, 2),
         "token_capacity": int(state.max_total_num_tokens),
-        "graph": 0,
+        "graph": round(state.graph_memory_gb, 3),
     }
-
-
-def _decode_graphs(args: dict[str, Any], state: AppState) -> DecodeGraphPlan:
-    """SGLang's decode-graph plan for these flags (``serving.cuda_graph_rules``). The reference
-    engine captures none yet: ``decode_cuda_graph_bs`` reports what was captured, so it is empty."""
-    return plan_decode_graphs(
-        speculative=state.args.speculative, gpu_memory_mib=None, tp_size=state.args.tp_size,
-        request_pool=state.args.max_running_requests,  # resolved; whether it was given is not kept
-        cuda_graph_bs_decode=args.get("cuda_graph_bs_decode"), cuda_graph_max_bs_decode=args.get("cuda_graph_max_bs_decode"),
-        cuda_graph_backend_decode=args.get("cuda_graph_backend_decode"),
-        disable_decode_cuda_graph=bool(args.get("disable_decode_cuda_graph")),
-        disable_cuda_graph=bool(args.get("disable_cuda_graph")),
-        disable_cuda_graph_padding=bool(args.get("disable_cuda_graph_padding")),
-    )
 
 
 def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
@@ -110,7 +92,7 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
     client polling early sees the final shape; the scheduler's counters join once it reports.
     """
     args = _server_args(state)
-    args["cuda_graph_config"] = {"decode": _decode_graphs(args, state).config_dict()}
+    args["cuda_graph_config"] = {"decode": state.args.decode_graph_plan().config_dict()}
     scheduler = dict(state.client.internal_state) if state.client else {}
     scheduler_memory = scheduler.pop("memory_usage", {}) or {}
     internal: dict[str, Any] = {
@@ -120,7 +102,8 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
         "memory_usage": _memory_usage(state, scheduler_memory),
         # SGLang: self.max_running_requests after resolve_max_num_reqs (speculation caps it at 48).
         "effective_max_running_requests_per_dp": state.args.max_running_requests,
-        "decode_cuda_graph_bs": [],  # captured sizes (SGLang's internal_states key): eager here, none
+        # The sizes really captured (SGLang's internal_states key): [] when decode runs eagerly.
+        "decode_cuda_graph_bs": list(state.decode_cuda_graph_bs),
     }
     body: dict[str, Any] = {
         **args,

@@ -84,6 +84,7 @@ def draft_tree(
     roots: torch.Tensor,
     prefix: torch.Tensor,
     config: SpecConfig,
+    key_len: Optional[int] = None,
 ) -> VerifyTree:
     """Draft one tree per running request (rows ``0..B-1`` of ``cache``).
 
@@ -93,13 +94,15 @@ def draft_tree(
         roots: ``[B]`` last committed token of each request (not in the cache yet).
         prefix: ``[B]`` committed KV length of each request (the root's position).
         config: Tree shape.
+        key_len: Key columns every attention reads (fixed inside a CUDA graph); None: just enough.
     """
     draft = _draft_chain if config.topk == 1 else _draft_general
-    return draft(model=model, cache=cache, roots=roots, prefix=prefix, config=config)
+    return draft(model=model, cache=cache, roots=roots, prefix=prefix, config=config, key_len=key_len)
 
 
 def _draft_general(
-    *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig
+    *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig,
+    key_len: Optional[int] = None,
 ) -> VerifyTree:
     """Any topk: SGLang's EAGLE tree (module docstring)."""
     device = roots.device
@@ -113,7 +116,7 @@ def _draft_general(
         positions=prefix,
         kv_rows=rows,
         kv_cols=prefix,
-        attention=Attention.decode(prefix=prefix, visible=1, dtype=model.dtype),
+        attention=Attention.decode(prefix=prefix, visible=1, dtype=model.dtype, key_len=key_len),
         cache=cache,
         num_layers=config.draft_layers,
     )
@@ -139,7 +142,7 @@ def _draft_general(
             positions=(prefix + (step - 1)).repeat_interleave(k),
             kv_rows=rows.repeat_interleave(k),
             kv_cols=(prefix[:, None] + slots[None, :]).reshape(-1),
-            attention=Attention.uniform(prefix=prefix, extra=leaf_anc[:, :, :width], dtype=model.dtype),
+            attention=Attention.uniform(prefix=prefix, extra=leaf_anc[:, :, :width], dtype=model.dtype, key_len=key_len),
             cache=cache,
             num_layers=config.draft_layers,
         )
@@ -178,7 +181,8 @@ def _draft_general(
 
 
 def _draft_chain(
-    *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig
+    *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig,
+    key_len: Optional[int] = None,
 ) -> VerifyTree:
     """topk == 1: the tree is a chain, so drafting is S greedy early-exit steps.
 
@@ -197,7 +201,7 @@ def _draft_chain(
             positions=prefix + step,
             kv_rows=rows,
             kv_cols=prefix + step,
-            attention=Attention.decode(prefix=prefix, visible=step + 1, dtype=model.dtype),
+            attention=Attention.decode(prefix=prefix, visible=step + 1, dtype=model.dtype, key_len=key_len),
             cache=cache,
             num_layers=config.draft_layers,
         )
@@ -224,8 +228,11 @@ def _ancestors(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
     return anc > 0
 
 
-def verify_tree(*, model: Model, cache: KVCache, tree: VerifyTree, prefix: torch.Tensor) -> torch.Tensor:
-    """Run every node through the full target with tree attention; ``[B, N, vocab]`` logits."""
+def verify_tree(
+    *, model: Model, cache: KVCache, tree: VerifyTree, prefix: torch.Tensor, key_len: Optional[int] = None
+) -> torch.Tensor:
+    """Run every node through the full target with tree attention; ``[B, N, vocab]`` logits
+    (``key_len`` as in :func:`draft_tree`)."""
     batch, n = tree.tokens.shape
     device = tree.tokens.device
     logits = model.forward(
@@ -233,7 +240,7 @@ def verify_tree(*, model: Model, cache: KVCache, tree: VerifyTree, prefix: torch
         positions=(prefix[:, None] + tree.depth).reshape(-1),
         kv_rows=torch.arange(batch, device=device).repeat_interleave(n),
         kv_cols=(prefix[:, None] + torch.arange(n, device=device)[None, :]).reshape(-1),
-        attention=Attention.uniform(prefix=prefix, extra=tree.ancestors, dtype=model.dtype),
+        attention=Attention.uniform(prefix=prefix, extra=tree.ancestors, dtype=model.dtype, key_len=key_len),
         cache=cache,
         num_layers=model.num_layers,
     )

@@ -249,6 +249,8 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             num_draft_tokens=args.speculative_num_draft_tokens,
             draft_layers=args.speculative_draft_layers,
         )
+    if args.eager_decode_reason:
+        logger.warning("%s", args.eager_decode_reason)
     scheduler = Scheduler(
         model=model,
         spec=spec,
@@ -258,7 +260,9 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         decode_log_interval=args.decode_log_interval,
         log_stats=cfg.rank == 0,
         on_stats=push_stats,
+        decode_graphs=args.decode_graph_plan() if args.captures_decode_graphs else None,
     )
+    graphs = scheduler.graphs
     conn.send(
         WorkerReady(
             rank=cfg.rank,
@@ -269,6 +273,9 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             process_name=cfg.process_name,
             env=env,
             max_total_num_tokens=args.max_running_requests * args.context_length,
+            decode_cuda_graph_bs=tuple(scheduler.decode_cuda_graph_bs),
+            graph_memory_gb=graphs.memory_gb if graphs else 0.0,
+            graph_capture_s=graphs.capture_seconds if graphs else 0.0,
         )
     )
     logger.info("rank %d of %d ready (%d torch threads)", cfg.rank, cfg.world_size, threads)
