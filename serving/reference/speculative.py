@@ -131,8 +131,11 @@ def _draft_general(
     leaf_anc = torch.zeros(batch, k, scratch, dtype=torch.bool, device=device)
     leaf_anc[:, :, 0] = True
     ar_k = torch.arange(k, device=device)
+    # A device-side True: assigning the Python scalar would copy a CPU tensor to the GPU, which a
+    # CUDA graph capture refuses (serving.reference.cuda_graphs captures this loop).
+    true = torch.ones((), dtype=torch.bool, device=device)
     if steps > 1:
-        leaf_anc[:, ar_k, 1 + ar_k] = True
+        leaf_anc[:, ar_k, 1 + ar_k] = true
 
     for step in range(2, steps + 1):
         slots = 1 + (step - 2) * k + torch.arange(k, device=device)
@@ -157,7 +160,7 @@ def _draft_general(
         if step < steps:
             best = torch.topk(child_score, k, dim=-1).indices  # [B, K]
             leaf_anc = torch.gather(leaf_anc, 1, (best // k)[:, :, None].expand(batch, k, scratch)).clone()
-            leaf_anc[:, ar_k, 1 + (step - 1) * k + ar_k] = True
+            leaf_anc[:, ar_k, 1 + (step - 1) * k + ar_k] = true
             leaf_tok = torch.gather(child_tok, 1, best)
             leaf_score = torch.gather(child_score, 1, best)
             leaf_idx = n_cand + best
