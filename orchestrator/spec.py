@@ -101,11 +101,18 @@ MEASURED_VISIT_CV: dict[str, float] = {
     # the CPU reference engine: the demo's confirmation, x1.08 [1.00, 1.17] from 5 paired visits
     # (docs/measurements/demo-cpu): sd of the log ratios 0.063, i.e. 4.5% per visit
     "reference": 0.045,
+    # the GPU reference engine with decode CUDA graphs (its default on CUDA), one H200: the two
+    # replication runs' 5 paired visits, sd of the log ratios 0.011 pooled, 0.8% per visit; the sd
+    # of a contender's log level over its visits 0.9% pooled (docs/measurements/gpu-replication-h200x1-graphs)
+    "reference-gpu": 0.01,
+    # the GPU reference engine decoding eagerly (--disable-decode-cuda-graph): paired ratios between
+    # fresh starts 1.17, 0.99, 0.83, 1.17 on one H200 (issue 29), sd of the log ratios 0.165
+    "reference-gpu-eager": 0.117,
     # SGLang with CUDA graphs on GPUs: spec-decoding CV 0.1-0.3% at c1-c16 (a public table); the upper end
     "sglang": 0.003,
 }
-"""Between-visit CV (a fresh engine's spread, sd of its log level) per engine kind, as measured:
-what ``confirmation.margin: auto`` is derived from."""
+"""Between-visit CV (a fresh engine's spread, sd of its log level) per engine, as measured: what
+``confirmation.margin: auto`` is derived from (``SweepSpec.visit_noise_key`` picks the entry)."""
 
 MAX_DURATION_S = 30 * 24 * 3600.0
 """The longest time limit or timeout a spec may set (30 days): beyond any sweep, and small enough for
@@ -909,9 +916,26 @@ class SweepSpec(_Model):
         last = max(MIN_VALUES, settings.max_visits)
         first = min(max(MIN_VALUES, settings.min_visits), last)
         c_last = critical_value(last, first=first, last=last, comparisons=settings.top_k)
-        cv = MEASURED_VISIT_CV[self.engine.kind]
+        cv = MEASURED_VISIT_CV[self.visit_noise_key]
         reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
         return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)
+
+    @property
+    def visit_noise_key(self) -> str:
+        """Which ``MEASURED_VISIT_CV`` entry this spec's engine follows. The reference engine is
+        three engines by noise: on the CPU, on a GPU with decode CUDA graphs (its default there),
+        and on a GPU decoding eagerly, whose step follows the host's CPU. It runs on a GPU when its
+        trials reserve one (``resources.gpus_per_trial``) or ``extra_args`` says ``device: cuda``."""
+        if self.engine.kind != "reference":
+            return self.engine.kind
+        extra = self.engine.extra_args
+        device = extra.get("device")
+        on_gpu = device == "cuda" or (device is None and self.gpus_per_trial > 0)
+        if not on_gpu:
+            return "reference"
+        eager = (extra.get("disable_decode_cuda_graph") or extra.get("disable_cuda_graph")
+                 or extra.get("cuda_graph_backend_decode") == "disabled" or self.engine.tp_size > 1)
+        return "reference-gpu-eager" if eager else "reference-gpu"
 
     @property
     def objective_concurrency(self) -> int:

@@ -250,7 +250,8 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             draft_layers=args.speculative_draft_layers,
         )
     if args.eager_decode_reason:
-        logger.warning("%s", args.eager_decode_reason)
+        # On the CPU eager is the only way (info); on a GPU it is a stand-in's gap (a warning).
+        logger.log(logging.WARNING if args.device == "cuda" else logging.INFO, "%s", args.eager_decode_reason)
     scheduler = Scheduler(
         model=model,
         spec=spec,

@@ -134,3 +134,22 @@ def test_the_auto_margin_is_the_one_the_measured_noise_can_reach() -> None:
     assert margin("reference") == pytest.approx(0.05), "4.5% CPU visits, 16 of them, three contenders: 4.6% -> 5%"
     assert margin("reference", max_visits=64) < margin("reference"), "more visits reach a finer margin"
     assert margin("reference", margin=0.02) == 0.02
+
+
+def test_the_reference_engine_on_a_gpu_takes_its_own_measured_noise() -> None:
+    """The GPU stand-in with decode CUDA graphs spreads ~1% between visits, not the CPU's 4.5%;
+    decoding eagerly on the GPU it follows the host's CPU (11.7%)."""
+    def spec(resources=None, **extra) -> SweepSpec:
+        engine = {"kind": "reference", "model_path": "ref-gpu-comm", "draft_model_path": "ref-gpu-comm-draft",
+                  "extra_args": extra}
+        return SweepSpec.from_dict({"name": "m", "engine": engine, "benchmark": {"concurrency": [2]},
+                                    "resources": resources or {}, "confirmation": {"max_visits": 5, "top_k": 1}})
+
+    assert spec().visit_noise_key == "reference"
+    assert spec({"gpus_per_trial": 1}).visit_noise_key == "reference-gpu"
+    assert spec(device="cuda").visit_noise_key == "reference-gpu"
+    assert spec({"gpus_per_trial": 1}, device="cpu").visit_noise_key == "reference"
+    assert spec({"gpus_per_trial": 1}, disable_decode_cuda_graph=True).visit_noise_key == "reference-gpu-eager"
+    assert spec({"gpus_per_trial": 1}, cuda_graph_backend_decode="disabled").visit_noise_key == "reference-gpu-eager"
+    graphs, cpu = spec({"gpus_per_trial": 1}).confirmation_margin, spec().confirmation_margin
+    assert graphs == pytest.approx(0.02) and cpu > 3 * graphs
