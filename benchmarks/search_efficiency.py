@@ -69,7 +69,8 @@ from orchestrator.space.define_by_run import SweepSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
 from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
-from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch  # noqa: E402
+from orchestrator.sweep.results import OBJECTIVE_KEY  # noqa: E402
+from orchestrator.sweep.search import SweepSearch  # noqa: E402
 from serving.engine import nccl  # noqa: E402
 
 __all__ = [

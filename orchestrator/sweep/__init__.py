@@ -23,9 +23,33 @@ Modules, in the order one sweep uses them:
 * ``preview``: ``dry_run``, the baselines and first proposals with their engine commands, no cluster.
 """
 
-from orchestrator.sweep.driver import SweepResumeError, run_sweep
-from orchestrator.sweep.finish import SweepOutcome
-from orchestrator.sweep.preview import dry_run
-from orchestrator.sweep.results_dir import resolve_results_dir
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.sweep.driver import SweepResumeError, run_sweep
+    from orchestrator.sweep.finish import SweepOutcome
+    from orchestrator.sweep.preview import dry_run
+    from orchestrator.sweep.results_dir import resolve_results_dir
 
 __all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]
+
+_EXPORTS = {
+    "SweepOutcome": "orchestrator.sweep.finish",
+    "SweepResumeError": "orchestrator.sweep.driver",
+    "dry_run": "orchestrator.sweep.preview",
+    "resolve_results_dir": "orchestrator.sweep.results_dir",
+    "run_sweep": "orchestrator.sweep.driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use (PEP 562). A trial worker unpickles
+    ``orchestrator.sweep.trial`` and so imports this package: eager imports here would load the
+    driver, the searcher and with it Optuna into every worker, which needs none of them."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -21,9 +21,8 @@ from orchestrator.sweep.cost import (
     cost_line, format_duration, measured_start_times, planned_starts, start_time, visit_estimate_s,
 )
 from orchestrator.sweep.preflight import trial_bundles
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.results import OBJECTIVE_KEY, TrialRecord
 from orchestrator.space import TrialPlan
-from orchestrator.sweep.search import OBJECTIVE_KEY
 from serving.environ import ENV
 
 __all__ = ["Display", "QuietWatch", "job_console", "trial_needs"]

@@ -24,6 +24,7 @@ from serving.serve.provenance import Provenance, ProvenanceObjective
 
 __all__ = [
     "FAILURE_REASONS",
+    "OBJECTIVE_KEY",
     "TrialKind",
     "TrialRecord",
     "TrialStatus",
@@ -37,6 +38,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+OBJECTIVE_KEY = "objective"
+"""The metric name every trial reports to Ray Tune, ASHA and Optuna (the spec's objective). It lives
+with the record, not the searcher, so a trial worker needs no Optuna to report."""
 
 TrialStatus = Literal["ok", "failed", "infeasible", "early_stopped", "interrupted"]
 TrialKind = Literal["baseline_plain", "baseline_auto", "search"]

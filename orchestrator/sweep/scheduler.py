@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.spec import SweepSpec
 from orchestrator.space import TrialPlan
-from orchestrator.sweep.search import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY
 
 __all__ = ["BaselineAwareASHA"]
 

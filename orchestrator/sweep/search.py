@@ -32,13 +32,11 @@ from ray.tune.search.optuna import OptunaSearch
 # what a resumed sweep restores) names them as this module's, so they stay importable from it.
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.sweep.results import OBJECTIVE_KEY
 
-__all__ = ["OBJECTIVE_KEY", "SweepSearch"]
+__all__ = ["SweepSearch"]
 
 logger = logging.getLogger(__name__)
-
-OBJECTIVE_KEY = "objective"
-"""The metric name every trial reports to Ray Tune, ASHA and Optuna (the spec's objective)."""
 
 
 class SweepSearch(OptunaSearch):

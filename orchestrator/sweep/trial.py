@@ -41,8 +41,7 @@ from orchestrator.errors import BenchmarkError
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.sweep.results import Objective, TrialRecord, auto_label
-from orchestrator.sweep.search import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY, Objective, TrialRecord, auto_label
 from orchestrator.sweep.session import EngineSession, TrialFailure
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -257,3 +261,17 @@ def test_only_the_driver_builds_a_tuner() -> None:
             if named:
                 users.add(module)
     assert users == {"orchestrator.sweep.driver"}
+
+
+def test_a_trial_worker_imports_no_optuna() -> None:
+    """A Ray worker that runs a trial or a confirmation visit unpickles ``orchestrator.sweep.trial``
+    (and ``visit``): that must not load Optuna, the searcher or the driver, which only the driver
+    process uses. Imported for real in a fresh interpreter, so a lazy import inside a package's
+    ``__init__`` counts too."""
+    code = ("import json, sys, orchestrator.sweep.trial, orchestrator.sweep.visit; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'optuna' "
+            "or m in ('orchestrator.sweep.search', 'orchestrator.sweep.driver', 'orchestrator.space.define_by_run'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"a trial worker loads {loaded}"

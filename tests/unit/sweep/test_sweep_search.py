@@ -13,7 +13,8 @@ from ray.tune.search import Searcher
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import SweepSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.search import OBJECTIVE_KEY, SweepSearch
+from orchestrator.sweep.results import OBJECTIVE_KEY
+from orchestrator.sweep.search import SweepSearch
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
