@@ -21,6 +21,7 @@ from orchestrator.bench.loadgen import ApiKind
 
 __all__ = [
     "SERVER_INFO_KEYS",
+    "SPECULATIVE_FIELDS",
     "accept_length_from_info",
     "aserver_info",
     "check_health",
@@ -29,6 +30,7 @@ __all__ = [
     "flush_cache",
     "get_server_info",
     "openai_model",
+    "resolved_speculative",
     "server_info",
     "summarise_server_info",
 ]
@@ -118,6 +120,42 @@ async def aserver_info(base_url: str, *, timeout_s: float = 30.0) -> dict[str, A
 
 
 server_info = blocking(aserver_info)
+
+
+SPECULATIVE_FIELDS = {
+    "num_steps": "speculative_num_steps",
+    "eagle_topk": "speculative_eagle_topk",
+    "num_draft_tokens": "speculative_num_draft_tokens",
+}
+"""The sweep's names of the speculative numbers -> SGLang's server-arg names in ``/server_info``."""
+
+
+def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
+    """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
+
+    SGLang 0.5.23's ``/server_info`` is ``build_server_info`` (``srt/utils/common.py``), i.e.
+    ``server_args.resolved_dict()``: the server args with every resolution applied, the automatic
+    choice among them (``_handle_eagle_family`` in ``srt/arg_groups/speculative_hook.py`` declares
+    ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``). They
+    are at the top level, and again in ``internal_states[0]`` (the scheduler's
+    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset
+    numbers in the command are therefore resolved here, and a count the engine adjusted shows as
+    what it is.
+
+    Read through :func:`server_info`, so a server older than the rename answers on the deprecated
+    ``/get_server_info``.
+    """
+    info = info if info is not None else server_info(url, timeout_s=timeout_s)
+    if not isinstance(info, dict):
+        return None
+    states = info.get("internal_states") if isinstance(info.get("internal_states"), list) else []
+    for source in (info, *states[:1]):
+        if not isinstance(source, dict):
+            continue
+        values = {ours: source.get(theirs) for ours, theirs in SPECULATIVE_FIELDS.items()}
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values.values()):
+            return values  # type: ignore[return-value]
+    return None
 
 
 def accept_length_from_info(info: dict[str, Any] | None) -> float | None:

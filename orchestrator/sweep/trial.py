@@ -34,7 +34,7 @@ from ray import tune
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.probe import run_probe
 from orchestrator.bench.report import BenchResult
-from orchestrator.bench.server import server_info
+from orchestrator.bench.server import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
@@ -116,39 +116,6 @@ def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
         values=values, median=statistics.median(values), ci95_low=interval[0] if interval else None,
         ci95_high=interval[1] if interval else None,
     )
-
-
-SPECULATIVE_FIELDS = {
-    "num_steps": "speculative_num_steps",
-    "eagle_topk": "speculative_eagle_topk",
-    "num_draft_tokens": "speculative_num_draft_tokens",
-}
-"""The sweep's names of the speculative numbers -> SGLang's server-arg names in ``/server_info``."""
-
-
-def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
-    """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
-
-    SGLang 0.5.23's ``/server_info`` is ``build_server_info`` (``srt/utils/common.py``), i.e.
-    ``server_args.resolved_dict()``: the server args with every resolution applied, the automatic
-    choice among them (``_handle_eagle_family`` in ``srt/arg_groups/speculative_hook.py`` declares
-    ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``). They
-    are at the top level, and again in ``internal_states[0]`` (the scheduler's
-    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset
-    numbers in the command are therefore resolved here, and a count the engine adjusted shows as
-    what it is.
-    """
-    info = info if info is not None else server_info(url, timeout_s=timeout_s)
-    if not isinstance(info, dict):
-        return None
-    states = info.get("internal_states") if isinstance(info.get("internal_states"), list) else []
-    for source in (info, *states[:1]):
-        if not isinstance(source, dict):
-            continue
-        values = {ours: source.get(theirs) for ours, theirs in SPECULATIVE_FIELDS.items()}
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values.values()):
-            return values  # type: ignore[return-value]
-    return None
 
 
 def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:

@@ -474,3 +474,50 @@ def test_get_server_info_asks_the_deprecated_alias_only_when_server_info_is_miss
 
     assert asyncio.run(run()) == expected
     assert ("/get_server_info" in asked) is alias_asked
+
+
+def test_resolved_speculative_reads_an_older_servers_get_server_info() -> None:
+    """A server from before the rename (no /server_info) still tells the trial what it resolved,
+    from the top level or, failing that, ``internal_states[0]``."""
+    import threading
+
+    from aiohttp import web
+
+    from orchestrator.bench.server import resolved_speculative
+    from serving.ports import free_port
+
+    numbers = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    port = free_port()
+    ready = threading.Event()
+    stop: list = []
+
+    def serve() -> None:
+        import asyncio
+
+        async def old_info(_request: web.Request) -> web.Response:
+            return web.json_response({"internal_states": [numbers]})
+
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_get("/get_server_info", old_info)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            done = asyncio.Event()
+            stop.append((asyncio.get_running_loop(), done))
+            ready.set()
+            await done.wait()
+            await runner.cleanup()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    try:
+        got = resolved_speculative(f"http://127.0.0.1:{port}")
+    finally:
+        loop, done = stop[0]
+        loop.call_soon_threadsafe(done.set)
+        thread.join(30)
+    assert got == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
