@@ -2,14 +2,13 @@
 
 0 success; 1 the command ran and failed (an audit mismatch, a dead server, outputs that differ
 from the probe's baseline); 2 bad input (an invalid spec or option, an unreadable dataset or
-baseline); 3 a command this version does not implement yet.
+baseline). Every command is implemented, so there is no "not implemented" code.
 """
 
 from __future__ import annotations
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NOT_IMPLEMENTED", "EXIT_OK"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-EXIT_NOT_IMPLEMENTED = 3

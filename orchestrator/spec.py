@@ -602,6 +602,10 @@ class SloSpec(_Model):
     tpot_ms_p99: float | None = Field(default=None, gt=0, description="Limit on p99 time per output token (ms).")
     e2e_ms_p99: float | None = Field(default=None, gt=0, description="Limit on p99 end-to-end latency (ms).")
 
+    def limits(self) -> dict[str, float]:
+        """The limits set, metric name -> limit (the metric names are the benchmark's)."""
+        return {name: limit for name, limit in self.model_dump().items() if limit is not None}
+
 
 class ObjectiveSpec(_Model):
     """What "best" means."""

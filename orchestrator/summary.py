@@ -98,7 +98,7 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         dimensions.append({"name": "nccl_presets", "values": shown + nccl_where, "count": len(space.nccl_presets)})
 
     bench = spec.benchmark
-    slo = {k: v for k, v in spec.objective.slo.model_dump().items() if v is not None}
+    slo = spec.objective.slo.limits()
     fixed_env = ", ".join(f"{k}={redact(k, v)}" for k, v in sorted(engine.env.items())) or "none"
     text = {
         "engine": (

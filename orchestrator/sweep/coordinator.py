@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import (
     TrialRecord,
     append_record,
     auto_label,
-    atomic_write_text,
     read_records,
     write_json_file,
 )
@@ -333,7 +333,7 @@ class SweepCoordinator:
 
     def put_baseline(self, text: str) -> None:
         """Keep the probe baseline written by the no-speculation trial (atomically, in results_dir)."""
-        atomic_write_text(self.results_dir / BASELINE_FILE, text)
+        write_atomic(self.results_dir / BASELINE_FILE, text)
 
     def baseline_failed(self, reason: str) -> None:
         """The no-speculation trial could not write the baseline: trials waiting for it give up."""

@@ -39,7 +39,8 @@ from orchestrator.sweep.coordinator import (
 from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
 from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
-from orchestrator.sweep.results import TrialRecord, atomic_write_text
+from orchestrator.bench.files import write_atomic
+from orchestrator.sweep.results import TrialRecord
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.scheduler import BaselineAwareASHA
 from orchestrator.sweep.search import SweepSearch
@@ -87,7 +88,7 @@ def run_sweep(
         archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
-        atomic_write_text(out / "spec.yaml", spec_text)  # what --resume reads back
+        write_atomic(out / "spec.yaml", spec_text)  # what --resume reads back
     # The driver works in the results directory from here on: under `ray job submit` its working
     # directory is Ray's copy of the project, which Ray may garbage-collect while the job still
     # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
@@ -199,7 +200,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, bundles: list[dict[str, float]], out: P
     if resume and tune.Tuner.can_restore(str(experiment)):
         return tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
                                   restart_errored=False)
-    _, searcher = sweep_search(spec, slo=any(v is not None for v in spec.objective.slo.model_dump().values()))
+    _, searcher = sweep_search(spec, slo=bool(spec.objective.slo.limits()))
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(

@@ -31,9 +31,9 @@ from orchestrator.sweep.adaptive_schedule import (
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
 from orchestrator.sweep.report import SweepReport, build_report, summary_table
+from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import (
     TrialRecord,
-    atomic_write_text,
     best_record,
     trial_provenance,
     write_best_yaml,
@@ -175,7 +175,7 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     if schedule is not None:
         files.append(write_adaptive_schedule(out / SCHEDULE_FILE, schedule["config"]))
     write_json_file(out / "summary.json", dict(report))
-    atomic_write_text(out / "summary.txt", summary_text(records, report, metric=metric, concurrency=level))
+    write_atomic(out / "summary.txt", summary_text(records, report, metric=metric, concurrency=level))
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:
         files.append(out / CONFIRMATION_FILE)

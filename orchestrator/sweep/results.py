@@ -3,7 +3,8 @@
 ``trials.jsonl`` holds one :class:`TrialRecord` per line, appended by the sweep's single writer
 (the coordinator actor) and flushed line by line, so a killed sweep leaves every finished trial
 readable and at most one torn last line, which reading skips with a warning. ``best.yaml`` and
-``summary.json`` are written atomically (a temp file renamed over the target). The comparisons
+``summary.json`` are written atomically (``orchestrator.bench.files.write_atomic``, the project's one
+writer: a temp file renamed over the target, mode 0644). The comparisons
 are intervals, not point values: configurations a few percent apart are only ranked when their
 repetitions say so.
 """
@@ -13,13 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.bench.files import write_atomic
 from serving.serve.provenance import Provenance, ProvenanceObjective
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "append_record",
-    "atomic_write_text",
     "auto_label",
     "best_record",
     "read_records",
@@ -173,22 +173,6 @@ def auto_label(label: str, resolved: dict[str, int] | None) -> str:
                          f"{resolved['eagle_topk']} draft {resolved['num_draft_tokens']})", 1)
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def append_record(path: Path, record: TrialRecord) -> None:
     """Append one record as one line, flushed to disk before returning."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,7 +229,7 @@ def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: 
     if provenance is not None:
         body += ("# where this configuration came from (GET /spectune/info answers with it; never passed to the engine)\n"
                  + yaml.safe_dump({"provenance": provenance.model_dump(mode="json")}, sort_keys=False))
-    return atomic_write_text(path, comments + body)
+    return write_atomic(path, comments + body)
 
 
 def trial_provenance(record: TrialRecord, *, sweep: str, parent_run_id: str | None, tracking_uri: str | None,
@@ -265,4 +249,4 @@ def trial_provenance(record: TrialRecord, *, sweep: str, parent_run_id: str | No
 
 def write_json_file(path: Path, data: Any) -> Path:
     """Indented JSON, written atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -120,7 +120,7 @@ def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
 
 def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:
     """max(observed / limit - 1) over the spec's SLO limits at the objective level (> 0: violated)."""
-    limits = {name: limit for name, limit in spec.objective.slo.model_dump().items() if limit is not None}
+    limits = spec.objective.slo.limits()
     if not limits or bench is None:
         return None
     level = bench.level(spec.objective_concurrency)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sweep.report import build_report
+from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import (
     Objective,
     TrialRecord,
     append_record,
-    atomic_write_text,
     best_record,
     read_records,
 )
@@ -66,10 +66,13 @@ def test_a_re_recorded_trial_keeps_its_last_record(tmp_path: Path) -> None:
 
 
 def test_atomic_write_leaves_no_temp_file(tmp_path: Path) -> None:
+    """Every results file goes through the one writer: replaced whole, no temp file left, and
+    readable by all (0644), like the benchmark's own JSON."""
     target = tmp_path / "best.yaml"
-    atomic_write_text(target, "a: 1\n")
-    atomic_write_text(target, "a: 2\n")
+    write_atomic(target, "a: 1\n")
+    write_atomic(target, "a: 2\n")
     assert target.read_text() == "a: 2\n" and [p.name for p in tmp_path.iterdir()] == ["best.yaml"]
+    assert (target.stat().st_mode & 0o777) == 0o644
 
 
 def test_report_states_both_baselines_and_nccl_effects() -> None:
