@@ -23,7 +23,6 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
-    ValidationInfo,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
@@ -53,7 +52,7 @@ from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
 from orchestrator.space.arms import ArmPlan, arm_plan
 from serving.all_reduce_rules import GpuKind
-from serving.engine.config import EngineConfig, EngineKind, FlagValue, checked_extra_args, validated_extra_args
+from serving.engine.config import EngineConfig, EngineFlagChecks, EngineKind, FlagValue, validated_extra_args
 from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
 __all__ = [
@@ -247,7 +246,7 @@ def _spec_field_for(owner: str) -> str:
     }.get(owner, f"engine.{owner} or search.speculative")
 
 
-class EngineSpec(_Model):
+class EngineSpec(_Model, EngineFlagChecks):
     """The part of the engine configuration every trial shares."""
 
     kind: EngineKind = Field(description="'sglang' (GPUs) or 'reference' (the CPU/GPU reference engine).")
@@ -290,16 +289,6 @@ class EngineSpec(_Model):
     @classmethod
     def _gpu_kind(cls, value: str) -> str:
         return value if value == "auto" else GpuKind.parse(value).name
-
-    @field_validator("extra_args")
-    @classmethod
-    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
-        return checked_extra_args(value, info)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env(cls, value: object) -> object:
-        return nccl.validated_env(value)
 
     @model_validator(mode="after")
     def _node(self) -> "EngineSpec":

@@ -24,6 +24,7 @@ from serving.speculative_rules import FIELD_NAMES, speculative_problem, tree_cap
 
 __all__ = [
     "EngineConfig",
+    "EngineFlagChecks",
     "EngineKind",
     "FlagValue",
     "MANAGED_FLAGS",
@@ -161,7 +162,25 @@ def checked_extra_args(flags: dict[str, FlagValue], info: ValidationInfo) -> dic
     return flags
 
 
-class EngineConfig(BaseModel):
+class EngineFlagChecks(BaseModel):
+    """The checks an engine's ``extra_args`` and ``env`` get wherever they are written: in a spec's
+    ``engine`` section (``orchestrator.spec.EngineSpec``) and in an ``EngineConfig``. A base class,
+    so the two models share the rule instead of repeating its hooks: the flags are SGLang's for the
+    model's ``kind`` (:func:`checked_extra_args`), the environment's names and values are valid
+    (``nccl.validated_env``). Each subclass declares both fields."""
+
+    @field_validator("extra_args", check_fields=False)
+    @classmethod
+    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
+        return checked_extra_args(value, info)
+
+    @field_validator("env", mode="before", check_fields=False)
+    @classmethod
+    def _env(cls, value: object) -> object:
+        return nccl.validated_env(value)
+
+
+class EngineConfig(EngineFlagChecks):
     """Everything needed to start one engine, in SGLang's flag names (``_`` for ``-``).
 
     The same object drives ``python -m sglang.launch_server`` and ``python -m serving.reference``;
@@ -214,16 +233,6 @@ class EngineConfig(BaseModel):
     @classmethod
     def _normalise_extra_args(cls, value: object) -> object:
         return validated_extra_args(value, use_instead=lambda owner: f"the field {owner!r}")
-
-    @field_validator("extra_args")
-    @classmethod
-    def _known_flags(cls, value: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
-        return checked_extra_args(value, info)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env(cls, value: object) -> object:
-        return nccl.validated_env(value)
 
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":
