@@ -21,10 +21,30 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.files import write_atomic
+from orchestrator.mlflow_schema import (
+    TAG_AUDIT_OK,
+    TAG_CUDA_VISIBLE_DEVICES,
+    TAG_ENGINE_COMMAND,
+    TAG_KIND,
+    TAG_LABEL,
+    TAG_MESSAGE,
+    TAG_NODE_ID,
+    TAG_NUMBER,
+    TAG_OBJECTIVE_CONCURRENCY,
+    TAG_OBJECTIVE_METRIC,
+    TAG_REASON,
+    TAG_RESULTS_DIR,
+    TAG_START_FLAGS,
+    TAG_STATUS,
+)
 from orchestrator.sweep.results import (
+    Objective,
+    TrialObservations,
     TrialRecord,
+    TrialStart,
     append_record,
     auto_label,
+    end_record,
     read_records,
     write_json_file,
 )
@@ -101,7 +121,7 @@ class SweepCoordinator:
             logger.info("resuming sweep %s: MLflow parent run %s", sweep_name, self.parent_run_id)
         else:
             self.parent_run_id = self.tracker.start_sweep_run(
-                sweep=sweep_name, run_name=f"sweep {sweep_name}", tags={"spectune.results_dir": str(self.results_dir)}
+                sweep=sweep_name, run_name=f"sweep {sweep_name}", tags={TAG_RESULTS_DIR: str(self.results_dir)}
             )
             self.tracker.log_text(self.parent_run_id, spec_text, "spec.yaml")
             write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name, "created_at": utc_timestamp()})
@@ -183,13 +203,13 @@ class SweepCoordinator:
         run = self.tracker.trial_run(
             parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=trial_id,
             run_name=f"trial {number:03d} {label}", params={"trial_kind": kind, **params},
-            tags={"spectune.kind": kind, "spectune.label": label},
+            tags={TAG_KIND: kind, TAG_LABEL: label},
         )
         if run["existing"]:
             logger.info("trial %s (%d) runs again; continuing its MLflow run %s", trial_id, number, run["run_id"])
-        self.tracker.set_tags(run["run_id"], {"spectune.engine_command": engine_command, "spectune.status": "running",
-                                              "spectune.number": number,
-                                              "spectune.start_flags": " ".join(render_flags(start_flags or {}))})
+        self.tracker.set_tags(run["run_id"], {TAG_ENGINE_COMMAND: engine_command, TAG_STATUS: "running",
+                                              TAG_NUMBER: number,
+                                              TAG_START_FLAGS: " ".join(render_flags(start_flags or {}))})
         if engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
             self.tracker.log_dict(run["run_id"], engine_config, ENGINE_CONFIG_ARTIFACT)
         self._registered[trial_id] = {
@@ -209,7 +229,7 @@ class SweepCoordinator:
         if registered["kind"] == "baseline_auto":
             label = auto_label(registered["label"], resolved)
             registered["label"] = label
-            self.tracker.set_tags(registered["run_id"], {"spectune.label": label,
+            self.tracker.set_tags(registered["run_id"], {TAG_LABEL: label,
                                                          "mlflow.runName": f"trial {registered['number']:03d} {label}"})
 
     def note_all_reduce(self, *, trial_id: str, kernel: str) -> None:
@@ -250,12 +270,12 @@ class SweepCoordinator:
                 })
             summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
-            facts = {"spectune.node_id": rec.node_id, "spectune.cuda_visible_devices": rec.cuda_visible_devices}
+            facts = {TAG_NODE_ID: rec.node_id, TAG_CUDA_VISIBLE_DEVICES: rec.cuda_visible_devices}
             self.tracker.set_tags(rec.mlflow_run_id, {
-                "spectune.status": rec.status, "spectune.reason": rec.reason or "", "spectune.number": rec.number,
-                "spectune.message": rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
-                **({"spectune.objective.metric": rec.objective.metric,
-                    "spectune.objective.concurrency": rec.objective.concurrency} if rec.objective else {}),
+                TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
+                TAG_MESSAGE: rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
+                **({TAG_OBJECTIVE_METRIC: rec.objective.metric,
+                    TAG_OBJECTIVE_CONCURRENCY: rec.objective.concurrency} if rec.objective else {}),
             })
             self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
         append_record(self.results_dir / TRIALS_FILE, rec)
@@ -282,20 +302,23 @@ class SweepCoordinator:
         if values and last.get("objective_metric"):
             objective = {"metric": last["objective_metric"], "concurrency": int(last.get("objective_concurrency", 0)),
                          "direction": last.get("objective_direction", "max"), "values": values}
-        self.finish_trial({
-            "trial_id": trial_id, "number": registered["number"], "kind": registered["kind"],
-            "label": registered["label"], "params": registered["params"], "status": status, "reason": reason,
-            "message": message, "objective": objective, "repetitions_done": len(values),
-            "level_values": {str(objective["concurrency"]): values} if objective else {},
-            "repetitions_planned": int(last.get("repetitions_planned", 0)),
-            "engine_command": registered["engine_command"], "mlflow_run_id": registered["run_id"],
-            "engine_config": registered.get("engine_config", {}), "resolved_params": registered.get("resolved"),
-            "all_reduce_kernel": registered.get("all_reduce_kernel"),
-            "start_flags": registered.get("start_flags", {}),
-            "started_at": registered["started_at"], "node_id": seen.get("spectune.node_id") or last.get("node_id") or None,
-            "cuda_visible_devices": seen.get("spectune.cuda_visible_devices"),
-            "audit_ok": seen.get("spectune.audit_ok"),
-        })
+        start = TrialStart(
+            trial_id=trial_id, number=registered["number"], kind=registered["kind"], label=registered["label"],
+            params=registered["params"], engine_command=registered["engine_command"],
+            engine_config=registered.get("engine_config", {}), start_flags=registered.get("start_flags", {}),
+            mlflow_run_id=registered["run_id"], started_at=registered["started_at"],
+        )
+        observed = TrialObservations(
+            node_id=seen.get(TAG_NODE_ID) or last.get("node_id") or None,
+            cuda_visible_devices=seen.get(TAG_CUDA_VISIBLE_DEVICES), audit_ok=seen.get(TAG_AUDIT_OK),
+            resolved_params=registered.get("resolved"), all_reduce_kernel=registered.get("all_reduce_kernel"),
+        )
+        self.finish_trial(end_record(
+            start, observed, status=status, reason=reason or None, message=message,  # type: ignore[arg-type]
+            objective=Objective.model_validate(objective) if objective else None,
+            level_values={str(objective["concurrency"]): values} if objective else {},
+            repetitions_planned=int(last.get("repetitions_planned", 0)), ended_at=utc_timestamp(),
+        ).model_dump())
         return True
 
     def records(self) -> list[dict[str, Any]]:

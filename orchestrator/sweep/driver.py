@@ -107,7 +107,7 @@ def run_sweep(
     from orchestrator.sweep.trial import TrialContext
 
     bundles, _ = trial_bundles(spec)
-    ctx = TrialContext(spec=spec.model_dump(), coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
+    ctx = TrialContext(spec=spec, coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
                        sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     # the plan in engine starts x start time (measured by the trials a resumed sweep already ran)

@@ -26,12 +26,16 @@ from serving.serve.provenance import Provenance, ProvenanceObjective
 __all__ = [
     "FAILURE_REASONS",
     "OBJECTIVE_KEY",
+    "END_FIELDS",
     "TrialKind",
+    "TrialObservations",
     "TrialRecord",
+    "TrialStart",
     "TrialStatus",
     "append_record",
     "auto_label",
     "best_record",
+    "end_record",
     "read_records",
     "trial_provenance",
     "write_best_yaml",
@@ -162,6 +166,63 @@ class TrialRecord(BaseModel):
         if self.all_reduce_kernel not in (None, "unknown", "mixed"):
             params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"  # two arms on one kernel are one configuration
         return json.dumps(params, sort_keys=True, default=str)
+
+
+class TrialStart(BaseModel):
+    """A trial's identity and configuration, known once it starts: what the coordinator registers
+    and the trial carries. Part one of the one way a :class:`TrialRecord` is made (:func:`end_record`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trial_id: str
+    number: int
+    kind: TrialKind
+    label: str
+    params: dict[str, Any]
+    engine_command: str = ""
+    engine_config: dict[str, Any] = Field(default_factory=dict)
+    start_flags: dict[str, Any] = Field(default_factory=dict)
+    mlflow_run_id: str | None = None
+    started_at: str | None = None
+
+
+class TrialObservations(BaseModel):
+    """What a trial saw while it ran, each field empty until seen: the trial knows all of it, the
+    coordinator (recording a trial ASHA stopped or whose worker died) what was reported to it.
+    Part two of :func:`end_record`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: dict[str, float] = Field(default_factory=dict)
+    slo_violation: float | None = None
+    measured_in_full: bool = False
+    timings_s: dict[str, float] = Field(default_factory=dict)
+    node_id: str | None = None
+    node_ip: str | None = None
+    cuda_visible_devices: str | None = None
+    audit_ok: bool | None = None
+    resolved_params: dict[str, int] | None = None
+    all_reduce_kernel: str | None = None
+
+
+END_FIELDS = ("status", "reason", "message", "objective", "level_values", "repetitions_done", "repetitions_planned",
+              "ended_at")
+"""The fields of a record that only its end sets; with :class:`TrialStart` and
+:class:`TrialObservations` they are every field of :class:`TrialRecord` (a test holds that)."""
+
+
+def end_record(start: TrialStart, observed: TrialObservations, *, status: TrialStatus, reason: str | None,
+               message: str, objective: Objective | None, level_values: dict[str, list[float]],
+               repetitions_planned: int, ended_at: str) -> TrialRecord:
+    """A trial's record at its end, the only constructor both writers use: the trial itself
+    (``trial.py``) and the coordinator for a trial that could not record itself. A field added to
+    the record is added to one of the three parts, so neither writer can miss it."""
+    return TrialRecord(
+        **start.model_dump(), **observed.model_dump(), status=status, reason=reason, message=message,
+        objective=objective, level_values=level_values,
+        repetitions_done=len(objective.values) if objective is not None else 0,
+        repetitions_planned=repetitions_planned, ended_at=ended_at,
+    )
 
 
 def auto_label(label: str, resolved: dict[str, int] | None) -> str:

@@ -38,10 +38,26 @@ from orchestrator.bench.server import SPECULATIVE_FIELDS, resolved_speculative, 
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
+from orchestrator.mlflow_schema import (
+    TAG_ALL_REDUCE_KERNEL,
+    TAG_AUDIT_OK,
+    TAG_CUDA_VISIBLE_DEVICES,
+    TAG_ENGINE_PID,
+    TAG_NCCL_LOG,
+    TAG_NODE_ID,
+)
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.sweep.results import OBJECTIVE_KEY, Objective, TrialRecord, auto_label
+from orchestrator.sweep.results import (
+    OBJECTIVE_KEY,
+    Objective,
+    TrialObservations,
+    TrialRecord,
+    TrialStart,
+    auto_label,
+    end_record,
+)
 from orchestrator.sweep.session import EngineSession, TrialFailure
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
@@ -58,16 +74,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrialContext:
-    """What every trial of a sweep shares (plain data and an actor handle: it crosses to workers).
+    """What every trial of a sweep shares (picklable: it crosses to workers with an actor handle).
 
     Attributes:
-        spec: ``SweepSpec.model_dump()``.
+        spec: The sweep's spec, validated (a frozen pydantic model pickles whole).
         coordinator: Handle of the :class:`~orchestrator.coordinator.SweepCoordinator` actor.
         gpus_per_trial: GPUs reserved for the engine's bundle (0: the engine shares bundle 0).
         sweep_name: For log lines and the engine log directory.
     """
 
-    spec: dict[str, Any]
+    spec: SweepSpec
     coordinator: Any
     gpus_per_trial: int
     sweep_name: str
@@ -147,7 +163,7 @@ def _rep_metrics(metrics: RepetitionMetrics) -> dict[str, float | None]:
 
 def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     """The Ray Tune trainable: one configuration, start to recorded end."""
-    spec = SweepSpec.model_validate(ctx.spec)
+    spec = ctx.spec
     plan = TrialPlan.from_config(config)
     trial_id = tune.get_context().get_trial_id() or f"local-{os.getpid()}"
     engine_config = engine_config_for(spec, plan)
@@ -218,8 +234,8 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         state.info = session.info
         state.audit_ok = session.audit_ok
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
-            "spectune.node_id": state.info.get("node_id"), "spectune.cuda_visible_devices": state.info.get(
-                "cuda_visible_devices"), "spectune.engine_pid": state.info.get("pid"), "spectune.audit_ok": state.audit_ok,
+            TAG_NODE_ID: state.info.get("node_id"), TAG_CUDA_VISIBLE_DEVICES: state.info.get(
+                "cuda_visible_devices"), TAG_ENGINE_PID: state.info.get("pid"), TAG_AUDIT_OK: state.audit_ok,
         }, texts={"env_audit.json": _json(session.audit)}))
         session.check_audit()
         _resolve(spec, state, session, coordinator, engine_config)
@@ -295,7 +311,7 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
     report = {**observed.to_dict(), "arm": arm, "gpu_kind": plan.gpu_kind,
               "predicted": None if predicted is None else predicted.kernel}
     ray.get(coordinator.note_all_reduce.remote(trial_id=state.trial_id, kernel=observed.kernel))
-    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={"spectune.all_reduce_kernel": observed.kernel},
+    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_ALL_REDUCE_KERNEL: observed.kernel},
                                          texts={"all_reduce.json": _json(report)}))
     if predicted is not None and observed.kernel not in ("unknown", predicted.kernel):
         logger.warning("trial %d (%s): all-reduce arm %r was planned as %s on %s, but the engine ran %s (%s); "
@@ -365,7 +381,7 @@ def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any
     # the log (up to 4 MiB from the engine's node) only where NCCL wrote something to check
     log_text = ray.get(session.host.log_text.remote()) if nccl_debug_enabled(expected) and tp_size > 1 else ""
     check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
-    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={"spectune.nccl_log": check.status},
+    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_NCCL_LOG: check.status},
                                          texts={"nccl_log.json": _json(check.to_dict())}))
     if check.status != "not_applicable":
         (logger.info if check.ok else logger.warning)("trial %d (%s): %s", state.number, state.trial_id, check.summary())
@@ -480,19 +496,21 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
     label = state.plan.label()
     if state.plan.kind == BASELINE_AUTO:
         label = auto_label(label, state.resolved)
-    return TrialRecord(
+    start = TrialStart(
         trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=label,  # type: ignore[arg-type]
-        params=_params(state.plan, spec), status=status, reason=reason, message=message,  # type: ignore[arg-type]
-        objective=objective, metrics=metrics, level_values=_level_values(spec, state), slo_violation=_slo_violation(spec, state.bench),
-        repetitions_done=len(state.objective_values), repetitions_planned=spec.benchmark.repetitions,
-        measured_in_full=state.measured_in_full,
+        params=_params(state.plan, spec), engine_command=state.engine_command,
+        engine_config=engine_config.model_dump(), start_flags=state.start_flags, mlflow_run_id=state.run_id,
+        started_at=state.started_at,
+    )
+    observed = TrialObservations(
+        metrics=metrics, slo_violation=_slo_violation(spec, state.bench), measured_in_full=state.measured_in_full,
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
-        audit_ok=state.audit_ok, engine_config=engine_config.model_dump(), resolved_params=state.resolved,
-        all_reduce_kernel=state.all_reduce_kernel,
-        engine_command=state.engine_command, start_flags=state.start_flags,
-        mlflow_run_id=state.run_id, started_at=state.started_at, ended_at=utc_timestamp(),
+        audit_ok=state.audit_ok, resolved_params=state.resolved, all_reduce_kernel=state.all_reduce_kernel,
     )
+    return end_record(start, observed, status=status, reason=reason, message=message,  # type: ignore[arg-type]
+                      objective=objective, level_values=_level_values(spec, state),
+                      repetitions_planned=spec.benchmark.repetitions, ended_at=utc_timestamp())
 
 
 def _json(data: Any) -> str:
@@ -510,7 +528,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
         ``warmup`` (the visit economy reads what a start and a repetition cost); ``host_cpu_steal``
         the most of the repetitions', None off Linux.
     """
-    spec = SweepSpec.model_validate(ctx.spec)
+    spec = ctx.spec
     config = EngineConfig.model_validate(engine_config)
     values: list[float] = []
     steals: list[float] = []

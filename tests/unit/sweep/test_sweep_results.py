@@ -93,3 +93,18 @@ def test_report_states_both_baselines_and_nccl_effects() -> None:
     assert ring["ratio"]["ratio"] == pytest.approx(0.8, rel=1e-2)
     assert not [e for e in report["nccl_effects"] if e["value"] == "Tree"], "an early-stopped trial is no evidence"
     assert any("over SGLang's default" in line for line in report["lines"])
+
+
+def test_a_record_is_made_of_its_start_what_was_observed_and_its_end() -> None:
+    """The one constructor both writers use (the trial, and the coordinator for a trial that could
+    not record itself): its three parts cover every field of the record, so a new field cannot be
+    written by one and silently missing from the other."""
+    from orchestrator.sweep.results import END_FIELDS, TrialObservations, TrialStart, end_record
+
+    parts = set(TrialStart.model_fields) | set(TrialObservations.model_fields) | set(END_FIELDS)
+    assert parts == set(TrialRecord.model_fields)
+    assert not set(TrialStart.model_fields) & set(TrialObservations.model_fields)
+    start = TrialStart(trial_id="t1", number=3, kind="search", label="steps=3", params={"num_steps": 3})
+    record = end_record(start, TrialObservations(node_id="n1"), status="early_stopped", reason="early_stopped",
+                        message="", objective=None, level_values={}, repetitions_planned=3, ended_at="now")
+    assert (record.number, record.node_id, record.repetitions_done, record.ended_at) == (3, "n1", 0, "now")
