@@ -3,8 +3,8 @@ sweep's searcher and its confirmation, and through random search with the same c
 
 A sweep of a 1T-parameter model costs 5-15 minutes per engine launch, and what the user gets is
 the configuration the sweep *reports*. This script measures both without an engine: each seed
-replays one sweep. The search is the sweep's own searcher (the same ``SweepSpace`` built from a
-``SweepSpec``, see ``orchestrator.space.define_by_run``, and the same ``SweepSearch`` of
+replays one sweep. The search is the sweep's own searcher (the same ``DefineByRunSpace`` built from a
+``SweepSpec``, see ``orchestrator.space.define_by_run``, and the same ``SweepSearcher`` of
 ``orchestrator.sweep.search`` with its baselines, enumeration and de-duplication, driven exactly
 as Ray Tune drives it — ``suggest(trial_id)``, then ``on_trial_complete(trial_id, final result)``)
 for ``budget`` trials, with the engine replaced by a lookup in the grid; then the sweep's own
@@ -65,12 +65,12 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, canonical_arm, candidate_key  # noqa: E402
-from orchestrator.space.define_by_run import SweepSpace  # noqa: E402
+from orchestrator.space.define_by_run import DefineByRunSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
 from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
 from orchestrator.sweep.results import OBJECTIVE_KEY  # noqa: E402
-from orchestrator.sweep.search import SweepSearch  # noqa: E402
+from orchestrator.sweep.search import SweepSearcher  # noqa: E402
 from serving.engine import nccl  # noqa: E402
 
 __all__ = [
@@ -124,8 +124,8 @@ class Grid:
     values: dict[str, float | None] = field(default_factory=dict)
 
     @property
-    def space(self) -> SweepSpace:
-        return SweepSpace(self.spec)
+    def space(self) -> DefineByRunSpace:
+        return DefineByRunSpace(self.spec)
 
     @property
     def size(self) -> int:
@@ -406,7 +406,7 @@ def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int, bud
     ``budget`` is the sweep's ``budget.num_trials`` as the driver passes it (it decides whether the
     searcher enumerates a small space); ``staged=False`` is the ablation without the NCCL stages.
     """
-    searcher = SweepSearch(space=grid.space, mode=grid.mode, seed=seed, slo=False, budget=budget, staged=staged)
+    searcher = SweepSearcher(space=grid.space, mode=grid.mode, seed=seed, slo=False, budget=budget, staged=staged)
     for number in range(limit):
         trial_id = f"replay_{number:05d}"
         config = searcher.suggest(trial_id)

@@ -73,7 +73,7 @@ __all__ = [
     "ResourcesSpec",
     "SearchSpec",
     "SloSpec",
-    "SpeculativeSearch",
+    "SpeculativeSpec",
     "SweepSpec",
     "TrackingSpec",
     "OBJECTIVE_METRICS",
@@ -337,7 +337,7 @@ TripleList = Annotated[
 ]
 
 
-class SpeculativeSearch(_Model):
+class SpeculativeSpec(_Model):
     """The speculative dimensions: each a fixed value, a list, or ``{low, high}``; or exact triples.
 
     With ``eagle_topk`` 1 the draft is a chain and ``num_draft_tokens`` is ``num_steps + 1``
@@ -367,7 +367,7 @@ class SpeculativeSearch(_Model):
     )
 
     @model_validator(mode="after")
-    def _dimensions(self) -> "SpeculativeSearch":
+    def _dimensions(self) -> "SpeculativeSpec":
         if self.triples is not None:
             both = sorted({"num_steps", "eagle_topk", "num_draft_tokens"} & self.model_fields_set)
             if both:
@@ -442,7 +442,7 @@ NcclChoice = Annotated[
 ]
 """One value an NCCL variable may take in the search (checked against NCCL's own set later)."""
 
-NcclPreset = Annotated[dict[str, NcclChoice], AfterValidator(_nccl_preset)]
+NcclPresetSpec = Annotated[dict[str, NcclChoice], AfterValidator(_nccl_preset)]
 """One entry of ``search.nccl_presets``: variable -> value, ``{}`` for NCCL's defaults."""
 
 
@@ -463,7 +463,7 @@ class EarlyStoppingSpec(_Model):
 class SearchSpec(_Model):
     """What the sweep varies."""
 
-    speculative: SpeculativeSearch | None = Field(
+    speculative: SpeculativeSpec | None = Field(
         default=None, description="Speculative dimensions; omit to use SGLang's auto choice only."
     )
     all_reduce: list[Literal["default", "no_fusion", "nccl"]] = Field(
@@ -477,7 +477,7 @@ class SearchSpec(_Model):
         default_factory=dict,
         description="NCCL variable -> values to try; null or 'default' means unset (NCCL's own choice).",
     )
-    nccl_presets: Optional[Annotated[list[NcclPreset], Field(min_length=1, max_length=MAX_CHOICES)]] = Field(
+    nccl_presets: Optional[Annotated[list[NcclPresetSpec], Field(min_length=1, max_length=MAX_CHOICES)]] = Field(
         default=None,
         description="Instead of nccl_env: exactly these sets of NCCL variables, e.g. [{}, {NCCL_ALGO: Ring, "
         "NCCL_PROTO: LL}]; {} (NCCL's defaults) must be among them, a variable absent (or null) is unset.",
@@ -962,7 +962,7 @@ class SweepSpec(_Model):
         self,
         *,
         num_steps: int | None,
-        topk: int | None,
+        eagle_topk: int | None,
         num_draft_tokens: int | None,
         all_reduce: str = "default",
         nccl_env: dict[str, str] | None = None,
@@ -984,7 +984,7 @@ class SweepSpec(_Model):
             speculative_algorithm=engine.speculative_algorithm,
             speculative_draft_model_path=engine.draft_model_path if speculative else None,
             speculative_num_steps=num_steps,
-            speculative_eagle_topk=topk,
+            speculative_eagle_topk=eagle_topk,
             speculative_num_draft_tokens=num_draft_tokens,
             **arm_flags(all_reduce),
             reference_gpu_kind=reference_gpu_kind,

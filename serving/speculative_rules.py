@@ -39,28 +39,28 @@ speculative decoding"): no decode batch of a speculative engine is larger."""
 
 FIELD_NAMES: Mapping[str, str] = {
     "num_steps": "speculative_num_steps",
-    "topk": "speculative_eagle_topk",
+    "eagle_topk": "speculative_eagle_topk",
     "num_draft_tokens": "speculative_num_draft_tokens",
 }
 """The numbers as EngineConfig (and SGLang's ServerArgs) name them."""
 FLAG_NAMES: Mapping[str, str] = {
     "num_steps": "--speculative-num-steps",
-    "topk": "--speculative-eagle-topk",
+    "eagle_topk": "--speculative-eagle-topk",
     "num_draft_tokens": "--speculative-num-draft-tokens",
 }
 """The numbers as the command line names them."""
 
-_BOUNDS = {"num_steps": (1, MAX_NUM_STEPS), "topk": (1, MAX_EAGLE_TOPK), "num_draft_tokens": (2, MAX_NUM_DRAFT_TOKENS)}
+_BOUNDS = {"num_steps": (1, MAX_NUM_STEPS), "eagle_topk": (1, MAX_EAGLE_TOPK), "num_draft_tokens": (2, MAX_NUM_DRAFT_TOKENS)}
 
 
-def tree_capacity(*, num_steps: int, topk: int) -> int:
+def tree_capacity(*, num_steps: int, eagle_topk: int) -> int:
     """How many candidate tokens an EAGLE draft tree of this shape holds.
 
-    The first step proposes ``topk`` tokens; each later step expands the ``topk`` best leaves by
-    ``topk`` children, so the tree has ``topk + (num_steps - 1) * topk**2`` candidates. The
-    verifier sees ``num_draft_tokens - 1`` of them (plus the root), so that many must exist.
+    The first step proposes ``eagle_topk`` tokens; each later step expands the ``eagle_topk`` best
+    leaves by ``eagle_topk`` children, so the tree has ``eagle_topk + (num_steps - 1) * eagle_topk**2``
+    candidates. The verifier sees ``num_draft_tokens - 1`` of them (plus the root), so that many must exist.
     """
-    return topk + (num_steps - 1) * topk * topk
+    return eagle_topk + (num_steps - 1) * eagle_topk * eagle_topk
 
 
 def chain_num_draft_tokens(num_steps: int) -> int:
@@ -71,12 +71,12 @@ def chain_num_draft_tokens(num_steps: int) -> int:
 def speculative_problem(
     *,
     num_steps: Optional[int],
-    topk: Optional[int],
+    eagle_topk: Optional[int],
     num_draft_tokens: Optional[int],
     names: Mapping[str, str] = FIELD_NAMES,
 ) -> Optional[str]:
     """Say which rule the triple breaks (naming the numbers by ``names``), or ``None``."""
-    given = {"num_steps": num_steps, "topk": topk, "num_draft_tokens": num_draft_tokens}
+    given = {"num_steps": num_steps, "eagle_topk": eagle_topk, "num_draft_tokens": num_draft_tokens}
     unset = [names[key] for key, value in given.items() if value is None]
     if 0 < len(unset) < 3:
         return f"set all three speculative numbers or none (SGLang's auto choice); unset: {', '.join(unset)}"
@@ -86,17 +86,17 @@ def speculative_problem(
         low, high = _BOUNDS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             return f"{names[key]} must be an integer in [{low}, {high}], got {value!r}"
-    assert num_steps is not None and topk is not None and num_draft_tokens is not None
-    if topk == 1 and num_draft_tokens != chain_num_draft_tokens(num_steps):
+    assert num_steps is not None and eagle_topk is not None and num_draft_tokens is not None
+    if eagle_topk == 1 and num_draft_tokens != chain_num_draft_tokens(num_steps):
         return (
-            f"{names['topk']}=1 is a chain: {names['num_draft_tokens']} must be "
+            f"{names['eagle_topk']}=1 is a chain: {names['num_draft_tokens']} must be "
             f"{names['num_steps']} + 1 = {chain_num_draft_tokens(num_steps)}, got {num_draft_tokens}"
         )
-    capacity = tree_capacity(num_steps=num_steps, topk=topk)
+    capacity = tree_capacity(num_steps=num_steps, eagle_topk=eagle_topk)
     if num_draft_tokens - 1 > capacity:
         return (
             f"{names['num_draft_tokens']}={num_draft_tokens} needs {num_draft_tokens - 1} candidates but a "
-            f"tree of {names['num_steps']}={num_steps}, {names['topk']}={topk} holds {capacity} "
+            f"tree of {names['num_steps']}={num_steps}, {names['eagle_topk']}={eagle_topk} holds {capacity} "
             f"(topk + (num_steps-1)*topk^2); use at most {capacity + 1}"
         )
     return None

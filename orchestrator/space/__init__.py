@@ -5,12 +5,12 @@ Modules, one job each:
 * ``points``: the valid points (SGLang's speculative rules, the all-reduce paths, NCCL settings),
   counted without listing, and why a spec may not use a space (``space_problems``).
 * ``plan``: what one trial runs (``TrialPlan``: a baseline or a point), and one key per configuration.
-* ``define_by_run``: the space as Optuna samples it (``SweepSpace``): the sampling function, the
+* ``define_by_run``: the space as Optuna samples it (``DefineByRunSpace``): the sampling function, the
   baselines, the replay of a known point, starting points, distances and one-factor variants.
 * ``settings``: one point from ``key=value`` settings (``spectune engine-cmd --set``).
 
 This package re-exports all but ``define_by_run``, which imports Optuna: the spec, ``spectune
-validate`` and the CLI need only the points. Import ``SweepSpace`` from
+validate`` and the CLI need only the points. Import ``DefineByRunSpace`` from
 ``orchestrator.space.define_by_run``.
 
 The spec builds the space (``SweepSpec.space()``) and the searcher (``orchestrator.sweep.search``)

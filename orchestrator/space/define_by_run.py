@@ -9,7 +9,7 @@ for that context (``num_draft_tokens_s3_k2``): Optuna's categorical distribution
 set of choices per name, and TPE's ``group`` mode models such conditional parameters as they are.
 Listed points (``search.speculative.triples``, ``search.nccl_presets``) are one categorical each.
 
-The searcher (``orchestrator.sweep.search.SweepSearch``) walks this object; it imports Optuna,
+The searcher (``orchestrator.sweep.search.SweepSearcher``) walks this object; it imports Optuna,
 so ``orchestrator.space`` does not re-export it and the spec and the CLI load no Optuna.
 """
 
@@ -23,7 +23,7 @@ from optuna.distributions import CategoricalDistribution
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.points import Candidate, HasSearchSpace, SpeculativeList, SpeculativeTriple, preset_label
 
-__all__ = ["DEFAULT_WORD", "SweepSpace"]
+__all__ = ["DEFAULT_WORD", "DefineByRunSpace"]
 
 DEFAULT_WORD = "default"
 """How an unset NCCL variable (NCCL's own choice) appears among the sampler's choices and params."""
@@ -79,7 +79,7 @@ class _Replay:
         return value
 
 
-# --- what SweepSpace needs of a spec (orchestrator.spec.SweepSpec, which this module does not import) ---
+# --- what DefineByRunSpace needs of a spec (orchestrator.spec.SweepSpec, which this module does not import) ---
 
 
 class SpeculatingEngine(Protocol):
@@ -96,7 +96,7 @@ class SampledSpec(HasSearchSpace, Protocol):
     def engine(self) -> SpeculatingEngine: ...
 
 
-class SweepSpace:
+class DefineByRunSpace:
     """The sweep's space as an Optuna define-by-run function over ``SweepSpec.space()``: the very
     object ``spectune validate`` counts, so the sampler and the count can never disagree.
 
@@ -328,3 +328,6 @@ class SweepSpace:
                 if env != candidate.nccl_env:
                     out.append(Candidate(candidate.speculative, candidate.all_reduce, env))
         return [TrialPlan("search", c) for c in out]
+
+
+SweepSpace = DefineByRunSpace  # the old name, for searcher states pickled before the rename

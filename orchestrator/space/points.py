@@ -13,7 +13,7 @@ A spec may also say "try exactly these": ``SpeculativeList`` holds listed triple
 (``search.speculative.triples``) and ``SearchSpace.nccl_presets`` listed sets of NCCL variables
 (``search.nccl_presets``), each one point of its dimension, instead of a product of values.
 
-``orchestrator.spec`` builds these objects (``SweepSpec.space()``, ``SpeculativeSearch.space()``)
+``orchestrator.spec`` builds these objects (``SweepSpec.space()``, ``SpeculativeSpec.space()``)
 and refuses an empty or oversized space with ``space_problems``; this module does not import the
 spec, so data flows one way.
 """
@@ -150,7 +150,7 @@ class SpeculativeSpace:
         """
         if eagle_topk == 1:
             return (chain_num_draft_tokens(num_steps),)
-        most = tree_capacity(num_steps=num_steps, topk=eagle_topk) + 1
+        most = tree_capacity(num_steps=num_steps, eagle_topk=eagle_topk) + 1
         return self.num_draft_tokens[: bisect_right(self.num_draft_tokens, most)]
 
     def topk_choices(self, *, num_steps: int) -> tuple[int, ...]:
@@ -202,7 +202,7 @@ class SpeculativeSpace:
 AUTO_ONLY = SpeculativeSpace(include_auto=True)
 """The speculative space of a spec that does not search the numbers (or does not speculate)."""
 
-TRIPLE_NAMES = {"num_steps": "num_steps", "topk": "eagle_topk", "num_draft_tokens": "num_draft_tokens"}
+TRIPLE_NAMES = {"num_steps": "num_steps", "eagle_topk": "eagle_topk", "num_draft_tokens": "num_draft_tokens"}
 """The three numbers as a sweep spec names them, for SGLang's rule messages about a listed triple."""
 
 
@@ -258,7 +258,7 @@ def triple_problem(triple: SpeculativeTriple) -> str | None:
     if triple.is_auto:
         return "auto (all three unset) is not a listed triple; use include_auto"
     return speculative_problem(
-        num_steps=triple.num_steps, topk=triple.eagle_topk, num_draft_tokens=triple.num_draft_tokens,
+        num_steps=triple.num_steps, eagle_topk=triple.eagle_topk, num_draft_tokens=triple.num_draft_tokens,
         names=TRIPLE_NAMES,
     )
 
@@ -292,7 +292,7 @@ class Candidate:
         """
         return spec.engine_config(
             num_steps=self.speculative.num_steps,
-            topk=self.speculative.eagle_topk,
+            eagle_topk=self.speculative.eagle_topk,
             num_draft_tokens=self.speculative.num_draft_tokens,
             all_reduce=self.all_reduce,
             nccl_env=self.nccl_env,
@@ -442,7 +442,7 @@ class HasSearchSpace(Protocol):
 
 
 class HasSpeculativeSpace(Protocol):
-    """A speculative search section (``SpeculativeSearch.space``)."""
+    """A speculative search section (``SpeculativeSpec.space``)."""
 
     def space(self) -> SpeculativeSpace | SpeculativeList: ...
 

@@ -76,7 +76,7 @@ def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPl
     if contenders is None:
         contenders = 0
         if confirmation.enabled and spec.engine.speculative_algorithm is not None:
-            baselines = 2  # no speculation and SGLang's default (``SweepSpace.baselines``)
+            baselines = 2  # no speculation and SGLang's default (``DefineByRunSpace.baselines``)
             visited = 1 + int(confirmation.no_speculation)  # SGLang's default, and no speculation unless switched off
             contenders = min(confirmation.top_k, max(0, spec.budget.num_trials - baselines)) + visited
     if not confirmation.enabled:

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.callbacks import tune_callbacks
 from orchestrator.sweep.cluster import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.cost import cost_line
@@ -43,7 +43,7 @@ from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import TrialRecord
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
 from orchestrator.sweep.scheduler import BaselineAwareASHA
-from orchestrator.sweep.search import SweepSearch
+from orchestrator.sweep.search import SweepSearcher
 from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
@@ -216,11 +216,11 @@ def _tuner(spec: SweepSpec, *, ctx: Any, bundles: list[dict[str, float]], out: P
     )
 
 
-def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[SweepSpace, SweepSearch]:
+def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[DefineByRunSpace, SweepSearcher]:
     """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
     (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
-    space = SweepSpace(spec)
-    return space, SweepSearch(space=space, mode=spec.objective.direction, seed=spec.search.seed,
+    space = DefineByRunSpace(spec)
+    return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
                               budget=spec.budget.num_trials, slo=slo)
 
 

@@ -40,7 +40,7 @@ def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
     console.print(f"all-reduce arms (SGLang 0.5.23's rule; this sweep runs on {escape(node)}; each trial records the "
                   "kernel its engine really ran):", highlight=False, soft_wrap=True)
     for arm in spec.search.all_reduce:
-        config = spec.engine_config(num_steps=None, topk=None, num_draft_tokens=None, all_reduce=arm)
+        config = spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None, all_reduce=arm)
         console.print(f"  [bold]{arm}[/]: " + escape(build_command(config, host="127.0.0.1", port=30000,
                                                                 python=python).shell(redacted=True)),
                       highlight=False, soft_wrap=True)

@@ -1,14 +1,14 @@
 """The searcher: Ray Tune's OptunaSearch over the space's define-by-run function
-(``orchestrator.space.define_by_run.SweepSpace``, SGLang's speculative rules), the two baselines
+(``orchestrator.space.define_by_run.DefineByRunSpace``, SGLang's speculative rules), the two baselines
 first, and what each trial's end means to the sampler.
 
 The search is staged, because a sweep of a large model affords a few dozen trials (see
-:class:`SweepSearch`): SGLang's rule-of-thumb configurations first, then the speculative numbers
+:class:`SweepSearcher`): SGLang's rule-of-thumb configurations first, then the speculative numbers
 with NCCL at its defaults, then NCCL one setting at a time on the best point, then the numbers at
 the best NCCL settings and everything at once, in turn.
 ``benchmarks/search_efficiency.py`` measures what this buys on measured grids.
 
-:class:`SweepSearch` is Ray Tune's ``OptunaSearch`` with four additions: the baselines (no
+:class:`SweepSearcher` is Ray Tune's ``OptunaSearch`` with four additions: the baselines (no
 speculation, then SGLang's own choice, both with NCCL's defaults) are served before the sampler is
 asked; a proposal equal to a configuration already measured is answered from that measurement
 and the sampler asked again (small discrete spaces repeat themselves); a failed trial is told as
@@ -28,24 +28,27 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-# SweepSpace and TrialPlan were defined here; a searcher state pickled then (searcher-state-*.pkl,
-# what a resumed sweep restores) names them as this module's, so they stay importable from it.
+# SweepSpace (now DefineByRunSpace) and TrialPlan were defined here; a searcher state pickled then
+# (searcher-state-*.pkl, what a resumed sweep restores) names them as this module's, so they stay
+# importable from it, under their old names too (SweepSearch is this module's searcher's old name).
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
-from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.results import OBJECTIVE_KEY
 
-__all__ = ["SweepSearch"]
+__all__ = ["SweepSearcher"]
+
+SweepSpace = DefineByRunSpace  # old names, for searcher states pickled before the rename (not for new code)
 
 logger = logging.getLogger(__name__)
 
 
-class SweepSearch(OptunaSearch):
-    """Ray Tune's OptunaSearch over :class:`SweepSpace`, with baselines first, a staged search and honest tells.
+class SweepSearcher(OptunaSearch):
+    """Ray Tune's OptunaSearch over :class:`DefineByRunSpace`, with baselines first, a staged search and honest tells.
 
     A sweep of a large model affords a few dozen trials, so the order of proposals matters:
 
     1. the baselines (no speculation, SGLang's auto choice);
-    2. SGLang's rule-of-thumb configurations (``SweepSpace.starting_points``: ``RULES_OF_THUMB``,
+    2. SGLang's rule-of-thumb configurations (``DefineByRunSpace.starting_points``: ``RULES_OF_THUMB``,
        each the nearest point of the space);
     3. the speculative stage: TPE chooses the speculative numbers while the all-reduce path and the
        NCCL variables stay at their defaults (they act mostly independently of the numbers, and
@@ -83,7 +86,7 @@ class SweepSearch(OptunaSearch):
     def __init__(
         self,
         *,
-        space: SweepSpace,
+        space: DefineByRunSpace,
         mode: str,
         seed: int,
         slo: bool,
@@ -355,3 +358,6 @@ def _outcome(result: dict, *, error: bool) -> tuple[TrialState, float | None, fl
     if not isinstance(value, (int, float)):
         return TrialState.FAIL, None, None
     return TrialState.COMPLETE, float(value), (float(violation) if isinstance(violation, (int, float)) else None)
+
+
+SweepSearch = SweepSearcher  # the old name, for searcher states pickled before the rename

@@ -262,7 +262,7 @@ class EngineConfig(EngineFlagChecks):
             )
         problem = speculative_problem(
             num_steps=self.speculative_num_steps,
-            topk=self.speculative_eagle_topk,
+            eagle_topk=self.speculative_eagle_topk,
             num_draft_tokens=self.speculative_num_draft_tokens,
             names=FIELD_NAMES,
         )

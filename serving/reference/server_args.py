@@ -526,7 +526,7 @@ def _speculative_numbers(
     adjusted = draft_tokens
     if topk == 1 and isinstance(steps, int) and draft_tokens is not None:
         adjusted = chain_num_draft_tokens(steps)
-    problem = speculative_problem(num_steps=steps, topk=topk, num_draft_tokens=adjusted, names=FLAG_NAMES)
+    problem = speculative_problem(num_steps=steps, eagle_topk=topk, num_draft_tokens=adjusted, names=FLAG_NAMES)
     if problem is not None:
         raise ValueError(problem)
     assert steps is not None and topk is not None and adjusted is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.preflight import PreflightError, node_gpu_kind
 from serving.all_reduce_rules import GpuKind, predict
@@ -182,7 +182,7 @@ def test_on_an_nvlink_node_ncc_variables_are_searched_only_on_the_nccl_arm() -> 
     assert all(not c.nccl_env for c in points if c.all_reduce != "nccl")
     assert {c.nccl_env.get("NCCL_ALGO") for c in points if c.all_reduce == "nccl"} == {None, "Ring", "Tree"}
     # Optuna samples the same conditional space: never an NCCL variable on the fusion or custom arm
-    sampler_space = SweepSpace(spec)
+    sampler_space = DefineByRunSpace(spec)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     for _ in range(60):
         plan = sampler_space.sample(study.ask())
@@ -195,15 +195,15 @@ def test_on_an_nvlink_node_ncc_variables_are_searched_only_on_the_nccl_arm() -> 
 
 def test_the_nccl_arm_gets_both_flags_and_only_the_reference_engine_gets_a_declared_kind() -> None:
     spec = _spec("sm90-nvlink")
-    argv = build_command(spec.engine_config(num_steps=None, topk=None, num_draft_tokens=None, all_reduce="nccl"),
+    argv = build_command(spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None, all_reduce="nccl"),
                          port=1).argv
     assert "--disable-custom-all-reduce" in argv and "--enforce-disable-flashinfer-allreduce-fusion" in argv
     assert "--reference-gpu-kind" not in argv and "--json-model-override-args" not in argv
-    no_fusion = build_command(spec.engine_config(num_steps=None, topk=None, num_draft_tokens=None,
+    no_fusion = build_command(spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None,
                                                  all_reduce="no_fusion"), port=1).argv
     assert "--enforce-disable-flashinfer-allreduce-fusion" in no_fusion and "--disable-custom-all-reduce" not in no_fusion
     reference = _spec("sm90-nvlink", kind="reference", tp=2)
-    argv = build_command(reference.engine_config(num_steps=None, topk=None, num_draft_tokens=None), port=1).argv
+    argv = build_command(reference.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None), port=1).argv
     assert argv[argv.index("--reference-gpu-kind") + 1] == "sm90-nvlink"
     assert KIMI in argv[argv.index("--json-model-override-args") + 1]
 

@@ -18,7 +18,7 @@ from serving.errors import EngineConfigError
 )
 def test_tree_capacity(steps: int, topk: int, capacity: int) -> None:
     # topk + (steps - 1) * topk^2, e.g. (3, 2): 2 + 2 * 4 = 10
-    assert tree_capacity(num_steps=steps, topk=topk) == capacity
+    assert tree_capacity(num_steps=steps, eagle_topk=topk) == capacity
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_tree_capacity(steps: int, topk: int, capacity: int) -> None:
 )
 def test_speculative_problem(triple: tuple, words: str | None) -> None:
     steps, topk, draft = triple
-    problem = speculative_problem(num_steps=steps, topk=topk, num_draft_tokens=draft)
+    problem = speculative_problem(num_steps=steps, eagle_topk=topk, num_draft_tokens=draft)
     if words is None:
         assert problem is None
     else:

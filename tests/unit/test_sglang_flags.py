@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, TrialPlan
-from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.adaptive_schedule import _capture_note
 from serving.engine.command import build_command
@@ -89,7 +89,7 @@ def _plans(spec: SweepSpec) -> list[TrialPlan]:
     """The baselines, the first points of the space, and the first point on every all-reduce arm."""
     space = spec.space()
     first = next(iter(space))
-    plans = SweepSpace(spec).baselines() + [TrialPlan("search", c) for c in itertools.islice(space, 12)]
+    plans = DefineByRunSpace(spec).baselines() + [TrialPlan("search", c) for c in itertools.islice(space, 12)]
     plans += [TrialPlan("search", Candidate(first.speculative, arm, first.nccl_env)) for arm in ALL_REDUCE_ARMS]
     return plans
 

@@ -19,12 +19,12 @@ from orchestrator.space import (
     space_problems,
     speculative_triples,
 )
-from orchestrator.spec import SpeculativeSearch, SweepSpec
+from orchestrator.spec import SpeculativeSpec, SweepSpec
 from serving.speculative_rules import speculative_problem
 
 
 def test_triples_follow_sglang_rules() -> None:
-    search = SpeculativeSearch(num_steps=[1, 3], eagle_topk=[1, 2], num_draft_tokens=[2, 4, 11, 12])
+    search = SpeculativeSpec(num_steps=[1, 3], eagle_topk=[1, 2], num_draft_tokens=[2, 4, 11, 12])
     got = {(t.num_steps, t.eagle_topk, t.num_draft_tokens) for t in speculative_triples(search)}
     # topk 1: draft = steps + 1 -> (1,1,2), (3,1,4)
     # steps 1, topk 2: capacity 2 -> draft <= 3 -> (1,2,2)
@@ -33,7 +33,7 @@ def test_triples_follow_sglang_rules() -> None:
 
 
 def test_auto_is_one_more_point() -> None:
-    search = SpeculativeSearch(num_steps=2, include_auto=True)
+    search = SpeculativeSpec(num_steps=2, include_auto=True)
     labels = [t.label() for t in speculative_triples(search)]
     assert labels == ["auto", "steps=2 topk=1 draft=3"]
 
@@ -176,7 +176,7 @@ def test_space_agrees_with_sglang_rules_by_brute_force(steps, topks, drafts, aut
     for s in steps:
         for k in topks:
             for d in (s + 1,) if k == 1 else drafts:
-                if speculative_problem(num_steps=s, topk=k, num_draft_tokens=d) is None:
+                if speculative_problem(num_steps=s, eagle_topk=k, num_draft_tokens=d) is None:
                     brute.append(SpeculativeTriple(s, k, d))
     assert list(space) == brute
     assert len(space) == len(brute)
@@ -235,7 +235,7 @@ def test_presets_and_a_per_variable_product_exclude_each_other() -> None:
 
 
 def test_spec_triples_build_the_listed_space() -> None:
-    search = SpeculativeSearch(triples=[[3, 1, 4], [5, 4, 8]], include_auto=True)
+    search = SpeculativeSpec(triples=[[3, 1, 4], [5, 4, 8]], include_auto=True)
     assert isinstance(search.space(), SpeculativeList)
     labels = [t.label() for t in speculative_triples(search)]
     assert labels == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]

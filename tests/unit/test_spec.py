@@ -39,7 +39,7 @@ def test_nccl_values_are_normalised_and_default_kept() -> None:
 
 def test_engine_config_of_a_candidate_merges_env() -> None:
     spec = SweepSpec.from_dict(with_("engine.env", {"NCCL_DEBUG": "info"}))
-    config = spec.engine_config(num_steps=3, topk=1, num_draft_tokens=4, all_reduce="nccl", nccl_env={"NCCL_ALGO": "Ring"})
+    config = spec.engine_config(num_steps=3, eagle_topk=1, num_draft_tokens=4, all_reduce="nccl", nccl_env={"NCCL_ALGO": "Ring"})
     assert config.env == {"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"}
     assert config.disable_custom_all_reduce is True
     assert config.speculative_draft_model_path == "org/draft"

@@ -29,7 +29,7 @@ def _spec(gpu_kind: str, tp: int) -> SweepSpec:
 
 
 def _observed(spec: SweepSpec, arm: str, tmp_path: Path):
-    config = spec.engine_config(num_steps=None, topk=None, num_draft_tokens=None, all_reduce=arm)
+    config = spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None, all_reduce=arm)
     command = build_command(config, port=free_port())
     engine = EngineProcess(command=command, log_path=tmp_path / f"{arm}.log", start_timeout_s=120)
     with engine:

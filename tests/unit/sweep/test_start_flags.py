@@ -39,7 +39,7 @@ def _config(spec: SweepSpec, *, speculative: bool = True) -> EngineConfig:
     if not speculative:
         return engine_config_for(spec, TrialPlan(BASELINE_PLAIN, Candidate(SpeculativeTriple(None, None, None),
                                                                            "default", {})))
-    return spec.engine_config(num_steps=3, topk=1, num_draft_tokens=4)
+    return spec.engine_config(num_steps=3, eagle_topk=1, num_draft_tokens=4)
 
 
 def test_sglangs_own_lists_for_a_given_max() -> None:

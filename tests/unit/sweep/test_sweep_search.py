@@ -11,10 +11,10 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
-from orchestrator.space.define_by_run import SweepSpace
+from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.results import OBJECTIVE_KEY
-from orchestrator.sweep.search import SweepSearch
+from orchestrator.sweep.search import SweepSearcher
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -32,14 +32,14 @@ def _spec(**search) -> SweepSpec:
     })
 
 
-def _searcher(spec: SweepSpec, seed: int = 0, slo: bool = False) -> SweepSearch:
-    return SweepSearch(space=SweepSpace(spec), mode="max", seed=seed, slo=slo)
+def _searcher(spec: SweepSpec, seed: int = 0, slo: bool = False) -> SweepSearcher:
+    return SweepSearcher(space=DefineByRunSpace(spec), mode="max", seed=seed, slo=slo)
 
 
 def _sample_randomly(spec: SweepSpec, *, trials: int, seed: int) -> tuple[set, optuna.Study]:
     """Every candidate random sampling of the sweep's space reaches in ``trials`` asks, each checked
     to be a point of ``spec.space()``; and the study, for its distributions."""
-    space = SweepSpace(spec)
+    space = DefineByRunSpace(spec)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     seen = set()
     for _ in range(trials):
@@ -59,7 +59,7 @@ def test_sampled_points_are_exactly_the_valid_ones() -> None:
 
 
 def test_top_k_one_is_a_chain_never_a_sampled_draft_count() -> None:
-    space = SweepSpace(_spec())
+    space = DefineByRunSpace(_spec())
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
     for _ in range(100):
         trial = study.ask()
@@ -73,7 +73,7 @@ def test_top_k_one_is_a_chain_never_a_sampled_draft_count() -> None:
 
 def test_every_point_replays_to_itself() -> None:
     spec = _spec()
-    space = SweepSpace(spec)
+    space = DefineByRunSpace(spec)
     for plan in space.candidates():
         params, distributions = space.replay(plan)
         assert set(params) == set(distributions)
@@ -119,7 +119,7 @@ def test_no_configuration_runs_twice_and_the_space_ends() -> None:
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    [("orchestrator.sweep.search", "SweepSpace"), ("orchestrator.sweep.search", "TrialPlan"),
+    [("orchestrator.sweep.search", "DefineByRunSpace"), ("orchestrator.sweep.search", "TrialPlan"),
      ("orchestrator.space", "SearchSpace"), ("orchestrator.space", "SpeculativeSpace"),
      ("orchestrator.space", "SpeculativeList"), ("orchestrator.space", "SpeculativeTriple"),
      ("orchestrator.space", "Candidate")],
@@ -131,7 +131,7 @@ def test_a_searcher_state_pickled_before_the_space_moved_still_loads(module: str
     assert found.__name__ == name and found.__module__.startswith("orchestrator.space")
 
 
-def _told(searcher: SweepSearch) -> list[optuna.trial.FrozenTrial]:
+def _told(searcher: SweepSearcher) -> list[optuna.trial.FrozenTrial]:
     return [t for t in searcher._ot_study.get_trials(deepcopy=False) if t.state != TrialState.RUNNING]
 
 
@@ -204,7 +204,7 @@ def test_listed_triples_and_presets_are_sampled_exactly() -> None:
 
 
 def test_every_listed_point_replays_to_itself() -> None:
-    space = SweepSpace(_listed_spec())
+    space = DefineByRunSpace(_listed_spec())
     for plan in space.candidates():
         params, _ = space.replay(plan)
         study = optuna.create_study()
@@ -215,7 +215,7 @@ def test_every_listed_point_replays_to_itself() -> None:
 # --- the staged search ----------------------------------------------------------------------------
 
 
-def _run(searcher: SweepSearch, values, n: int) -> list[TrialPlan]:
+def _run(searcher: SweepSearcher, values, n: int) -> list[TrialPlan]:
     """Drive the searcher as Ray Tune does for n trials; ``values(plan)`` is each trial's objective."""
     plans = []
     for i in range(n):
@@ -245,10 +245,10 @@ def test_rules_of_thumb_come_right_after_the_baselines() -> None:
 
 
 def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
-    space = SweepSpace(_spec(speculative={"num_steps": [2, 6], "eagle_topk": [1, 2], "num_draft_tokens": [3, 6]}))
+    space = DefineByRunSpace(_spec(speculative={"num_steps": [2, 6], "eagle_topk": [1, 2], "num_draft_tokens": [3, 6]}))
     assert [p.candidate.speculative.label() for p in space.starting_points()] == [
         "steps=2 topk=1 draft=3", "steps=6 topk=2 draft=6"]
-    listed = SweepSpace(_listed_spec())
+    listed = DefineByRunSpace(_listed_spec())
     assert [p.candidate.speculative.label() for p in listed.starting_points()] == [
         "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
 
@@ -272,7 +272,7 @@ def test_speculative_stage_holds_nccl_at_defaults_then_varies_one_factor_at_a_ti
 def test_no_stages_when_only_the_speculative_numbers_vary() -> None:
     spec = _spec(nccl_env={})
     searcher = _searcher(spec)
-    assert searcher.speculative_stage == 0 and SweepSpace(spec).variants(
+    assert searcher.speculative_stage == 0 and DefineByRunSpace(spec).variants(
         TrialPlan("search", next(iter(spec.space())))) == []
 
 
@@ -318,7 +318,7 @@ def test_a_preset_trial_records_every_listed_variable_by_name() -> None:
     from orchestrator.sweep.trial import _params
 
     spec = _listed_spec()
-    by_env = {tuple(sorted(p.candidate.nccl_env.items())): p for p in SweepSpace(spec).candidates()}
+    by_env = {tuple(sorted(p.candidate.nccl_env.items())): p for p in DefineByRunSpace(spec).candidates()}
     tree = _params(by_env[(("NCCL_ALGO", "Tree"),)], spec)
     assert tree["NCCL_ALGO"] == "Tree" and tree["NCCL_PROTO"] == "default"
     defaults = _params(by_env[()], spec)
@@ -328,8 +328,8 @@ def test_a_preset_trial_records_every_listed_variable_by_name() -> None:
 # --- small spaces: enumerated, not sampled -----------------------------------------------------------
 
 
-def _budgeted(spec: SweepSpec, budget: int) -> SweepSearch:
-    return SweepSearch(space=SweepSpace(spec), mode="max", seed=0, slo=False, budget=budget)
+def _budgeted(spec: SweepSpec, budget: int) -> SweepSearcher:
+    return SweepSearcher(space=DefineByRunSpace(spec), mode="max", seed=0, slo=False, budget=budget)
 
 
 def test_a_budget_that_covers_the_space_enumerates_it_visiting_each_point_once() -> None:
@@ -345,7 +345,7 @@ def test_a_budget_that_covers_the_space_enumerates_it_visiting_each_point_once()
 
 def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}, nccl_env={})
-    space = SweepSpace(spec)
+    space = DefineByRunSpace(spec)
     plans = _run(_budgeted(spec, budget=10), _throughput, 6)
     steps = [p.candidate.speculative.num_steps for p in plans[2:5]]
     # the rules of thumb (3 steps; 5, the chain nearest 5-4-8), then, longer chains being better, the
@@ -359,7 +359,7 @@ def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() ->
 
 
 def test_a_distance_counts_every_changed_setting_as_one_whole_range() -> None:
-    space = SweepSpace(_spec(speculative={"num_steps": [1, 4], "eagle_topk": [1]}))
+    space = DefineByRunSpace(_spec(speculative={"num_steps": [1, 4], "eagle_topk": [1]}))
     chain_1, chain_4 = (c for c in space._space if not c.speculative.is_auto and not c.nccl_env)
     # steps 1 -> 4 and the chain's draft 2 -> 5 each span their whole range: 1 each, Euclidean
     assert space.distance(chain_1, chain_4) == pytest.approx(2 ** 0.5)
