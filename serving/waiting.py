@@ -3,7 +3,7 @@ share for "until this is true, or fail after so long".
 
 Waiting on a condition with a deadline, never sleeping a fixed time as synchronisation: the
 poll interval only sets how soon the change is seen. Two loops keep their own, because they do
-more than wait: ``orchestrator.bench.server.flush_cache`` (async, and it backs off and reports the
+more than wait: ``orchestrator.bench.control.flush_cache`` (async, and it backs off and reports the
 server's last answer) and ``serving.engine.preflight``'s look at the cluster's nodes (it says what
 it waits for every 30 s and returns what it saw, not an error).
 """

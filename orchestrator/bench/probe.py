@@ -23,7 +23,7 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, Field, ValidationError
 
-from orchestrator.bench import server as srv
+from orchestrator.bench import control as srv
 from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file

@@ -42,7 +42,7 @@ from typing import AsyncIterator, Callable, Literal
 
 import aiohttp
 
-from orchestrator.bench import server as srv
+from orchestrator.bench import control as srv
 from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import Prompt, load_prompts
 from orchestrator.bench.host_cpu import read_cpu_times, steal_fraction

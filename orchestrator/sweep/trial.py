@@ -34,7 +34,7 @@ from ray import tune
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.probe import run_probe
 from orchestrator.bench.report import BenchResult
-from orchestrator.bench.server import SPECULATIVE_FIELDS, resolved_speculative, server_info
+from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError

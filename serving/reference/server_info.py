@@ -16,7 +16,7 @@ What reads it: ``python/sglang/bench_one_batch_server.py`` asserts
 ``internal_states[0].get("dp_size") or 1``, sums ``memory_usage.token_capacity`` over the states,
 and takes ``tokenizer_path`` and ``avg_spec_accept_length`` / ``last_gen_throughput``; SGLang's
 speculative tests read ``internal_states[0]["avg_spec_accept_length"]``. spectune's own harness
-(``orchestrator/bench/server.py``) reads the same accept length.
+(``orchestrator/bench/control.py``) reads the same accept length.
 
 The reference engine has no DP, pipeline or expert parallelism and no paged or radix cache; the
 server args SGLang would report for those are given SGLang's defaults (``dp_size`` 1,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.spec import SweepSpec
-from orchestrator.bench.server import server_info
+from orchestrator.bench.control import server_info
 from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.command import build_command
 from serving.engine.process import EngineProcess

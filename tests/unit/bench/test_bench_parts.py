@@ -21,7 +21,7 @@ from orchestrator.bench.report import (
     summarise_level,
     write_json,
 )
-from orchestrator.bench.server import accept_length_from_info, summarise_server_info
+from orchestrator.bench.control import accept_length_from_info, summarise_server_info
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.cli import bench as commands
 from orchestrator.errors import BenchmarkError
@@ -453,7 +453,7 @@ def test_get_server_info_asks_the_deprecated_alias_only_when_server_info_is_miss
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
-    from orchestrator.bench.server import get_server_info
+    from orchestrator.bench.control import get_server_info
 
     asked: list[str] = []
 
@@ -483,7 +483,7 @@ def test_resolved_speculative_reads_an_older_servers_get_server_info() -> None:
 
     from aiohttp import web
 
-    from orchestrator.bench.server import resolved_speculative
+    from orchestrator.bench.control import resolved_speculative
     from serving.ports import free_port
 
     numbers = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}

@@ -1,4 +1,4 @@
-"""The server's control endpoints: health, ``/server_info``, ``/flush_cache``, ``/v1/models``.
+"""The harness's client of an engine's control endpoints: health, ``/server_info``, ``/flush_cache``, ``/v1/models``.
 
 SGLang serves ``/health_generate`` (a real one-token generation, so "healthy" means "can
 generate"), ``/server_info`` (older versions: ``/get_server_info``) whose ``internal_states[i]``
