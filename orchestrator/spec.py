@@ -34,7 +34,7 @@ from pydantic import (
 # The benchmark section and the metric table live beside the code that reads and produces them
 # (orchestrator/bench); they are imported here, and re-exported, for the spec and its importers.
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
-from orchestrator.bench.settings import BenchmarkSpec
+from orchestrator.bench.settings import BenchmarkSpec, BenchSettings
 from orchestrator.errors import SpecError, SpecProblem
 from orchestrator.space import (
     SearchSpace,
@@ -912,6 +912,14 @@ class SweepSpec(_Model):
         cv = MEASURED_VISIT_CV[self.visit_noise_key]
         reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
         return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)
+
+    def bench_settings(self, levels: list[int]) -> BenchSettings:
+        """The harness's settings for measuring ``levels`` as this sweep does (a trial, a
+        confirmation visit): the benchmark section, with the objective deciding when a level has
+        been repeated enough and being the metric tested for drift."""
+        noise = list(dict.fromkeys([self.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"]))
+        return BenchSettings.from_spec(self.benchmark, concurrency=levels, noise_metrics=noise,
+                                       target_metric=self.objective.metric)
 
     @property
     def visit_noise_key(self) -> str:

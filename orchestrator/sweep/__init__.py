@@ -16,8 +16,9 @@ Modules, in the order one sweep uses them:
 * ``callbacks`` / ``display``: Ray Tune's callbacks (progress, trials that could not record themselves)
   and the console they print to, which is never silent for long.
 * ``results``: trial records (``trials.jsonl``), atomic files.
-* ``visit`` / ``confirm``: the confirmation: visits on fresh engines placed like trials, and the
-  interleaved rounds that decide the verdict (no Ray: the visits are handed in).
+* ``visit`` / ``visit_worker`` / ``confirm``: the confirmation: visits on fresh engines placed like
+  trials (``visit_worker`` is the visit in its Ray worker), and the interleaved rounds that decide
+  the verdict (no Ray: the visits are handed in).
 * ``finish`` / ``report`` / ``plots``: the verdict's files (summary, best.yaml, summary.json), the
   best and its improvements and NCCL effects, the plots.
 * ``preview``: ``dry_run``, the baselines and first proposals with their engine commands, no cluster.

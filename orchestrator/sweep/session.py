@@ -30,6 +30,7 @@ import ray
 from serving.engine.config import EngineConfig
 from serving.engine.host import create_engine_host
 from serving.environ import ENV
+from serving.waiting import wait_until
 
 __all__ = ["EngineSession", "TrialFailure"]
 
@@ -250,3 +251,35 @@ class EngineSession:
             if log_path and Path(log_path).exists():
                 return Path(log_path).read_text(encoding="utf-8", errors="replace")[-4_000_000:]
             return ""
+
+
+ENGINE_EXIT_SETTLE_S = 15.0
+"""How long an engine that is alive but does not answer is given to exit or answer again before a
+failed step is blamed on the step: a dying engine closes its port before its exit is visible."""
+
+
+def engine_gone_or(host: Any, reason: str, *, settle_s: float = ENGINE_EXIT_SETTLE_S) -> str:
+    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``.
+
+    An engine that is still alive but does not answer its health check is watched for up to
+    ``settle_s``: under load, the reference engine's ``die_after_tokens`` fault was seen alive for
+    a moment after its port had closed, and the trial was recorded ``bench_failed`` for an engine
+    that died."""
+    verdict: list[str] = []
+
+    def settled() -> bool:
+        try:
+            health = ray.get(host.health.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
+            verdict.append("engine_died")
+            return True
+        if not health.get("alive"):
+            verdict.append("engine_died")
+            return True
+        return bool(health.get("healthy"))
+
+    try:
+        wait_until(settled, timeout_s=settle_s, what="the engine to answer or exit", poll_s=0.5)
+    except TimeoutError:
+        pass  # alive and not answering: the step's own failure stands
+    return verdict[0] if verdict else reason

@@ -5,7 +5,7 @@ this function and its load generator; the EngineHost actor is pinned to the bund
 engine's GPUs (bundle 1), created with ``runtime_env={"env_vars": <this trial's NCCL_* and fixed
 env>}``, so the variables reach the engine and its TP workers the one way that works under Ray,
 and the audit proves they did. The engine's life (host, start, time limit, teardown, log) is an
-``orchestrator.sweep.session.EngineSession``, the same one a confirmation visit (``run_visit``)
+``orchestrator.sweep.session.EngineSession``, the same one a confirmation visit (``visit_worker.run_visit``)
 uses.
 
 Every way a trial can go wrong ends as a *recorded* result with a reason tag (see
@@ -36,7 +36,6 @@ from orchestrator.bench.probe import run_probe
 from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
-from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 from orchestrator.mlflow_schema import (
     TAG_ALL_REDUCE_KERNEL,
@@ -148,13 +147,6 @@ def _slo_violation(spec: SweepSpec, bench: BenchResult | None) -> float | None:
         excess = observed / limit - 1.0
         worst = excess if worst is None else max(worst, excess)
     return worst
-
-
-def _bench_settings(spec: SweepSpec, levels: list[int]) -> BenchSettings:
-    noise = [m for m in dict.fromkeys([spec.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"])]
-    # the objective decides when a level has been repeated enough (and is the metric tested for drift)
-    return BenchSettings.from_spec(spec.benchmark, concurrency=levels, noise_metrics=noise,
-                                   target_metric=spec.objective.metric)
 
 
 def _rep_metrics(metrics: RepetitionMetrics) -> dict[str, float | None]:
@@ -362,7 +354,7 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
             result = run_probe(base_url=url, baseline_path=path, create_baseline=baseline is None,
                                num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens)
         except BenchmarkError as exc:
-            raise TrialFailure(_engine_gone_or(session.host, "probe_failed"), str(exc)) from None
+            raise TrialFailure(engine_gone_or(session.host, "probe_failed"), str(exc)) from None
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
         texts = {"probe.json": result.model_dump_json(indent=2)}
@@ -416,13 +408,13 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
         if not group:
             continue
         try:
-            result = run_benchmark(base_url=session.url, settings=_bench_settings(spec, group),
+            result = run_benchmark(base_url=session.url, settings=spec.bench_settings(group),
                                    on_repetition=on_repetition)
         except BenchmarkError as exc:
             partial = getattr(exc, "partial", None)
             if partial is not None:
                 _store_bench(state, partial, objective=group[0] == objective_level)
-            raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+            raise TrialFailure(engine_gone_or(session.host, "bench_failed"), str(exc)) from None
         _store_bench(state, result, objective=group[0] == objective_level)
         state.measured_in_full = state.measured_in_full or group[0] == objective_level
     texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
@@ -436,38 +428,6 @@ def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) ->
         state.bench = result
     else:
         state.other_levels = result
-
-
-ENGINE_EXIT_SETTLE_S = 15.0
-"""How long an engine that is alive but does not answer is given to exit or answer again before a
-failed step is blamed on the step: a dying engine closes its port before its exit is visible."""
-
-
-def _engine_gone_or(host: Any, reason: str, *, settle_s: float = ENGINE_EXIT_SETTLE_S) -> str:
-    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``.
-
-    An engine that is still alive but does not answer its health check is watched for up to
-    ``settle_s``: under load, the reference engine's ``die_after_tokens`` fault was seen alive for
-    a moment after its port had closed, and the trial was recorded ``bench_failed`` for an engine
-    that died."""
-    verdict: list[str] = []
-
-    def settled() -> bool:
-        try:
-            health = ray.get(host.health.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
-            verdict.append("engine_died")
-            return True
-        if not health.get("alive"):
-            verdict.append("engine_died")
-            return True
-        return bool(health.get("healthy"))
-
-    try:
-        wait_until(settled, timeout_s=settle_s, what="the engine to answer or exit", poll_s=0.5)
-    except TimeoutError:
-        pass  # alive and not answering: the step's own failure stands
-    return verdict[0] if verdict else reason
 
 
 def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]:
@@ -515,66 +475,3 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
 
 def _json(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)
-
-
-def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
-    """One visit of the confirmation round: a fresh engine of ``engine_config``, its env audit, the
-    objective's level measured ``repetitions`` times, teardown. Runs as a Ray task inside a
-    placement group shaped like a trial's; nothing is reported to Ray Tune.
-
-    Returns:
-        ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
-        "bench", "warmup", "teardown"}, "host_cpu_steal"}``: timings in seconds, ``bench`` including
-        ``warmup`` (the visit economy reads what a start and a repetition cost); ``host_cpu_steal``
-        the most of the repetitions', None off Linux.
-    """
-    spec = ctx.spec
-    config = EngineConfig.model_validate(engine_config)
-    values: list[float] = []
-    steals: list[float] = []
-    status, reason, message = "ok", None, ""
-    timings: dict[str, float] = {}
-    session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
-        with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
-        sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
-        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
-    )
-    try:
-        with session:
-            session.check_audit()
-            level = spec.objective_concurrency
-            settings = _bench_settings(spec, [level])
-            overrides: dict[str, Any] = {"repetitions": repetitions}
-            if "min_repetitions" in type(settings).model_fields:
-                overrides["min_repetitions"] = repetitions
-            settings = settings.model_copy(update=overrides)
-            tic = time.monotonic()
-            try:
-                result = run_benchmark(base_url=session.url, settings=settings)
-            except BenchmarkError as exc:
-                raise TrialFailure(_engine_gone_or(session.host, "bench_failed"), str(exc)) from None
-            finally:
-                timings["bench"] = time.monotonic() - tic
-            measured = result.level(level)
-            if measured.warmup is not None and measured.warmup.duration_s is not None:
-                timings["warmup"] = measured.warmup.duration_s  # a visit's fixed cost, like its start
-            for repetition in measured.repetitions:
-                value = repetition.flat().get(spec.objective.metric)
-                if isinstance(value, (int, float)):
-                    values.append(float(value))
-                if repetition.host_cpu_steal is not None:
-                    steals.append(repetition.host_cpu_steal)
-    except TrialFailure as failure:
-        status, reason, message = "failed", failure.reason, failure.message
-    finally:
-        if session.stop_error is not None:  # the visit's figures stand; a leftover is logged
-            logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
-    return {"values": values, "status": status, "reason": reason, "message": message,
-            "timings": {k: round(v, 3) for k, v in timings.items()},
-            "host_cpu_steal": round(max(steals), 4) if steals else None}
-
-
-def _visit_launch_reason(cause: BaseException) -> str:
-    """A visit's reason for an engine that never served: the engine error's own (``timeout`` for
-    one not healthy by its start deadline), else ``launch_failed``."""
-    return getattr(cause, "reason", None) or "launch_failed"

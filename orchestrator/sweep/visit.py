@@ -2,7 +2,7 @@
 
 ``confirm.run_confirmation`` decides which contender to visit when and what the visits mean; it
 takes the visit as a callable, so the unit tests drive it with fakes and it never touches Ray.
-This module is the real wiring, in one place: a visit is ``trial.run_visit`` as a Ray task in a
+This module is the real wiring, in one place: a visit is ``visit_worker.run_visit`` as a Ray task in a
 placement group shaped like a trial's; every visit is persisted by the coordinator as it ends (a
 resumed sweep continues its confirmation where it stopped) and shown on the display while it runs.
 """
@@ -28,7 +28,7 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from orchestrator.sweep.trial import run_visit
+    from orchestrator.sweep.visit_worker import run_visit
 
     group = placement_group(bundles, strategy="STRICT_PACK")
     try:

@@ -265,10 +265,10 @@ def test_only_the_driver_builds_a_tuner() -> None:
 
 def test_a_trial_worker_imports_no_optuna() -> None:
     """A Ray worker that runs a trial or a confirmation visit unpickles ``orchestrator.sweep.trial``
-    (and ``visit``): that must not load Optuna, the searcher or the driver, which only the driver
+    (and ``visit_worker``): that must not load Optuna, the searcher or the driver, which only the driver
     process uses. Imported for real in a fresh interpreter, so a lazy import inside a package's
     ``__init__`` counts too."""
-    code = ("import json, sys, orchestrator.sweep.trial, orchestrator.sweep.visit; "
+    code = ("import json, sys, orchestrator.sweep.trial, orchestrator.sweep.visit_worker; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'optuna' "
             "or m in ('orchestrator.sweep.search', 'orchestrator.sweep.driver', 'orchestrator.space.define_by_run'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,

@@ -1,0 +1,88 @@
+"""One confirmation visit, in the Ray worker that runs it: a fresh engine of a contender's
+configuration (placed like a trial: ``visit.run_placed_visit``), its env audit, the objective's
+level measured a given number of times, teardown. Nothing is reported to Ray Tune; the visit's
+figures go back to the driver, which decides what they mean (``confirm``).
+
+Apart from ``trial`` because it is not a trial: no record, no MLflow run, no probe. What the two
+share, the engine's life, is ``session.EngineSession``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from orchestrator.bench.runner import run_benchmark
+from orchestrator.errors import BenchmarkError
+from orchestrator.sweep.session import EngineSession, TrialFailure, engine_gone_or
+from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
+from orchestrator.sweep.trial import TrialContext
+from serving.engine.config import EngineConfig
+
+__all__ = ["run_visit"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
+    """One visit of the confirmation round: a fresh engine of ``engine_config``, its env audit, the
+    objective's level measured ``repetitions`` times, teardown. Runs as a Ray task inside a
+    placement group shaped like a trial's; nothing is reported to Ray Tune.
+
+    Returns:
+        ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
+        "bench", "warmup", "teardown"}, "host_cpu_steal"}``: timings in seconds, ``bench`` including
+        ``warmup`` (the visit economy reads what a start and a repetition cost); ``host_cpu_steal``
+        the most of the repetitions', None off Linux.
+    """
+    spec = ctx.spec
+    config = EngineConfig.model_validate(engine_config)
+    values: list[float] = []
+    steals: list[float] = []
+    status, reason, message = "ok", None, ""
+    timings: dict[str, float] = {}
+    session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
+        with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
+        sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
+        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
+    )
+    try:
+        with session:
+            session.check_audit()
+            level = spec.objective_concurrency
+            settings = spec.bench_settings([level])
+            overrides: dict[str, Any] = {"repetitions": repetitions}
+            if "min_repetitions" in type(settings).model_fields:
+                overrides["min_repetitions"] = repetitions
+            settings = settings.model_copy(update=overrides)
+            tic = time.monotonic()
+            try:
+                result = run_benchmark(base_url=session.url, settings=settings)
+            except BenchmarkError as exc:
+                raise TrialFailure(engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+            finally:
+                timings["bench"] = time.monotonic() - tic
+            measured = result.level(level)
+            if measured.warmup is not None and measured.warmup.duration_s is not None:
+                timings["warmup"] = measured.warmup.duration_s  # a visit's fixed cost, like its start
+            for repetition in measured.repetitions:
+                value = repetition.flat().get(spec.objective.metric)
+                if isinstance(value, (int, float)):
+                    values.append(float(value))
+                if repetition.host_cpu_steal is not None:
+                    steals.append(repetition.host_cpu_steal)
+    except TrialFailure as failure:
+        status, reason, message = "failed", failure.reason, failure.message
+    finally:
+        if session.stop_error is not None:  # the visit's figures stand; a leftover is logged
+            logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
+    return {"values": values, "status": status, "reason": reason, "message": message,
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "host_cpu_steal": round(max(steals), 4) if steals else None}
+
+
+def _visit_launch_reason(cause: BaseException) -> str:
+    """A visit's reason for an engine that never served: the engine error's own (``timeout`` for
+    one not healthy by its start deadline), else ``launch_failed``."""
+    return getattr(cause, "reason", None) or "launch_failed"
