@@ -122,6 +122,8 @@ def serve(
 
     def on_ready(ready: Readiness) -> None:
         typer.echo(ready.line())
+        if ready.note():
+            typer.echo(ready.note())
         if provenance is not None:
             _tag_served(provenance, served_by=f"{socket.gethostname()}:{options.port}", url=ready.url)
 
