@@ -77,7 +77,11 @@ class CoordinatorRef:
         return {"name": self.name, "namespace": self.namespace, "_handle": None}
 
 
-_RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "KILLED", "interrupted": "KILLED"}
+_RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "FINISHED", "interrupted": "KILLED"}
+"""A trial's MLflow run status from its record's. Early stopping is the scheduler doing its job, not
+a crash: FINISHED, with the tag ``spectune.early_stopped=true`` (and ``spectune.status``) saying so,
+where KILLED showed red in the UI. KILLED is kept for what was cut short: a trial the sweep's end
+interrupted (``--resume`` runs it again)."""
 
 
 class SweepCoordinator:
@@ -254,6 +258,7 @@ class SweepCoordinator:
             self.tracker.set_tags(rec.mlflow_run_id, {
                 "spectune.status": rec.status, "spectune.reason": rec.reason or "", "spectune.number": rec.number,
                 "spectune.message": rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
+                "spectune.early_stopped": str(rec.status == "early_stopped").lower(),
                 **({"spectune.objective.metric": rec.objective.metric,
                     "spectune.objective.concurrency": rec.objective.concurrency} if rec.objective else {}),
             })
