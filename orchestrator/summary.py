@@ -146,10 +146,11 @@ def sweep_params(spec: SweepSpec) -> dict[str, Any]:
     want at a glance (the full spec is the run's ``spec.yaml`` artifact).
 
     Everything here is fixed by the spec, so a resumed sweep logs the same values (MLflow params
-    cannot change); the outcome, which can, goes to tags (``finish.sweep_tags``).
+    cannot change); the outcome, which can, goes to tags (``finish.sweep_tags``). A setting the
+    spec leaves out (the draft of a sweep without speculation) is left out here too.
     """
     engine, summary = spec.engine, describe_spec(spec)
-    return {
+    params = {
         "sweep.name": spec.name,
         "engine.kind": engine.kind,
         "engine.model_path": engine.model_path,
@@ -164,3 +165,4 @@ def sweep_params(spec: SweepSpec) -> dict[str, Any]:
         "search.dimensions": "; ".join(f"{d['name']}: {d['values']}" for d in summary["dimensions"]),
         "search.valid_configurations": summary["valid_configurations"],
     }
+    return {k: v for k, v in params.items() if v is not None}  # the tracker would show None as "default"
