@@ -19,6 +19,7 @@ tag                         run     value                                       
 ``spectune.status``         trial   ``running``, then a ``TrialStatus``                       UI, tests
 ``spectune.reason``         trial   a ``FAILURE_REASONS`` key, or empty                       UI
 ``spectune.message``        trial   what happened, in words (5000 characters at most)         UI
+``spectune.early_stopped``  trial   ``true`` when ASHA stopped it (its run ends FINISHED)     UI (not a crash)
 ``spectune.engine_command`` trial   the engine's command line, secrets redacted               people
 ``spectune.start_flags``    trial   the sweep-only start flags as rendered                    people
 ``spectune.node_id``        trial   the Ray node the engine ran on                            records of stopped trials
@@ -32,12 +33,14 @@ tag                         run     value                                       
 ``spectune.best_trial``     parent  the number of the trial best.yaml holds                  serve (provenance)
 ``spectune.best_label``     parent  its label                                                 serve (provenance)
 ``spectune.verdict``        parent  the confirmation's verdict against SGLang's default      serve (provenance)
+``spectune.verdict_ratio``  parent  its ratio (best / default), when it has one               UI
 ``spectune.served_at``      trial   when ``spectune serve --mlflow-run`` served it            people
 ``spectune.served_by``      trial   who served it (user@host)                                 people
 ``spectune.served_url``     trial   where                                                     people
 =========================== ======= ========================================================= =========================
 
-Params of a trial: ``trial_kind`` and the configuration in the sweep's names (``num_steps``,
+Params of the parent: the spec's key settings (``orchestrator.summary.sweep_params``: name,
+engine, objective, budget, search dimensions). Params of a trial: ``trial_kind`` and the configuration in the sweep's names (``num_steps``,
 ``eagle_topk``, ``num_draft_tokens``, ``all_reduce``, ``NCCL_*``), plus ``resolved.*`` (what the
 engine reported). Metrics: per repetition ``c{concurrency}.{metric}`` at step = repetition; at the
 end ``final.*``, ``objective.*`` and ``time.*_s``. Artifacts: ``ENGINE_CONFIG_ARTIFACT`` (what
@@ -55,6 +58,7 @@ __all__ = [
     "TAG_BEST_LABEL",
     "TAG_BEST_TRIAL",
     "TAG_CUDA_VISIBLE_DEVICES",
+    "TAG_EARLY_STOPPED",
     "TAG_ENGINE_COMMAND",
     "TAG_ENGINE_PID",
     "TAG_KIND",
@@ -76,6 +80,7 @@ __all__ = [
     "TAG_SWEEP",
     "TAG_TRIAL_ID",
     "TAG_VERDICT",
+    "TAG_VERDICT_RATIO",
 ]
 
 ENGINE_CONFIG_ARTIFACT = "engine_config.yaml"
@@ -93,6 +98,7 @@ TAG_NUMBER = "spectune.number"
 TAG_STATUS = "spectune.status"
 TAG_REASON = "spectune.reason"
 TAG_MESSAGE = "spectune.message"
+TAG_EARLY_STOPPED = "spectune.early_stopped"
 TAG_ENGINE_COMMAND = "spectune.engine_command"
 TAG_START_FLAGS = "spectune.start_flags"
 TAG_NODE_ID = "spectune.node_id"
@@ -106,6 +112,7 @@ TAG_OBJECTIVE_CONCURRENCY = "spectune.objective.concurrency"
 TAG_BEST_TRIAL = "spectune.best_trial"
 TAG_BEST_LABEL = "spectune.best_label"
 TAG_VERDICT = "spectune.verdict"
+TAG_VERDICT_RATIO = "spectune.verdict_ratio"
 TAG_SERVED_AT = "spectune.served_at"
 TAG_SERVED_BY = "spectune.served_by"
 TAG_SERVED_URL = "spectune.served_url"

@@ -12,7 +12,7 @@ from orchestrator.space import SpeculativeList, preset_label
 from orchestrator.spec import SweepSpec
 from serving.redaction import REDACTED, redact
 
-__all__ = ["describe_spec"]
+__all__ = ["describe_spec", "sweep_params"]
 
 
 def _span(values: list[int]) -> str:
@@ -139,3 +139,30 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         "text": text,
         "warnings": spec.warnings(),
     }
+
+
+def sweep_params(spec: SweepSpec) -> dict[str, Any]:
+    """The sweep's MLflow parent run's params: what the runs table and a comparison of two sweeps
+    want at a glance (the full spec is the run's ``spec.yaml`` artifact).
+
+    Everything here is fixed by the spec, so a resumed sweep logs the same values (MLflow params
+    cannot change); the outcome, which can, goes to tags (``finish.sweep_tags``). A setting the
+    spec leaves out (the draft of a sweep without speculation) is left out here too.
+    """
+    engine, summary = spec.engine, describe_spec(spec)
+    params = {
+        "sweep.name": spec.name,
+        "engine.kind": engine.kind,
+        "engine.model_path": engine.model_path,
+        "engine.draft_model_path": engine.draft_model_path if engine.speculative_algorithm else None,
+        "engine.speculative_algorithm": engine.speculative_algorithm or "off",
+        "engine.tp_size": engine.tp_size,
+        "objective.metric": spec.objective.metric,
+        "objective.direction": spec.objective.direction,
+        "objective.concurrency": spec.objective_concurrency,
+        "budget.num_trials": spec.budget.num_trials,
+        "budget.max_concurrent_trials": spec.budget.max_concurrent_trials,
+        "search.dimensions": "; ".join(f"{d['name']}: {d['values']}" for d in summary["dimensions"]),
+        "search.valid_configurations": summary["valid_configurations"],
+    }
+    return {k: v for k, v in params.items() if v is not None}  # the tracker would show None as "default"

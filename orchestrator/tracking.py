@@ -28,6 +28,21 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from orchestrator.mlflow_schema import (
+    ENGINE_CONFIG_ARTIFACT,
+    ROLE_SWEEP,
+    ROLE_TRIAL,
+    TAG_BEST_LABEL,
+    TAG_BEST_TRIAL,
+    TAG_LABEL,
+    TAG_NUMBER,
+    TAG_OBJECTIVE_CONCURRENCY,
+    TAG_OBJECTIVE_METRIC,
+    TAG_ROLE,
+    TAG_SWEEP,
+    TAG_TRIAL_ID,
+    TAG_VERDICT,
+)
 from orchestrator.tracking_server import health_status
 from serving.errors import SpectuneError
 
@@ -44,12 +59,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TAG_SWEEP = "spectune.sweep"
-TAG_ROLE = "spectune.role"
-TAG_TRIAL = "spectune.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
-ENGINE_CONFIG_ARTIFACT = "engine_config.yaml"
-"""A trial run's engine configuration (``EngineConfig.model_dump()``), logged when the trial is registered."""
 BEST_ARTIFACT = "best.yaml"
 """The sweep run's best configuration (the sweep's best.yaml, provenance block included)."""
 _MAX_PARAM = 6000  # MLflow's limit on a parameter value
@@ -105,7 +115,7 @@ class Tracker:
     def start_sweep_run(self, *, sweep: str, run_name: str, tags: Mapping[str, str]) -> str:
         """Create the parent run of a sweep; returns its id."""
         run = self.client.create_run(
-            self.experiment_id, run_name=run_name, tags={TAG_SWEEP: sweep, TAG_ROLE: "sweep", **tags}
+            self.experiment_id, run_name=run_name, tags={TAG_SWEEP: sweep, TAG_ROLE: ROLE_SWEEP, **tags}
         )
         return run.info.run_id
 
@@ -118,7 +128,7 @@ class Tracker:
         tags: Mapping[str, str],
     ) -> TrialRunInfo:
         """The nested run of ``trial_id``: the existing one (a resumed sweep) or a new one."""
-        existing = self.find_runs(tags={PARENT_TAG: parent_run_id, TAG_TRIAL: trial_id})
+        existing = self.find_runs(tags={PARENT_TAG: parent_run_id, TAG_TRIAL_ID: trial_id})
         if existing:
             run_id = existing[-1].info.run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -126,7 +136,7 @@ class Tracker:
         run = self.client.create_run(
             self.experiment_id,
             run_name=run_name,
-            tags={PARENT_TAG: parent_run_id, TAG_SWEEP: sweep, TAG_ROLE: "trial", TAG_TRIAL: trial_id, **tags},
+            tags={PARENT_TAG: parent_run_id, TAG_SWEEP: sweep, TAG_ROLE: ROLE_TRIAL, TAG_TRIAL_ID: trial_id, **tags},
         )
         self.log_params(run.info.run_id, params)
         return TrialRunInfo(run_id=run.info.run_id, existing=False)
@@ -281,7 +291,7 @@ def _trial_provenance(client: MlflowClient, run: Any, tracking_uri: str) -> dict
     """Provenance of a trial's run, from its tags and metrics (and its parent's verdict, if the
     parent's best trial is this one)."""
     tags, metrics = run.data.tags, run.data.metrics
-    number = _int(tags.get("spectune.number"))
+    number = _int(tags.get(TAG_NUMBER))
     if number is None:
         named = re.match(r"trial (\d+)", tags.get("mlflow.runName", ""))
         number = int(named[1]) if named else None
@@ -290,19 +300,19 @@ def _trial_provenance(client: MlflowClient, run: Any, tracking_uri: str) -> dict
     if parent_id:
         try:
             parent_tags = client.get_run(parent_id).data.tags
-            if _int(parent_tags.get("spectune.best_trial")) == number:
-                verdict = parent_tags.get("spectune.verdict")
+            if _int(parent_tags.get(TAG_BEST_TRIAL)) == number:
+                verdict = parent_tags.get(TAG_VERDICT)
         except MlflowException:
             logger.warning("run %s: its sweep's run %s is not in %s; the provenance has no verdict",
                            run.info.run_id, parent_id, tracking_uri)
     objective = {
-        "metric": tags.get("spectune.objective.metric"),
-        "concurrency": _int(tags.get("spectune.objective.concurrency")),
+        "metric": tags.get(TAG_OBJECTIVE_METRIC),
+        "concurrency": _int(tags.get(TAG_OBJECTIVE_CONCURRENCY)),
         "median": metrics.get("objective.median"), "ci95_low": metrics.get("objective.ci95_low"),
         "ci95_high": metrics.get("objective.ci95_high"), "repetitions": _int(metrics.get("objective.repetitions")),
     }
     return {
-        "sweep": tags.get(TAG_SWEEP), "trial": number, "trial_label": tags.get("spectune.label"),
+        "sweep": tags.get(TAG_SWEEP), "trial": number, "trial_label": tags.get(TAG_LABEL),
         "mlflow_run_id": run.info.run_id, "parent_run_id": parent_id, "tracking_uri": tracking_uri,
         "experiment": client.get_experiment(run.info.experiment_id).name,
         "objective": objective if any(v is not None for v in objective.values()) else None,
@@ -320,18 +330,18 @@ def recorded_config(*, tracking_uri: str, run_id: str, timeout_s: float = 10.0) 
     client = _client(tracking_uri, run_id=run_id, timeout_s=timeout_s)
     run = _get_run(client, run_id, tracking_uri)
     role = run.data.tags.get(TAG_ROLE)
-    name = BEST_ARTIFACT if role == "sweep" else ENGINE_CONFIG_ARTIFACT
+    name = BEST_ARTIFACT if role == ROLE_SWEEP else ENGINE_CONFIG_ARTIFACT
     text = _artifact_text(client, run_id, name)
     if text is None:
         what = ("the sweep wrote no best.yaml (no trial gave a valid best configuration, or it is still running)"
-                if role == "sweep" else
+                if role == ROLE_SWEEP else
                 f"a trial run of a spectune older than the {ENGINE_CONFIG_ARTIFACT} artifact, or not a spectune run")
         raise RunConfigError(
             f"run {run_id} at {tracking_uri} records no configuration (no artifact {name}: {what}); serve a best.yaml "
             "file instead, or give the sweep's run id (it holds best.yaml)"
         )
     source = f"MLflow run {run_id} ({name} at {tracking_uri})"
-    if role == "sweep":
+    if role == ROLE_SWEEP:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError:
@@ -339,8 +349,8 @@ def recorded_config(*, tracking_uri: str, run_id: str, timeout_s: float = 10.0) 
         recorded = data.get("provenance") if isinstance(data, dict) else None
         tags = run.data.tags
         provenance = dict(recorded) if isinstance(recorded, dict) else {
-            "sweep": tags.get(TAG_SWEEP), "trial": _int(tags.get("spectune.best_trial")),
-            "trial_label": tags.get("spectune.best_label"), "verdict": tags.get("spectune.verdict"),
+            "sweep": tags.get(TAG_SWEEP), "trial": _int(tags.get(TAG_BEST_TRIAL)),
+            "trial_label": tags.get(TAG_BEST_LABEL), "verdict": tags.get(TAG_VERDICT),
             "experiment": client.get_experiment(run.info.experiment_id).name,
         }
         provenance.update(parent_run_id=run_id, tracking_uri=tracking_uri)

@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from orchestrator.mlflow_schema import TAG_SERVED_AT, TAG_SERVED_BY, TAG_SERVED_URL
 from orchestrator.cli.console import stderr_console
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from serving.serve.ingress import key_digest
@@ -122,6 +123,8 @@ def serve(
 
     def on_ready(ready: Readiness) -> None:
         typer.echo(ready.line())
+        if ready.note():
+            typer.echo(ready.note())
         if provenance is not None:
             _tag_served(provenance, served_by=f"{socket.gethostname()}:{options.port}", url=ready.url)
 
@@ -178,8 +181,8 @@ def _tag_served(provenance: Provenance, *, served_by: str, url: str) -> None:
     from orchestrator.tracking import RunConfigError, tag_served  # imports mlflow (seconds)
 
     try:
-        tag_served(tracking_uri=uri, run_id=run_id, tags={"spectune.served_at": utc_timestamp(),
-                                                          "spectune.served_by": served_by, "spectune.served_url": url})
+        tag_served(tracking_uri=uri, run_id=run_id, tags={TAG_SERVED_AT: utc_timestamp(),
+                                                          TAG_SERVED_BY: served_by, TAG_SERVED_URL: url})
     except RunConfigError as exc:
         logger.warning("not tagging the run as served: %s", exc)
     except Exception as exc:  # noqa: BLE001 - any refusal of the store: the endpoint serves regardless

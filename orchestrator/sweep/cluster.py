@@ -11,9 +11,10 @@ from typing import Any
 
 from orchestrator.errors import SpectuneError
 from orchestrator.sweep.coordinator import NAMESPACE, CoordinatorRef, SweepCoordinator
+from serving.ray_auth import choose_local_auth_mode
 from serving.waiting import wait_until
 
-__all__ = ["SweepBusyError", "connect_ray", "create_coordinator"]
+__all__ = ["SweepBusyError", "connect_ray", "create_coordinator", "starts_local_cluster"]
 
 
 class SweepBusyError(SpectuneError):
@@ -26,8 +27,27 @@ def connect_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
+    if starts_local_cluster(address):
+        choose_local_auth_mode()  # Ray's token auth, chosen rather than defaulted: no warning (serving.ray_auth)
     # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
     ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+
+def starts_local_cluster(address: str | None) -> bool:
+    """Whether ``ray.init(address=address)`` will start a cluster rather than join one.
+
+    ``"local"`` always starts one and a given address never does; for None, Ray's own answer, the
+    one ``ray.init`` acts on: ``RAY_ADDRESS`` (``ray job submit`` sets it), else the cluster a
+    ``ray start`` on this machine recorded. That helper is private to Ray (pinned to 2.60 in
+    pyproject.toml); where it is missing, the answer is False: Ray's auth mode is then left alone.
+    """
+    if address is not None:
+        return address == "local"
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return False
+    return canonicalize_bootstrap_address(None) is None
 
 
 def create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:

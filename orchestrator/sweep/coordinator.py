@@ -22,6 +22,8 @@ from typing import Any
 
 from orchestrator.bench.files import write_atomic
 from orchestrator.mlflow_schema import (
+    ENGINE_CONFIG_ARTIFACT,
+    TAG_EARLY_STOPPED,
     TAG_AUDIT_OK,
     TAG_CUDA_VISIBLE_DEVICES,
     TAG_ENGINE_COMMAND,
@@ -49,7 +51,7 @@ from orchestrator.sweep.results import (
     write_json_file,
 )
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.tracking import ENGINE_CONFIG_ARTIFACT, open_tracker
+from orchestrator.tracking import open_tracker
 from serving.engine.command import render_flags
 
 __all__ = [
@@ -97,7 +99,11 @@ class CoordinatorRef:
         return {"name": self.name, "namespace": self.namespace, "_handle": None}
 
 
-_RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "KILLED", "interrupted": "KILLED"}
+_RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "FINISHED", "interrupted": "KILLED"}
+"""A trial's MLflow run status from its record's. Early stopping is the scheduler doing its job, not
+a crash: FINISHED, with the tag ``spectune.early_stopped=true`` (and ``spectune.status``) saying so,
+where KILLED showed red in the UI. KILLED is kept for what was cut short: a trial the sweep's end
+interrupted (``--resume`` runs it again)."""
 
 
 class SweepCoordinator:
@@ -274,6 +280,7 @@ class SweepCoordinator:
             self.tracker.set_tags(rec.mlflow_run_id, {
                 TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
                 TAG_MESSAGE: rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
+                TAG_EARLY_STOPPED: str(rec.status == "early_stopped").lower(),
                 **({TAG_OBJECTIVE_METRIC: rec.objective.metric,
                     TAG_OBJECTIVE_CONCURRENCY: rec.objective.concurrency} if rec.objective else {}),
             })

@@ -47,6 +47,7 @@ from orchestrator.sweep.search import SweepSearcher
 from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
+from orchestrator.summary import sweep_params
 
 __all__ = [
     "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "run_sweep", "sweep_search",
@@ -102,6 +103,7 @@ def run_sweep(
         sweep_name=spec.name, spec_text=spec_text, resume=resume,
     )
     info = ray.get(coordinator.info.remote())
+    ray.get(coordinator.log_sweep.remote(params=sweep_params(spec)))  # the parent run's params (a resume: the same)
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
                   f"parent run {info['parent_run_id']})", highlight=False)
     from orchestrator.sweep.trial import TrialContext

@@ -18,6 +18,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.mlflow_schema import (
+    TAG_BEST_LABEL,
+    TAG_BEST_TRIAL,
+    TAG_VERDICT,
+    TAG_VERDICT_RATIO,
+)
 from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.adaptive_schedule import (
@@ -43,7 +49,7 @@ from orchestrator.timestamps import utc_timestamp
 from serving.serve.provenance import Provenance
 
 __all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "best_yaml_choice", "final_records", "finish_sweep",
-           "summary_report", "summary_text", "verdict_summary"]
+           "summary_report", "summary_text", "sweep_tags", "verdict_summary"]
 
 EXIT_NO_BEST = EXIT_FAILED  # the sweep ran, but no trial gave a valid best configuration
 
@@ -66,6 +72,20 @@ def verdict_summary(confirmation: Confirmation | None) -> dict[str, Any] | None:
     return {"vs_sglang_default": confirmation.vs_sglang_default, "vs_no_speculation": confirmation.vs_no_speculation,
             "chosen_trial": confirmation.chosen, "rounds": confirmation.rounds,
             "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
+
+
+def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
+    """The parent run's outcome tags: best.yaml's trial, and the verdict against SGLang's default
+    (``spectune.verdict``: its kind; ``spectune.verdict_ratio``: best / default, where the visits
+    gave one; the interval is in the metrics ``verdict.vs_sglang_default.*``). Tags, not params: a
+    resumed sweep's confirmation may go on and change the verdict, and MLflow params cannot change."""
+    tags: dict[str, Any] = {TAG_BEST_TRIAL: report["best_trial"], TAG_BEST_LABEL: report["best_label"]}
+    verdict = (report.get("verdict") or {}).get("vs_sglang_default") or {}
+    if verdict.get("kind"):
+        tags[TAG_VERDICT] = verdict["kind"]
+    if verdict.get("ratio") is not None:
+        tags[TAG_VERDICT_RATIO] = f"{verdict['ratio']:.4g}"
+    return tags
 
 
 def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
@@ -193,10 +213,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
             for end in ("ratio", "ci95_low", "ci95_high"):
                 if report[key].get(end) is not None:
                     figures[f"search.{key}.{end}"] = report[key][end]
-    tags = {"spectune.best_trial": report["best_trial"], "spectune.best_label": report["best_label"]}
-    if confirmation is not None and confirmation.vs_sglang_default:
-        tags["spectune.verdict"] = confirmation.vs_sglang_default["kind"]
-    ray.get(coordinator.log_sweep.remote(metrics=figures, tags=tags, files=[str(p) for p in files + plots]))
+    ray.get(coordinator.log_sweep.remote(metrics=figures, tags=sweep_tags(report),
+                                         files=[str(p) for p in files + plots]))
     ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
     console.print(f"results: {escape(str(out))}", highlight=False)
     console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "

@@ -4,7 +4,8 @@ against concurrency for the best configurations and both baselines.
 
 The Optuna plots are drawn from a study rebuilt from ``trials.jsonl`` (each parameter a
 categorical of the values seen), not from the live searcher: that works the same after a resume,
-and includes the baselines. Matplotlib runs headless (Agg). A plot that cannot be drawn (too few
+and includes the baselines. Its trial numbers are the sweep's (``_study``), so the x-axis of the
+optimisation history reads as the summary's ``#`` column. Matplotlib runs headless (Agg). A plot that cannot be drawn (too few
 trials for an importance estimate) is skipped with a log line, never an error.
 """
 
@@ -34,23 +35,68 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
+PLOTTED_STATUSES = ("ok", "infeasible")
+"""Records the Optuna plots show as completed trials: measured with an objective value (an
+infeasible one drawn grey, off the best-value line, as Optuna draws a violated constraint)."""
+
+
 def _study(records: list[TrialRecord]) -> Any:
+    """An Optuna study whose trial numbers are the sweep's: trial ``n`` of the summary is
+    ``study.trials[n].number``.
+
+    Optuna numbers the trials of a study 0, 1, 2, ... in the order they are added, and its plots put
+    that number on the x-axis. Adding only the measured records renumbered them (the summary's 1, 2, 4
+    drawn as 0, 1, 2, so an early-stopped trial 3 seemed to be the one missing); so every number from 0
+    up to the last trial's gets one study trial: a measured record as COMPLETE (an infeasible one with
+    its SLO violation as a constraint), an early-stopped one as PRUNED at its last repetition, anything
+    else (failed, interrupted, and number 0, which no sweep trial has) as FAIL. Optuna's plots draw
+    COMPLETE trials only; the others hold the numbering.
+    """
     import optuna
     from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = next((r.objective.direction for r in records if r.objective), "max")
     study = optuna.create_study(direction="maximize" if direction == "max" else "minimize")
-    usable = [r for r in records if r.value is not None and r.status == "ok"]
+    usable = [r for r in records if r.value is not None and r.status in PLOTTED_STATUSES]
     names = sorted({k for r in usable for k in r.params if not k.startswith("env.")})
     choices = {name: sorted({str(r.params.get(name)) for r in usable}) for name in names}
-    for r in usable:
-        study.add_trial(optuna.trial.create_trial(
-            params={n: str(r.params.get(n)) for n in names},
-            distributions={n: CategoricalDistribution(choices[n]) for n in names},
-            value=r.value, user_attrs={"label": r.label, "number": r.number},
-        ))
+    measured = {r.number for r in usable}
+    by_number = {r.number: r for r in records}
+    for number in range(max(by_number, default=0) + 1):
+        r = by_number.get(number)
+        if r is None:
+            study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={"number": number}))
+            continue
+        attrs = {"label": r.label, "number": r.number, "status": r.status}
+        if number in measured:
+            study.add_trial(optuna.trial.create_trial(
+                params={n: str(r.params.get(n)) for n in names},
+                distributions={n: CategoricalDistribution(choices[n]) for n in names},
+                value=r.value, user_attrs=attrs,
+                constraints={"slo": r.slo_violation or 1.0} if r.status == "infeasible" else None,
+            ))
+        elif r.status == "early_stopped" and r.objective is not None and r.objective.values:
+            study.add_trial(optuna.trial.create_trial(
+                state=TrialState.PRUNED, user_attrs=attrs,
+                intermediate_values={len(r.objective.values) - 1: r.objective.values[-1]},
+            ))
+        else:
+            study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, user_attrs=attrs))
     return study
+
+
+def _history(study: Any, *, metric: str) -> Any:
+    """Optuna's optimisation history, with whole trial numbers on the x-axis (matplotlib's default
+    locator puts ticks at 0.25 steps for a handful of trials) and an axis label that says which are drawn."""
+    from matplotlib.ticker import MaxNLocator
+    from optuna.visualization import matplotlib as ovm
+
+    axes = ovm.plot_optimization_history(study, target_name=metric)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("trial, numbered as in the summary (early-stopped and failed trials are not drawn)")
+    return axes
 
 
 def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concurrency: int) -> list[Path]:
@@ -81,9 +127,10 @@ def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concur
         finally:
             plt.close("all")
 
-    if len(study.trials) >= 1:
-        save("optimization_history", lambda: ovm.plot_optimization_history(study, target_name=metric))
-    if len(study.trials) >= 2:
+    completed = sum(1 for t in study.trials if t.state.name == "COMPLETE")
+    if completed >= 1:
+        save("optimization_history", lambda: _history(study, metric=metric))
+    if completed >= 2:
         save("param_importances", lambda: ovm.plot_param_importances(study, target_name=metric))
         save("parallel_coordinate", lambda: ovm.plot_parallel_coordinate(study, target_name=metric))
     save("pareto_throughput_tpot", lambda: _pareto(records, concurrency=concurrency))

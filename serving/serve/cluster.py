@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import psutil
 
 from serving.ports import free_port
+from serving.ray_auth import choose_local_auth_mode
 from serving.serve.options import IngressPath, ServeOptions, ServeStartError
 from serving.waiting import wait_until
 
@@ -86,6 +87,7 @@ def start_or_join(options: ServeOptions, *, address: str | None) -> ClusterSessi
                 os.environ[name] = str(free_port())
         # HAProxy runs 4 threads by default; not more threads than cores on a small machine
         os.environ.setdefault("RAY_SERVE_HAPROXY_NBTHREAD", str(max(1, min(4, os.cpu_count() or 1))))
+    choose_local_auth_mode()  # Ray's token auth, chosen rather than defaulted: no warning (serving.ray_auth)
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     logger.info("started a local Ray (%s ingress)", options.ingress)
     return ClusterSession(started_here=True, ingress=options.ingress)

@@ -36,7 +36,7 @@ from serving.serve.preflight import ServePreflightError, check_engine_here, chec
 from serving.serve.provenance import Provenance
 from serving.waiting import wait_until
 
-__all__ = ["Readiness", "ServePreflightError", "ServeStartError", "base_url", "run_foreground"]
+__all__ = ["REFERENCE_TEXT_NOTE", "Readiness", "ServePreflightError", "ServeStartError", "base_url", "run_foreground"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ READY_TIMEOUT_S = 120.0
 """How long the endpoint may take to answer through the ingress once the application is RUNNING
 (HAProxy picks up new replicas on its next reload)."""
 
+
+REFERENCE_TEXT_NOTE = "note: the reference engine's weights are random, so its text is gibberish by design (its speed is real)"
+"""Said under the readiness line when the engine is the reference engine: a newcomer's first
+completion from it reads as a broken server otherwise."""
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Died|Timeout|NotReady)\b.*:")
 
@@ -60,6 +64,7 @@ class Readiness:
         ingress: The ingress path (``haproxy`` or ``proxy``; a joined cluster's is read from it).
         api_key_required: Whether clients must send the key.
         info: ``GET /spectune/info`` of the replica that answered (the run it came from).
+        engine_kind: ``EngineConfig.kind`` of what is served (``reference`` gets :meth:`note`).
     """
 
     url: str
@@ -69,6 +74,11 @@ class Readiness:
     ingress: str
     api_key_required: bool
     info: dict[str, Any] | None = None
+    engine_kind: str = "sglang"
+
+    def note(self) -> str | None:
+        """What to say under the line, if anything: the reference engine's text is gibberish by design."""
+        return REFERENCE_TEXT_NOTE if self.engine_kind == "reference" else None
 
     def line(self) -> str:
         """One line: URL, model, audit verdict, and the sweep, trial and MLflow run it came from (if known)."""
@@ -189,7 +199,7 @@ def _uninterruptible(what: str) -> contextlib.AbstractContextManager[None]:
     return _on_stop_signals(ignore)
 
 
-def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str) -> Readiness:
+def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str, engine_kind: str) -> Readiness:
     url = base_url(options)
     try:
         wait_until(lambda: _get(url + "/health", key=None)[0] == 200, timeout_s=READY_TIMEOUT_S,
@@ -204,7 +214,7 @@ def _wait_ready(options: ServeOptions, *, api_key: str | None, ingress: str) -> 
     info = json.loads(body) if status == 200 else None
     return Readiness(
         url=url, model=models[0]["id"] if models else "?", audit=audit, replicas=options.replicas_text(),
-        ingress=ingress, api_key_required=api_key is not None, info=info,
+        ingress=ingress, api_key_required=api_key is not None, info=info, engine_kind=engine_kind,
     )
 
 
@@ -278,7 +288,7 @@ def _serve_started_cluster(config: EngineConfig, options: ServeOptions, *, clust
             raise ServeStartError(
                 f"application {options.app_name!r} failed to deploy: {exc}\n{_deployment_messages(options.app_name)}"
             ) from None
-        on_ready(_wait_ready(options, api_key=api_key, ingress=cluster.ingress))
+        on_ready(_wait_ready(options, api_key=api_key, ingress=cluster.ingress, engine_kind=config.kind))
         _report_status_changes(options.app_name, every_s=status_every_s)
     except KeyboardInterrupt:
         logger.info("stopping")

@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from orchestrator.spec import SweepSpec
+from orchestrator.summary import sweep_params
 from orchestrator.sweep.coordinator import SweepCoordinator
+from orchestrator.sweep.finish import sweep_tags
 from orchestrator.sweep.results import read_records
+
+from helpers.spec_cases import BASE
 
 
 @pytest.fixture
@@ -47,6 +52,7 @@ def test_a_trial_is_one_nested_run_and_one_line(results: Path) -> None:
     (child,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
     assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert child.data.params["NCCL_ALGO"] == "default" and child.info.status == "FINISHED"
+    assert child.data.tags["spectune.early_stopped"] == "false"
     history = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}").get_metric_history(
         child.info.run_id, "c4.output_tok_per_s")
     assert sorted((m.step, m.value) for m in history) == [(0, 10.0), (1, 11.0)]
@@ -68,8 +74,42 @@ def test_a_stopped_trial_keeps_what_it_reported(results: Path) -> None:
         "early_stopped", "n2", "0", True)
     assert record.objective.values == [5.0] and not record.complete
     (child,) = [r for r in _runs(results) if r.info.run_id == run["run_id"]]
-    assert child.info.status == "KILLED" and child.data.tags["spectune.cuda_visible_devices"] == "0"
+    assert child.data.tags["spectune.cuda_visible_devices"] == "0"
+    assert child.info.status == "FINISHED", "early stopping is not a crash: no red KILLED in the MLflow UI"
+    assert (child.data.tags["spectune.early_stopped"], child.data.tags["spectune.status"]) == ("true", "early_stopped")
     assert not coordinator.finalize_trial(trial_id="b", status="failed", reason="error", message="again")
+
+
+def test_the_parent_run_holds_the_specs_settings_and_the_verdict(results: Path) -> None:
+    spec = SweepSpec.model_validate({**BASE, "objective": {"metric": "output_tok_per_s", "concurrency": 16},
+                                     "benchmark": {"concurrency": [1, 16]}, "budget": {"num_trials": 12}})
+    first = _coordinator(results)
+    first.log_sweep(params=sweep_params(spec))
+    report = {"best_trial": 4, "best_label": "steps=3 topk=1 draft=4",
+              "verdict": {"vs_sglang_default": {"kind": "better", "ratio": 1.061234, "ci95_low": 1.02}}}
+    first.log_sweep(tags=sweep_tags(report))
+    first.end_sweep(status="FINISHED")
+    again = _coordinator(results, resume=True)  # a resumed sweep logs its params again: the same, no error
+    again.log_sweep(params=sweep_params(spec))
+    again.end_sweep(status="FINISHED")
+    (parent,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "sweep"]
+    params = parent.data.params
+    assert {k: params[k] for k in ("sweep.name", "engine.kind", "engine.model_path", "engine.draft_model_path",
+                                   "objective.metric", "objective.concurrency", "budget.num_trials")} == {
+        "sweep.name": "t", "engine.kind": "sglang", "engine.model_path": "org/model",
+        "engine.draft_model_path": "org/draft", "objective.metric": "output_tok_per_s",
+        "objective.concurrency": "16", "budget.num_trials": "12"}
+    assert "NCCL_ALGO: default, Ring" in params["search.dimensions"]
+    assert int(params["search.valid_configurations"]) > 1
+    tags = parent.data.tags
+    assert (tags["spectune.verdict"], tags["spectune.verdict_ratio"], tags["spectune.best_trial"]) == ("better", "1.061", "4")
+
+
+def test_an_undecided_verdict_without_a_ratio_tags_only_its_kind() -> None:
+    tags = sweep_tags({"best_trial": 2, "best_label": "SGLang auto",
+                       "verdict": {"vs_sglang_default": {"kind": "undecided", "ratio": None}}})
+    assert tags["spectune.verdict"] == "undecided" and "spectune.verdict_ratio" not in tags
+    assert "spectune.verdict" not in sweep_tags({"best_trial": 2, "best_label": "x", "verdict": None})
 
 
 def test_resume_continues_the_parent_and_never_duplicates_a_run(results: Path) -> None:
