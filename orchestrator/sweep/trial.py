@@ -57,7 +57,7 @@ from orchestrator.sweep.results import (
     auto_label,
     end_record,
 )
-from orchestrator.sweep.session import EngineSession, TrialFailure
+from orchestrator.sweep.session import EngineSession, TrialFailure, engine_gone_or
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
