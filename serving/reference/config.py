@@ -25,10 +25,19 @@ from typing import Mapping
 
 from serving.reference.tokenizer import END_OF_TURN_ID
 
-__all__ = ["PRESETS", "ROPE_MARGIN", "ModelPreset", "get_preset", "resolve_draft_layers"]
+__all__ = ["DTYPE_BYTES", "PRESETS", "ROPE_MARGIN", "ModelPreset", "get_preset", "resolve_draft_layers", "scratch_columns"]
 
 ROPE_MARGIN = 1024
 """Rotary positions past ``max_context_length`` (a draft tree is at most 64 steps deep)."""
+
+DTYPE_BYTES: Mapping[str, int] = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per element of each resolved ``--dtype``: what weights and KV cache take in memory."""
+
+
+def scratch_columns(*, num_steps: int, eagle_topk: int, num_draft_tokens: int) -> int:
+    """KV columns past a request's prefix that one speculative cycle writes: the draft's inputs
+    (the root, then ``eagle_topk`` leaves per further step) or the verified nodes, whichever is more."""
+    return max(num_draft_tokens, 1 + (num_steps - 1) * eagle_topk)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
-from serving.reference.config import PRESETS, get_preset, resolve_draft_layers
+from serving.reference.config import DTYPE_BYTES, PRESETS, get_preset, resolve_draft_layers, scratch_columns
 from serving.all_reduce_rules import GpuKind, predict
 from serving.cuda_graph_rules import DecodeGraphPlan
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
@@ -195,7 +195,8 @@ class ServerArgs:
         if not self.speculative:
             return 1
         assert self.speculative_num_steps and self.speculative_eagle_topk and self.speculative_num_draft_tokens
-        return max(self.speculative_num_draft_tokens, 1 + (self.speculative_num_steps - 1) * self.speculative_eagle_topk)
+        return scratch_columns(num_steps=self.speculative_num_steps, eagle_topk=self.speculative_eagle_topk,
+                               num_draft_tokens=self.speculative_num_draft_tokens)
 
     @property
     def captures_decode_graphs(self) -> bool:
@@ -439,7 +440,7 @@ def _fit_static_cache(args: ServerArgs, *, preset: Any) -> ServerArgs:
         return args
     from serving.reference.kv_cache import cache_cols
 
-    dtype_bytes = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
+    dtype_bytes = DTYPE_BYTES[args.dtype]
     fraction = args.graph_flags.get("mem_fraction_static") or DEFAULT_MEM_FRACTION_STATIC
     budget = args.gpu_memory_mib * 2**20 * fraction - preset.weight_elements(args.tp_size) * dtype_bytes
     cols = cache_cols(context_length=args.context_length, scratch=args.scratch_cols)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.reference.config import get_preset
+from serving.reference.config import DTYPE_BYTES, get_preset
 from serving.reference.http_common import AppState
 
 __all__ = ["SGLANG_DEFAULTS", "build_server_info"]
@@ -56,7 +56,6 @@ SGLANG_DEFAULTS: dict[str, Any] = {
 }
 """Filled in where the reference engine's value is None (or the arg does not exist here)."""
 
-_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _server_args(state: AppState) -> dict[str, Any]:
@@ -73,7 +72,7 @@ def _memory_usage(state: AppState, scheduler_memory: dict[str, Any]) -> dict[str
     ``max_total_num_tokens``. The scheduler's own cache figures are kept next to them."""
     args = state.args
     preset = get_preset(args.model_path)
-    size = _DTYPE_BYTES.get(args.dtype, 4)
+    size = DTYPE_BYTES.get(args.dtype, 4)
     kv_bytes = state.max_total_num_tokens * preset.kv_elements_per_token(args.tp_size) * size
     return {
         **scheduler_memory,

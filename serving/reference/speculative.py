@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from serving.reference.config import scratch_columns
 from serving.reference.kv_cache import KVCache
 from serving.reference.model import Attention, Model
 from serving.reference.sampling import SamplingParams, target_probs
@@ -57,7 +58,7 @@ class SpecConfig:
     @property
     def scratch_cols(self) -> int:
         """Columns past the prefix that one cycle writes (draft inputs or verify nodes)."""
-        return max(self.num_draft_tokens, 1 + (self.num_steps - 1) * self.topk)
+        return scratch_columns(num_steps=self.num_steps, eagle_topk=self.topk, num_draft_tokens=self.num_draft_tokens)
 
 
 @dataclasses.dataclass
