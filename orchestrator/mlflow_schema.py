@@ -22,7 +22,8 @@ tag                         run     value                                       
 ``spectune.early_stopped``  trial   ``true`` when ASHA stopped it (its run ends FINISHED)     UI (not a crash)
 ``spectune.engine_command`` trial   the engine's command line, secrets redacted               people
 ``spectune.start_flags``    trial   the sweep-only start flags as rendered                    people
-``spectune.node_id``        trial   the Ray node the engine ran on                            records of stopped trials
+``spectune.node_id``        trial   the Ray node the engine ran on (node rank 0's)            records of stopped trials
+``spectune.engine_nodes``   trial   every node of the engine: JSON ``[{node_rank, node_id, node_ip}]`` records, UI
 ``spectune.cuda_visible_devices`` trial the engine's GPUs                                     records of stopped trials
 ``spectune.engine_pid``     trial   the engine's pid                                          people
 ``spectune.audit_ok``       trial   whether every process carried the trial's env            records of stopped trials
@@ -49,7 +50,12 @@ end ``final.*``, ``objective.*`` and ``time.*_s``. Artifacts: ``ENGINE_CONFIG_AR
 
 from __future__ import annotations
 
+import json
+from typing import Any, Iterable, Mapping
+
 __all__ = [
+    "engine_nodes_from_tag",
+    "engine_nodes_tag",
     "ENGINE_CONFIG_ARTIFACT",
     "ROLE_SWEEP",
     "ROLE_TRIAL",
@@ -60,6 +66,7 @@ __all__ = [
     "TAG_CUDA_VISIBLE_DEVICES",
     "TAG_EARLY_STOPPED",
     "TAG_ENGINE_COMMAND",
+    "TAG_ENGINE_NODES",
     "TAG_ENGINE_PID",
     "TAG_KIND",
     "TAG_LABEL",
@@ -102,6 +109,9 @@ TAG_EARLY_STOPPED = "spectune.early_stopped"
 TAG_ENGINE_COMMAND = "spectune.engine_command"
 TAG_START_FLAGS = "spectune.start_flags"
 TAG_NODE_ID = "spectune.node_id"
+TAG_ENGINE_NODES = "spectune.engine_nodes"
+"""Every node the trial's engine ran on, by node rank: a JSON list of ``{node_rank, node_id, node_ip}``
+(``spectune.node_id`` is node rank 0's)."""
 TAG_CUDA_VISIBLE_DEVICES = "spectune.cuda_visible_devices"
 TAG_ENGINE_PID = "spectune.engine_pid"
 TAG_AUDIT_OK = "spectune.audit_ok"
@@ -116,3 +126,21 @@ TAG_VERDICT_RATIO = "spectune.verdict_ratio"
 TAG_SERVED_AT = "spectune.served_at"
 TAG_SERVED_BY = "spectune.served_by"
 TAG_SERVED_URL = "spectune.served_url"
+
+ENGINE_NODE_KEYS = ("node_rank", "node_id", "node_ip")
+
+
+def engine_nodes_tag(nodes: Iterable[Mapping[str, Any]]) -> str:
+    """``TAG_ENGINE_NODES``' value: the nodes as JSON, by node rank (pids and GPUs are the record's)."""
+    return json.dumps([{key: node.get(key) for key in ENGINE_NODE_KEYS} for node in nodes])
+
+
+def engine_nodes_from_tag(value: str | None) -> list[dict[str, Any]]:
+    """The inverse of :func:`engine_nodes_tag`; empty for a run without the tag (or a garbled one)."""
+    if not value:
+        return []
+    try:
+        nodes = json.loads(value)
+    except ValueError:
+        return []
+    return [dict(n) for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []

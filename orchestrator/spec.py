@@ -53,6 +53,7 @@ from serving.engine import nccl
 from orchestrator.space.arms import ArmPlan, arm_plan
 from serving.all_reduce_rules import GpuKind
 from serving.engine.config import EngineConfig, EngineFlagChecks, EngineKind, FlagValue, validated_extra_args
+from serving.engine.placement import EnginePlacement, engine_placement
 from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_NUM_STEPS
 
 __all__ = [
@@ -242,7 +243,8 @@ def _spec_field_for(owner: str) -> str:
     return {
         "speculative_draft_model_path": "engine.draft_model_path",
         "disable_custom_all_reduce": "search.all_reduce",
-        "(chosen at launch)": "nothing (spectune picks host and port at launch)",
+        "nnodes": "engine.nnodes",
+        "(chosen at launch)": "nothing (spectune picks host, port, node rank and rendezvous address at launch)",
     }.get(owner, f"engine.{owner} or search.speculative")
 
 
@@ -258,6 +260,11 @@ class EngineSpec(_Model, EngineFlagChecks):
         default="EAGLE3", description="--speculative-algorithm; null runs without speculative decoding."
     )
     tp_size: int = Field(default=1, ge=1, le=64, description="--tp-size: tensor-parallel ranks (GPUs per engine).")
+    nnodes: int = Field(
+        default=1, ge=1, le=64,
+        description="--nnodes: nodes one engine spans, tp_size / nnodes ranks on each (one placement-group bundle "
+        "per node, STRICT_SPREAD; --node-rank and --dist-init-addr are chosen per trial).",
+    )
     extra_args: dict[str, FlagValue] = Field(
         default_factory=dict,
         description="Further engine flags by SGLang name (mem_fraction_static: 0.85, trust_remote_code: true).",
@@ -804,6 +811,12 @@ class SweepSpec(_Model):
         gpus = self.resources.gpus_per_trial
         if engine.kind == "sglang" and gpus is not None and gpus < engine.tp_size:
             yield f"resources.gpus_per_trial: {gpus} is below engine.tp_size={engine.tp_size}"
+        if engine.tp_size % engine.nnodes:
+            yield (f"engine.nnodes: {engine.nnodes} does not divide engine.tp_size={engine.tp_size} (SGLang: tp_size "
+                   "must be divisible by number of nodes; each node holds tp_size / nnodes ranks)")
+        elif self.gpus_per_trial % engine.nnodes:
+            yield (f"resources.gpus_per_trial: {self.gpus_per_trial} GPUs do not split evenly over "
+                   f"engine.nnodes={engine.nnodes} (one bundle of gpus_per_trial / nnodes GPUs per node)")
         if self.budget.max_concurrent_trials > self.budget.num_trials:
             yield (
                 f"budget.max_concurrent_trials: {self.budget.max_concurrent_trials} exceeds "
@@ -944,6 +957,12 @@ class SweepSpec(_Model):
         return self.objective.concurrency or max(self.benchmark.concurrency)
 
     @property
+    def trial_placement(self) -> EnginePlacement:
+        """One trial's placement-group bundles, strategy and engine-host bundles: one node, or one
+        bundle per node of an engine across ``engine.nnodes`` nodes (``serving.engine.placement``)."""
+        return engine_placement(gpus=self.gpus_per_trial, cpus=self.resources.cpus_per_trial, nnodes=self.engine.nnodes)
+
+    @property
     def gpus_per_trial(self) -> int:
         """GPUs one trial reserves: explicit, else tp_size for SGLang, else 0 for the CPU reference."""
         if self.resources.gpus_per_trial is not None:
@@ -989,6 +1008,7 @@ class SweepSpec(_Model):
             kind=engine.kind,
             model_path=engine.model_path,
             tp_size=engine.tp_size,
+            nnodes=engine.nnodes,
             speculative_algorithm=engine.speculative_algorithm,
             speculative_draft_model_path=engine.draft_model_path if speculative else None,
             speculative_num_steps=num_steps,

@@ -27,6 +27,7 @@ from orchestrator.mlflow_schema import (
     TAG_AUDIT_OK,
     TAG_CUDA_VISIBLE_DEVICES,
     TAG_ENGINE_COMMAND,
+    TAG_ENGINE_NODES,
     TAG_KIND,
     TAG_LABEL,
     TAG_MESSAGE,
@@ -38,6 +39,8 @@ from orchestrator.mlflow_schema import (
     TAG_RESULTS_DIR,
     TAG_START_FLAGS,
     TAG_STATUS,
+    engine_nodes_from_tag,
+    engine_nodes_tag,
 )
 from orchestrator.sweep.results import (
     Objective,
@@ -276,7 +279,8 @@ class SweepCoordinator:
                 })
             summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
-            facts = {TAG_NODE_ID: rec.node_id, TAG_CUDA_VISIBLE_DEVICES: rec.cuda_visible_devices}
+            facts = {TAG_NODE_ID: rec.node_id, TAG_CUDA_VISIBLE_DEVICES: rec.cuda_visible_devices,
+                     TAG_ENGINE_NODES: engine_nodes_tag(rec.engine_nodes) if rec.engine_nodes else None}
             self.tracker.set_tags(rec.mlflow_run_id, {
                 TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
                 TAG_MESSAGE: rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
@@ -318,6 +322,7 @@ class SweepCoordinator:
         observed = TrialObservations(
             node_id=seen.get(TAG_NODE_ID) or last.get("node_id") or None,
             cuda_visible_devices=seen.get(TAG_CUDA_VISIBLE_DEVICES), audit_ok=seen.get(TAG_AUDIT_OK),
+            engine_nodes=engine_nodes_from_tag(seen.get(TAG_ENGINE_NODES)),
             resolved_params=registered.get("resolved"), all_reduce_kernel=registered.get("all_reduce_kernel"),
         )
         self.finish_trial(end_record(

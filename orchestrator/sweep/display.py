@@ -20,7 +20,6 @@ from orchestrator.spec import SweepSpec
 from orchestrator.sweep.cost import (
     cost_line, format_duration, measured_start_times, planned_starts, start_time, visit_estimate_s,
 )
-from orchestrator.sweep.preflight import trial_bundles
 from orchestrator.sweep.results import OBJECTIVE_KEY, TrialRecord
 from orchestrator.space import TrialPlan
 from serving.environ import ENV
@@ -193,6 +192,4 @@ class QuietWatch:
 
 def trial_needs(spec: SweepSpec) -> str:
     """What one trial asks of a node, in words (the quiet watch names it while Ray has no room)."""
-    bundles, _ = trial_bundles(spec)
-    cpus = sum(b.get("CPU", 0.0) for b in bundles)
-    return f"{spec.gpus_per_trial:g} GPUs and {cpus:g} CPUs"
+    return spec.trial_placement.describe()

@@ -38,7 +38,7 @@ from orchestrator.sweep.coordinator import (
 )
 from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
 from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
-from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking, trial_bundles
+from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import TrialRecord
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
@@ -108,13 +108,11 @@ def run_sweep(
                   f"parent run {info['parent_run_id']})", highlight=False)
     from orchestrator.sweep.trial import TrialContext
 
-    bundles, _ = trial_bundles(spec)
-    ctx = TrialContext(spec=spec, coordinator=ref, gpus_per_trial=spec.gpus_per_trial,
-                       sweep_name=spec.name)
+    ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     # the plan in engine starts x start time (measured by the trials a resumed sweep already ran)
     display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
-    tuner = _tuner(spec, ctx=ctx, bundles=bundles, out=out, display=display, ref=ref, resume=resume)
+    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
@@ -122,7 +120,7 @@ def run_sweep(
         with QuietWatch(display, needs=trial_needs(spec)):
             tuner.fit()
             records = final_records(coordinator)
-            confirmation = run_cluster_confirmation(spec, records, ctx=ctx, bundles=bundles, coordinator=coordinator,
+            confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator,
                                                     display=display) if spec.confirmation.enabled else None
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
                                 console=console, started=started)
@@ -185,17 +183,19 @@ def _configure_tune() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _tuner(spec: SweepSpec, *, ctx: Any, bundles: list[dict[str, float]], out: Path, display: Display,
-           ref: CoordinatorRef, resume: bool) -> Any:
-    """The Tuner: each trial ``trial.run_trial`` in a placement group of ``bundles`` (one node);
-    a resumed sweep restores Tune's experiment (its searcher and callbacks come back with it)."""
+def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: CoordinatorRef, resume: bool) -> Any:
+    """The Tuner: each trial ``trial.run_trial`` in a placement group shaped by
+    ``spec.trial_placement`` (one node, or a bundle per node of an engine across nodes); a resumed
+    sweep restores Tune's experiment (its searcher and callbacks come back with it)."""
+    placement = spec.trial_placement
     from ray import tune
     from ray.tune import PlacementGroupFactory
 
     from orchestrator.sweep.trial import run_trial
 
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy="STRICT_PACK")
+        tune.with_parameters(run_trial, ctx=ctx),
+        PlacementGroupFactory([dict(b) for b in placement.bundles], strategy=placement.strategy),
     )
     tune_dir = out / "tune"
     experiment = tune_dir / spec.name

@@ -23,15 +23,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking_server import health_status
+from serving.engine.placement import EnginePlacement
 from serving.engine.preflight import engine_problems, plural, run_where_placed, units_that_fit, wait_for_fit
 
-__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "node_gpu_kind", "trial_bundles"]
+__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "node_gpu_kind"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +46,6 @@ resources exist, so only other work can hold them)."""
 
 class PreflightError(SpectuneError):
     """The sweep cannot run as specified on this cluster (exit 2); the message says what to change."""
-
-
-def trial_bundles(spec: SweepSpec) -> tuple[list[dict[str, float]], int]:
-    """Placement-group bundles of one trial, and the bundle the engine host goes into.
-
-    Bundle 0 is the trial function's (CPUs for the load generator); bundle 1 holds the engine's
-    GPUs. A CPU engine reserves no GPUs, and Ray refuses an empty bundle, so it shares bundle 0.
-    """
-    gpus = spec.gpus_per_trial
-    bundles: list[dict[str, float]] = [{"CPU": float(spec.resources.cpus_per_trial)}]
-    if gpus > 0:
-        bundles.append({"GPU": float(gpus)})
-        return bundles, 1
-    return bundles, 0
 
 
 # --- tracking ----------------------------------------------------------------------------------
@@ -114,12 +101,27 @@ def _existing_ancestor(path: Path) -> Path:
 # --- resources ---------------------------------------------------------------------------------
 
 
-def _fits(node: dict[str, float], bundles: list[dict[str, float]]) -> bool:
+def _fits(node: dict[str, float], bundles: Sequence[dict[str, float]]) -> bool:
     need: dict[str, float] = {}
     for bundle in bundles:
         for name, amount in bundle.items():
             need[name] = need.get(name, 0.0) + amount
     return units_that_fit([node], need) >= 1
+
+
+def _placeable(nodes: list[dict[str, float]], placement: EnginePlacement) -> bool:
+    """Whether the cluster can hold one trial's placement group: all bundles on one node
+    (``STRICT_PACK``), or each bundle on a node of its own (``STRICT_SPREAD``: the bundles, largest
+    first, each given a node no other bundle has)."""
+    if placement.strategy != "STRICT_SPREAD":
+        return any(_fits(node, placement.bundles) for node in nodes)
+    free = list(nodes)
+    for bundle in sorted(placement.bundles, key=lambda b: (-b.get("GPU", 0.0), -b.get("CPU", 0.0))):
+        node = next((n for n in free if _fits(n, [bundle])), None)
+        if node is None:
+            return False
+        free.remove(node)
+    return True
 
 
 def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
@@ -128,6 +130,16 @@ def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
     total_cpus = sum(n.get("CPU", 0.0) for n in nodes)
     largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
     where = "resources.gpus_per_trial" if spec.resources.gpus_per_trial is not None else "engine.tp_size"
+    nnodes = spec.engine.nnodes
+    if nnodes > 1:
+        placement = spec.trial_placement
+        return (
+            f"resources: one engine spans engine.nnodes={nnodes} nodes, each its own, with "
+            f"{plural(placement.gpus_per_node, 'GPU')} per node ({where} / nnodes) and "
+            f"{plural(cpus, 'CPU')} (resources.cpus_per_trial) on the first, but the cluster has "
+            f"{plural(sum(1 for n in nodes if _fits(n, [placement.bundles[-1]])), 'node')} with "
+            f"{plural(placement.gpus_per_node, 'GPU')} free of {plural(len(nodes), 'node')}"
+        )
     return (
         f"resources: the spec asks for {plural(gpus, 'GPU')} per trial ({where}) and {plural(cpus, 'CPU')} "
         f"(resources.cpus_per_trial) on one node, but the cluster has {plural(total_gpus, 'GPU')} and "
@@ -148,10 +160,12 @@ def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str]
     Raises:
         PreflightError: no node fits (after ``wait_s``).
     """
-    bundles, _ = trial_bundles(spec)
-    fits, nodes, waited = wait_for_fit(lambda seen: any(_fits(node, bundles) for node in seen), wait_s=wait_s,
+    placement = spec.trial_placement
+    fits, nodes, waited = wait_for_fit(lambda seen: _placeable(seen, placement), wait_s=wait_s,
                                        say=say, describe=lambda seen: _shortfall(spec, seen), poll_s=poll_s)
     if fits:
+        if placement.nnodes > 1:
+            return f"resources: {placement.nnodes} nodes hold a trial's engine ({placement.describe()})"
         return f"resources: a node holds a trial ({plural(spec.gpus_per_trial, 'GPU')}, " \
                f"{plural(spec.resources.cpus_per_trial, 'CPU')})"
     hint = (f"gave up after waiting {waited:.0f} s (--wait-for-resources {wait_s:g})" if wait_s else
@@ -231,10 +245,11 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
     Raises:
         PreflightError: every problem found, one per line.
     """
-    bundles, engine_bundle = trial_bundles(spec)
+    placement = spec.trial_placement
     try:
-        found = run_where_placed(
-            _engine_and_node, bundles=bundles, bundle_index=engine_bundle, wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S),
+        found = run_where_placed(  # node rank 0's node (the one whose GPUs decide the arms)
+            _engine_and_node, bundles=list(placement.bundles), bundle_index=placement.host_bundles[0],
+            strategy=placement.strategy, wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S),
             say=say, what="one trial's", kind=spec.engine.kind, model_path=spec.engine.model_path,
             draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm else None,
         )

@@ -115,6 +115,9 @@ class TrialRecord(BaseModel):
     node_id: str | None = None
     node_ip: str | None = None
     cuda_visible_devices: str | None = None
+    engine_nodes: list[dict[str, Any]] = Field(
+        default_factory=list, description="Every node the engine ran on, by node rank: node_rank, node_id, node_ip, "
+        "pid, cuda_visible_devices (node_id / node_ip above are node rank 0's); empty before the engine started.")
     audit_ok: bool | None = None
     engine_config: dict[str, Any] = Field(default_factory=dict, description="EngineConfig.model_dump() of the trial.")
     resolved_params: dict[str, int] | None = Field(
@@ -200,6 +203,7 @@ class TrialObservations(BaseModel):
     node_id: str | None = None
     node_ip: str | None = None
     cuda_visible_devices: str | None = None
+    engine_nodes: list[dict[str, Any]] = Field(default_factory=list)
     audit_ok: bool | None = None
     resolved_params: dict[str, int] | None = None
     all_reduce_kernel: str | None = None

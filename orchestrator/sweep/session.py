@@ -2,7 +2,9 @@
 
 A trial and a confirmation visit both need the same thing: a fresh engine of one configuration,
 started by an EngineHost actor pinned to the bundle that holds the engine's GPUs (bundle 1; bundle
-0 when the engine takes none), audited, used, then stopped with proof that nothing is left. This
+0 when the engine takes none), audited, used, then stopped with proof that nothing is left. An
+engine across nodes (``nnodes`` > 1) has one host per node, one bundle each
+(``serving.engine.placement``), driven as one by ``serving.engine.group.EngineGroup``. This
 module is that lifecycle, written once; ``orchestrator.sweep.trial`` says what is done with the
 engine in between.
 
@@ -28,11 +30,12 @@ from typing import Any, Callable
 import ray
 
 from serving.engine.config import EngineConfig
-from serving.engine.host import create_engine_host
+from serving.engine.group import EngineGroup, NodeFailed, node_words
+from serving.engine.placement import EnginePlacement
 from serving.environ import ENV
 from serving.waiting import wait_until
 
-__all__ = ["EngineSession", "TrialFailure"]
+__all__ = ["EngineSession", "TrialFailure", "step_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +57,12 @@ def _cause(exc: BaseException) -> BaseException:
 
 
 class EngineSession:
-    """One EngineHost actor and its engine: create, start, audit; stop, prove, ship the log.
+    """One engine's EngineHost actors (one per node) and the engine: create, start, audit; stop,
+    prove, ship the log.
 
-    After ``open()``: ``host`` (the actor handle), ``info`` (what ``EngineHost.start`` reported:
-    url, pid, log path, node, ``audit``), ``url``, ``audit`` and ``audit_ok``.
+    After ``open()``: ``group`` (the hosts), ``host`` (node rank 0's actor handle), ``info`` (what
+    node rank 0's ``EngineHost.start`` reported: url, pid, log path, node; with ``nodes``, one
+    entry per node, and the ``audit`` of every node), ``url``, ``audit`` and ``audit_ok``.
     After ``close()``: ``stop_error`` and ``teardown_problem``.
     """
 
@@ -68,7 +73,7 @@ class EngineSession:
         session_id: str,
         label: str,
         sweep_name: str,
-        num_gpus: int,
+        placement: EnginePlacement,
         start_timeout_s: float,
         launch_reason: Callable[[BaseException], str],
         time_limit_s: float | None = None,
@@ -82,7 +87,8 @@ class EngineSession:
             session_id: The trial's (or visit's) id: names the engine log directory.
             label: Names the engine in log lines (``"trial 3"``).
             sweep_name: The sweep, for the engine log directory.
-            num_gpus: GPUs of the engine's bundle (0: the engine shares bundle 0 with the caller).
+            placement: The bundles of this task's placement group and which one each node's host
+                takes (``serving.engine.placement.engine_placement``).
             start_timeout_s: How long the engine may take to become healthy.
             launch_reason: The failure's reason tag for an engine that never served, from the
                 exception ``EngineHost.start`` raised (unwrapped from Ray's wrapper).
@@ -96,13 +102,13 @@ class EngineSession:
         self.session_id = session_id
         self.label = label
         self.sweep_name = sweep_name
-        self.num_gpus = num_gpus
+        self.placement = placement
         self.start_timeout_s = start_timeout_s
         self.launch_reason = launch_reason
         self.time_limit_s = time_limit_s
         self.timings = {} if timings is None else timings
         self.ship_log = ship_log
-        self.host: Any = None
+        self.group: EngineGroup | None = None
         self.info: dict[str, Any] = {}
         self.stop_error: BaseException | None = None
         self._timed_out = threading.Event()
@@ -110,6 +116,21 @@ class EngineSession:
         self._closed = False
 
     # --- what the steps read -----------------------------------------------------------------
+
+    @property
+    def host(self) -> Any:
+        """Node rank 0's EngineHost actor (None before ``open()``)."""
+        return self.group.hosts[0] if self.group is not None else None
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        """One entry per node of the engine: node rank, Ray node id and IP, pid, GPUs."""
+        return self.info.get("nodes") or (self.group.nodes if self.group is not None else [])
+
+    def log_text(self) -> str:
+        """The engine log as it is now: every node's (``EngineGroup.log_text``)."""
+        assert self.group is not None
+        return self.group.log_text()
 
     @property
     def url(self) -> str:
@@ -161,14 +182,18 @@ class EngineSession:
             TrialFailure: the engine never served (``timeout`` once the time limit passed, else
                 ``launch_reason`` of the error). Call ``close()`` either way.
         """
-        self.host = self._create_host()
+        self.group = self._create_hosts()
         if self.time_limit_s is not None:
             self._timer = threading.Timer(self.time_limit_s, self._on_time_limit)
             self._timer.daemon = True
             self._timer.start()
         tic = time.monotonic()
         try:
-            self.info = ray.get(self.host.start.remote())
+            self.info = self.group.start()
+        except NodeFailed as failed:  # an engine across nodes: the node is named in the message
+            cause = failed.cause if failed.cause is not None else failed
+            reason = "timeout" if self.timed_out else self.launch_reason(cause)
+            raise TrialFailure(reason, str(failed)) from None
         except Exception as exc:  # noqa: BLE001 - every launch failure is a recorded result
             cause = _cause(exc)
             reason = "timeout" if self.timed_out else self.launch_reason(cause)
@@ -184,19 +209,19 @@ class EngineSession:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        if self.host is None:
+        if self.group is None:
             return
         tic = time.monotonic()
         log_text = ""
         try:
             try:
-                self.info["stop"] = ray.get(self.host.stop.remote(), timeout=180)
+                self.info["stop"] = self.group.stop(timeout_s=180)
             except Exception as exc:  # noqa: BLE001 - kept for the caller: the trial records it, a visit logs it
                 self.stop_error = exc
             if self.ship_log is not None:
                 log_text = self._read_log()
         finally:
-            ray.kill(self.host, no_restart=True)
+            self.group.kill()
         self.timings["teardown"] = time.monotonic() - tic
         if log_text:
             assert self.ship_log is not None
@@ -218,10 +243,9 @@ class EngineSession:
 
     # --- parts -------------------------------------------------------------------------------
 
-    def _create_host(self) -> Any:
-        """The EngineHost actor in this task's placement group: bundle 1 holds the engine's GPUs."""
+    def _create_hosts(self) -> EngineGroup:
+        """The EngineHost actors in this task's placement group, each in its node's bundle."""
         pg = ray.util.get_current_placement_group()
-        bundle = 1 if self.num_gpus > 0 else 0
         delivered = dict(self.engine_config.env)
         fault = ENV.SPECTUNE_SWEEP_FAULT.get()
         if fault.startswith("env_in_driver_only:"):
@@ -231,21 +255,23 @@ class EngineSession:
             if name in delivered:
                 os.environ[name] = delivered.pop(name)
         log_dir = Path(tempfile.gettempdir()) / "spectune-engines" / self.sweep_name / self.session_id
-        return create_engine_host(
-            self.engine_config, log_dir=str(log_dir), num_gpus=self.num_gpus, placement_group=pg,
-            bundle_index=bundle, start_timeout_s=self.start_timeout_s, label=self.label, runtime_env_vars=delivered,
+        return EngineGroup(
+            self.engine_config, placement=self.placement, placement_group=pg, log_dir=str(log_dir),
+            start_timeout_s=self.start_timeout_s, label=self.label, runtime_env_vars=delivered,
         )
 
     def _on_time_limit(self) -> None:
         self._timed_out.set()
-        logger.warning("%s (%s): past its time limit; killing its engine host", self.label, self.session_id)
-        ray.kill(self.host, no_restart=True)
+        logger.warning("%s (%s): past its time limit; killing its engine host(s)", self.label, self.session_id)
+        assert self.group is not None
+        self.group.kill()
 
     def _read_log(self) -> str:
         """The engine log from its host, or, where the host is gone (killed at the time limit),
         from the file where it was written."""
         try:
-            return ray.get(self.host.log_text.remote(), timeout=60)
+            assert self.group is not None
+            return self.group.log_text()
         except Exception:  # noqa: BLE001 - the host is gone: read the log where it was written
             log_path = self.info.get("log_path")
             if log_path and Path(log_path).exists():
@@ -258,28 +284,38 @@ ENGINE_EXIT_SETTLE_S = 15.0
 failed step is blamed on the step: a dying engine closes its port before its exit is visible."""
 
 
-def engine_gone_or(host: Any, reason: str, *, settle_s: float = ENGINE_EXIT_SETTLE_S) -> str:
-    """``engine_died`` if the engine process of ``host`` is gone (or the host with it), else ``reason``.
+def step_failure(session: EngineSession, reason: str, exc: BaseException, *,
+                 settle_s: float = ENGINE_EXIT_SETTLE_S) -> TrialFailure:
+    """The failure of a step that talked to the engine (probe, benchmark): ``engine_died`` where an
+    engine process is gone, naming the node it died on first when the engine spans nodes (the
+    others follow it: their collectives fail), else ``reason``; the message is the step's error."""
+    gone = _gone_node(session, settle_s=settle_s)
+    if gone is None:
+        return TrialFailure(reason, str(exc))
+    if session.group is not None and session.group.nnodes > 1:
+        return TrialFailure("engine_died", f"the engine died on {node_words(gone)} first ({gone.get('detail')}); "
+                            f"every node's part was stopped. The step saw: {exc}")
+    return TrialFailure("engine_died", str(exc))
 
-    An engine that is still alive but does not answer its health check is watched for up to
-    ``settle_s``: under load, the reference engine's ``die_after_tokens`` fault was seen alive for
-    a moment after its port had closed, and the trial was recorded ``bench_failed`` for an engine
-    that died."""
-    verdict: list[str] = []
+
+def _gone_node(session: EngineSession, *, settle_s: float) -> dict[str, Any] | None:
+    """The node whose engine is gone (first), or None while every node's engine is alive; an engine
+    alive but not answering is given ``settle_s`` to answer or exit."""
+    group = session.group
+    if group is None:
+        return None
+    found: list[dict[str, Any]] = []
 
     def settled() -> bool:
-        try:
-            health = ray.get(host.health.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - a host that cannot answer has lost its engine too
-            verdict.append("engine_died")
+        health = group.health()
+        gone = group.first_gone(health)
+        if gone is not None:
+            found.append(gone)
             return True
-        if not health.get("alive"):
-            verdict.append("engine_died")
-            return True
-        return bool(health.get("healthy"))
+        return all(h.get("healthy") for h in health)
 
     try:
         wait_until(settled, timeout_s=settle_s, what="the engine to answer or exit", poll_s=0.5)
     except TimeoutError:
         pass  # alive and not answering: the step's own failure stands
-    return verdict[0] if verdict else reason
+    return found[0] if found else None

@@ -41,9 +41,11 @@ from orchestrator.mlflow_schema import (
     TAG_ALL_REDUCE_KERNEL,
     TAG_AUDIT_OK,
     TAG_CUDA_VISIBLE_DEVICES,
+    TAG_ENGINE_NODES,
     TAG_ENGINE_PID,
     TAG_NCCL_LOG,
     TAG_NODE_ID,
+    engine_nodes_tag,
 )
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
@@ -57,7 +59,7 @@ from orchestrator.sweep.results import (
     auto_label,
     end_record,
 )
-from orchestrator.sweep.session import EngineSession, TrialFailure, engine_gone_or
+from orchestrator.sweep.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
@@ -78,13 +80,11 @@ class TrialContext:
     Attributes:
         spec: The sweep's spec, validated (a frozen pydantic model pickles whole).
         coordinator: Handle of the :class:`~orchestrator.coordinator.SweepCoordinator` actor.
-        gpus_per_trial: GPUs reserved for the engine's bundle (0: the engine shares bundle 0).
         sweep_name: For log lines and the engine log directory.
     """
 
     spec: SweepSpec
     coordinator: Any
-    gpus_per_trial: int
     sweep_name: str
 
 
@@ -216,7 +216,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     session = EngineSession(
         with_start_flags(engine_config, state.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
         sweep_name=ctx.sweep_name,
-        num_gpus=ctx.gpus_per_trial, start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_launch_reason,
+        placement=spec.trial_placement, start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_launch_reason,
         time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
     )
     try:
@@ -228,6 +228,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
             TAG_NODE_ID: state.info.get("node_id"), TAG_CUDA_VISIBLE_DEVICES: state.info.get(
                 "cuda_visible_devices"), TAG_ENGINE_PID: state.info.get("pid"), TAG_AUDIT_OK: state.audit_ok,
+            TAG_ENGINE_NODES: engine_nodes_tag(session.nodes),
         }, texts={"env_audit.json": _json(session.audit)}))
         session.check_audit()
         _resolve(spec, state, session, coordinator, engine_config)
@@ -294,7 +295,7 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
     (``serving.engine.all_reduce_observed``), never from the flags: recorded (trials.jsonl, the MLflow
     param ``resolved.all_reduce_kernel``, ``all_reduce.json``), and a warning where it is not the
     kernel the spec's node predicted for the trial's arm (the plan then measured something else)."""
-    log_text = ray.get(session.host.log_text.remote()) if tp_size > 1 else ""
+    log_text = session.log_text() if tp_size > 1 else ""
     observed = observe_all_reduce(server_info=info, log_text=log_text, tp_size=tp_size)
     state.all_reduce_kernel = observed.kernel
     arm = state.plan.candidate.all_reduce
@@ -354,7 +355,7 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
             result = run_probe(base_url=url, baseline_path=path, create_baseline=baseline is None,
                                num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens)
         except BenchmarkError as exc:
-            raise TrialFailure(engine_gone_or(session.host, "probe_failed"), str(exc)) from None
+            raise step_failure(session, "probe_failed", exc) from None
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
         texts = {"probe.json": result.model_dump_json(indent=2)}
@@ -371,7 +372,7 @@ def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any
     audit = session.audit
     expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
     # the log (up to 4 MiB from the engine's node) only where NCCL wrote something to check
-    log_text = ray.get(session.host.log_text.remote()) if nccl_debug_enabled(expected) and tp_size > 1 else ""
+    log_text = session.log_text() if nccl_debug_enabled(expected) and tp_size > 1 else ""
     check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
     ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_NCCL_LOG: check.status},
                                          texts={"nccl_log.json": _json(check.to_dict())}))
@@ -414,7 +415,7 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
             partial = getattr(exc, "partial", None)
             if partial is not None:
                 _store_bench(state, partial, objective=group[0] == objective_level)
-            raise TrialFailure(engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+            raise step_failure(session, "bench_failed", exc) from None
         _store_bench(state, result, objective=group[0] == objective_level)
         state.measured_in_full = state.measured_in_full or group[0] == objective_level
     texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
@@ -466,7 +467,7 @@ def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | N
         metrics=metrics, slo_violation=_slo_violation(spec, state.bench), measured_in_full=state.measured_in_full,
         timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
         node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
-        audit_ok=state.audit_ok, resolved_params=state.resolved, all_reduce_kernel=state.all_reduce_kernel,
+        engine_nodes=list(state.info.get("nodes") or []), audit_ok=state.audit_ok, resolved_params=state.resolved, all_reduce_kernel=state.all_reduce_kernel,
     )
     return end_record(start, observed, status=status, reason=reason, message=message,  # type: ignore[arg-type]
                       objective=objective, level_values=_level_values(spec, state),

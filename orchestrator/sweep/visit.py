@@ -20,17 +20,19 @@ from orchestrator.sweep.results import TrialRecord
 __all__ = ["run_cluster_confirmation", "run_placed_visit"]
 
 
-def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any,
-                     bundles: list[dict[str, float]]) -> dict[str, Any]:
+def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any) -> dict[str, Any]:
     """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
-    like a trial's (bundle 0 for the load generator, the engine's GPUs in bundle 1)."""
+    like a trial's (``spec.trial_placement``: bundle 0 for the load generator, the engine's GPUs in
+    bundle 1, or one bundle per node of an engine across nodes)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from orchestrator.sweep.visit_worker import run_visit
 
-    group = placement_group(bundles, strategy="STRICT_PACK")
+    placement = ctx.spec.trial_placement
+    bundles = [dict(b) for b in placement.bundles]
+    group = placement_group(bundles, strategy=placement.strategy)
     try:
         ray.get(group.ready(), timeout=600)
         task = ray.remote(run_visit).options(
@@ -44,15 +46,14 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
         remove_placement_group(group)
 
 
-def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, bundles: list[dict[str, float]],
-                             coordinator: Any, display: Display) -> Confirmation | None:
+def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, coordinator: Any,
+                             display: Display) -> Confirmation | None:
     """The sequential confirmation (``confirm.run_confirmation``) with placed visits, its visits
     persisted by the coordinator (a resumed sweep continues where it stopped), each visit shown
     while it runs.
 
     Args:
-        ctx: The trials' ``trial.TrialContext`` (spec, coordinator, GPUs), which a visit shares.
-        bundles: One trial's placement-group bundles (``preflight.trial_bundles``).
+        ctx: The trials' ``trial.TrialContext`` (spec, coordinator), which a visit shares.
     """
     import ray
 
@@ -66,8 +67,7 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())
         try:
-            return run_placed_visit(record=record, round_number=round_number, repetitions=repetitions, ctx=ctx,
-                                    bundles=bundles)
+            return run_placed_visit(record=record, round_number=round_number, repetitions=repetitions, ctx=ctx)
         finally:
             display.activity = None
             display.visit_ended()

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.errors import BenchmarkError
-from orchestrator.sweep.session import EngineSession, TrialFailure, engine_gone_or
+from orchestrator.sweep.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.sweep.trial import TrialContext
 from serving.engine.config import EngineConfig
@@ -44,7 +44,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     timings: dict[str, float] = {}
     session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
         with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
-        sweep_name=ctx.sweep_name, num_gpus=ctx.gpus_per_trial,
+        sweep_name=ctx.sweep_name, placement=spec.trial_placement,
         start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
     )
     try:
@@ -60,7 +60,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
             try:
                 result = run_benchmark(base_url=session.url, settings=settings)
             except BenchmarkError as exc:
-                raise TrialFailure(engine_gone_or(session.host, "bench_failed"), str(exc)) from None
+                raise step_failure(session, "bench_failed", exc) from None
             finally:
                 timings["bench"] = time.monotonic() - tic
             measured = result.level(level)

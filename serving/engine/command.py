@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from serving.engine.config import EngineConfig, FlagValue
 from serving.redaction import redacted_env
 
-__all__ = ["EngineCommand", "build_command", "engine_managed_env", "render_flags"]
+__all__ = ["DIST_INIT_ADDR_AT_LAUNCH", "EngineCommand", "build_command", "engine_managed_env", "render_flags"]
 
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "reference": "serving.reference"}
 """The Python module each engine kind runs as (``python -m MODULE``)."""
@@ -99,8 +99,14 @@ def render_flags(flags: Mapping[str, FlagValue | None]) -> list[str]:
     return argv
 
 
+DIST_INIT_ADDR_AT_LAUNCH = "NODE_RANK_0_IP:PORT"
+"""What a shown command of an engine across nodes has for ``--dist-init-addr``: node rank 0's host
+picks the real one at launch."""
+
+
 def build_command(
-    config: EngineConfig, *, host: str = "127.0.0.1", port: int, python: str | None = None
+    config: EngineConfig, *, host: str = "127.0.0.1", port: int, python: str | None = None,
+    node_rank: int = 0, dist_init_addr: str | None = None,
 ) -> EngineCommand:
     """Render ``config`` as the command that starts its engine.
 
@@ -112,7 +118,16 @@ def build_command(
         host: Address to bind.
         port: Port to listen on (chosen by the caller, e.g. a free port on its machine).
         python: Interpreter to run the engine module with (default: this one).
+        node_rank: This node's ``--node-rank`` when the engine spans ``config.nnodes`` > 1 nodes.
+        dist_init_addr: ``--dist-init-addr``: node rank 0's ``host:port`` where every rank meets
+            (SGLang: ``tcp://`` of it for torch.distributed), the same in every node's command.
+            Chosen at launch (``EngineHost.rendezvous_address``); a command only shown (a trial's
+            record, ``--dry-run``) carries :data:`DIST_INIT_ADDR_AT_LAUNCH` instead.
     """
+    if config.nnodes > 1 and dist_init_addr is None:
+        dist_init_addr = DIST_INIT_ADDR_AT_LAUNCH
+    if not 0 <= node_rank < config.nnodes:
+        raise ValueError(f"node_rank={node_rank} is outside [0, nnodes={config.nnodes})")
     flags: dict[str, FlagValue | None] = {
         "model_path": config.model_path,
         "tp_size": config.tp_size,
@@ -127,6 +142,8 @@ def build_command(
             speculative_eagle_topk=config.speculative_eagle_topk,
             speculative_num_draft_tokens=config.speculative_num_draft_tokens,
         )
+    if config.nnodes > 1:
+        flags.update(nnodes=config.nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr)
     flags["disable_custom_all_reduce"] = config.disable_custom_all_reduce
     flags["enforce_disable_flashinfer_allreduce_fusion"] = config.enforce_disable_flashinfer_allreduce_fusion
     flags["reference_gpu_kind"] = config.reference_gpu_kind
@@ -174,7 +191,7 @@ def engine_managed_env(config: EngineConfig, *, launch_env: Mapping[str, str]) -
         cumem = launch_env["NCCL_CUMEM_ENABLE"]
     elif args.get("moe_a2a_backend") == "deepep_v2":
         cumem = "1"
-    elif args.get("enable_kv_cache_sharding") or _int_or_none(args.get("nnodes"), 1) > 1:
+    elif args.get("enable_kv_cache_sharding") or config.nnodes > 1:
         cumem = None
     else:
         cumem = "0"
@@ -183,10 +200,3 @@ def engine_managed_env(config: EngineConfig, *, launch_env: Mapping[str, str]) -
     else:
         nvls_value = launch_env.get("NCCL_NVLS_ENABLE", "0")
     return {"NCCL_CUMEM_ENABLE": cumem, "NCCL_NVLS_ENABLE": nvls_value, "CUDA_DEVICE_MAX_CONNECTIONS": None}
-
-
-def _int_or_none(value: object, default: int) -> int:
-    try:
-        return int(value) if value is not None else default  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default

@@ -57,6 +57,10 @@ MANAGED_FLAGS: dict[str, str] = {
     "disable_custom_all_reduce": "disable_custom_all_reduce",
     "enforce_disable_flashinfer_allreduce_fusion": "enforce_disable_flashinfer_allreduce_fusion",
     "reference_gpu_kind": "reference_gpu_kind",
+    "nnodes": "nnodes",
+    "node_rank": "(chosen at launch)",
+    "dist_init_addr": "(chosen at launch)",
+    "nccl_init_addr": "(chosen at launch)",
 }
 """Engine flags (and the aliases SGLang 0.5.23 registers for them: ``--model``,
 ``--tensor-parallel-size``, ``--speculative-draft-model``) spectune sets from typed fields;
@@ -192,6 +196,11 @@ class EngineConfig(EngineFlagChecks):
     kind: EngineKind = Field(description="Which engine: 'sglang' on GPUs or the CPU/GPU 'reference' engine.")
     model_path: str = Field(min_length=1, description="--model-path: HF repo/path (SGLang) or preset name (reference).")
     tp_size: int = Field(default=1, ge=1, le=64, description="--tp-size: tensor-parallel ranks (= GPUs per engine).")
+    nnodes: int = Field(
+        default=1, ge=1, le=64,
+        description="--nnodes: nodes the engine spans, tp_size / nnodes ranks on each (--node-rank and "
+        "--dist-init-addr are chosen at launch, per node).",
+    )
     speculative_algorithm: Literal["EAGLE", "EAGLE3"] | None = Field(
         default=None, description="--speculative-algorithm; None disables speculative decoding."
     )
@@ -232,7 +241,8 @@ class EngineConfig(EngineFlagChecks):
     @field_validator("extra_args", mode="before")
     @classmethod
     def _normalise_extra_args(cls, value: object) -> object:
-        return validated_extra_args(value, use_instead=lambda owner: f"the field {owner!r}")
+        return validated_extra_args(value, use_instead=lambda owner: "nothing: it is (chosen at launch)"
+                                    if owner == "(chosen at launch)" else f"the field {owner!r}")
 
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":
@@ -241,6 +251,10 @@ class EngineConfig(EngineFlagChecks):
         Raises ``EngineConfigError``, a ValueError, which pydantic reports as this model's
         validation error next to every other problem of the config.
         """
+        if self.tp_size % self.nnodes:
+            # SGLang's own check (arg_groups/validation_hook.py: "tp_size must be divisible by number of nodes")
+            raise EngineConfigError(f"tp_size={self.tp_size} must be divisible by nnodes={self.nnodes} "
+                                    "(each node holds tp_size / nnodes ranks)")
         if self.reference_gpu_kind is not None and self.kind != "reference":
             raise EngineConfigError(f"reference_gpu_kind={self.reference_gpu_kind!r} is the reference engine's own "
                                     "flag; SGLang reads its node itself (remove it for kind sglang)")
@@ -269,6 +283,11 @@ class EngineConfig(EngineFlagChecks):
         if problem:
             raise EngineConfigError(problem)
         return self
+
+    @property
+    def ranks_per_node(self) -> int:
+        """TP ranks on each node (SGLang's ``tp_size_per_node``, pp 1)."""
+        return self.tp_size // self.nnodes
 
     @property
     def speculative(self) -> bool:

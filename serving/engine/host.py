@@ -10,15 +10,23 @@ environment the host launched it with (``engine_managed_env``): a NCCL_CUMEM_ENA
 
 Ray sets CUDA_VISIBLE_DEVICES for the actor from ``num_gpus``; the engine inherits it. The actor
 never initialises CUDA itself (it does not import torch), so the engine gets the GPUs whole.
+
+An engine across nodes has one host per node (``node_rank``): node rank 0's host picks the address
+where every rank meets (``rendezvous_address``), and each host starts its node's part with it
+(``serving.engine.group.EngineGroup`` drives them). Each host notes when its engine exited
+(``health()["exited_at"]``), so the node whose engine died first can be named.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
+import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import ray
 from ray.util.placement_group import PlacementGroup
@@ -29,6 +37,7 @@ from serving.engine.command import engine_managed_env
 from serving.engine.config import EngineConfig
 from serving.engine.process import EngineProcess
 from serving.errors import EngineAlreadyStarted, EngineNotReady
+from serving.ports import free_port
 
 __all__ = ["EngineHost", "create_engine_host", "engine_host_options"]
 
@@ -43,7 +52,8 @@ class EngineHost:
     """
 
     def __init__(
-        self, *, config: dict[str, Any], log_dir: str, start_timeout_s: float = 600.0, label: str = "engine"
+        self, *, config: dict[str, Any], log_dir: str, start_timeout_s: float = 600.0, label: str = "engine",
+        node_rank: int = 0,
     ) -> None:
         """Keep the configuration; nothing starts until ``start()``.
 
@@ -52,22 +62,37 @@ class EngineHost:
             log_dir: Directory for the engine log (on the node that runs the actor).
             start_timeout_s: How long the engine may take to become healthy.
             label: Names this engine in logs (e.g. the trial id).
+            node_rank: This node's ``--node-rank`` in an engine across ``config.nnodes`` nodes.
         """
         self.config = EngineConfig.model_validate(config)
         self.log_dir = Path(log_dir)
         self.start_timeout_s = start_timeout_s
-        self.label = label
+        self.label = label if self.config.nnodes == 1 else f"{label} node {node_rank}"
+        self.node_rank = node_rank
         self._engine: EngineProcess | None = None
         self._log_path: Path | None = None
+        self._exited_at: float | None = None
 
-    def start(self) -> dict[str, Any]:
-        """Launch the engine, wait until healthy, audit its process tree.
+    def rendezvous_address(self) -> str:
+        """``host:port`` on this node where the ranks of an engine across nodes meet (SGLang's
+        ``--dist-init-addr``): the node's IP and a port free now. Asked of node rank 0's host."""
+        ip = _node_ip() or "127.0.0.1"
+        return f"{ip}:{free_port(ip)}"
+
+    def start(self, dist_init_addr: str | None = None) -> dict[str, Any]:
+        """Launch the engine (this node's part of it, across nodes), wait until healthy, audit its
+        process tree.
+
+        Args:
+            dist_init_addr: Node rank 0's ``rendezvous_address()``; required when the engine spans
+                more than one node, the same for every node's host.
 
         Returns:
-            ``{"url", "pid", "log_path", "cuda_visible_devices", "node_id", "node_ip", "audit"}``
-            (node id and IP of the Ray node the engine runs on; None outside Ray) where ``audit`` is
-            ``AuditReport.to_dict()``. The caller decides what a failed audit means (the sweep
-            fails the trial with reason ``env_audit``).
+            ``{"url", "pid", "log_path", "cuda_visible_devices", "node_id", "node_ip", "node_rank",
+            "audit"}`` (node id and IP of the Ray node the engine runs on; None outside Ray) where
+            ``audit`` is ``AuditReport.to_dict()``. The caller decides what a failed audit means
+            (the sweep fails the trial with reason ``env_audit``). On node rank >= 1 ``url`` is the
+            node's health server only: SGLang serves its API from node rank 0.
 
         Raises:
             EngineAlreadyStarted: this host's engine is running already.
@@ -82,10 +107,14 @@ class EngineHost:
             start_timeout_s=self.start_timeout_s,
             apply_env=False,
             die_with_parent=True,
+            node_rank=self.node_rank,
+            dist_init_addr=dist_init_addr,
         )
         engine.start()
         self._engine = engine
         self._log_path = engine.log_path
+        self._exited_at = None
+        _watch_exit(engine.pid, self._note_exit)
         try:
             engine.wait_healthy()
         except BaseException:
@@ -104,8 +133,12 @@ class EngineHost:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "node_id": _node_id(),
             "node_ip": _node_ip(),
+            "node_rank": self.node_rank,
             "audit": report.to_dict(),
         }
+
+    def _note_exit(self, when: float) -> None:
+        self._exited_at = when
 
     def _audit(self) -> AuditReport:
         engine = self._require()
@@ -120,8 +153,9 @@ class EngineHost:
         return self._audit().to_dict()
 
     def health(self) -> dict[str, Any]:
-        """One health check: ``{"alive", "healthy", "detail"}``."""
-        return asdict(self._require().health())
+        """One health check: ``{"alive", "healthy", "detail", "node_rank", "exited_at"}``
+        (``exited_at``: wall-clock time the engine process exited, None while it runs)."""
+        return {**asdict(self._require().health()), "node_rank": self.node_rank, "exited_at": self._exited_at}
 
     def check_health(self) -> None:
         """Raise unless the engine is healthy (the shape of Ray Serve's ``check_health`` hook).
@@ -171,6 +205,25 @@ class EngineHost:
             self.stop()
         except Exception:  # noqa: BLE001 - nothing can be reported from a finaliser
             pass
+
+
+def _watch_exit(pid: int, note: Callable[[float], None]) -> None:
+    """Call ``note(time.time())`` when process ``pid`` exits, from a daemon thread that waits on a
+    pidfd: it neither reaps the process (``Popen.poll`` still sees its exit code) nor holds
+    ``Popen``'s wait lock (a thread in ``Popen.wait`` makes every ``poll()`` answer "running")."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return  # no pidfd (old kernel, gone already): exits are then seen, but not timed
+
+    def wait() -> None:
+        try:
+            select.select([fd], [], [])
+            note(time.time())
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=wait, name=f"engine-exit-{pid}", daemon=True).start()
 
 
 def _node_id() -> str | None:
@@ -223,10 +276,12 @@ def create_engine_host(
     placement_group: PlacementGroup | None = None,
     bundle_index: int = -1,
     runtime_env_vars: Mapping[str, str] | None = None,
+    node_rank: int = 0,
 ) -> ray.actor.ActorHandle:
     """Create the EngineHost actor (not yet started: call ``.start.remote()``).
 
     ``runtime_env_vars``: see :func:`engine_host_options` (default: deliver ``config.env``).
+    ``node_rank``: the node's part of an engine across ``config.nnodes`` nodes.
     """
     actor_class = ray.remote(EngineHost)
     options = engine_host_options(
@@ -234,5 +289,6 @@ def create_engine_host(
         runtime_env_vars=runtime_env_vars,
     )
     return actor_class.options(**options).remote(
-        config=config.model_dump(), log_dir=str(log_dir), start_timeout_s=start_timeout_s, label=label
+        config=config.model_dump(), log_dir=str(log_dir), start_timeout_s=start_timeout_s, label=label,
+        node_rank=node_rank,
     )

@@ -159,8 +159,8 @@ def wait_for_fit(fits: Callable[[list[dict[str, float]]], bool], *, wait_s: floa
 
 
 def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]], bundle_index: int, wait_s: float,
-                     say: Callable[[str], None], what: str, **kwargs: Any) -> Any:
-    """``fn(**kwargs)`` in a Ray task in bundle ``bundle_index`` of a STRICT_PACK placement group of
+                     say: Callable[[str], None], what: str, strategy: str = "STRICT_PACK", **kwargs: Any) -> Any:
+    """``fn(**kwargs)`` in a Ray task in bundle ``bundle_index`` of a ``strategy`` placement group of
     ``bundles``: on the node, with the Python, where the engine will run.
 
     Args:
@@ -175,7 +175,7 @@ def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]],
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    group = placement_group(bundles, strategy="STRICT_PACK")
+    group = placement_group(bundles, strategy=strategy)
     try:
         started = time.monotonic()
         while True:

@@ -153,10 +153,16 @@ class EngineProcess:
         apply_env: bool = True,
         die_with_parent: bool = False,
         python: str | None = None,
+        node_rank: int = 0,
+        dist_init_addr: str | None = None,
     ) -> "EngineProcess":
-        """An EngineProcess for ``config`` on ``host``, on ``port`` or a free one."""
+        """An EngineProcess for ``config`` on ``host``, on ``port`` or a free one (``node_rank`` and
+        ``dist_init_addr``: this node's part of an engine across nodes, see ``build_command``)."""
+        if config.nnodes > 1 and dist_init_addr is None:
+            raise ValueError(f"an engine across nnodes={config.nnodes} needs dist_init_addr (node rank 0's host:port)")
         chosen = port if port is not None else free_port(host)
-        command = build_command(config, host=host, port=chosen, python=python)
+        command = build_command(config, host=host, port=chosen, python=python, node_rank=node_rank,
+                                dist_init_addr=dist_init_addr)
         log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         return cls(

@@ -66,7 +66,10 @@ def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str,
     """
     gpus = options.gpus_for(config)
     cpus = options.cpus_per_replica
-    bundle = options.replica_bundle(config)
+    bundles, strategy = [options.replica_bundle(config)], "STRICT_PACK"
+    if config.nnodes > 1:  # a bundle per node; node rank 0's host, not the replica, takes bundle 0's GPUs
+        placement = options.replica_placement(config)
+        bundles, strategy, gpus = [dict(b) for b in placement.bundles], placement.strategy, 0
     passed_through: dict[str, Any] = (
         {"autoscaling_config": options.autoscaling_config}
         if options.autoscaling_config is not None
@@ -90,8 +93,8 @@ def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str,
             "num_gpus": gpus,
             "runtime_env": {"env_vars": {**REPLICA_SERVE_ENV, **config.env}},
         },
-        "placement_group_bundles": [bundle],
-        "placement_group_strategy": "STRICT_PACK",
+        "placement_group_bundles": bundles,
+        "placement_group_strategy": strategy,
     }
 
 
@@ -112,6 +115,8 @@ def build_app(config: EngineConfig, options: ServeOptions, *, api_key_sha256: st
         "start_timeout_s": options.engine_start_timeout_s,
         "health_check_timeout_s": options.health_check_timeout_s,
         "api_key_sha256": api_key_sha256,
+        "gpus_per_replica": options.gpus_for(config),
+        "cpus_per_replica": options.cpus_per_replica,
     }
     deployment = serve.deployment(EngineReplica).options(**deployment_options(config, options))
     return deployment.bind(config=config.model_dump(mode="json"), settings=settings)

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serving.engine.config import EngineConfig
+from serving.engine.placement import EnginePlacement, engine_placement
 from serving.environ import ENV
 from serving.errors import SpectuneError
 from serving.serve.provenance import Provenance
@@ -164,6 +165,12 @@ class ServeOptions(BaseModel):
         if gpus:
             bundle["GPU"] = float(gpus)
         return bundle
+
+    def replica_placement(self, config: EngineConfig) -> EnginePlacement:
+        """The placement group of a replica of an engine across ``config.nnodes`` > 1 nodes: a bundle
+        per node, spread (``serving.engine.placement``; bundle 0 holds the replica's CPUs and node
+        rank 0's GPUs). One node: :meth:`replica_bundle`, packed."""
+        return engine_placement(gpus=self.gpus_for(config), cpus=self.cpus_per_replica, nnodes=config.nnodes)
 
     def replicas_at_start(self) -> int:
         """How many replicas Serve starts with: ``num_replicas`` (default 1), or the autoscaling

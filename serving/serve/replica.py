@@ -17,6 +17,11 @@ and answer its health check (``EngineProcess.check_healthy``: ``/health_generate
 the engine still generates, not only that its HTTP server is up). Three failures in a row make
 Serve replace the replica. Until then the ingress answers a dead engine with a fast 503.
 
+An engine across nodes (``nnodes`` > 1) is one launch per node: the replica drives an EngineHost
+per node in the bundles of its placement group (``serving.serve.engine_across_nodes``), audits
+every node's processes and proxies to node rank 0's API; ``check_health`` checks every node, and
+``/spectune/info`` lists them.
+
 The engine is launched from the thread that runs the replica's constructor (the replica's event
 loop, alive as long as the replica), never from a worker thread, because ``die_with_parent``
 (PR_SET_PDEATHSIG) follows the thread that forked: a replica killed outright takes its engine with it.
@@ -38,8 +43,10 @@ from ray import serve
 from serving.engine.audit import AuditReport, audit_process_tree
 from serving.engine.command import engine_managed_env
 from serving.engine.config import EngineConfig
+from serving.engine.placement import engine_placement
 from serving.engine.process import EngineProcess
 from serving.errors import SpectuneError
+from serving.serve.engine_across_nodes import EngineAcrossNodes, MergedAudit
 from serving.serve.ingress import EngineEndpoint, OpenAIIngress
 from serving.serve.provenance import info_body
 
@@ -105,15 +112,22 @@ class _EngineReplica:
         self._provenance = settings.get("provenance")
         self._replicas = settings.get("replicas")
         self._served_since: str | None = None
-        self._engine = EngineProcess.from_config(
-            self.config,
-            log_dir=Path(settings.get("log_dir") or default_log_dir()),
-            start_timeout_s=float(settings.get("start_timeout_s", 1800.0)),
-            apply_env=False,
-            die_with_parent=True,
-        )
-        self._engine.start()  # on this (long-lived) thread: see the module docstring
+        log_dir = Path(settings.get("log_dir") or default_log_dir())
+        start_timeout_s = float(settings.get("start_timeout_s", 1800.0))
+        self._engine: EngineProcess | EngineAcrossNodes
+        if self.config.nnodes > 1:
+            placement = engine_placement(gpus=int(settings.get("gpus_per_replica") or 0),
+                                         cpus=float(settings.get("cpus_per_replica") or 1), nnodes=self.config.nnodes)
+            self._engine = EngineAcrossNodes(self.config, placement=placement, log_dir=log_dir,
+                                             start_timeout_s=start_timeout_s, label=f"replica {self.replica_id}")
+        else:
+            self._engine = EngineProcess.from_config(
+                self.config, log_dir=log_dir, start_timeout_s=start_timeout_s, apply_env=False, die_with_parent=True,
+            )
+            self._engine.start()  # on this (long-lived) thread: see the module docstring
         try:
+            if isinstance(self._engine, EngineAcrossNodes):
+                await asyncio.to_thread(self._engine.start)  # every node's host; each waits for its node
             await asyncio.to_thread(self._engine.wait_healthy)
             self._startup_audit = await asyncio.to_thread(self._audit_now)
             if not self._startup_audit.ok:
@@ -146,7 +160,9 @@ class _EngineReplica:
     def __serve_build_asgi_app__(self) -> OpenAIIngress:
         return self._ingress
 
-    def _audit_now(self) -> AuditReport:
+    def _audit_now(self) -> AuditReport | MergedAudit:
+        if isinstance(self._engine, EngineAcrossNodes):
+            return self._engine.audit()
         return audit_process_tree(
             root_pid=self._engine.pid, expected=dict(self.config.env), worker_expected=engine_managed_env(self.config, launch_env=self._engine.launch_env),
         )
@@ -164,7 +180,8 @@ class _EngineReplica:
             "node_ip": _node_ip(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "engine": {"pid": self._engine.pid, "url": self._engine.url, "log_path": str(self._engine.log_path),
-                       "kind": self.config.kind, "model_path": self.config.model_path, "tp_size": self.config.tp_size},
+                       "kind": self.config.kind, "model_path": self.config.model_path, "tp_size": self.config.tp_size,
+                       "nnodes": self.config.nnodes, "nodes": self._nodes()},
             "ok": self._startup_audit.ok and now.ok,
             "startup": self._startup_audit.to_dict(),
             "now": now.to_dict(),
@@ -173,8 +190,15 @@ class _EngineReplica:
     def info(self) -> dict[str, Any]:
         """What ``GET /spectune/info`` answers: the run the served configuration came from (null
         fields for a config without provenance), since when this replica serves, the replicas."""
-        return info_body(self._provenance, served_since=self._served_since, replicas=self._replicas,
-                         replica=self.replica_id)
+        return {**info_body(self._provenance, served_since=self._served_since, replicas=self._replicas,
+                            replica=self.replica_id), "engine_nodes": self._nodes()}
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """Every node of this replica's engine (node rank, Ray node id and IP, pid)."""
+        if isinstance(self._engine, EngineAcrossNodes):
+            return self._engine.nodes
+        return [{"node_rank": 0, "node_id": _node_id(), "node_ip": _node_ip(), "pid": self._engine.pid,
+                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}]
 
     async def check_health(self) -> None:
         """Serve's health hook: raise unless the engine is alive and healthy.
@@ -204,6 +228,15 @@ class _EngineReplica:
         if report.stopped_pids:
             logger.info("replica %s: engine stopped (%d processes, exit code %s)",
                         getattr(self, "replica_id", "?"), len(report.stopped_pids), report.exit_code)
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - informational only
+        return None
 
 
 def _node_ip() -> str | None:

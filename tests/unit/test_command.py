@@ -115,7 +115,9 @@ def test_managed_env_follows_sglangs_rule_given_the_launching_environment(
     ],
 )
 def test_managed_cumem_where_more_than_the_flags_decide(args: dict, launch_env: dict, cumem: str | None) -> None:
-    config = EngineConfig(kind="sglang", model_path="m", tp_size=2, extra_args=args)
+    args = dict(args)
+    nnodes = args.pop("nnodes", 1)  # the engine's own field, not an extra flag
+    config = EngineConfig(kind="sglang", model_path="m", tp_size=2, nnodes=nnodes, extra_args=args)
     assert engine_managed_env(config, launch_env=launch_env)["NCCL_CUMEM_ENABLE"] == cumem
 
 

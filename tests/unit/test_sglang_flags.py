@@ -154,11 +154,11 @@ def test_extra_args_must_be_exact_current_flags_of_the_engine(kind: str, extra: 
 
 def test_extra_args_take_every_current_sglang_flag() -> None:
     table = sglang_flags()
-    sample = ["--cuda-graph-bs-decode", "--attention-backend", "--nccl-init-addr", "--enable-symm-mem"]
+    sample = ["--cuda-graph-bs-decode", "--attention-backend", "--dist-timeout", "--enable-symm-mem"]
     extra = {name[2:]: ([1, 8] if table.flags[name].nargs == "+" else "x" if table.flags[name].takes_value else True)
              for name in sample}
     assert set(EngineConfig(kind="sglang", model_path="m", extra_args=extra).extra_args) == {
-        "cuda_graph_bs_decode", "attention_backend", "nccl_init_addr", "enable_symm_mem"}
+        "cuda_graph_bs_decode", "attention_backend", "dist_timeout", "enable_symm_mem"}
     assert EngineConfig(kind="reference", model_path="ref-tiny", extra_args={"cuda_graph_bs_decode": [1, 8]})
 
 

@@ -7,13 +7,14 @@ import ray
 
 from orchestrator.sweep.session import EngineSession, TrialFailure
 from serving.engine.config import EngineConfig
+from serving.engine.placement import engine_placement
 from serving.errors import EngineStopError
 
 
 def _session(timings: dict[str, float] | None = None) -> EngineSession:
     return EngineSession(
         EngineConfig(kind="reference", model_path="tiny"), session_id="t1", label="trial 1", sweep_name="s",
-        num_gpus=0, start_timeout_s=10.0, launch_reason=lambda cause: "launch_failed", timings=timings,
+        placement=engine_placement(gpus=0, cpus=1), start_timeout_s=10.0, launch_reason=lambda cause: "launch_failed", timings=timings,
     )
 
 

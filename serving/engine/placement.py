@@ -1,0 +1,72 @@
+"""Where one engine's parts go: the placement-group bundles of a trial (or a replica), and the
+bundle each node's EngineHost takes.
+
+On one node (``nnodes`` 1) bundle 0 is the caller's (the trial function and its load generator,
+CPUs only) and bundle 1 holds the engine's GPUs, packed on one node (``STRICT_PACK``); a CPU
+engine reserves no GPUs, and Ray refuses an empty bundle, so its host shares bundle 0.
+
+Across nodes there is one bundle per node, each on a node of its own (``STRICT_SPREAD``): bundle
+0 holds the caller's CPUs and node rank 0's GPUs (the caller talks to rank 0's HTTP server, so
+they share a node), bundle ``r`` node rank ``r``'s GPUs. Without GPUs (the CPU reference engine)
+a node's bundle holds one CPU, the engine's own, since a bundle cannot be empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EnginePlacement", "engine_placement"]
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """A placement group's bundles and strategy, and which bundle node rank ``r``'s host takes.
+
+    Attributes:
+        bundles: Ray placement-group bundles (bundle 0 is the caller's).
+        strategy: ``STRICT_PACK`` (one node) or ``STRICT_SPREAD`` (a node per bundle).
+        host_bundles: ``host_bundles[r]`` is the bundle index of node rank ``r``'s EngineHost.
+        gpus_per_node: GPUs each node's host reserves (``gpus / nnodes``).
+    """
+
+    bundles: tuple[dict[str, float], ...]
+    strategy: str
+    host_bundles: tuple[int, ...]
+    gpus_per_node: int
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.host_bundles)
+
+    def describe(self) -> str:
+        """``2 GPUs and 4 CPUs`` or ``2 nodes of 8 GPUs (+4 CPUs on the first)``, for humans."""
+        cpus = sum(b.get("CPU", 0.0) for b in self.bundles)
+        if self.nnodes == 1:
+            return f"{self.gpus_per_node:g} GPUs and {cpus:g} CPUs"
+        return (f"{self.nnodes} nodes of {self.gpus_per_node:g} GPUs "
+                f"(+{self.bundles[0].get('CPU', 0.0):g} CPUs on the first)")
+
+
+def engine_placement(*, gpus: int, cpus: float, nnodes: int = 1) -> EnginePlacement:
+    """The placement of one engine of ``gpus`` GPUs over ``nnodes`` nodes, with ``cpus`` CPUs for
+    its caller (see the module docstring).
+
+    Raises:
+        ValueError: ``gpus`` does not split evenly over ``nnodes`` (every node holds as many
+            TP ranks, SGLang's ``tp_size / nnodes``).
+    """
+    if nnodes < 1:
+        raise ValueError(f"nnodes={nnodes}: an engine runs on at least one node")
+    if gpus % nnodes:
+        raise ValueError(f"{gpus} GPUs do not split evenly over nnodes={nnodes} (every node holds as many ranks)")
+    per_node = gpus // nnodes
+    if nnodes == 1:
+        if gpus > 0:
+            return EnginePlacement(({"CPU": float(cpus)}, {"GPU": float(gpus)}), "STRICT_PACK", (1,), gpus)
+        return EnginePlacement(({"CPU": float(cpus)},), "STRICT_PACK", (0,), 0)
+    first: dict[str, float] = {"CPU": float(cpus)}
+    rest: dict[str, float] = {"GPU": float(per_node)} if per_node else {"CPU": 1.0}
+    if per_node:
+        first["GPU"] = float(per_node)
+    return EnginePlacement((first, *[dict(rest) for _ in range(nnodes - 1)]), "STRICT_SPREAD",
+                           tuple(range(nnodes)), per_node)
