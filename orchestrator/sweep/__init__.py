@@ -19,8 +19,10 @@ Modules, in the order one sweep uses them:
 * ``visit`` / ``visit_worker`` / ``confirm``: the confirmation: visits on fresh engines placed like
   trials (``visit_worker`` is the visit in its Ray worker), and the interleaved rounds that decide
   the verdict (no Ray: the visits are handed in).
-* ``finish`` / ``report`` / ``plots``: the verdict's files (summary, best.yaml, summary.json), the
-  best and its improvements and NCCL effects, the plots.
+* ``figures``: every number of the summary (the best, its improvements, NCCL effects, per-load
+  results, the crossover), computed in one pass.
+* ``finish`` / ``report`` / ``per_load`` / ``adaptive_schedule`` / ``plots``: the verdict's files
+  (summary, best.yaml, summary.json, SGLang's adaptive schedule), those figures in words, the plots.
 * ``preview``: ``dry_run``, the baselines and first proposals with their engine commands, no cluster.
 """
 

@@ -12,7 +12,8 @@ up to the next captured decode CUDA-graph size), each ``{"candidate_steps": [...
 
 Here each measured level gets one pinned entry: the first level as key ``"1"``, each higher one as
 its own lower bound; the steps are those of the best chain (top-k 1) configuration measured at
-that level, or 0 where no speculation is decidedly faster than it there (interval above 1). The
+that level, or 0 where no speculation is decidedly faster than it there (interval above 1): both
+figures of ``orchestrator.sweep.figures`` (``LevelFigures.best_chain``, ``plain_vs_best_chain``). The
 sweep measured client concurrency in a closed loop, where concurrency equals the running decode
 batch at steady state; SGLang's keys are running decode batch sizes per rank. The schedule is a
 search estimate (trials measured minutes apart), like every per-load figure.
@@ -28,15 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.sweep.per_load import (
-    baseline,
-    best_at,
-    decidedly_above_one,
-    eligible_at,
-    level_ratio,
-    measured_levels,
-    objective_direction,
-)
+from orchestrator.sweep.figures import LevelFigures, chain_steps, decidedly_above_one
 from orchestrator.sweep.results import TrialRecord, write_json_file
 
 __all__ = ["SCHEDULE_FILE", "adaptive_schedule", "launch_advice", "launch_line", "schedule_lines", "schedule_rows",
@@ -51,31 +44,18 @@ GLOBAL_DEFAULTS: dict[str, float] = {"ema_alpha": 0.2, "update_interval": 5, "wa
 """SGLang's global defaults; with pinned slots the EMA never moves the steps."""
 
 
-def _chain_steps(record: TrialRecord) -> int | None:
-    """num_steps of a top-k 1 configuration as it ran (SGLang's auto choice resolved), else None."""
-    if record.params.get("speculative") == "off":
-        return None
-    numbers = record.resolved_params or record.params
-    steps, topk = numbers.get("num_steps"), numbers.get("eagle_topk")
-    if topk == 1 and isinstance(steps, int) and not isinstance(steps, bool):
-        return steps
-    return None
-
-
-def schedule_rows(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Per level with a chain configuration measured: ``{"concurrency", "key", "steps", "trial",
-    "label", "plain_faster"}``; ``steps`` 0 where no speculation is decidedly faster there."""
-    direction = objective_direction(records)
-    plain = baseline(records, "baseline_plain")
+def schedule_rows(per_level: Sequence[LevelFigures]) -> list[dict[str, Any]]:
+    """Per level with a chain configuration measured (``SweepFigures.levels``: its best chain trial):
+    ``{"concurrency", "key", "steps", "trial", "label", "plain_faster"}``; ``steps`` 0 where no
+    speculation is decidedly faster there."""
     rows: list[dict[str, Any]] = []
-    for level in sorted(levels) if levels is not None else measured_levels(records):
-        best = best_at([r for r in records if _chain_steps(r) is not None], level, direction)
+    for entry in per_level:
+        best = entry.best_chain
         if best is None:
             continue
-        ratio = level_ratio(plain, best, level, direction) if plain is not None and eligible_at(plain, level) else None
-        plain_faster = decidedly_above_one(ratio)
-        rows.append({"concurrency": level, "key": "1" if not rows else str(level),
-                     "steps": 0 if plain_faster else _chain_steps(best), "trial": best.number, "label": best.label,
+        plain_faster = decidedly_above_one(entry.plain_vs_best_chain)
+        rows.append({"concurrency": entry.concurrency, "key": "1" if not rows else str(entry.concurrency),
+                     "steps": 0 if plain_faster else chain_steps(best), "trial": best.number, "label": best.label,
                      "plain_faster": plain_faster})
     return rows
 
@@ -90,15 +70,15 @@ def _config(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return config
 
 
-def adaptive_schedule(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> dict[str, Any] | None:
-    """The schedule file's content, or None (see ``_config``)."""
-    return _config(schedule_rows(records, levels=levels))
+def adaptive_schedule(per_level: Sequence[LevelFigures]) -> dict[str, Any] | None:
+    """The schedule file's content from the per-level figures, or None (see ``_config``)."""
+    return _config(schedule_rows(per_level))
 
 
-def schedule_summary(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None,
-                     file_name: str = SCHEDULE_FILE) -> dict[str, Any] | None:
-    """``summary.json``'s ``adaptive_schedule``: the file, its rows, the launch flags and what to know."""
-    rows = schedule_rows(records, levels=levels)
+def schedule_summary(per_level: Sequence[LevelFigures], *, file_name: str = SCHEDULE_FILE) -> dict[str, Any] | None:
+    """``summary.json``'s ``adaptive_schedule`` from the per-level figures (``SweepFigures.levels``):
+    the file, its rows, the launch flags and what to know."""
+    rows = schedule_rows(per_level)
     config = _config(rows)
     if config is None:
         return None
@@ -153,7 +133,7 @@ def schedule_lines(summary: dict[str, Any]) -> list[str]:
 def _steps_as_run(record: TrialRecord) -> int | None:
     """The steps a schedule entry would need to be ``record``: 0 for no speculation, a chain's
     ``num_steps`` (SGLang's auto choice resolved), None for a tree configuration (no entry is)."""
-    return 0 if record.params.get("speculative") == "off" else _chain_steps(record)
+    return 0 if record.params.get("speculative") == "off" else chain_steps(record)
 
 
 def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, objective_level: int,

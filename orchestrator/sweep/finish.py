@@ -36,6 +36,7 @@ from orchestrator.sweep.adaptive_schedule import (
 )
 from orchestrator.sweep.confirm import Confirmation
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
+from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.report import SweepReport, build_report, summary_table
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import (
@@ -105,17 +106,18 @@ def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
 
 
 def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None) -> SweepReport:
-    """``summary.json``'s content but the wall time: the report (``report.build_report``) on the trial
-    :func:`best_yaml_choice` gives, the adaptive schedule and, where it and best.yaml disagree, which
-    to launch for which traffic (``launch``; its line ends ``per_load_lines``), the confirmation and
-    the verdict."""
+    """``summary.json``'s content but the wall time: the sweep's figures (``figures.sweep_figures``,
+    computed once, best.yaml's trial from :func:`best_yaml_choice`) in words (``report.build_report``),
+    the adaptive schedule from the same figures and, where it and best.yaml disagree, which to launch
+    for which traffic (``launch``; its line ends ``per_load_lines``), the confirmation and the verdict."""
     metric, level = spec.objective.metric, spec.objective_concurrency
     best, why = best_yaml_choice(spec, records, confirmation)
-    report = build_report(records, nccl_variables=spec.search.nccl_variables(), metric=metric, concurrency=level,
-                          confirmed=best if confirmation is not None else None, best_why=why,
-                          confirmation_lines=confirmation.lines if confirmation else None,
-                          levels=spec.benchmark.concurrency)
-    schedule = schedule_summary(records, levels=spec.benchmark.concurrency)
+    figures = sweep_figures(records, objective_level=level, direction=spec.objective.direction,
+                            levels=spec.benchmark.concurrency, nccl_variables=spec.search.nccl_variables(),
+                            confirmed=best if confirmation is not None else None)
+    report = build_report(figures, metric=metric, best_why=why,
+                          confirmation_lines=confirmation.lines if confirmation else None)
+    schedule = schedule_summary(figures.levels)
     report["adaptive_schedule"] = schedule
     verdict_kind = (confirmation.vs_sglang_default or {}).get("kind") if confirmation is not None else None
     report["launch"] = launch_advice(schedule, best, objective_level=level, confirmed=confirmation is not None,

@@ -1,35 +1,30 @@
-"""The best configuration at each load, and where speculation stops paying.
+"""The best configuration at each load, and where speculation stops paying, in words and JSON.
 
 The sweep measures every trial at every level of ``benchmark.concurrency`` (the objective's level
 first, then the others), keeping the objective metric's per-repetition values at each level
-(``TrialRecord.level_values``). Per level this finds the best complete, feasible trial measured
-there and compares it with SGLang's default (the ``baseline_auto`` trial) and with no speculation
-(``baseline_plain``), as the search's other comparisons are made: ratios of two trials'
-repetitions with log-scale 95% intervals (``orchestrator.statistics.unpaired_ratio``), none from
-fewer than three values. They are search estimates, trials measured minutes apart, and are
-labelled so. Their counts are ``repetitions`` (the smaller of the two trials' repetitions at that
-level); ``visits`` is kept for the confirmation's fresh-engine visits (:func:`ratio_dict`).
+(``TrialRecord.level_values``). The figures per level (the best complete, feasible trial there,
+its ratios against SGLang's default and no speculation, the crossover) are computed with the rest
+of the summary's in ``orchestrator.sweep.figures``; this module puts them into ``summary.json``'s
+``by_concurrency`` and ``crossover`` and into the lines the console prints, and computes nothing.
+The ratios are search estimates, trials measured minutes apart, and are labelled so. Their counts
+are ``repetitions`` (the smaller of the two trials' repetitions at that level); ``visits`` is kept
+for the confirmation's fresh-engine visits (:func:`ratio_dict`).
 
 A comparison whose interval contains 1 is "within the noise" only where the measurement could
 have told the two apart (:data:`NOISE_RESOLUTION`); otherwise it is "undecided" (:func:`describe`).
-
-The crossover is the lowest level at which no speculation is decidedly faster than every
-speculative configuration measured there (its interval against the best speculative one lies
-above 1) and no higher level has a speculative configuration decidedly faster than no
-speculation; without such a level nothing is said of a crossover.
+The crossover line names the lowest level from which on no speculation is decidedly faster
+(``figures.crossover_index``); without such a level nothing is said of a crossover.
 """
 
 from __future__ import annotations
 
-import statistics
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from orchestrator.statistics import Ratio, unpaired_ratio
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.statistics import Ratio
+from orchestrator.sweep.figures import Crossover, LevelFigures, crossover_index
 
-__all__ = ["ESTIMATE", "NOISE_RESOLUTION", "LevelBest", "baseline", "best_at", "by_concurrency", "could_distinguish",
-           "crossover", "decidedly_above_one", "describe", "eligible_at", "level_ratio", "measured_levels",
-           "objective_direction", "per_load_lines", "ratio_dict", "ratio_from_dict"]
+__all__ = ["ESTIMATE", "NOISE_RESOLUTION", "LevelBest", "by_concurrency", "could_distinguish", "crossover",
+           "crossover_dict", "describe", "per_load_lines", "ratio_dict", "ratio_from_dict"]
 
 ESTIMATE = "search estimates, trials measured minutes apart"
 
@@ -67,107 +62,47 @@ def ratio_from_dict(data: dict[str, Any] | None) -> Ratio | None:
     return Ratio.model_validate(data)
 
 
-def measured_levels(records: Iterable[TrialRecord]) -> list[int]:
-    """Every concurrency level some trial has values at, ascending."""
-    levels: set[int] = set()
-    for record in records:
-        levels.update(int(key) for key, values in record.level_values.items() if values)
-        if record.objective is not None and record.objective.values:
-            levels.add(record.objective.concurrency)
-    return sorted(levels)
-
-
-def objective_direction(records: Sequence[TrialRecord]) -> str:
-    return next((r.objective.direction for r in records if r.objective is not None), "max")
-
-
-def eligible_at(record: TrialRecord, level: int) -> bool:
-    """Complete and feasible (``best_record``'s rule), and measured at ``level``."""
-    return record.status == "ok" and record.complete and bool(record.values_at(level))
-
-
-def _median(record: TrialRecord, level: int) -> float:
-    return statistics.median(record.values_at(level))
-
-
-def best_at(records: Iterable[TrialRecord], level: int, direction: str) -> TrialRecord | None:
-    """The trial of ``records`` with the best median at ``level`` among those eligible there."""
-    candidates = [r for r in records if eligible_at(r, level)]
-    if not candidates:
-        return None
-    pick = max if direction == "max" else min
-    return pick(candidates, key=lambda r: _median(r, level))
-
-
-def level_ratio(a: TrialRecord | None, b: TrialRecord | None, level: int, direction: str) -> Ratio | None:
-    """``a`` over ``b`` at ``level`` on the objective metric, oriented so > 1 is better (max) / faster
-    (min); None where either side has no values there."""
-    if a is None or b is None or a is b:
-        return None
-    va, vb = a.values_at(level), b.values_at(level)
-    if not va or not vb:
-        return None
-    return unpaired_ratio(va, vb) if direction == "max" else unpaired_ratio(vb, va)
-
-
-def decidedly_above_one(ratio: Ratio | None) -> bool:
-    """The interval lies entirely above 1 (none from fewer than 3 values)."""
-    return ratio is not None and ratio.has_interval and ratio.ci95_low > 1.0  # type: ignore[operator]
-
-
-def _decidedly_below_one(ratio: Ratio | None) -> bool:
-    return ratio is not None and ratio.has_interval and ratio.ci95_high < 1.0  # type: ignore[operator]
-
-
 class LevelBest(dict):
     """One entry of ``summary.json``'s ``by_concurrency``."""
 
 
-def baseline(records: Iterable[TrialRecord], kind: str) -> TrialRecord | None:
-    """The sweep's ``baseline_plain`` or ``baseline_auto`` trial, if it has one."""
-    return next((r for r in records if r.kind == kind), None)
-
-
-def by_concurrency(records: Sequence[TrialRecord], *, levels: Sequence[int] | None = None) -> list[LevelBest]:
-    """Per level (ascending): the best complete, feasible trial measured there, its median of the
+def by_concurrency(levels: Sequence[LevelFigures]) -> list[LevelBest]:
+    """``summary.json``'s ``by_concurrency`` from the per-level figures (``SweepFigures.levels``):
+    per level (ascending) the best complete, feasible trial measured there, its median of the
     objective metric (``repetitions``: how many values that median is of), and its ratios against
-    SGLang's default and no speculation (:func:`ratio_dict`), None where not measurable, or where the best is that baseline). Also, per level, no speculation
-    against the best speculative trial (``plain_vs_best_speculative``), which the crossover reads."""
-    direction = objective_direction(records)
-    plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
-    out: list[LevelBest] = []
-    for level in sorted(levels) if levels is not None else measured_levels(records):
-        best = best_at(records, level, direction)
-        if best is None:
-            continue
-        speculative = best_at([r for r in records if r.kind != "baseline_plain"], level, direction)
-        over_auto = level_ratio(best, auto, level, direction)
-        over_plain = level_ratio(best, plain, level, direction)
-        plain_vs_spec = level_ratio(plain, speculative, level, direction) if plain is not None and eligible_at(
-            plain, level) else None
-        out.append(LevelBest(
-            concurrency=level, best_trial=best.number, best_kind=best.kind, best_label=best.label, best_params=dict(best.params),
-            value=_median(best, level), repetitions=len(best.values_at(level)),
-            vs_sglang_default=ratio_dict(over_auto), vs_no_speculation=ratio_dict(over_plain),
-            best_speculative_trial=speculative.number if speculative else None,
-            best_speculative_label=speculative.label if speculative else None,
-            plain_vs_best_speculative=ratio_dict(plain_vs_spec),
-        ))
-    return out
+    SGLang's default and no speculation (:func:`ratio_dict`), None where not measurable, or where
+    the best is that baseline. Also no speculation against the best speculative trial
+    (``plain_vs_best_speculative``), which the crossover reads."""
+    return [LevelBest(
+        concurrency=entry.concurrency, best_trial=entry.best.number, best_kind=entry.best.kind,
+        best_label=entry.best.label, best_params=dict(entry.best.params), value=entry.value,
+        repetitions=entry.repetitions, vs_sglang_default=ratio_dict(entry.vs_sglang_default),
+        vs_no_speculation=ratio_dict(entry.vs_no_speculation),
+        best_speculative_trial=entry.best_speculative.number if entry.best_speculative else None,
+        best_speculative_label=entry.best_speculative.label if entry.best_speculative else None,
+        plain_vs_best_speculative=ratio_dict(entry.plain_vs_best_speculative),
+    ) for entry in levels]
+
+
+def crossover_dict(cross: Crossover | None) -> dict[str, Any] | None:
+    """``summary.json``'s ``crossover`` from the figures' (``SweepFigures.crossover``)."""
+    if cross is None:
+        return None
+    return {"concurrency": cross.concurrency, "ratio": ratio_dict(cross.ratio),
+            "best_speculative_trial": cross.best_speculative.number,
+            "best_speculative_label": cross.best_speculative.label}
 
 
 def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
-    """The lowest level from which on no speculation is decidedly faster (see the module's rule), or
-    None when no level decides it."""
-    ratios = [ratio_from_dict(entry.get("plain_vs_best_speculative")) for entry in levels]
-    for i, entry in enumerate(levels):
-        if not decidedly_above_one(ratios[i]) or any(_decidedly_below_one(later) for later in ratios[i + 1:]):
-            continue
-        ratio = entry["plain_vs_best_speculative"]
-        return {"concurrency": entry["concurrency"], "ratio": ratio,
-                "best_speculative_trial": entry["best_speculative_trial"],
-                "best_speculative_label": entry["best_speculative_label"]}
-    return None
+    """The crossover of ``by_concurrency`` entries read back from a ``summary.json`` (one written
+    before the rename too), by the figures' rule (``figures.crossover_index``), or None."""
+    at = crossover_index([ratio_from_dict(entry.get("plain_vs_best_speculative")) for entry in levels])
+    if at is None:
+        return None
+    entry = levels[at]
+    return {"concurrency": entry["concurrency"], "ratio": entry["plain_vs_best_speculative"],
+            "best_speculative_trial": entry["best_speculative_trial"],
+            "best_speculative_label": entry["best_speculative_label"]}
 
 
 def could_distinguish(ratio: Ratio, resolution: float = NOISE_RESOLUTION) -> bool:

@@ -1,141 +1,88 @@
-"""The sweep's verdict: the best configuration, what it gained over both baselines, what each forced
-NCCL variable gained or cost against NCCL's default, and the table a person reads at the end.
+"""The sweep's verdict in words and JSON: the best configuration, what it gained over both baselines,
+what each forced NCCL variable gained or cost against NCCL's default, and the table a person reads
+at the end.
 
-The search's comparisons are ratios of two trials' repetitions, measured minutes apart, with
-log-scale 95% intervals (``orchestrator.statistics.unpaired_ratio``): labelled as the search's
+Every number here comes from ``orchestrator.sweep.figures`` (computed there in one pass); this
+module words them and computes none. The search's comparisons are ratios of two trials'
+repetitions, measured minutes apart, with log-scale 95% intervals: labelled as the search's
 estimates, they carry the machine's drift. The verdict a user acts on is the confirmation's
 (``orchestrator.sweep.confirm``: interleaved visits, paired); its lines are added here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from rich.table import Table
 
-from orchestrator.space.define_by_run import DEFAULT_WORD
-from orchestrator.statistics import Ratio
-from orchestrator.sweep.per_load import (
-    ESTIMATE,
-    baseline,
-    by_concurrency,
-    crossover,
-    describe,
-    level_ratio,
-    per_load_lines,
-    ratio_dict,
-)
-from orchestrator.sweep.results import TrialRecord, best_record
+from orchestrator.sweep.figures import NcclEffect, SweepFigures
+from orchestrator.sweep.per_load import ESTIMATE, by_concurrency, crossover_dict, describe, per_load_lines, ratio_dict
+from orchestrator.sweep.results import TrialRecord
 
 __all__ = ["BEST_MARK", "SweepReport", "build_report", "summary_table"]
 
 
-def _ratio(a: TrialRecord | None, b: TrialRecord | None) -> Ratio | None:
-    """``a`` over ``b`` on the objective, oriented so > 1 is better (max) / faster (min): the
-    per-load comparison at the objective's own level."""
-    if a is None or a.objective is None:
-        return None
-    return level_ratio(a, b, a.objective.concurrency, a.objective.direction)
-
-
-def _nccl_effects(records: list[TrialRecord], variables: Iterable[str]) -> list[dict[str, Any]]:
-    """Per NCCL variable and forced value: the objective against NCCL's default.
-
-    Matched pairs first: trials identical except for this variable (the cleanest evidence).
-    Without a pair, the best trial with the value against the best with the default (labelled
-    ``unmatched``: other settings differ too).
-    """
-    usable = [r for r in records if r.status in ("ok", "infeasible") and r.objective and r.objective.values]
-    effects: list[dict[str, Any]] = []
-    for name in variables:
-        values = sorted({str(r.params.get(name, DEFAULT_WORD)) for r in usable} - {DEFAULT_WORD})
-        for value in values:
-            forced = [r for r in usable if str(r.params.get(name, DEFAULT_WORD)) == value]
-            default = [r for r in usable if str(r.params.get(name, DEFAULT_WORD)) == DEFAULT_WORD]
-
-            def rest(r: TrialRecord) -> tuple:
-                return tuple(sorted((k, str(v)) for k, v in r.params.items() if k != name))
-
-            by_rest = {rest(r): r for r in default}
-            pairs = [(f, by_rest[rest(f)]) for f in forced if rest(f) in by_rest]
-            if pairs:
-                forced_rec, default_rec = max(pairs, key=lambda p: len(p[0].objective.values))  # type: ignore[union-attr]
-                basis = "matched"
-            elif default:
-                forced_rec = best_record(forced) or forced[0]
-                default_rec = best_record(default) or default[0]
-                basis = "unmatched"
-            else:
-                continue
-            ratio = _ratio(forced_rec, default_rec)
-            effects.append({
-                "variable": name, "value": value, "basis": basis, "pairs": len(pairs),
-                "forced_trial": forced_rec.number, "default_trial": default_rec.number,
-                "ratio": ratio_dict(ratio),
-                "text": f"{name}={value}: " + describe(ratio, "NCCL's default") + f" ({basis})",
-            })
-    return effects
+def _nccl_effect(effect: NcclEffect) -> dict[str, Any]:
+    """One entry of ``summary.json``'s ``nccl_effects``, its line included."""
+    return {
+        "variable": effect.variable, "value": effect.value, "basis": effect.basis, "pairs": effect.pairs,
+        "forced_trial": effect.forced.number, "default_trial": effect.default.number,
+        "ratio": ratio_dict(effect.ratio),
+        "text": f"{effect.variable}={effect.value}: " + describe(effect.ratio, "NCCL's default") + f" ({effect.basis})",
+    }
 
 
 class SweepReport(dict):
     """Plain-data verdict of a sweep (what ``summary.json`` holds)."""
 
 
-def build_report(records: list[TrialRecord], *, nccl_variables: Iterable[str], metric: str, concurrency: int,
-                 confirmed: TrialRecord | None = None, confirmation_lines: list[str] | None = None,
-                 levels: Sequence[int] | None = None, best_why: str | None = None) -> SweepReport:
-    """Best trial, improvements over both baselines, NCCL effects, per-status counts, time shares,
-    and the best configuration at each load (``orchestrator.sweep.per_load``).
+def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list[str] | None = None,
+                 best_why: str | None = None) -> SweepReport:
+    """``summary.json``'s figures (``figures.sweep_figures``) in words and JSON: the best trial, its
+    improvements over both baselines, the NCCL effects, per-status counts, time shares, and the best
+    configuration at each load (``orchestrator.sweep.per_load``).
 
-    ``confirmed``: the confirmation round's choice, which then is the best (its lines are added).
-    ``levels``: the benchmark's concurrency levels (default: every level some trial measured).
+    ``confirmation_lines``: the confirmation's verdict lines, added after the search's best.
     ``best_why``: why best.yaml holds the trial it holds, for its ``best.yaml: trial N ...`` line
-    (default: "the confirmation's choice" with ``confirmed``, else "the search's best").
+    (default: "the confirmation's choice" where the figures' best is the confirmation's, else "the
+    search's best").
     """
-    best = confirmed or best_record(records)
-    plain, auto = baseline(records, "baseline_plain"), baseline(records, "baseline_auto")
-    over_auto = _ratio(best, auto) if best is not None and auto is not None and best is not auto else None
-    over_plain = _ratio(best, plain) if best is not None and plain is not None and best is not plain else None
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    bench = sum(r.timings_s.get("bench", 0.0) for r in records)
-    total = sum(r.timings_s.get("total", 0.0) for r in records)
+    best, searched, plain, auto = figures.best, figures.searched, figures.plain, figures.auto
     lines = []
-    searched = best_record(records)
     if searched is None:
         lines.append("no trial measured every repetition successfully: there is no best configuration")
     else:
-        estimate = ESTIMATE
         lines.append(f"search's best: trial {searched.number} {searched.label}: {metric} {searched.value:.4g} at "
-                     f"concurrency {concurrency}")
+                     f"concurrency {figures.objective_level}")
         if searched is not auto and auto is not None:
-            lines.append("  " + describe(_ratio(searched, auto), "SGLang's default") + f" ({estimate})")
+            lines.append("  " + describe(figures.searched_vs_sglang_default, "SGLang's default") + f" ({ESTIMATE})")
         if searched is not plain and plain is not None:
-            lines.append("  " + describe(_ratio(searched, plain), "no speculation") + f" ({estimate})")
+            lines.append("  " + describe(figures.searched_vs_no_speculation, "no speculation") + f" ({ESTIMATE})")
     lines += list(confirmation_lines or [])
     if best is not None:
-        why = best_why or ("the confirmation's choice" if confirmed is not None else "the search's best")
+        why = best_why or ("the confirmation's choice" if figures.confirmed else "the search's best")
         lines.append(f"best.yaml: trial {best.number} {best.label} ({why})")
-    effects = _nccl_effects(records, nccl_variables)
+    effects = [_nccl_effect(effect) for effect in figures.nccl_effects]
     lines += [f"  {e['text']}" for e in effects]
-    per_level = by_concurrency(records, levels=levels)
-    cross = crossover(per_level)
+    per_level = by_concurrency(figures.levels)
+    cross = crossover_dict(figures.crossover)
+    total = figures.total_s
     return SweepReport(
         best_trial=best.number if best else None,
         best_label=best.label if best else None,
         best_value=best.value if best else None,
         best_config=best.engine_config if best else None,
         metric=metric,
-        concurrency=concurrency,
-        over_sglang_default=ratio_dict(over_auto),
-        over_no_speculation=ratio_dict(over_plain),
+        concurrency=figures.objective_level,
+        over_sglang_default=ratio_dict(figures.best_vs_sglang_default),
+        over_no_speculation=ratio_dict(figures.best_vs_no_speculation),
         nccl_effects=effects,
-        counts=counts,
-        trials=len(records),
-        time_benchmarking_s=round(bench, 1),
+        counts=dict(figures.counts),
+        trials=figures.trials,
+        time_benchmarking_s=round(figures.bench_s, 1),
         time_total_s=round(total, 1),
-        share_outside_benchmark=round(1 - bench / total, 3) if total else None,
+        share_outside_benchmark=round(figures.share_outside_benchmark, 3)
+        if figures.share_outside_benchmark is not None else None,
         lines=lines,
         by_concurrency=per_level,
         crossover=cross,

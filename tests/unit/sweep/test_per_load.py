@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.per_load import by_concurrency, crossover, per_load_lines
 from orchestrator.sweep.report import build_report
 from orchestrator.sweep.results import Objective, TrialRecord, append_record, read_records
@@ -51,7 +52,7 @@ def speculation_loses_at_high_load(*, plain_at_32: list[float] | None = None) ->
 
 
 def test_the_best_at_each_level_with_its_ratios() -> None:
-    levels = by_concurrency(speculation_loses_at_high_load(), levels=[1, 8, 32])
+    levels = by_concurrency(sweep_figures(speculation_loses_at_high_load(), levels=[1, 8, 32]).levels)
     assert [(e["concurrency"], e["best_trial"]) for e in levels] == [(1, 3), (8, 3), (32, 1)]
     low, tie, high = levels
     assert low["value"] == 110.0 and low["best_params"]["num_steps"] == 5
@@ -68,8 +69,8 @@ def test_the_best_at_each_level_with_its_ratios() -> None:
 
 
 def test_the_crossover_line_when_speculation_loses_decidedly() -> None:
-    report = build_report(speculation_loses_at_high_load(), nccl_variables=[], metric="output_tok_per_s",
-                          concurrency=OBJECTIVE_LEVEL, levels=[1, 8, 32])
+    figures = sweep_figures(speculation_loses_at_high_load(), objective_level=OBJECTIVE_LEVEL, levels=[1, 8, 32])
+    report = build_report(figures, metric="output_tok_per_s")
     assert report["crossover"]["concurrency"] == 32
     lines = report["per_load_lines"]
     assert lines[0].startswith("per load:") and "search estimates, trials measured minutes apart" in lines[0]
@@ -87,7 +88,7 @@ def test_the_crossover_line_when_speculation_loses_decidedly() -> None:
 
 def test_no_crossover_line_when_the_loss_is_not_decided() -> None:
     records = speculation_loses_at_high_load(plain_at_32=[800.0, 650.0, 950.0])
-    levels = by_concurrency(records, levels=[1, 8, 32])
+    levels = by_concurrency(sweep_figures(records, levels=[1, 8, 32]).levels)
     assert levels[2]["best_trial"] == 1  # the fastest median, but not decidedly so
     assert crossover(levels) is None
     assert not any("on, no speculation is faster" in line
@@ -98,7 +99,7 @@ def test_a_later_level_where_speculation_wins_cancels_the_crossover() -> None:
     records = speculation_loses_at_high_load()
     records[2].level_values["64"] = [2000.0, 2010.0, 1990.0]
     records[0].level_values["64"] = [900.0, 905.0, 895.0]
-    levels = by_concurrency(records)
+    levels = by_concurrency(sweep_figures(records).levels)
     assert [e["concurrency"] for e in levels] == [1, 8, 32, 64]
     assert crossover(levels) is None
 
@@ -120,7 +121,7 @@ def test_fewer_than_three_values_give_no_interval() -> None:
     records = speculation_loses_at_high_load()
     for record in records:
         record.level_values["1"] = record.level_values["1"][:2]
-    (low,) = [e for e in by_concurrency(records) if e["concurrency"] == 1]
+    (low,) = [e for e in by_concurrency(sweep_figures(records).levels) if e["concurrency"] == 1]
     assert low["vs_sglang_default"]["ci95_low"] is None
     line = per_load_lines([low], metric="output_tok_per_s", cross=None)[1]
     assert "(too few repetitions for an interval) over SGLang's default" in line
@@ -138,12 +139,12 @@ def test_the_adaptive_schedule_pins_the_best_chain_steps_and_0_where_speculation
     from orchestrator.sweep.adaptive_schedule import adaptive_schedule, schedule_summary, write_adaptive_schedule
 
     records = speculation_loses_at_high_load()
-    config = adaptive_schedule(records, levels=[1, 8, 32])
+    config = adaptive_schedule(sweep_figures(records, levels=[1, 8, 32]).levels)
     assert [k for k in config if k.isdigit()] == ["1", "8", "32"]
     assert {k: config[k]["candidate_steps"] for k in ("1", "8", "32")} == {"1": [5], "8": [5], "32": [0]}
     assert config["1"] == {"candidate_steps": [5], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0}
     assert {"ema_alpha", "update_interval", "warmup_batches"} <= set(config)
-    summary = schedule_summary(records, levels=[1, 8, 32])
+    summary = schedule_summary(sweep_figures(records, levels=[1, 8, 32]).levels)
     assert summary["flags"] == ("--speculative-adaptive --speculative-adaptive-config sglang_adaptive_spec.json "
                                 "--speculative-eagle-topk 1 --speculative-num-steps 5")
     assert any("0.5.14" in note for note in summary["notes"])
@@ -160,7 +161,7 @@ def test_the_schedule_uses_the_auto_choice_as_it_ran_and_skips_trees() -> None:
 
     records = speculation_loses_at_high_load(plain_at_32=[800.0, 650.0, 950.0])
     records[3].level_values["1"] = [500.0, 501.0, 499.0]  # the tree config wins at 1: not expressible
-    config = adaptive_schedule([r for r in records if r.number != 3], levels=[1, 8, 32])
+    config = adaptive_schedule(sweep_figures([r for r in records if r.number != 3], levels=[1, 8, 32]).levels)
     assert {k: config[k]["candidate_steps"] for k in ("1", "8", "32")} == {"1": [3], "8": [3], "32": [3]}
 
 
@@ -168,5 +169,5 @@ def test_no_schedule_from_one_level_or_without_chain_configurations() -> None:
     from orchestrator.sweep.adaptive_schedule import adaptive_schedule
 
     records = speculation_loses_at_high_load()
-    assert adaptive_schedule(records, levels=[8]) is None
-    assert adaptive_schedule([records[0], records[3]], levels=[1, 8, 32]) is None
+    assert adaptive_schedule(sweep_figures(records, levels=[8]).levels) is None
+    assert adaptive_schedule(sweep_figures([records[0], records[3]], levels=[1, 8, 32]).levels) is None

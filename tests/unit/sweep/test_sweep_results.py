@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.report import build_report
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import (
@@ -84,7 +85,8 @@ def test_report_states_both_baselines_and_nccl_effects() -> None:
         _record(4, [80.0, 81.0, 79.0], params={**base, "NCCL_ALGO": "Ring"}),
         _record(5, [70.0], status="early_stopped", reps=3, params={**base, "num_steps": 5, "NCCL_ALGO": "Tree"}),
     ]
-    report = build_report(records, nccl_variables=["NCCL_ALGO"], metric="output_tok_per_s", concurrency=4)
+    figures = sweep_figures(records, objective_level=4, nccl_variables=["NCCL_ALGO"])
+    report = build_report(figures, metric="output_tok_per_s")
     assert report["best_trial"] == 3
     assert report["over_sglang_default"]["ratio"] == pytest.approx(100 / 90, rel=1e-3)
     assert report["over_no_speculation"]["ratio"] == pytest.approx(2.0, rel=1e-2)

@@ -13,6 +13,7 @@ import pytest
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import Ratio
 from orchestrator.sweep.confirm import Confirmation, Contender
+from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.finish import summary_report, summary_text
 from orchestrator.sweep.per_load import NOISE_RESOLUTION, by_concurrency, crossover, describe, ratio_from_dict
 from orchestrator.sweep.report import BEST_MARK
@@ -131,7 +132,7 @@ def test_a_summary_written_before_the_rename_still_reads() -> None:
     records[0].level_values["8"] = [900.0, 905.0, 895.0]  # no speculation decidedly faster at 8
     for record in records[1:]:
         record.level_values["8"] = [700.0, 705.0, 695.0]
-    levels = by_concurrency(records, levels=[1, 4, 8])
+    levels = by_concurrency(sweep_figures(records, levels=[1, 4, 8]).levels)
     old = json.loads(json.dumps(levels))
     for entry in old:
         for key in ("vs_sglang_default", "vs_no_speculation", "plain_vs_best_speculative"):
