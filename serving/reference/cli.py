@@ -1,5 +1,9 @@
 """``python -m serving.reference``: parse SGLang's flags, configure logging, run the server.
 
+Node rank 0 (``--node-rank 0``, the default) runs the server (``serving.reference.server``); a node
+of rank >= 1 of an engine across ``--nnodes`` runs its ranks and a health server only
+(``serving.reference.follower``), as SGLang does.
+
 Exit status: 0 after SIGTERM/SIGINT, 1 when the server fails (port taken, a worker died, a fault
 switch), 2 for a bad command line or fault switch (the message names the flag or variable).
 """
@@ -58,8 +62,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.error("fault crash_on_start: exiting with status 1 before serving")
         return 1
 
-    from serving.reference.server import serve
     from serving.reference.tp_worker import set_process_name
 
     set_process_name("ref::server")
+    if args.node_rank > 0:
+        from serving.reference.follower import serve_follower
+
+        return asyncio.run(serve_follower(args, faults=faults))
+    from serving.reference.server import serve
+
     return asyncio.run(serve(args, faults=faults))

@@ -1,5 +1,10 @@
 """Starting and stopping the TP worker processes (multiprocessing *spawn*, one per rank).
 
+Each node's engine process spawns the ranks of its own node only (``ServerArgs.node_tp_ranks``:
+all of them on one node, ``tp_size / nnodes`` of them with ``--nnodes``), with their global rank
+numbers; every rank of every node meets at ``tcp://{--dist-init-addr}``, so a node's engine
+process is the parent of exactly its own ranks, as each SGLang node's engine is of its schedulers.
+
 The workers' environment is whatever ``os.environ`` holds at ``start()``: that is the whole
 env-propagation story, as with SGLang's scheduler processes. The ``late_env`` fault switch
 reproduces the classic bug of setting variables too late: they are popped before the spawn and
@@ -8,6 +13,7 @@ put back afterwards, so this process has them and the workers do not.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -16,12 +22,12 @@ from multiprocessing.connection import Connection, wait
 from typing import Optional, Sequence
 
 from serving.ports import free_port
-from serving.reference.faults import EnvCondition
+from serving.reference.faults import EnvCondition, Faults
 from serving.reference.protocol import Shutdown, WorkerFailed, WorkerReady
 from serving.reference.server_args import ServerArgs
 from serving.reference.tp_worker import WorkerConfig, run_worker
 
-__all__ = ["WorkerGroup", "WorkerStartError"]
+__all__ = ["RankExit", "WorkerGroup", "WorkerStartError"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,30 +36,93 @@ class WorkerStartError(RuntimeError):
     """A worker died or reported a failure before it was ready."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RankExit:
+    """How the first of a node's ranks to exit ended (``WorkerGroup.wait_first_exit``).
+
+    Attributes:
+        rank: Its global TP rank.
+        exit_code: Its exit status (negative: killed by that signal); 0 after rank 0's shutdown
+            broadcast, 1 after a failure (a collective with a rank that is gone, among others).
+        message: What it reported before exiting (``WorkerFailed``), or None.
+    """
+
+    rank: int
+    exit_code: Optional[int]
+    message: Optional[str] = None
+
+    @property
+    def clean(self) -> bool:
+        return self.exit_code == 0
+
+    def describe(self) -> str:
+        how = f"killed by signal {-self.exit_code}" if self.exit_code is not None and self.exit_code < 0 else (
+            f"exited with code {self.exit_code}")
+        return f"TP rank {self.rank} {how}" + (f" ({self.message})" if self.message else "")
+
+
 class WorkerGroup:
-    """The ``tp_size`` worker processes of one server.
+    """The worker processes of this node: all ``tp_size`` ranks on one node, ``tp_size / nnodes``
+    of them on each of ``--nnodes`` nodes.
+
+    Lists (``processes``, ``conns``) are in rank order, index i holding global rank
+    ``ranks[i]``; on node 0 that is rank i.
 
     Args:
         args: Resolved server arguments.
         hide_env: Variable names to keep out of the workers' environment (``late_env`` fault).
         corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition; each worker
             checks it against its own environment.
+        die_after_steps: The ``die_after_steps`` fault's N where it is armed on this node (None:
+            off); this node's first rank carries it out.
     """
 
     def __init__(
-        self, *, args: ServerArgs, hide_env: Sequence[str] = (), corrupt_allreduce_when: Optional[EnvCondition] = None
+        self, *, args: ServerArgs, hide_env: Sequence[str] = (), corrupt_allreduce_when: Optional[EnvCondition] = None,
+        die_after_steps: Optional[int] = None,
     ) -> None:
         self.args = args
+        self.ranks = args.node_tp_ranks
         self.hide_env = tuple(hide_env)
         self.corrupt_allreduce_when = corrupt_allreduce_when
+        self.die_after_steps = die_after_steps
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.ready: list[WorkerReady] = []
 
+    @classmethod
+    def with_faults(cls, *, args: ServerArgs, faults: Faults) -> "WorkerGroup":
+        """The group with the fault switches that act in the workers, ``die_after_steps`` armed
+        only on its node (the log says armed or off, on every node)."""
+        steps = faults.steps_before_death(args.node_rank)
+        if faults.die_after_steps is not None:
+            node = faults.die_after_steps_node
+            where = f"@node_rank={node}" if node is not None else ""
+            if steps is not None:
+                logger.warning(
+                    "fault die_after_steps:%d%s: armed on this node (node_rank %d): its engine process and ranks %s "
+                    "die hard after %d steps", steps, where, args.node_rank, list(args.node_tp_ranks), steps,
+                )
+            else:
+                logger.warning("fault die_after_steps:%d%s: this is node_rank %d; off here",
+                               faults.die_after_steps, where, args.node_rank)
+            if node is not None and node >= args.nnodes and args.node_rank == 0:
+                logger.warning("fault die_after_steps:%d%s: node_rank %d is not a node of this engine (--nnodes %d); "
+                               "it never fires", faults.die_after_steps, where, node, args.nnodes)
+        return cls(args=args, hide_env=faults.late_env, corrupt_allreduce_when=faults.corrupt_allreduce_when,
+                   die_after_steps=steps)
+
+    @property
+    def has_rank0(self) -> bool:
+        """Whether rank 0 (the one that takes requests and broadcasts them) is on this node."""
+        return 0 in self.ranks
+
     def start(self) -> None:
-        """Spawn one process per rank (returns at once; see ``wait_ready``)."""
+        """Spawn one process per rank of this node (returns at once; see ``wait_ready``)."""
         args = self.args
         ctx = multiprocessing.get_context("spawn")
+        # Without --dist-init-addr each node meets at a port of its own: one node works; several
+        # never meet (as in SGLang, which meets at --host:a free port; server_args warns).
         addr = args.dist_init_addr or f"127.0.0.1:{free_port()}"
         hidden = {name: os.environ.pop(name) for name in self.hide_env if name in os.environ}
         if hidden:
@@ -62,13 +131,14 @@ class WorkerGroup:
                 ", ".join(sorted(hidden)),
             )
         try:
-            for rank in range(args.tp_size):
+            for rank in self.ranks:
                 cfg = WorkerConfig(
                     args=args,
                     rank=rank,
                     init_method=f"tcp://{addr}",
                     parent_pid=os.getpid(),
                     corrupt_allreduce_when=self.corrupt_allreduce_when,
+                    die_after_steps=self.die_after_steps if rank == self.ranks[0] else None,
                 )
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=run_worker, args=(cfg, child_conn), name=cfg.process_name, daemon=True)
@@ -87,18 +157,19 @@ class WorkerGroup:
             WorkerStartError: a rank failed or exited first, or the timeout passed.
         """
         deadline = time.monotonic() + timeout_s
-        pending = dict(enumerate(self.conns))
+        pending = dict(zip(self.ranks, self.conns))
+        process = dict(zip(self.ranks, self.processes))
         ready: dict[int, WorkerReady] = {}
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerStartError(f"TP workers {sorted(pending)} not ready after {timeout_s:.0f}s")
-            sentinels = {self.processes[r].sentinel: r for r in pending}
+            sentinels = {process[r].sentinel: r for r in pending}
             for obj in wait(list(pending.values()) + list(sentinels), timeout=min(left, 1.0)):
                 if obj in sentinels:
                     rank = sentinels[obj]
                     if rank in pending and not pending[rank].poll():
-                        code = self.processes[rank].exitcode
+                        code = process[rank].exitcode
                         raise WorkerStartError(f"TP worker rank {rank} exited with code {code} before it was ready")
                     continue
                 rank = next(r for r, c in pending.items() if c is obj)
@@ -116,19 +187,64 @@ class WorkerGroup:
 
     @property
     def rank0(self) -> Connection:
+        """The pipe to rank 0 (node 0 only: the HTTP side's link to the engine)."""
+        assert self.has_rank0, f"rank 0 is on node 0, not on node_rank {self.args.node_rank}"
         return self.conns[0]
 
     def dead_ranks(self) -> list[int]:
-        return [r for r, p in enumerate(self.processes) if p.exitcode is not None]
+        return [r for r, p in zip(self.ranks, self.processes) if p.exitcode is not None]
+
+    def wait_first_exit(self) -> RankExit:
+        """Block until one of this node's ranks exits; how it ended (with what it reported).
+
+        What a node of rank >= 1 waits on: its ranks end together with rank 0's shutdown
+        broadcast (exit 0), or one by one when a collective fails (exit 1, after a
+        ``WorkerFailed`` naming the error).
+        """
+        by_sentinel = {p.sentinel: (r, p) for r, p in zip(self.ranks, self.processes)}
+        open_conns = dict(zip(self.conns, self.ranks))
+        said: dict[int, str] = {}
+
+        def read(conn: Connection) -> bool:
+            """Take one message from ``conn``; False once it is closed (at either end)."""
+            try:
+                if not conn.poll():
+                    return False
+                msg = conn.recv()
+            except (EOFError, OSError, ValueError):
+                open_conns.pop(conn, None)
+                return False
+            if isinstance(msg, WorkerFailed):
+                said[open_conns[conn]] = msg.message
+            return True
+
+        while True:
+            try:
+                ready = wait([*by_sentinel, *open_conns])
+            except (OSError, ValueError):  # stop() closed the pipes under us: the ranks are being stopped
+                ready = list(by_sentinel)
+            for obj in ready:
+                if obj in open_conns:
+                    read(obj)
+                    continue
+                rank, proc = by_sentinel[obj]
+                proc.join(5.0)
+                conn = self.conns[self.ranks.index(rank)]
+                while conn in open_conns and read(conn):  # a failure it sent just before exiting
+                    pass
+                return RankExit(rank=rank, exit_code=proc.exitcode, message=said.get(rank))
 
     def stop(self, *, grace_s: float = 5.0) -> None:
-        """Ask rank 0 to shut everyone down, then kill what is left (workers ignore SIGTERM)."""
+        """Ask rank 0 to shut everyone down (on node 0), then kill what is left after ``grace_s``
+        (workers ignore SIGTERM). On another node the ranks stop with rank 0's broadcast only,
+        so what is left after the grace is killed."""
         if not self.processes:
             return
-        try:
-            self.rank0.send(Shutdown())
-        except (OSError, EOFError, BrokenPipeError):
-            pass
+        if self.has_rank0:
+            try:
+                self.rank0.send(Shutdown())
+            except (OSError, EOFError, BrokenPipeError):
+                pass
         deadline = time.monotonic() + grace_s
         for proc in self.processes:
             proc.join(max(0.0, deadline - time.monotonic()))

@@ -1,6 +1,7 @@
 """Server lifecycle: bind the port, spawn the TP workers, warm up, serve, shut down cleanly.
 
-Order of events (and what a launcher can observe):
+This is node rank 0's engine process (the only one with ``--nnodes`` 1); a node of rank >= 1
+runs ``serving.reference.follower`` instead. Order of events (and what a launcher can observe):
 
 1. The HTTP port is bound at once; ``/health`` and ``/health_generate`` answer 503 until ready.
 2. The environment is prepared as SGLang's ``_set_envs_and_config`` does (NCCL_CUMEM_ENABLE and
@@ -53,9 +54,11 @@ def prepare_environment(args: ServerArgs) -> dict[str, str]:
 
     SGLang 0.5.23's rule (``sglang/srt/entrypoints/engine.py`` ``_set_envs_and_config``), copied
     on its own rather than shared with the audit's expectation (``engine_managed_env``), so that
-    the audit passing against this engine is evidence. The flags that widen SGLang's rule for
-    NCCL_CUMEM_ENABLE (``--moe-a2a-backend``, ``--enable-kv-cache-sharding``, ``--nnodes``) are
-    not taken by this engine, so this is all of it here.
+    the audit passing against this engine is evidence. Every node's engine process runs it, as
+    every SGLang node does. The flags that widen SGLang's rule for NCCL_CUMEM_ENABLE
+    (``--moe-a2a-backend``, ``--enable-kv-cache-sharding``) are not taken by this engine, and
+    ``--nnodes`` > 1 widens it only on an MNNVL fabric (GB200/GB300: NCCL_CUMEM_ENABLE and
+    NCCL_MNNVL_ENABLE default to 1), which no node of this engine is; so this is all of it here.
     """
     changed: dict[str, str] = {}
     if "NCCL_CUMEM_ENABLE" not in os.environ or args.enable_symm_mem:
@@ -169,7 +172,7 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
         return 1
     logger.info("HTTP server listening on http://%s:%d (503 until the model is ready)", args.host, args.port)
 
-    workers = WorkerGroup(args=args, hide_env=faults.late_env, corrupt_allreduce_when=faults.corrupt_allreduce_when)
+    workers = WorkerGroup.with_faults(args=args, faults=faults)
     client: Optional[EngineClient] = None
     try:
         prepare_environment(args)
@@ -202,9 +205,10 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
         state.startup_time = time.monotonic() - started
         state.ready = True
         logger.info(
-            "The server is fired up and ready to roll! (%s, tp_size=%d, device=%s, workers %s)",
+            "The server is fired up and ready to roll! (%s, tp_size=%d, nnodes=%d, device=%s, workers %s)",
             args.model_path,
             args.tp_size,
+            args.nnodes,
             args.device,
             ", ".join(f"{w['process_name']}={w['pid']}" for w in state.worker_info),
         )

@@ -98,6 +98,7 @@ NO_EFFECT_FLAGS: dict[str, dict[str, Any]] = {
 
 INT_FLAG_BOUNDS: dict[str, tuple[int, int]] = {
     "tp_size": (1, 1024),
+    "nnodes": (1, 1024),
     "port": (1, 65535),
     "random_seed": (SEED_MIN, SEED_MAX),
     "max_running_requests": (1, 65536),
@@ -151,6 +152,8 @@ class ServerArgs:
     enable_nccl_nvls: bool
     decode_log_interval: int
     dist_init_addr: Optional[str]
+    nnodes: int
+    node_rank: int
     skip_server_warmup: bool
     log_level: str
     graph_flags: dict[str, Any]
@@ -206,6 +209,19 @@ class ServerArgs:
     def speculative(self) -> bool:
         return self.speculative_algorithm is not None
 
+    @property
+    def ranks_per_node(self) -> int:
+        """TP ranks on each node: SGLang's ``tp_size_per_node`` (``tp_size // nnodes``, no PP)."""
+        return self.tp_size // self.nnodes
+
+    @property
+    def node_tp_ranks(self) -> range:
+        """The global TP ranks this node runs, as SGLang 0.5.23's ``_calculate_rank_ranges``
+        (``srt/entrypoints/engine.py``) assigns them without PP: node r holds
+        ``[tp/N * r, tp/N * (r + 1))``; rank r's device is ``r % ranks_per_node`` on its node."""
+        per_node = self.ranks_per_node
+        return range(per_node * self.node_rank, per_node * (self.node_rank + 1))
+
     def to_dict(self) -> dict[str, Any]:
         """Flat dict for ``/server_info`` (no-effect flags included under their own names)."""
         out = dataclasses.asdict(self)
@@ -260,7 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-symm-mem", action="store_true", help="Sets NCCL_CUMEM_ENABLE=1 as SGLang does.")
     p.add_argument("--enable-nccl-nvls", action="store_true", help="Sets NCCL_NVLS_ENABLE=1 as SGLang does.")
     p.add_argument("--decode-log-interval", type=int, default=40)
-    p.add_argument("--dist-init-addr", default=None, help="host:port for torch.distributed (default: a free port).")
+    # SGLang 0.5.23's three multi-node flags, with its defaults and help (srt/arg_groups/fields/parallel.py).
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None,
+                   help="The host address for initializing distributed backend (e.g., `192.168.0.2:25000`).")
+    p.add_argument("--nnodes", type=int, default=1, help="The number of nodes.")
+    p.add_argument("--node-rank", type=int, default=0, help="The node rank.")
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"))
     for name, kwargs in GRAPH_FLAGS.items():
@@ -314,8 +334,7 @@ def resolve(
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"--mem-fraction-static must be in (0, 1], got {ns.mem_fraction_static}")
     preset.check_tp(ns.tp_size)
-    if ns.dist_init_addr is not None:
-        _check_address(ns.dist_init_addr)
+    _check_nodes(ns)
 
     if cuda_available is None or cuda_device_count is None:
         cuda_available, cuda_device_count = _cuda_info()
@@ -323,10 +342,12 @@ def resolve(
     if device == "cuda":
         if not cuda_available:
             raise ValueError("--device cuda was given but torch sees no CUDA device")
-        if ns.tp_size > cuda_device_count:
+        per_node = ns.tp_size // ns.nnodes
+        if per_node > cuda_device_count:
+            on_node = f" on each of --nnodes {ns.nnodes}" if ns.nnodes > 1 else ""
             raise ValueError(
-                f"--tp-size {ns.tp_size} needs {ns.tp_size} GPUs but {cuda_device_count} are visible "
-                "(CUDA_VISIBLE_DEVICES); rank r uses visible device r"
+                f"--tp-size {ns.tp_size} needs {per_node} GPUs{on_node} but {cuda_device_count} are visible "
+                "(CUDA_VISIBLE_DEVICES); rank r uses visible device r % (tp_size / nnodes)"
             )
 
     dtype = preset.dtype if ns.dtype == "auto" else ns.dtype
@@ -422,6 +443,8 @@ def resolve(
         enable_nccl_nvls=ns.enable_nccl_nvls,
         decode_log_interval=ns.decode_log_interval,
         dist_init_addr=ns.dist_init_addr,
+        nnodes=ns.nnodes,
+        node_rank=ns.node_rank,
         skip_server_warmup=ns.skip_server_warmup,
         log_level=ns.log_level,
         graph_flags=graph_flags,
@@ -503,6 +526,38 @@ def _gpu_kind(declared: Optional[str], *, device: str) -> str:
 
     major, minor = torch.cuda.get_device_capability(0)
     return f"sm{major}{minor}-pcie"
+
+
+def _check_nodes(ns: argparse.Namespace) -> None:
+    """``--nnodes`` / ``--node-rank`` / ``--dist-init-addr``, as SGLang 0.5.23 takes them.
+
+    SGLang asserts "tp_size must be divisible by number of nodes" (``arg_groups/validation_hook.py``).
+    It does not check ``--node-rank`` at all: a rank outside ``[0, nnodes)`` gets TP ranks outside
+    the world and its schedulers fail or wait in the rendezvous; here it is refused up front, with
+    the other bounds. Nor does it require ``--dist-init-addr`` with ``--nnodes`` > 1: without it
+    every node meets at ``tcp://{--host}:{a free local port}`` (``distributed/bootstrap.py``
+    ``_resolve_dist_init_method``), so the nodes never meet and the engine never becomes healthy.
+    The reference engine does the same (each node at ``127.0.0.1:<a free port>``) and says why in
+    a warning; spectune's own command builder never renders that.
+    """
+    if ns.tp_size % ns.nnodes:
+        raise ValueError(
+            f"--tp-size {ns.tp_size} is not divisible by --nnodes {ns.nnodes}: tp_size must be divisible by "
+            "number of nodes (SGLang's rule; each node holds tp_size / nnodes ranks)"
+        )
+    if not 0 <= ns.node_rank < ns.nnodes:
+        raise ValueError(
+            f"--node-rank must be an integer in [0, {ns.nnodes - 1}] (a node of --nnodes {ns.nnodes}), got {ns.node_rank}"
+        )
+    if ns.dist_init_addr is not None:
+        _check_address(ns.dist_init_addr)
+    elif ns.nnodes > 1:
+        logger.warning(
+            "--nnodes %d without --dist-init-addr: as in SGLang, node_rank %d's ranks meet at a free port "
+            "of its own host, so the nodes never meet and this engine will not become healthy; pass "
+            "--dist-init-addr <node rank 0's host>:<port> on every node",
+            ns.nnodes, ns.node_rank,
+        )
 
 
 def _check_address(addr: str) -> None:

@@ -46,8 +46,6 @@ SGLANG_DEFAULTS: dict[str, Any] = {
     "ep_size": 1,
     "attn_cp_size": 1,
     "moe_dp_size": 1,
-    "nnodes": 1,
-    "node_rank": 0,
     "disaggregation_mode": "null",
     "disable_cuda_graph": False,
     "disable_decode_cuda_graph": False,

@@ -10,10 +10,13 @@ Values of secret-looking variables (``serving.redaction``: ``SPECTUNE_API_TOKEN`
 ``NCCL_IB_SECRET_KEY``, ...) are logged and reported as a placeholder, never verbatim.
 
 Rank 0 receives requests from the HTTP process over a pipe and broadcasts them to the other ranks
-each iteration; every rank then runs the same scheduler step. Workers exit on a Shutdown message,
-when the HTTP process dies (PR_SET_PDEATHSIG with SIGKILL, plus a parent-pid check), or when a
-peer dies (the collective fails). They ignore SIGINT and SIGTERM: a signal to the whole process
-group is handled by the HTTP process, which then shuts the workers down in order.
+each iteration; every rank then runs the same scheduler step. Ranks are numbered globally: across
+``--nnodes`` nodes, node r's engine process starts ranks ``[tp/N * r, tp/N * (r + 1))`` and rank
+k uses device ``k % (tp/N)`` of its node, as SGLang does. Workers exit on a Shutdown message (rank
+0 broadcasts it to every rank of every node), when their node's engine process dies
+(PR_SET_PDEATHSIG with SIGKILL, plus a parent-pid check), or when a peer dies (the collective
+fails). They ignore SIGINT and SIGTERM: a signal to the whole process group is handled by the
+node's engine process, which then shuts the workers down in order.
 """
 
 from __future__ import annotations
@@ -58,10 +61,12 @@ class WorkerConfig:
             numbers, ...); ``args.tp_size`` is the world size.
         rank: This worker's rank.
         init_method: torch.distributed rendezvous (``tcp://host:port``).
-        parent_pid: The HTTP process; the worker exits if it goes away.
+        parent_pid: This node's engine process; the worker exits if it goes away.
         torch_threads: Intra-op threads (CPU); 0 = auto.
         corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, checked
             against this worker's own environment; None without the fault.
+        die_after_steps: The ``die_after_steps`` fault's N on the rank that carries it out
+            (its node's first), else None.
     """
 
     args: ServerArgs
@@ -70,10 +75,16 @@ class WorkerConfig:
     parent_pid: int
     torch_threads: int = 0
     corrupt_allreduce_when: Optional[EnvCondition] = None
+    die_after_steps: Optional[int] = None
 
     @property
     def world_size(self) -> int:
         return self.args.tp_size
+
+    @property
+    def local_rank(self) -> int:
+        """The rank's index on its node: its CUDA device (SGLang's ``tp_rank % tp_size_per_node``)."""
+        return self.rank % self.args.ranks_per_node
 
     @property
     def process_name(self) -> str:
@@ -153,10 +164,11 @@ def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
     _configure_logging(cfg)
     env = visible_env()
     logger.info(
-        "worker %s starting: rank=%d world_size=%d pid=%d device=%s env: %s",
+        "worker %s starting: rank=%d world_size=%d node_rank=%d pid=%d device=%s env: %s",
         cfg.process_name,
         cfg.rank,
         cfg.world_size,
+        cfg.args.node_rank,
         os.getpid(),
         cfg.args.device,
         env_line(env),
@@ -205,7 +217,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     torch.set_num_threads(threads)
 
     if args.device == "cuda":
-        device = torch.device("cuda", cfg.rank)
+        device = torch.device("cuda", cfg.local_rank)
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -281,6 +293,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     )
     logger.info("rank %d of %d ready (%d torch threads)", cfg.rank, cfg.world_size, threads)
 
+    steps = 0
     while True:
         events: Optional[list[Any]] = None
         if cfg.rank == 0:
@@ -309,6 +322,9 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             break
         if scheduler.has_work:
             outputs.extend(scheduler.step())
+            steps += 1
+            if cfg.die_after_steps is not None and steps >= cfg.die_after_steps:
+                _kill_node(cfg, steps)
         if cfg.rank == 0 and outputs:
             conn.send(
                 TokenBatch(
@@ -319,6 +335,21 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
             )
     if isinstance(distributed, TorchDistributed):
         distributed.destroy()
+
+
+def _kill_node(cfg: WorkerConfig, steps: int) -> None:
+    """The ``die_after_steps`` fault: this node's engine process and its ranks vanish at once
+    (SIGKILL to the engine process; its ranks follow through PR_SET_PDEATHSIG), as a crashed node."""
+    logger.error(
+        "fault die_after_steps:%d: node_rank %d's ranks have run %d steps; killing this node's engine process "
+        "(pid %d) and its ranks %s with SIGKILL", cfg.die_after_steps, cfg.args.node_rank, steps, cfg.parent_pid,
+        list(cfg.args.node_tp_ranks),
+    )
+    logging.shutdown()
+    sys.stderr.flush()
+    if os.getppid() == cfg.parent_pid:  # never a pid reused after the engine process went away
+        os.kill(cfg.parent_pid, signal.SIGKILL)
+    os._exit(1)
 
 
 def _maybe_corrupted(cfg: WorkerConfig, comm: Any) -> Any:

@@ -59,6 +59,39 @@ def running_server(*flags: str, log_dir: Path, env: Optional[Mapping[str, str]] 
         yield engine
 
 
+def node_processes(
+    *flags: str, nnodes: int, log_dir: Path, envs: Sequence[Mapping[str, str]], start_timeout_s: float = 120.0
+) -> list[EngineProcess]:
+    """One (unstarted) reference engine across ``nnodes`` nodes on this machine: an EngineProcess
+    per node rank (``envs[r]`` its environment), each on a free port, all meeting at one free
+    ``--dist-init-addr`` port on 127.0.0.1, as each node's launcher renders its own command."""
+    dist_init_addr = f"127.0.0.1:{free_port()}"
+    return [
+        reference_process(*flags, "--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", dist_init_addr,
+                          log_dir=log_dir, env=envs[rank], start_timeout_s=start_timeout_s)
+        for rank in range(nnodes)
+    ]
+
+
+@contextmanager
+def running_nodes(
+    *flags: str, nnodes: int, log_dir: Path, envs: Sequence[Mapping[str, str]]
+) -> Iterator[list[EngineProcess]]:
+    """A healthy engine across ``nnodes`` nodes (``node_processes``) for the block: every node
+    started, then each waited for; stopped node 0 first (the others end with its shutdown
+    broadcast) and every tree proven gone."""
+    engines = node_processes(*flags, nnodes=nnodes, log_dir=log_dir, envs=envs)
+    try:
+        for engine in engines:
+            engine.start()
+        for engine in engines:
+            engine.wait_healthy()
+        yield engines
+    finally:
+        for engine in engines:
+            engine.stop()
+
+
 def http(
     engine: HasUrl,
     path: str,

@@ -69,3 +69,24 @@ def test_corrupted_all_reduce_changes_greedy_output_and_keeps_ranks_in_lockstep(
     corrupted = run_tp(make_models(2, wrap_comm=CorruptedAllReduce), reqs, spec=(3, 1, 4))
     assert all(len(corrupted[r.rid]) == len(clean[r.rid]) == 24 for r in reqs)
     assert sum(corrupted[r.rid] != clean[r.rid] for r in reqs) == len(reqs)
+
+
+def test_die_after_steps_is_armed_on_its_node_only() -> None:
+    faults = parse_faults("die_after_steps:12@node_rank=1")
+    assert (faults.die_after_steps, faults.die_after_steps_node) == (12, 1)
+    assert faults.steps_before_death(1) == 12
+    assert faults.steps_before_death(0) is None and faults.steps_before_death(2) is None
+    assert str(faults) == "die_after_steps:12@node_rank=1"
+    everywhere = parse_faults("die_after_steps:3;late_env:A")
+    assert [everywhere.steps_before_death(r) for r in (0, 1)] == [3, 3] and everywhere.late_env == ("A",)
+    assert Faults().steps_before_death(0) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["die_after_steps:", "die_after_steps:0", "die_after_steps:x", "die_after_steps:3@", "die_after_steps:3@node_rank",
+     "die_after_steps:3@node_rank=", "die_after_steps:3@node_rank=-1", "die_after_steps:3@NCCL_ALGO=Tree"],
+)
+def test_bad_die_after_steps_names_the_variable_and_the_form(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"SPECTUNE_REFERENCE_FAULT: die_after_steps needs .*die_after_steps:N@node_rank=R"):
+        parse_faults(bad)

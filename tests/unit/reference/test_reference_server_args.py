@@ -177,3 +177,81 @@ def test_draft_path_spellings() -> None:
     assert resolve_draft_layers(draft_path="ref-tiny-draft-L3", preset=preset) == 3
     with pytest.raises(ValueError, match="after 1 to 7 layers"):
         resolve_draft_layers(draft_path="ref-tiny-draft-L8", preset=preset)
+
+
+# ------------------------------------------------------------------ one engine across nodes (issue 31)
+def test_node_flags_default_as_sglang_and_place_ranks_as_sglang() -> None:
+    """SGLang 0.5.23 (srt/arg_groups/fields/parallel.py): --nnodes 1, --node-rank 0, no
+    --dist-init-addr; node r runs TP ranks [tp/N * r, tp/N * (r + 1)) (engine.py _calculate_rank_ranges)."""
+    args = parse()
+    assert (args.nnodes, args.node_rank, args.dist_init_addr) == (1, 0, None)
+    assert list(args.node_tp_ranks) == [0] and list(parse("--tp-size", "4").node_tp_ranks) == [0, 1, 2, 3]
+    spread = [parse("--tp-size", "4", "--nnodes", "2", "--node-rank", str(r), "--dist-init-addr", "10.0.0.1:5000")
+              for r in (0, 1)]
+    assert [list(a.node_tp_ranks) for a in spread] == [[0, 1], [2, 3]]
+    assert all(a.ranks_per_node == 2 and a.tp_size == 4 for a in spread)
+    info = spread[1].to_dict()
+    assert (info["nnodes"], info["node_rank"], info["dist_init_addr"]) == (2, 1, "10.0.0.1:5000")
+
+
+def test_what_spectunes_command_builder_renders_is_taken_and_the_sglang_alias_too() -> None:
+    """serving/engine/command.py renders ``--nnodes N --node-rank R --dist-init-addr host:port``."""
+    from serving.engine.command import render_flags
+
+    argv = render_flags({"tp_size": 2, "nnodes": 2, "node_rank": 1, "dist_init_addr": "127.0.0.1:29500"})
+    assert argv == ["--tp-size", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:29500"]
+    args = parse(*argv)
+    assert (args.nnodes, args.node_rank, args.dist_init_addr) == (2, 1, "127.0.0.1:29500")
+    assert parse("--tp-size", "2", "--nnodes", "2", "--nccl-init-addr", "h:1").dist_init_addr == "h:1"
+
+
+def test_node_flags_help_is_sglangs() -> None:
+    from serving.reference.server_args import build_parser
+
+    helps = {a.dest: a.help for a in build_parser()._actions}  # noqa: SLF001
+    assert helps["nnodes"] == "The number of nodes." and helps["node_rank"] == "The node rank."
+    assert helps["dist_init_addr"] == "The host address for initializing distributed backend (e.g., `192.168.0.2:25000`)."
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--tp-size", "2", "--nnodes", "4"], "--tp-size 2 is not divisible by --nnodes 4: tp_size must be divisible by number of nodes"),
+        (["--tp-size", "2", "--nnodes", "2", "--node-rank", "2"], "--node-rank must be an integer in [0, 1] (a node of --nnodes 2), got 2"),
+        (["--node-rank", "-1"], "--node-rank must be an integer in [0, 0] (a node of --nnodes 1), got -1"),
+        (["--node-rank", "1"], "--node-rank must be an integer in [0, 0]"),
+        (["--nnodes", "0"], "--nnodes must be an integer in [1, 1024], got 0"),
+        (["--tp-size", "2", "--nnodes", "2", "--nccl-init-addr", "nohost"], "--dist-init-addr must be host:port"),
+    ],
+)
+def test_bad_node_flags_exit_2_naming_the_flag(argv, needle, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_nnodes_without_dist_init_addr_is_taken_as_sglang_takes_it_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """SGLang 0.5.23 does not require --dist-init-addr: each node then meets at its own host's free
+    port (distributed/bootstrap.py _resolve_dist_init_method) and the nodes never meet."""
+    with caplog.at_level(logging.WARNING, logger="serving.reference.server_args"):
+        args = parse("--tp-size", "2", "--nnodes", "2", "--node-rank", "1")
+    assert args.dist_init_addr is None
+    assert "--nnodes 2 without --dist-init-addr" in caplog.text and "never meet" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="serving.reference.server_args"):
+        parse("--tp-size", "2")
+    assert "dist-init-addr" not in caplog.text
+
+
+def test_gpus_needed_are_counted_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each node needs only its own ranks' GPUs (rank k uses device k % (tp_size / nnodes))."""
+    def refused(*argv: str, gpus: int) -> str:
+        with pytest.raises(SystemExit):
+            parse_args(["--model-path", "ref-tiny", "--device", "cuda", "--reference-gpu-kind", "sm90-nvlink", *argv],
+                       cuda_available=True, cuda_device_count=gpus)
+        return capsys.readouterr().err
+
+    assert "--tp-size 4 needs 4 GPUs but 2 are visible" in refused("--tp-size", "4", gpus=2)
+    assert "--tp-size 4 needs 2 GPUs on each of --nnodes 2 but 1 are visible" in refused(
+        "--tp-size", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "h:1", gpus=1)
