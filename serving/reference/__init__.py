@@ -8,7 +8,8 @@ Module map (data flows top to bottom):
 
 * ``cli`` / ``server_args``: flags (SGLang's names and rules) -> resolved ``ServerArgs``;
   ``checks``: the range checks flags and requests share.
-* ``server``: lifecycle (bind, spawn, warm up, serve, shut down); ``faults``: fault switches.
+* ``server``: lifecycle (bind, spawn, warm up, serve, shut down); ``faults``: fault switches;
+  ``follower``: a node of rank >= 1 of an engine across ``--nnodes`` (its ranks, a health server).
 * ``http_server``: the app factory; ``native_api`` (SGLang's routes) and ``openai_api`` (``/v1``)
   register on it; both stand on ``http_common`` (state, body reading, errors, streams);
   ``metrics``: Prometheus text.

@@ -32,6 +32,10 @@ the command line stays exactly SGLang's. Several may be combined with ``;``.
   (``corrupt_allreduce_when:NCCL_PROTO=LL128``). A correctness probe must reject such a config.
   With ``--tp-size 1`` there is no all-reduce, so the switch does nothing (the worker logs that).
 
+On a node of rank >= 1 (``serving.reference.follower``) ``die_after_tokens`` is off (it counts
+the tokens node 0's HTTP server receives) and ``hang_on_start`` spawns the ranks but never binds
+the health port; the other switches act there as on node 0.
+
 Values of secret-looking variables (``serving.redaction``) are never printed back.
 """
 
