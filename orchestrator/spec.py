@@ -442,6 +442,24 @@ def _nccl_preset(preset: dict[str, Any]) -> dict[str, str]:
     return {name: value for name, value in settings.items() if value is not None}
 
 
+def _socket_thread_problems(env: dict[str, str], search: "SearchSpec") -> Iterator[str]:
+    """NCCL caps NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at 64 (lowering the sockets with a
+    warning): a point above it would run another setting than the one recorded."""
+    names = ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
+    if search.nccl_presets is not None:
+        points = [(f"search.nccl_presets.{i}", dict(p)) for i, p in enumerate(search.nccl_presets)]
+    else:  # the largest values searched meet in one point of the product
+        points = [("search.nccl_env", {n: str(max(int(v) for v in search.nccl_env[n] if v is not None))
+                                       for n in names if any(v is not None for v in search.nccl_env.get(n, ()))})]
+    for where, point in points:
+        shown = [(point[n], f"{where}.{n}") if n in point else (env.get(n), f"engine.env.{n}") for n in names]
+        if all(value for value, _ in shown) and int(shown[0][0]) * int(shown[1][0]) > 64:
+            (threads, threads_at), (sockets, sockets_at) = shown
+            yield (f"{sockets_at}: NCCL_SOCKET_NTHREADS={threads} ({threads_at}) x NCCL_NSOCKS_PERTHREAD={sockets} "
+                   f"exceeds NCCL's limit of 64 sockets: NCCL lowers the sockets per thread to {64 // int(threads)}, "
+                   "so that trial would measure another setting than it records; keep the product at most 64")
+
+
 NcclChoice = Annotated[
     Union[str, int, None],
     PlainValidator(_nccl_choice),
@@ -776,9 +794,16 @@ class SweepSpec(_Model):
         if search.speculative is not None and not engine.speculative_algorithm:
             yield "search.speculative: set, but engine.speculative_algorithm is null; remove one of them"
         for name in search.nccl_variables():
+            where = f"search.nccl_env.{name}" if name in search.nccl_env else "search.nccl_presets"
             if name in engine.env:
-                where = f"search.nccl_env.{name}" if name in search.nccl_env else "search.nccl_presets"
                 yield f"{where}: {name} is also fixed in engine.env.{name}; keep one"
+            if nccl.not_searchable(name):
+                yield f"{where}: {nccl.not_searchable(name)}"
+            elif nccl.NCCL_VARIABLES[name].scope == "network" and engine.nnodes == 1:
+                yield (f"{where}: {name} only acts on traffic between nodes, and with engine.nnodes: 1 every "
+                       "all-reduce stays inside the node (NVLink, PCIe P2P or shared memory): its trials would "
+                       "measure nothing of it; search it for an engine across nodes (engine.nnodes > 1), or drop it")
+        yield from _socket_thread_problems(engine.env, search)
         for where, name, value in search.nccl_settings():
             reason = value is not None and nccl.danger_of(name, value)
             if reason and not search.is_allowed(name, value):

@@ -80,13 +80,16 @@ class Tracker:
             experiment_name: Created if missing.
             artifact_root: Where a new experiment keeps its artifacts (a directory next to the
                 SQLite file by default; MLflow would otherwise use ``./mlruns`` of whatever the
-                working directory is, which under ``ray job submit`` is a temporary copy).
+                working directory is, which under ``ray job submit`` is a temporary copy). Not
+                used with a tracking server (``http(s)://``): its own artifact store holds them,
+                where its UI and every other machine can read them, not this node's disk.
         """
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         experiment = self.client.get_experiment_by_name(experiment_name)
         if experiment is None:
-            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+            served = tracking_uri.startswith(("http://", "https://"))
+            location = artifact_root.resolve().as_uri() if artifact_root is not None and not served else None
             # MLflow 3's UI opens an experiment in its GenAI layout unless told it holds runs
             # of model development: a sweep's runs table (parent + nested trials) is what users want.
             experiment_id = self.client.create_experiment(

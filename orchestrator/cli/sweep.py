@@ -37,6 +37,11 @@ def sweep(
     address: Annotated[
         Optional[str], typer.Option("--address", help="Ray cluster to use (default: the running one, else a new local one).")
     ] = None,
+    tracking_uri: Annotated[
+        Optional[str],
+        typer.Option("--tracking-uri", help="MLflow tracking URI (default: the spec's tracking.mlflow_uri, else "
+                     "$MLFLOW_TRACKING_URI, else sqlite:///<results dir>/mlflow.db; a resumed sweep keeps its own)."),
+    ] = None,
     wait_for_resources: Annotated[
         float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
                             help="If no node can hold one trial yet (an autoscaling cluster, nodes still joining), wait "
@@ -66,7 +71,8 @@ def sweep(
         return
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
-                            resume=resume is not None, wait_for_resources_s=wait_for_resources)
+                            resume=resume is not None, wait_for_resources_s=wait_for_resources,
+                            tracking_uri=tracking_uri)
     except PreflightError as exc:
         err = stderr_console()
         err.print("[bold red]cannot start the sweep[/] (nothing was run):")

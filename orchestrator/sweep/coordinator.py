@@ -133,7 +133,8 @@ class SweepCoordinator:
                 sweep=sweep_name, run_name=f"sweep {sweep_name}", tags={TAG_RESULTS_DIR: str(self.results_dir)}
             )
             self.tracker.log_text(self.parent_run_id, spec_text, "spec.yaml")
-            write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name, "created_at": utc_timestamp()})
+            write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name,
+                                         "tracking_uri": tracking_uri, "created_at": utc_timestamp()})
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
         self._registered: dict[str, dict[str, Any]] = {}
         self._numbers: dict[str, int] = {}

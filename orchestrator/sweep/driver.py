@@ -16,13 +16,14 @@ orchestrator.sweep`` (the ``ray job submit`` entry point) call.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from rich.console import Console
 from rich.markup import escape
@@ -38,7 +39,7 @@ from orchestrator.sweep.coordinator import (
 )
 from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
 from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
-from orchestrator.sweep.preflight import PreflightError, check_engine, check_resources, check_tracking
+from orchestrator.sweep.preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import TrialRecord
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
@@ -64,11 +65,44 @@ class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""
 
 
+def resolve_tracking_uri(spec: SweepSpec, out: Path, *, given: str | None, resume: bool,
+                         environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """The MLflow tracking URI of the sweep in ``out``, and where it came from.
+
+    ``--tracking-uri`` first, then the spec's ``tracking.mlflow_uri``, then ``$MLFLOW_TRACKING_URI``
+    (MLflow's own variable: how a Ray job on Kubernetes names the cluster's MLflow server), then a
+    SQLite file in the results directory. A resumed sweep keeps the store it started with (its
+    parent run lives there), which its state file recorded.
+
+    Raises:
+        SweepResumeError: ``--tracking-uri`` names another store than the resumed sweep's.
+    """
+    state_path = out / STATE_FILE
+    if resume and state_path.exists():
+        stored = json.loads(state_path.read_text(encoding="utf-8")).get("tracking_uri")
+        if stored and given and given != stored:
+            raise SweepResumeError(f"--tracking-uri {given}: the sweep in {out} started with {stored}, where its "
+                                   "MLflow parent run is; resume it there (leave --tracking-uri out)")
+        if stored:
+            return stored, "the resumed sweep's store"
+    if given:
+        return given, "--tracking-uri"
+    if spec.tracking.mlflow_uri:
+        return spec.mlflow_uri(base=out.parent), "tracking.mlflow_uri"
+    if environ.get("MLFLOW_TRACKING_URI"):
+        return environ["MLFLOW_TRACKING_URI"], "$MLFLOW_TRACKING_URI"
+    return f"sqlite:///{out / 'mlflow.db'}", "the default: a SQLite file in the results directory"
+
+
 def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
+    tracking_uri: str | None = None,
 ) -> SweepOutcome:
     """Run the whole sweep; returns its outcome (never raises for a failed trial).
+
+    Args:
+        tracking_uri: ``--tracking-uri`` (see :func:`resolve_tracking_uri` for the rest).
 
     Raises:
         PreflightError: the sweep cannot run as specified here (nothing was started or moved).
@@ -80,7 +114,7 @@ def run_sweep(
     out = resolve_results_dir(spec, results_dir)
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
-    tracking_uri = spec.mlflow_uri(base=out.parent) if spec.tracking.mlflow_uri else f"sqlite:///{out / 'mlflow.db'}"
+    tracking_uri, tracking_from = resolve_tracking_uri(spec, out, given=tracking_uri, resume=resume)
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
     spec = _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
     for warning in spec.warnings():
@@ -105,7 +139,7 @@ def run_sweep(
     info = ray.get(coordinator.info.remote())
     ray.get(coordinator.log_sweep.remote(params=sweep_params(spec)))  # the parent run's params (a resume: the same)
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
-                  f"parent run {info['parent_run_id']})", highlight=False)
+                  f"parent run {info['parent_run_id']}; from {tracking_from})", highlight=False)
     from orchestrator.sweep.trial import TrialContext
 
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
@@ -143,7 +177,8 @@ def run_sweep(
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
                console: Console) -> SweepSpec:
     """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
-    tracking first (no Ray needed), then the cluster's resources, then the engine where it will run.
+    tracking first (no Ray needed), then the cluster's resources, NCCL's network values on every
+    node, then the engine where it will run.
     Returns the spec planned for the node found there (``engine.gpu_kind`` resolved)."""
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -151,6 +186,9 @@ def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_
     notes = [check_tracking(tracking_uri)]
     connect_ray(address)
     notes.append(check_resources(spec, wait_s=wait_s, say=say))
+    network_note = check_network(spec)
+    if network_note:
+        notes.append(network_note)
     engine_notes, node = check_engine(spec, wait_s=wait_s, say=say)
     notes += engine_notes
     for note in notes:
@@ -193,9 +231,15 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
 
     from orchestrator.sweep.trial import run_trial
 
+    bundles = [dict(b) for b in placement.bundles]
+    if placement.nnodes > 1:
+        # Tune gives its trainable the whole first bundle, and across nodes bundle 0 also holds node
+        # rank 0's GPUs, which its EngineHost must take: an empty head bundle places the trainable
+        # in bundle 0 with no resources of its own (Ray's ResourceRequest.head_bundle_is_empty), so
+        # the host's bundle indices stay those of the placement.
+        bundles = [{}, *bundles]
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, ctx=ctx),
-        PlacementGroupFactory([dict(b) for b in placement.bundles], strategy=placement.strategy),
+        tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy=placement.strategy),
     )
     tune_dir = out / "tune"
     experiment = tune_dir / spec.name

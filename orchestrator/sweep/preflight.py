@@ -10,6 +10,11 @@ fix:
 * **resources**: one node of the cluster has the CPUs and GPUs of one trial's placement group
   (trials are ``STRICT_PACK``: one node). With ``--wait-for-resources S`` (an autoscaling
   cluster, nodes still joining) the driver waits up to S seconds, saying every 30 s what for.
+* **network** (when the spec sets ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA`` or ``NCCL_IB_GID_INDEX``,
+  fixed or searched, or its engine spans nodes): each value, and each node's own, names an
+  interface, an active HCA port or a GID that exists on every node that can run an engine rank (a
+  Ray task pinned to each node); otherwise NCCL would fail its bootstrap minutes into a trial, or
+  silently fall back to TCP.
 * **engine** (a Ray task in a placement group shaped like a trial's, so it runs where the engine
   will): the engine's package imports there (``sglang`` for ``kind: sglang``), and the model and
   draft paths exist there when they are local paths (a hub id is accepted with a note; a
@@ -29,10 +34,18 @@ from urllib.parse import urlsplit
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking_server import health_status
-from serving.engine.placement import EnginePlacement
-from serving.engine.preflight import engine_problems, plural, run_where_placed, units_that_fit, wait_for_fit
+from serving.engine import nccl
+from serving.engine.placement import placements_that_fit
+from serving.engine.preflight import (
+    engine_problems,
+    network_problems,
+    plural,
+    run_where_placed,
+    units_that_fit,
+    wait_for_fit,
+)
 
-__all__ = ["PreflightError", "check_engine", "check_resources", "check_tracking", "node_gpu_kind"]
+__all__ = ["PreflightError", "check_engine", "check_network", "check_resources", "check_tracking", "node_gpu_kind"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,21 +122,6 @@ def _fits(node: dict[str, float], bundles: Sequence[dict[str, float]]) -> bool:
     return units_that_fit([node], need) >= 1
 
 
-def _placeable(nodes: list[dict[str, float]], placement: EnginePlacement) -> bool:
-    """Whether the cluster can hold one trial's placement group: all bundles on one node
-    (``STRICT_PACK``), or each bundle on a node of its own (``STRICT_SPREAD``: the bundles, largest
-    first, each given a node no other bundle has)."""
-    if placement.strategy != "STRICT_SPREAD":
-        return any(_fits(node, placement.bundles) for node in nodes)
-    free = list(nodes)
-    for bundle in sorted(placement.bundles, key=lambda b: (-b.get("GPU", 0.0), -b.get("CPU", 0.0))):
-        node = next((n for n in free if _fits(n, [bundle])), None)
-        if node is None:
-            return False
-        free.remove(node)
-    return True
-
-
 def _shortfall(spec: SweepSpec, nodes: list[dict[str, float]]) -> str:
     gpus, cpus = spec.gpus_per_trial, spec.resources.cpus_per_trial
     total_gpus = sum(n.get("GPU", 0.0) for n in nodes)
@@ -161,7 +159,7 @@ def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str]
         PreflightError: no node fits (after ``wait_s``).
     """
     placement = spec.trial_placement
-    fits, nodes, waited = wait_for_fit(lambda seen: _placeable(seen, placement), wait_s=wait_s,
+    fits, nodes, waited = wait_for_fit(lambda seen: placements_that_fit(seen, placement) >= 1, wait_s=wait_s,
                                        say=say, describe=lambda seen: _shortfall(spec, seen), poll_s=poll_s)
     if fits:
         if placement.nnodes > 1:
@@ -172,6 +170,29 @@ def check_resources(spec: SweepSpec, *, wait_s: float = 0.0, say: Callable[[str]
             "add a node that has them, lower the spec's needs, or pass --wait-for-resources SECONDS on an "
             "autoscaling cluster")
     raise PreflightError(f"{_shortfall(spec, nodes)}; {hint}")
+
+
+# --- NCCL's network variables, on every node --------------------------------------------------
+
+
+def check_network(spec: SweepSpec) -> str | None:
+    """Every node-checked NCCL value the spec may set (``engine.env`` and the search), and each node's
+    own, names something on every node that can run an engine rank; returns a note, or None when
+    the spec sets none and its engine stays on one node (nothing then crosses a network).
+
+    Raises:
+        PreflightError: one line per value and node where it cannot work.
+    """
+    fixed = [(f"engine.env.{name}", name, value) for name, value in spec.engine.env.items()
+             if name in nccl.NODE_CHECKED_VARIABLES]
+    searched = [(field, name, value) for field, name, value in spec.search.nccl_settings()
+                if value is not None and name in nccl.NODE_CHECKED_VARIABLES]
+    if not fixed and not searched and spec.engine.nnodes == 1:
+        return None
+    note, problems = network_problems([*fixed, *searched], env=spec.engine.env, placement=spec.trial_placement)
+    if problems:
+        raise PreflightError("\n".join(problems))
+    return note
 
 
 # --- the engine, where it will run ------------------------------------------------------------

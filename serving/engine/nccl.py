@@ -15,17 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from serving.engine.nccl_network import parse_interface_list
+
 __all__ = [
     "NcclVariable",
     "NCCL_VARIABLES",
     "ENGINE_MANAGED_VARIABLES",
+    "NODE_CHECKED_VARIABLES",
     "check_value",
     "danger_of",
     "normalise_value",
+    "not_searchable",
     "validated_env",
 ]
 
-ValueKind = Literal["tokens", "choice", "int", "string"]
+ValueKind = Literal["tokens", "choice", "int", "string", "interfaces"]
+Scope = Literal["node", "network"]
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,21 @@ class NcclVariable:
         name: The variable's name, e.g. ``NCCL_ALGO``.
         kind: ``tokens`` (comma-separated list of known tokens, optional leading ``^`` to
             exclude), ``choice`` (one of ``allowed``), ``int`` (an integer in
-            ``[minimum, maximum]``) or ``string`` (free-form, e.g. an interface name).
+            ``[minimum, maximum]``), ``interfaces`` (NCCL's list of name prefixes, ``^`` to exclude,
+            ``=`` for exact names, ``:port`` per entry: ``serving.engine.nccl_network``) or
+            ``string`` (free-form, e.g. a file name).
         allowed: Known tokens or choices (matched case-insensitively, as NCCL does).
         minimum: Smallest allowed integer for ``int`` variables.
         maximum: Largest allowed integer for ``int`` variables.
         default: NCCL's own default, as a string, when it has a fixed one.
         dangerous: Token or value -> why it is dangerous.
         doc: One line for ``--help`` style listings.
+        scope: ``node`` (it acts inside a node as well) or ``network`` (it only acts on traffic
+            between nodes: searching it on an engine of one node measures nothing).
+        fabric: Why the value is a property of the cluster's fabric rather than a performance
+            knob (the search refuses it; ``engine.env`` sets it once); empty if it may be searched.
+        node_checked: The value names something on the node (an interface, an HCA, a GID), so the
+            preflight checks it on every node that may run an engine rank.
     """
 
     name: str
@@ -53,11 +66,16 @@ class NcclVariable:
     default: str | None = None
     dangerous: dict[str, str] = field(default_factory=dict)
     doc: str = ""
+    scope: Scope = "node"
+    fabric: str = ""
+    node_checked: bool = False
 
 
 _NVLS_DANGER = "enables NVLink multicast (NVLS); never do this on shared GPU machines"
 _LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 _BOOL = ("0", "1")
+_GDR_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+"""The names NCCL's ``ncclGetLevel`` (graph/paths.cc) compares NCCL_NET_GDR_LEVEL with, exactly."""
 
 NCCL_VARIABLES: dict[str, NcclVariable] = {
     v.name: v
@@ -93,9 +111,53 @@ NCCL_VARIABLES: dict[str, NcclVariable] = {
         NcclVariable("NCCL_P2P_DISABLE", "choice", _BOOL, default="0", doc="1 disables peer-to-peer transport"),
         NcclVariable("NCCL_P2P_LEVEL", "choice", _LEVELS, doc="topology distance up to which P2P is used"),
         NcclVariable("NCCL_SHM_DISABLE", "choice", _BOOL, default="0", doc="1 disables shared-memory transport"),
-        NcclVariable("NCCL_IB_DISABLE", "choice", _BOOL, default="0", doc="1 disables InfiniBand/RoCE"),
-        NcclVariable("NCCL_NET_GDR_LEVEL", "choice", _LEVELS, doc="topology distance up to which GPUDirect RDMA is used"),
-        NcclVariable("NCCL_CROSS_NIC", "choice", ("0", "1", "2"), doc="whether rings/trees may cross NICs"),
+        # --- the network between nodes (NCCL 2.30's env.rst and sources: net_ib/, net_socket.cc, paths.cc) ---
+        NcclVariable("NCCL_IB_DISABLE", "choice", _BOOL, default="0", scope="network",
+                     fabric="1 sends every inter-node collective over TCP sockets: a diagnosis, not a setting to tune",
+                     doc="1 disables InfiniBand/RoCE (NCCL falls back to sockets)"),
+        NcclVariable("NCCL_NET", "choice", ("IB", "Socket"), scope="network",
+                     fabric="it names the network plugin the cluster has; a forced one that fails to initialise "
+                     "fails the communicator",
+                     doc="network plugin to use (exact name, case-insensitive)"),
+        NcclVariable("NCCL_SOCKET_IFNAME", "interfaces", scope="network", node_checked=True,
+                     doc="interfaces for bootstrap and sockets: prefixes (eth matches eth0), ^ excludes, = exact"),
+        NcclVariable("NCCL_IB_HCA", "interfaces", scope="network", node_checked=True,
+                     doc="InfiniBand/RoCE HCAs to use: prefixes with optional :port, ^ excludes, = exact "
+                     "(none matching: NCCL falls back to TCP sockets silently)"),
+        NcclVariable("NCCL_IB_GID_INDEX", "int", minimum=-1, maximum=255, default="-1", scope="network",
+                     node_checked=True,
+                     fabric="the RoCE GID the fabric routes (a wrong index fails or hangs the connection)",
+                     doc="RoCE GID index (-1: NCCL picks one; ignored on InfiniBand ports)"),
+        NcclVariable("NCCL_IB_TC", "int", minimum=0, maximum=255, scope="network",
+                     fabric="the traffic class the fabric's switches are configured for (QoS, PFC)",
+                     doc="InfiniBand/RoCE traffic class"),
+        NcclVariable("NCCL_IB_SL", "int", minimum=0, maximum=15, scope="network",
+                     fabric="the service level the fabric is configured for (adaptive routing, QoS)",
+                     doc="InfiniBand service level"),
+        NcclVariable("NCCL_IB_TIMEOUT", "int", minimum=1, maximum=31, default="20", scope="network",
+                     fabric="a transport timeout; too short fails with IB error 12, 0 or >= 32 waits forever",
+                     doc="InfiniBand Verbs timeout, 4.096 us x 2^value (default 20)"),
+        NcclVariable("NCCL_IB_RETRY_CNT", "int", minimum=0, maximum=7, default="7", scope="network",
+                     fabric="a transport retry count, not a performance knob", doc="InfiniBand retry count"),
+        NcclVariable("NCCL_IB_ADAPTIVE_ROUTING", "choice", _BOOL, scope="network",
+                     fabric="adaptive routing needs a service level the fabric enables for it (NCCL_IB_SL)",
+                     doc="adaptive routing (default: on for InfiniBand, off for RoCE)"),
+        NcclVariable("NCCL_IB_QPS_PER_CONNECTION", "int", minimum=1, maximum=128, default="1", scope="network",
+                     doc="queue pairs per connection between two ranks (1-128, default 1)"),
+        NcclVariable("NCCL_IB_SPLIT_DATA_ON_QPS", "choice", _BOOL, default="0", scope="network",
+                     doc="1 splits each message over all queue pairs, 0 uses them in turn (default since 2.20)"),
+        NcclVariable("NCCL_IB_PCI_RELAXED_ORDERING", "choice", ("0", "1", "2"), default="2", scope="network",
+                     doc="PCI relaxed ordering for IB Verbs (2: where available)"),
+        NcclVariable("NCCL_NET_GDR_LEVEL", "choice", _GDR_LEVELS, scope="network",
+                     doc="topology distance up to which GPUDirect RDMA is used (NCCL compares it case-sensitively)"),
+        NcclVariable("NCCL_NET_GDR_READ", "choice", _BOOL, scope="network",
+                     doc="GPUDirect RDMA for sends too (default: on from compute capability 8.0)"),
+        NcclVariable("NCCL_SOCKET_NTHREADS", "int", minimum=1, maximum=16, scope="network",
+                     doc="helper threads per socket connection (1-16; threads x NCCL_NSOCKS_PERTHREAD <= 64)"),
+        NcclVariable("NCCL_NSOCKS_PERTHREAD", "int", minimum=1, maximum=64, scope="network",
+                     doc="sockets per helper thread (threads x sockets <= 64)"),
+        NcclVariable("NCCL_CROSS_NIC", "choice", ("0", "1", "2"), default="2", scope="network",
+                     doc="whether rings/trees may cross NICs (2: where it is faster)"),
         NcclVariable("NCCL_DEBUG", "choice", ("VERSION", "WARN", "INFO", "TRACE"), doc="NCCL log level"),
         NcclVariable(
             "NCCL_DEBUG_SUBSYS",
@@ -105,8 +167,6 @@ NCCL_VARIABLES: dict[str, NcclVariable] = {
             doc="subsystems NCCL_DEBUG=INFO logs",
         ),
         NcclVariable("NCCL_DEBUG_FILE", "string", doc="file NCCL logs to (%h host, %p pid)"),
-        NcclVariable("NCCL_SOCKET_IFNAME", "string", doc="network interfaces for bootstrap/sockets"),
-        NcclVariable("NCCL_IB_HCA", "string", doc="InfiniBand HCAs to use"),
         NcclVariable("NCCL_TOPO_FILE", "string", doc="XML topology file"),
     )
 }
@@ -119,6 +179,21 @@ ENGINE_MANAGED_VARIABLES: dict[str, str] = {
     "CUDA_VISIBLE_DEVICES": "Ray assigns the engine's GPUs from its num_gpus and sets it; use resources.gpus_per_trial",
 }
 """Variables the engine (or Ray) sets itself: setting them in the environment is overridden or fights it."""
+
+NODE_CHECKED_VARIABLES: tuple[str, ...] = tuple(n for n, v in NCCL_VARIABLES.items() if v.node_checked)
+"""Variables whose value names something on the node (an interface, an HCA, a GID): the preflight
+checks them on every node that may run an engine rank (``serving.engine.nccl_network``)."""
+
+
+def not_searchable(name: str) -> str | None:
+    """Why ``name`` is not for the search (a property of the cluster's fabric), or None."""
+    var = NCCL_VARIABLES.get(name)
+    if var is None or not var.fabric:
+        return None
+    return (f"{name} is a property of the cluster's fabric, not a performance knob: {var.fabric}; set it once in "
+            "engine.env (the preflight checks it on every node)" if var.node_checked else
+            f"{name} is a property of the cluster's fabric, not a performance knob: {var.fabric}; set it once in "
+            "engine.env if the cluster needs it")
 
 
 def normalise_value(name: str, value: str) -> str:
@@ -155,6 +230,12 @@ def check_value(name: str, value: str) -> str | None:
     text = str(value).strip()
     if var.kind == "string":
         return None if text else f"{name} must not be empty"
+    if var.kind == "interfaces":
+        try:
+            parse_interface_list(name, text)
+        except ValueError as exc:
+            return str(exc)
+        return None
     if var.kind == "int":
         try:
             number = int(text)

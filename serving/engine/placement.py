@@ -14,8 +14,9 @@ a node's bundle holds one CPU, the engine's own, since a bundle cannot be empty.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-__all__ = ["EnginePlacement", "engine_placement"]
+__all__ = ["EnginePlacement", "engine_placement", "placements_that_fit"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,44 @@ def engine_placement(*, gpus: int, cpus: float, nnodes: int = 1) -> EnginePlacem
         first["GPU"] = float(per_node)
     return EnginePlacement((first, *[dict(rest) for _ in range(nnodes - 1)]), "STRICT_SPREAD",
                            tuple(range(nnodes)), per_node)
+
+
+def _fits(node: Mapping[str, float], bundle: Mapping[str, float]) -> bool:
+    return all(node.get(name, 0.0) + 1e-9 >= amount for name, amount in bundle.items() if amount > 0)
+
+
+def placements_that_fit(nodes: Sequence[Mapping[str, float]], placement: EnginePlacement, *, most: int = 1) -> int:
+    """How many copies of ``placement`` (up to ``most``) the nodes' free resources hold at once: each
+    copy's bundles all on one node (``STRICT_PACK``), or each bundle on a node no other bundle of
+    that copy has (``STRICT_SPREAD``); bundles placed largest first on the first node with room,
+    what they take subtracted before the next. Greedy, as a preflight's answer: it can say "no"
+    where a cleverer packing would fit, never "yes" where nothing would."""
+    free = [dict(node) for node in nodes]
+    placed = 0
+    while placed < most:
+        taken: list[tuple[dict[str, float], dict[str, float]]] = []
+        if placement.strategy == "STRICT_SPREAD":
+            used: set[int] = set()
+            for bundle in sorted(placement.bundles, key=lambda b: (-b.get("GPU", 0.0), -b.get("CPU", 0.0))):
+                index = next((i for i, n in enumerate(free) if i not in used and _fits(n, bundle)), None)
+                if index is None:
+                    break
+                used.add(index)
+                taken.append((free[index], bundle))
+            ok = len(taken) == len(placement.bundles)
+        else:
+            total: dict[str, float] = {}
+            for bundle in placement.bundles:
+                for name, amount in bundle.items():
+                    total[name] = total.get(name, 0.0) + amount
+            node = next((n for n in free if _fits(n, total)), None)
+            ok = node is not None
+            if node is not None:
+                taken.append((node, total))
+        if not ok:
+            return placed
+        for node, bundle in taken:
+            for name, amount in bundle.items():
+                node[name] = node.get(name, 0.0) - amount
+        placed += 1
+    return placed

@@ -8,6 +8,10 @@ waiting for a node that does not exist or of engine launches retried.
   is accepted with a note), a reference-engine preset is a known one.
 * ``alive_nodes`` / ``units_that_fit`` / ``wait_for_fit``: the cluster's nodes and how many
   placement units (one trial, one replica: resources that must share a node) they can hold.
+* ``network_problems``: NCCL's node-checked variables (``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``,
+  ``NCCL_IB_GID_INDEX``) judged on every live node that can hold an engine rank, in a Ray task
+  pinned to each (``serving.engine.nccl_network``): a value that names nothing on a node fails
+  there in seconds instead of after an engine's start.
 
 Each caller words its own message (its own field names and options); these only measure.
 """
@@ -20,13 +24,17 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from serving.engine.placement import EnginePlacement
 
 __all__ = [
     "HUB_ID",
     "PROGRESS_EVERY_S",
     "alive_nodes",
     "engine_problems",
+    "network_problems",
     "plural",
     "run_where_placed",
     "units_that_fit",
@@ -196,3 +204,63 @@ def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]],
         return ray.get(task.remote(**kwargs), timeout=wait_s)
     finally:
         remove_placement_group(group)
+
+
+# --- NCCL's network variables, on every node ----------------------------------------------------
+
+NETWORK_CHECK_TIMEOUT_S = 60.0
+"""How long the network check may take on all nodes together (a task per node, no resources)."""
+
+
+def _rank_bundle(placement: "EnginePlacement") -> dict[str, float]:
+    """What a node must hold to run some rank of the engine: the whole packed group on one node,
+    or the smallest node's bundle of a spread one."""
+    if placement.nnodes == 1:
+        total: dict[str, float] = {}
+        for bundle in placement.bundles:
+            for name, amount in bundle.items():
+                total[name] = total.get(name, 0.0) + amount
+        return total
+    return min((placement.bundles[i] for i in placement.host_bundles), key=lambda b: (b.get("GPU", 0.0), b.get("CPU", 0.0)))
+
+
+def network_problems(settings: Iterable[tuple[str, str, str]], *, env: Mapping[str, str],
+                     placement: "EnginePlacement", timeout_s: float = NETWORK_CHECK_TIMEOUT_S) -> tuple[str, list[str]]:
+    """Judge NCCL's node-checked values on every live node that can hold a rank of ``placement``.
+
+    Args:
+        settings: ``(field, variable, value)`` for every node-checked value a trial or replica may
+            set: the fixed ``engine.env`` ones and the searched ones, each with its field. Each
+            node's own environment is judged too (a pod's ``NCCL_SOCKET_IFNAME``, say).
+        env: The engine's fixed environment (``NCCL_IB_HCA`` there selects the ports a
+            ``NCCL_IB_GID_INDEX`` is judged on).
+
+    Returns:
+        A note of what was checked where, and one line per value that cannot work on a node,
+        naming field, value, node and why, with what the node has.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from serving.engine.nccl import NODE_CHECKED_VARIABLES
+    from serving.engine.nccl_network import node_problems
+
+    settings = list(settings)
+    bundle = _rank_bundle(placement)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and units_that_fit([dict(n.get("Resources", {}))], bundle) >= 1]
+    check = ray.remote(node_problems)
+    pending = {
+        check.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            settings, env=dict(env), inherited=NODE_CHECKED_VARIABLES): n for n in nodes}
+    problems: list[str] = []
+    for ref, node in pending.items():
+        found = ray.get(ref, timeout=timeout_s)
+        where = (f"node {node.get('NodeManagerAddress', '?')} ({found['hostname']}, Ray node {node['NodeID'][:8]}; "
+                 f"{found['network']})")
+        for field, name, value, why in found["problems"]:
+            problems.append(f"{field}: {name}={value!r} cannot work on {where}: it {why}; give a value every node "
+                            "has, or remove it")
+    names = sorted({name for _, name, _ in settings})
+    note = (f"network: {', '.join(names) or 'no value set'} checked on {plural(len(nodes), 'node')} that can run an "
+            "engine rank (and what each node's own environment sets)")
+    return note, problems

@@ -13,14 +13,16 @@ the command line stays exactly SGLang's. Several may be combined with ``;``.
   ``NAME`` set to ``VALUE``; otherwise the switch is off (and the log says so). A sweep puts it in
   its fixed env and so arms it for the trials that set ``NAME=VALUE`` only (for example
   ``die_after_tokens:1500@NCCL_ALGO=Tree``).
-* ``die_after_steps:N@node_rank=R``: one node of an engine across nodes dies: once the TP ranks
+* ``die_after_steps:N@node_rank=R[@NAME=VALUE]``: one node of an engine across nodes dies: once the TP ranks
   of node rank ``R`` (``--node-rank``) have run N scheduler steps (prefills, decode steps and
   speculative cycles; the warm-up request's count), its first rank logs it and SIGKILLs its
   node's engine process, and the node's other ranks die with it (``PR_SET_PDEATHSIG``): the node
   vanishes as a crashed machine would, mid-generation. The switch is off on every other node,
   and each node's log says which (armed or off). The ranks of the other nodes then fail their
   next collective with it: node 0 exits 1 ("the server cannot continue"), a node of rank >= 1
-  exits 1 naming its node rank. Without ``@node_rank=R`` it is armed on every node.
+  exits 1 naming its node rank. Without ``@node_rank=R`` it is armed on every node; with
+  ``@NAME=VALUE`` only where the node's engine process has that variable (a sweep arms it for one
+  trial: ``die_after_steps:12@node_rank=1@NCCL_ALGO=Tree``).
 * ``late_env:NAME[,NAME...]``: the named variables are popped from ``os.environ`` while the TP
   workers are spawned and restored afterwards, so the server process has them and the workers do
   not (the bug of setting NCCL_* after the engine started).
@@ -42,6 +44,7 @@ Values of secret-looking variables (``serving.redaction``) are never printed bac
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Any, Mapping, Optional
 
@@ -82,6 +85,7 @@ class Faults:
     die_after_tokens_when: Optional[EnvCondition] = None
     die_after_steps: Optional[int] = None
     die_after_steps_node: Optional[int] = None
+    die_after_steps_when: Optional[EnvCondition] = None
     late_env: tuple[str, ...] = ()
     corrupt_allreduce_when: Optional[EnvCondition] = None
 
@@ -97,11 +101,15 @@ class Faults:
             return None
         return self.die_after_tokens
 
-    def steps_before_death(self, node_rank: int) -> Optional[int]:
-        """``die_after_steps``'s N if it is armed on node rank ``node_rank``, else None."""
+    def steps_before_death(self, node_rank: int, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+        """``die_after_steps``'s N if it is armed on node rank ``node_rank`` with ``environ`` (the
+        node's engine process's; default ``os.environ``), else None."""
         if self.die_after_steps is None:
             return None
         if self.die_after_steps_node is not None and self.die_after_steps_node != node_rank:
+            return None
+        if self.die_after_steps_when is not None and not self.die_after_steps_when.holds(
+                os.environ if environ is None else environ):
             return None
         return self.die_after_steps
 
@@ -112,7 +120,8 @@ class Faults:
             parts.append(f"die_after_tokens:{self.die_after_tokens}{when}")
         if self.die_after_steps is not None:
             node = f"@node_rank={self.die_after_steps_node}" if self.die_after_steps_node is not None else ""
-            parts.append(f"die_after_steps:{self.die_after_steps}{node}")
+            when = f"@{self.die_after_steps_when}" if self.die_after_steps_when is not None else ""
+            parts.append(f"die_after_steps:{self.die_after_steps}{node}{when}")
         if self.late_env:
             parts.append("late_env:" + ",".join(self.late_env))
         if self.corrupt_allreduce_when is not None:
@@ -164,16 +173,26 @@ def parse_faults(value: Optional[str] = None) -> Faults:
             fields[key] = int(count)
             fields["die_after_tokens_when"] = _condition(when, item=item, variable=name) if at else None
         elif key == "die_after_steps":
-            count, at, where = arg.partition("@")
-            node_key, eq, node = where.partition("=")
-            if not count.isdigit() or int(count) < 1 or (at and not (node_key.strip() == "node_rank" and eq
-                                                                        and node.strip().isdigit())):
-                raise ValueError(
-                    f"{name}: die_after_steps needs a positive integer and optionally a node rank "
-                    f"(die_after_steps:N or die_after_steps:N@node_rank=R), got {_shown(item)}"
-                )
+            count, *conditions = arg.split("@")
+            node: Optional[int] = None
+            when: Optional[EnvCondition] = None
+            usage = (f"{name}: die_after_steps needs a positive integer and optionally a node rank and a variable "
+                     f"(die_after_steps:N[@node_rank=R][@NAME=VALUE]), got {_shown(item)}")
+            if not count.isdigit() or int(count) < 1 or len(conditions) > 2:
+                raise ValueError(usage)
+            for condition in conditions:
+                cond_key, eq, value = condition.partition("=")
+                if cond_key.strip() == "node_rank":
+                    if not (eq and value.strip().isdigit()) or node is not None:
+                        raise ValueError(usage)
+                    node = int(value)
+                elif when is None and "=" in condition and _NAME.match(cond_key.strip()):
+                    when = _condition(condition, item=item, variable=name)
+                else:
+                    raise ValueError(usage)
             fields[key] = int(count)
-            fields["die_after_steps_node"] = int(node) if at else None
+            fields["die_after_steps_node"] = node
+            fields["die_after_steps_when"] = when
         elif key == "late_env":
             names = tuple(n.strip() for n in arg.split(",") if n.strip())
             if not names:

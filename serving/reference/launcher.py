@@ -98,14 +98,17 @@ class WorkerGroup:
         if faults.die_after_steps is not None:
             node = faults.die_after_steps_node
             where = f"@node_rank={node}" if node is not None else ""
+            if faults.die_after_steps_when is not None:
+                where += f"@{faults.die_after_steps_when}"
             if steps is not None:
                 logger.warning(
                     "fault die_after_steps:%d%s: armed on this node (node_rank %d): its engine process and ranks %s "
                     "die hard after %d steps", steps, where, args.node_rank, list(args.node_tp_ranks), steps,
                 )
             else:
-                logger.warning("fault die_after_steps:%d%s: this is node_rank %d; off here",
-                               faults.die_after_steps, where, args.node_rank)
+                logger.warning("fault die_after_steps:%d%s: this is node_rank %d%s; off here",
+                               faults.die_after_steps, where, args.node_rank,
+                               "" if faults.die_after_steps_when is None else " or its condition does not hold")
             if node is not None and node >= args.nnodes and args.node_rank == 0:
                 logger.warning("fault die_after_steps:%d%s: node_rank %d is not a node of this engine (--nnodes %d); "
                                "it never fires", faults.die_after_steps, where, node, args.nnodes)

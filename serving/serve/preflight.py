@@ -13,16 +13,23 @@ constructor retries) before ``spectune serve`` exits 1. Each check raises
 * **resources**: the cluster's nodes can hold the replicas Serve starts with, each on one node
   (a replica's CPUs and GPUs are one bundle). With ``--wait-for-resources S`` (an autoscaling
   cluster, nodes still joining) it waits up to S seconds, saying every 30 s what for.
+* **network**: ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA`` and ``NCCL_IB_GID_INDEX`` in the engine's env
+  name an interface, an active HCA port or a GID on every node that can run a replica's engine
+  rank (``serving.engine.preflight.network_problems``), instead of a replica failing (or falling
+  back to TCP) once its engine starts.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from serving.engine import nccl
 from serving.engine.config import EngineConfig
+from serving.engine.placement import placements_that_fit
 from serving.engine.preflight import (
     alive_nodes,
     engine_problems,
+    network_problems,
     plural,
     run_where_placed,
     units_that_fit,
@@ -32,7 +39,7 @@ from serving.errors import SpectuneError
 from serving.serve.options import ServeOptions
 
 __all__ = ["ENGINE_CHECK_TIMEOUT_S", "ServePreflightError", "check_engine_on_cluster", "check_engine_here",
-           "check_resources", "shortfall"]
+           "check_network", "check_resources", "shortfall"]
 
 ENGINE_CHECK_TIMEOUT_S = 120.0
 """How long the engine check on a joined cluster may wait for its placement group when no wait
@@ -76,8 +83,12 @@ def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait
             resources in time.
     """
     try:
+        bundles, strategy = [options.replica_bundle(config)], "STRICT_PACK"
+        if config.nnodes > 1:  # node rank 0's bundle of a replica spread over nodes
+            placement = options.replica_placement(config)
+            bundles, strategy = [dict(b) for b in placement.bundles], placement.strategy
         found = run_where_placed(
-            engine_problems, bundles=[options.replica_bundle(config)], bundle_index=0,
+            engine_problems, bundles=bundles, bundle_index=0, strategy=strategy,
             wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S), say=say, what="one replica's", kind=config.kind,
             model_path=config.model_path, draft_path=_draft(config), fields=SERVE_FIELDS,
         )
@@ -88,6 +99,14 @@ def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait
 
 def shortfall(config: EngineConfig, options: ServeOptions, nodes: list[dict[str, float]]) -> str:
     """What the replicas need and what the cluster has, in one sentence."""
+    if config.nnodes > 1:
+        placement = options.replica_placement(config)
+        return (
+            f"resources: each replica's engine spans nnodes={config.nnodes} nodes, each its own, with "
+            f"{plural(placement.gpus_per_node, 'GPU')} per node and {plural(options.cpus_per_replica, 'CPU')} "
+            f"(serve.cpus_per_replica) on the first, x {plural(options.replicas_at_start(), 'replica')}, but the "
+            f"cluster's {plural(len(nodes), 'node')} hold {plural(placements_that_fit(nodes, placement, most=99), 'replica')}"
+        )
     bundle = options.replica_bundle(config)
     gpus, cpus, replicas = bundle.get("GPU", 0.0), bundle["CPU"], options.replicas_at_start()
     gpu_field = ("serve.gpus_per_replica" if options.gpus_per_replica is not None
@@ -120,8 +139,18 @@ def check_resources(config: EngineConfig, options: ServeOptions, *, wait_s: floa
         ServePreflightError: they do not (after ``wait_s``).
     """
     bundle, replicas = options.replica_bundle(config), options.replicas_at_start()
-    fits, seen, waited = wait_for_fit(lambda now: units_that_fit(now, bundle) >= replicas, wait_s=wait_s, say=say,
-                                      describe=lambda now: shortfall(config, options, now), poll_s=poll_s, nodes=nodes)
+    if config.nnodes > 1:
+        placement = options.replica_placement(config)
+        fits, seen, waited = wait_for_fit(lambda now: placements_that_fit(now, placement, most=replicas) >= replicas,
+                                          wait_s=wait_s, say=say, describe=lambda now: shortfall(config, options, now),
+                                          poll_s=poll_s, nodes=nodes)
+    else:
+        fits, seen, waited = wait_for_fit(lambda now: units_that_fit(now, bundle) >= replicas, wait_s=wait_s, say=say,
+                                          describe=lambda now: shortfall(config, options, now), poll_s=poll_s,
+                                          nodes=nodes)
+    if fits and config.nnodes > 1:
+        return (f"resources: the cluster holds {plural(replicas, 'replica')} of {config.nnodes} nodes each "
+                f"({options.replica_placement(config).describe()})")
     if fits:
         return (f"resources: the cluster holds {plural(replicas, 'replica')} of {plural(bundle.get('GPU', 0.0), 'GPU')}"
                 f" and {plural(bundle['CPU'], 'CPU')} each")
@@ -129,3 +158,21 @@ def check_resources(config: EngineConfig, options: ServeOptions, *, wait_s: floa
             "run it where a node has them, lower --gpus-per-replica / --num-replicas (an SGLang engine needs "
             "tp_size GPUs), or pass --wait-for-resources SECONDS on an autoscaling cluster")
     raise ServePreflightError(f"{shortfall(config, options, seen)}; {hint}")
+
+
+def check_network(config: EngineConfig, options: ServeOptions) -> str | None:
+    """NCCL's node-checked variables in ``env``, and each node's own, hold on every node that can run
+    a replica's engine rank; returns a note, or None when the env sets none and the engine stays on
+    one node.
+
+    Raises:
+        ServePreflightError: one line per value and node where it cannot work.
+    """
+    settings = [(f"env.{name}", name, value) for name, value in config.env.items()
+                if name in nccl.NODE_CHECKED_VARIABLES]
+    if not settings and config.nnodes == 1:
+        return None
+    note, problems = network_problems(settings, env=config.env, placement=options.replica_placement(config))
+    if problems:
+        raise ServePreflightError("\n".join(problems))
+    return note

@@ -32,7 +32,13 @@ from serving.serve.app import build_app
 from serving.serve.cluster import ClusterSession, check_serve_address, own_processes, start_or_join, stop_leftovers
 from serving.serve.ingress import key_digest
 from serving.serve.options import ServeOptions, ServeStartError
-from serving.serve.preflight import ServePreflightError, check_engine_here, check_engine_on_cluster, check_resources
+from serving.serve.preflight import (
+    ServePreflightError,
+    check_engine_here,
+    check_engine_on_cluster,
+    check_network,
+    check_resources,
+)
 from serving.serve.provenance import Provenance
 from serving.waiting import wait_until
 
@@ -271,6 +277,9 @@ def _serve_started_cluster(config: EngineConfig, options: ServeOptions, *, clust
     serve_started = deployed = False
     try:
         notes.append(check_resources(config, options, wait_s=wait_for_resources_s, say=logger.warning))
+        network_note = check_network(config, options)
+        if network_note:
+            notes.append(network_note)
         if address is not None:
             notes += check_engine_on_cluster(config, options, wait_s=wait_for_resources_s, say=logger.warning)
         for note in notes:

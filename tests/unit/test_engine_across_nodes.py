@@ -8,11 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.preflight import _placeable
 from serving.engine.command import DIST_INIT_ADDR_AT_LAUNCH, build_command
 from serving.engine.config import EngineConfig
 from serving.engine.group import merge_audits, node_words
-from serving.engine.placement import engine_placement
+from serving.engine.placement import engine_placement, placements_that_fit
 from serving.engine.process import EngineProcess
 
 
@@ -79,10 +78,12 @@ def test_the_spec_takes_nnodes_and_its_trials_span_the_nodes() -> None:
 def test_the_preflight_needs_a_node_per_bundle() -> None:
     placement = engine_placement(gpus=16, cpus=4, nnodes=2)
     node = {"CPU": 8.0, "GPU": 8.0}
-    assert _placeable([node, dict(node)], placement)
-    assert not _placeable([{"CPU": 8.0, "GPU": 16.0}], placement), "one big node is not two nodes"
-    assert not _placeable([node, {"CPU": 8.0, "GPU": 4.0}], placement)
-    assert _placeable([{"CPU": 8.0, "GPU": 16.0}], engine_placement(gpus=16, cpus=4))
+    assert placements_that_fit([node, dict(node)], placement) == 1
+    assert placements_that_fit([{"CPU": 8.0, "GPU": 16.0}], placement) == 0, "one big node is not two nodes"
+    assert placements_that_fit([node, {"CPU": 8.0, "GPU": 4.0}], placement) == 0
+    assert placements_that_fit([{"CPU": 8.0, "GPU": 16.0}], engine_placement(gpus=16, cpus=4)) == 1
+    assert placements_that_fit([{"CPU": 8.0, "GPU": 16.0}] * 2, placement, most=5) == 2, "each copy on both nodes"
+    assert placements_that_fit([node] * 4, placement, most=5) == 2
 
 
 def _audit(ok: bool, pid: int) -> dict:

@@ -58,3 +58,13 @@ def test_a_missing_sglang_model_path_exits_2_naming_it_before_ray_starts(tmp_pat
     assert proc.returncode == 2, out[-3000:]
     assert f"model_path: {missing} does not exist on node" in out, out[-3000:]
     assert "Started a local Ray" not in out, "the engine check of a local cluster comes before Ray starts"
+
+
+def test_an_interface_no_node_has_exits_2_naming_the_field_and_each_node(ray_cluster: dict, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "best.yaml", engine={"kind": "reference", "model_path": "ref-tiny", "tp_size": 1,
+                                                          "env": {"NCCL_SOCKET_IFNAME": "=spectune-missing0"}})
+    proc, out = _serve(config, "--address", ray_cluster["address"])
+    assert proc.returncode == 2, out[-3000:]
+    assert "env.NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME='=spectune-missing0' cannot work on node" in out, out[-3000:]
+    assert "matches no interface with an address there" in out and "interfaces " in out, out[-3000:]
+    assert "deploying" not in out, "nothing may be deployed"

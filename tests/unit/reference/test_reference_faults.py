@@ -82,11 +82,20 @@ def test_die_after_steps_is_armed_on_its_node_only() -> None:
     assert Faults().steps_before_death(0) is None
 
 
+def test_die_after_steps_with_a_variable_is_armed_on_its_node_where_the_variable_holds() -> None:
+    faults = parse_faults("die_after_steps:12@node_rank=1@NCCL_ALGO=Tree")
+    assert str(faults) == "die_after_steps:12@node_rank=1@NCCL_ALGO=Tree"
+    assert faults.steps_before_death(1, {"NCCL_ALGO": "Tree"}) == 12
+    assert faults.steps_before_death(1, {"NCCL_ALGO": "Ring"}) is None and faults.steps_before_death(1, {}) is None
+    assert faults.steps_before_death(0, {"NCCL_ALGO": "Tree"}) is None
+
+
 @pytest.mark.parametrize(
     "bad",
     ["die_after_steps:", "die_after_steps:0", "die_after_steps:x", "die_after_steps:3@", "die_after_steps:3@node_rank",
-     "die_after_steps:3@node_rank=", "die_after_steps:3@node_rank=-1", "die_after_steps:3@NCCL_ALGO=Tree"],
+     "die_after_steps:3@node_rank=", "die_after_steps:3@node_rank=-1", "die_after_steps:3@node_rank=1@node_rank=0",
+     "die_after_steps:3@A=1@B=2", "die_after_steps:3@node_rank=1@A=1@B=2"],
 )
 def test_bad_die_after_steps_names_the_variable_and_the_form(bad: str) -> None:
-    with pytest.raises(ValueError, match=r"SPECTUNE_REFERENCE_FAULT: die_after_steps needs .*die_after_steps:N@node_rank=R"):
+    with pytest.raises(ValueError, match=r"SPECTUNE_REFERENCE_FAULT: die_after_steps needs .*die_after_steps:N\[@node_rank=R\]\[@NAME=VALUE\]"):
         parse_faults(bad)
