@@ -39,6 +39,17 @@ class EnginePlacement:
     def nnodes(self) -> int:
         return len(self.host_bundles)
 
+    def rank_node_need(self) -> dict[str, float]:
+        """What a node must hold to run some rank of the engine: the whole group on one node
+        (``STRICT_PACK``), or the smallest host bundle of a spread one."""
+        if self.strategy != "STRICT_SPREAD":
+            total: dict[str, float] = {}
+            for bundle in self.bundles:
+                for name, amount in bundle.items():
+                    total[name] = total.get(name, 0.0) + amount
+            return total
+        return dict(min((self.bundles[i] for i in self.host_bundles), key=lambda b: (b.get("GPU", 0.0), b.get("CPU", 0.0))))
+
     def describe(self) -> str:
         """``2 GPUs and 4 CPUs`` or ``2 nodes of 8 GPUs (+4 CPUs on the first)``, for humans."""
         cpus = sum(b.get("CPU", 0.0) for b in self.bundles)
@@ -97,10 +108,7 @@ def placements_that_fit(nodes: Sequence[Mapping[str, float]], placement: EngineP
                 taken.append((free[index], bundle))
             ok = len(taken) == len(placement.bundles)
         else:
-            total: dict[str, float] = {}
-            for bundle in placement.bundles:
-                for name, amount in bundle.items():
-                    total[name] = total.get(name, 0.0) + amount
+            total = placement.rank_node_need()
             node = next((n for n in free if _fits(n, total)), None)
             ok = node is not None
             if node is not None:

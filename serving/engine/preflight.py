@@ -212,18 +212,6 @@ NETWORK_CHECK_TIMEOUT_S = 60.0
 """How long the network check may take on all nodes together (a task per node, no resources)."""
 
 
-def _rank_bundle(placement: "EnginePlacement") -> dict[str, float]:
-    """What a node must hold to run some rank of the engine: the whole packed group on one node,
-    or the smallest node's bundle of a spread one."""
-    if placement.nnodes == 1:
-        total: dict[str, float] = {}
-        for bundle in placement.bundles:
-            for name, amount in bundle.items():
-                total[name] = total.get(name, 0.0) + amount
-        return total
-    return min((placement.bundles[i] for i in placement.host_bundles), key=lambda b: (b.get("GPU", 0.0), b.get("CPU", 0.0)))
-
-
 def network_problems(settings: Iterable[tuple[str, str, str]], *, env: Mapping[str, str],
                      placement: "EnginePlacement", timeout_s: float = NETWORK_CHECK_TIMEOUT_S) -> tuple[str, list[str]]:
     """Judge NCCL's node-checked values on every live node that can hold a rank of ``placement``.
@@ -246,15 +234,22 @@ def network_problems(settings: Iterable[tuple[str, str, str]], *, env: Mapping[s
     from serving.engine.nccl_network import node_problems
 
     settings = list(settings)
-    bundle = _rank_bundle(placement)
-    nodes = [n for n in ray.nodes() if n.get("Alive") and units_that_fit([dict(n.get("Resources", {}))], bundle) >= 1]
+    need = placement.rank_node_need()
+    nodes = [n for n in ray.nodes() if n.get("Alive") and units_that_fit([dict(n.get("Resources", {}))], need) >= 1]
     check = ray.remote(node_problems)
     pending = {
         check.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
             settings, env=dict(env), inherited=NODE_CHECKED_VARIABLES): n for n in nodes}
     problems: list[str] = []
     for ref, node in pending.items():
-        found = ray.get(ref, timeout=timeout_s)
+        try:
+            found = ray.get(ref, timeout=timeout_s)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+            problems.append(f"network: the check of {', '.join(sorted({n for _, n, _ in settings})) or 'NCCL_*'} "
+                            f"did not answer from node {node.get('NodeManagerAddress', '?')} (Ray node "
+                            f"{node['NodeID'][:8]}) within {timeout_s:g} s ({type(exc).__name__}); is the node "
+                            "healthy? (ray status)")
+            continue
         where = (f"node {node.get('NodeManagerAddress', '?')} ({found['hostname']}, Ray node {node['NodeID'][:8]}; "
                  f"{found['network']})")
         for field, name, value, why in found["problems"]:

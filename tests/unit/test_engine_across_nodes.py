@@ -102,3 +102,9 @@ def test_the_audit_of_an_engine_across_nodes_is_every_nodes() -> None:
     assert not failed["ok"] and "FAILED on 1 of 2 nodes" in failed["summary"]
     assert "node rank 1 (10.0.0.2, node bb): env audit FAILED" in failed["summary"]
     assert node_words(nodes[1]) == "node rank 1 (10.0.0.2, node bb)"
+
+
+def test_a_node_runs_a_rank_if_it_holds_its_part_of_the_group() -> None:
+    assert engine_placement(gpus=8, cpus=4).rank_node_need() == {"CPU": 4.0, "GPU": 8.0}, "packed: all of it"
+    assert engine_placement(gpus=16, cpus=4, nnodes=2).rank_node_need() == {"GPU": 8.0}, "spread: a node's GPUs"
+    assert engine_placement(gpus=0, cpus=1, nnodes=2).rank_node_need() == {"CPU": 1.0}
