@@ -31,6 +31,7 @@ class EngineNode(Protocol):
     kind: str
     model_path: str
     tp_size: int
+    nnodes: int
     gpu_kind: str
     architecture: Optional[str]
     extra_args: Mapping[str, Any]
@@ -96,7 +97,9 @@ def arm_plan(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str]
     """The arms of ``arms`` on the node ``gpu_kind`` (default: the spec's ``engine.gpu_kind``).
 
     Flags the spec fixes in ``engine.extra_args`` take part as SGLang would read them:
-    ``flashinfer_allreduce_fusion_backend``, ``enable_dp_attention`` and ``moe_a2a_backend``.
+    ``flashinfer_allreduce_fusion_backend``, ``enable_dp_attention`` and ``moe_a2a_backend``; and
+    ``engine.nnodes``: across nodes custom all-reduce turns itself off and fusion is not
+    auto-enabled on sm90, so NCCL carries decode there on every arm.
     """
     kind = gpu_kind or engine.gpu_kind
     if kind == AUTO_KIND:
@@ -109,7 +112,7 @@ def arm_plan(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str]
             gpu_kind=node, architecture=model_architecture(engine), tp_size=engine.tp_size,
             disable_custom_all_reduce=arm_flags(arm)["disable_custom_all_reduce"],
             enforce_disable_fusion=arm_flags(arm)["enforce_disable_flashinfer_allreduce_fusion"],
-            fusion_backend=backend if isinstance(backend, str) else None,
+            fusion_backend=backend if isinstance(backend, str) else None, nnodes=engine.nnodes,
             attention_dp=bool(extra.get("enable_dp_attention")),
             moe_a2a_backend=str(extra.get("moe_a2a_backend", "none")),
         )

@@ -150,10 +150,10 @@ def test_nvidia_smi_output_names_the_node() -> None:
 
 
 def _spec(gpu_kind: str, *, arms=("default", "no_fusion", "nccl"), tp: int = 8, kind: str = "sglang",
-          nccl_env: dict | None = None) -> SweepSpec:
+          nccl_env: dict | None = None, nnodes: int = 1) -> SweepSpec:
     engine = {"kind": kind, "model_path": "moonshotai/Kimi-K2.5" if kind == "sglang" else "ref-tiny",
               "draft_model_path": "lightseekorg/kimi-k2.5-eagle3-mla" if kind == "sglang" else "ref-tiny-draft",
-              "tp_size": tp, "gpu_kind": gpu_kind, "architecture": KIMI}
+              "tp_size": tp, "gpu_kind": gpu_kind, "architecture": KIMI, "nnodes": nnodes}
     return SweepSpec.from_dict({
         "name": "arms", "engine": engine,
         "search": {"speculative": {"num_steps": [2, 3], "eagle_topk": [1]}, "all_reduce": list(arms),
@@ -212,6 +212,14 @@ def test_nccl_settings_on_a_node_where_no_arm_uses_nccl_are_refused() -> None:
     with pytest.raises(ValueError, match="NCCL carries decode's all-reduce on none of the arms"):
         _spec("sm90-nvlink", arms=("default", "no_fusion"))
     _spec("sm120-pcie", arms=("default",))  # every arm is NCCL there: fine
+
+
+def test_across_nodes_nccl_carries_decode_on_every_arm_so_the_variables_are_searched() -> None:
+    spec = _spec("sm90-nvlink", arms=("default", "no_fusion"), tp=16, nnodes=2)  # refused on one node (above)
+    plan = spec.arm_plan()
+    assert {path.kernel for path in plan.paths.values()} == {"nccl"}, plan.lines()
+    assert plan.measured == ("default",) and plan.nccl_arms == ("default",)
+    assert "spans across nodes" in plan.paths["default"].custom_off_line
 
 
 def test_gpu_kind_cpu_is_for_the_reference_engine_only() -> None:
