@@ -201,6 +201,7 @@ class EngineGroup:
                 text = ray.get(host.log_text.remote(), timeout=60)
             except Exception as exc:  # noqa: BLE001 - a lost node's log is lost; the others are kept
                 text = f"(log not readable: {_cause(exc)})\n"
+            # the header is how serving.engine.nccl_log tells two nodes' processes apart (same pid)
             parts.append(f"===== {node_words(self._nodes[rank])} =====\n{text}")
         return "\n".join(parts)
 

@@ -14,6 +14,10 @@ NCCL variable it reads that is set, prefixed by host, pid, thread and CUDA devic
 the per-rank proof: a rank whose NCCL reports another value than the trial's, or nothing for a
 variable NCCL reads at every communicator's start, fails the check.
 
+Across nodes the engine log is every node's log, each under a header naming its node rank
+(``serving.engine.group``'s ``===== node rank R (...) =====``): a process is known by its node
+rank and pid together, since two nodes (two pods, say) can give their ranks the same pid.
+
 Some variables are read only on a code path (``NCCL_IB_*`` without InfiniBand, say): when no
 process reports one, it is *unconfirmed* (listed, not a failure) unless it is in
 :data:`READ_AT_INIT`. Standard library only (engine hosts may run on bare GPU images).
@@ -37,6 +41,11 @@ __all__ = [
 _NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?:INFO|WARN) (?P<rest>.*)$")
 """Any line NCCL logs: the process logging it has initialised NCCL."""
 _SET_BY_ENV = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$")
+_NODE_HEADER = re.compile(r"^===== node rank (?P<node>\d+)\b")
+"""The line ``serving.engine.group.EngineGroup.log_text`` puts before each node's log."""
+
+ProcessKey = tuple[Any, int]
+"""``(node rank, pid)``; the node rank is None in one node's log (no headers)."""
 
 READ_AT_INIT = frozenset({"NCCL_ALGO", "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 """Variables every rank's NCCL reads (and, when set, logs) at communicator start: seen on 2x H200
@@ -51,17 +60,22 @@ def nccl_debug_enabled(env: Mapping[str, str | None]) -> bool:
     return (env.get("NCCL_DEBUG") or "").strip().upper() in ("INFO", "TRACE")
 
 
-def parse_nccl_env_lines(log_text: str) -> dict[int, dict[str, Any]]:
-    """pid -> ``{"device": cuda device index, "values": {variable: value}}`` for every process that
-    logged NCCL lines (``values`` empty when it reported no variable).
+def parse_nccl_env_lines(log_text: str) -> dict[ProcessKey, dict[str, Any]]:
+    """``(node rank, pid)`` -> ``{"device": cuda device index, "values": {variable: value}}`` for
+    every process that logged NCCL lines (``values`` empty when it reported no variable).
 
     A variable logged twice by one process (one line per communicator) keeps the last value."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[ProcessKey, dict[str, Any]] = {}
+    node = None
     for line in log_text.splitlines():
+        header = _NODE_HEADER.match(line)
+        if header is not None:
+            node = int(header["node"])
+            continue
         match = _NCCL_LINE.match(line.strip())
         if match is None:
             continue
-        entry = out.setdefault(int(match["pid"]), {"device": int(match["dev"]), "values": {}})
+        entry = out.setdefault((node, int(match["pid"])), {"device": int(match["dev"]), "values": {}})
         setting = _SET_BY_ENV.match(match["rest"])
         if setting is not None:
             entry["values"][setting["name"]] = setting["value"]
@@ -133,32 +147,37 @@ def check_nccl_log(
     if tp_size < 2:
         return NcclLogCheck("not_applicable", expected, reason="one rank: no communicator, NCCL reads nothing")
     reported = parse_nccl_env_lines(log_text)
-    pids = sorted(reported)
-    if not pids:
+    keys = sorted(reported, key=lambda k: (-1 if k[0] is None else k[0], k[1]))
+    if not keys:
         return NcclLogCheck("not_applicable", expected,
                             reason="no NCCL lines in the engine log (a CPU engine all-reduces over gloo)")
-    known = {int(p["pid"]): p for p in processes if "pid" in p}
+    known = {(p.get("node_rank"), int(p["pid"])): p for p in processes if "pid" in p}
+
+    def where(key: ProcessKey) -> str:
+        return ("" if key[0] is None else f"node rank {key[0]} ") + f"pid {key[1]}"
+
     ranks, problems = [], []
-    for pid in pids:
-        values = reported[pid]["values"]
-        who = known.get(pid, {})
-        label = f"pid {pid}" + (f" ({who.get('role')}, {who.get('name')})" if who else "")
-        ranks.append({"pid": pid, "device": reported[pid]["device"], "role": who.get("role"),
+    for key in keys:
+        values = reported[key]["values"]
+        who = known.get(key, {})
+        label = where(key) + (f" ({who.get('role')}, {who.get('name')})" if who else "")
+        ranks.append({"pid": key[1], **({} if key[0] is None else {"node_rank": key[0]}),
+                      "device": reported[key]["device"], "role": who.get("role"),
                       "name": who.get("name"), "reported": {k: values.get(k) for k in sorted(expected)}})
         for name, want in sorted(expected.items()):
             got = values.get(name)
             if got is not None and got.lower() != want.lower():
                 problems.append(f"{label}: NCCL read {name}={got}, the trial set {want}")
-    seen = {name for pid in pids for name in reported[pid]["values"]}
+    seen = {name for key in keys for name in reported[key]["values"]}
     for name in sorted(expected):
-        missing = [pid for pid in pids if name not in reported[pid]["values"]]
+        missing = [key for key in keys if name not in reported[key]["values"]]
         if not missing:
             continue
         if name in READ_AT_INIT or name in seen:
             why = "NCCL reads it at every communicator's start" if name in READ_AT_INIT else "other ranks report it"
-            problems += [f"pid {pid}: NCCL reported nothing for {name} ({why}): the variable did not reach it"
-                         for pid in missing]
-    if len(pids) < tp_size:
-        problems.append(f"NCCL lines from {len(pids)} of {tp_size} ranks: the others did not initialise NCCL or log")
+            problems += [f"{where(key)}: NCCL reported nothing for {name} ({why}): the variable did not reach it"
+                         for key in missing]
+    if len(keys) < tp_size:
+        problems.append(f"NCCL lines from {len(keys)} of {tp_size} ranks: the others did not initialise NCCL or log")
     unconfirmed = sorted(name for name in expected if name not in seen and name not in READ_AT_INIT)
     return NcclLogCheck("failed" if problems else "ok", expected, ranks, problems, unconfirmed)

@@ -22,10 +22,10 @@ AUDIT = [{"pid": 641, "role": "tp_worker", "name": "ref::tp0"}, {"pid": 642, "ro
 
 def test_lines_parse_per_process_with_both_value_spellings() -> None:
     parsed = parse_nccl_env_lines(GOOD_RUN)
-    assert set(parsed) == {641, 642}
-    assert parsed[642]["device"] == 1
+    assert set(parsed) == {(None, 641), (None, 642)}
+    assert parsed[(None, 642)]["device"] == 1
     # integer parameters end with a period ("to 0."), string ones do not ("to Ring")
-    assert parsed[641]["values"] == {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0",
+    assert parsed[(None, 641)]["values"] == {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0",
                                      "NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring"}
 
 
@@ -76,3 +76,18 @@ def test_not_applicable_without_info_logging_one_rank_or_nccl() -> None:
     gloo = "\n".join(EXCERPT[:2])  # worker start-up lines only: a CPU engine all-reduces over gloo
     check = check_nccl_log(gloo, TRIAL_ENV, tp_size=2)
     assert check.status == "not_applicable" and check.ok and "gloo" in check.reason
+
+
+def test_across_nodes_a_process_is_its_node_and_pid_even_where_two_nodes_share_a_pid() -> None:
+    # two pods each give their ranks pids 641/642: the node headers of the group's log tell them apart
+    node1 = GOOD_RUN.replace("NCCL_ALGO set by environment to Ring", "NCCL_ALGO set by environment to Tree")
+    log = f"===== node rank 0 (10.0.0.1, node aa) =====\n{GOOD_RUN}\n===== node rank 1 (10.0.0.2, node bb) =====\n{node1}"
+    audit = [{**p, "node_rank": r} for r in (0, 1) for p in AUDIT]
+    check = check_nccl_log(log, TRIAL_ENV, tp_size=4, processes=audit)
+    assert [(r["node_rank"], r["pid"], r["name"]) for r in check.ranks] == [
+        (0, 641, "ref::tp0"), (0, 642, "ref::tp1"), (1, 641, "ref::tp0"), (1, 642, "ref::tp1")]
+    assert check.status == "failed" and check.problems == [
+        "node rank 1 pid 641 (tp_worker, ref::tp0): NCCL read NCCL_ALGO=Tree, the trial set Ring",
+        "node rank 1 pid 642 (tp_worker, ref::tp1): NCCL read NCCL_ALGO=Tree, the trial set Ring"]
+    assert check_nccl_log(f"===== node rank 0 (a) =====\n{GOOD_RUN}\n===== node rank 1 (b) =====\n{GOOD_RUN}",
+                          TRIAL_ENV, tp_size=4, processes=audit).status == "ok"
