@@ -24,7 +24,7 @@ from orchestrator.sweep.results import OBJECTIVE_KEY, TrialRecord
 from orchestrator.space import TrialPlan
 from serving.environ import ENV
 
-__all__ = ["Display", "QuietWatch", "job_console", "trial_needs"]
+__all__ = ["Display", "QuietWatch", "job_console"]
 
 
 def job_console() -> Console:
@@ -189,7 +189,3 @@ class QuietWatch:
             if time.monotonic() - self.display.last_line >= self.limit_s:
                 self.display.line(self.display.waiting_line(self._free()))
 
-
-def trial_needs(spec: SweepSpec) -> str:
-    """What one trial asks of a node, in words (the quiet watch names it while Ray has no room)."""
-    return spec.trial_placement.describe()

@@ -37,7 +37,7 @@ from orchestrator.sweep.coordinator import (
     CoordinatorRef,
     coordinator_name,
 )
-from orchestrator.sweep.display import Display, QuietWatch, job_console, trial_needs
+from orchestrator.sweep.display import Display, QuietWatch, job_console
 from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
@@ -111,7 +111,7 @@ def run_sweep(
     import ray
 
     console = console or job_console()
-    out = resolve_results_dir(spec, results_dir)
+    out = resolve_results_dir(spec.results_dir, results_dir)
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
     tracking_uri, tracking_from = resolve_tracking_uri(spec, out, given=tracking_uri, resume=resume)
@@ -151,7 +151,7 @@ def run_sweep(
     in_main = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
-        with QuietWatch(display, needs=trial_needs(spec)):
+        with QuietWatch(display, needs=spec.trial_placement.describe()):
             tuner.fit()
             records = final_records(coordinator)
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator,
@@ -247,11 +247,13 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
         return tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
                                   restart_errored=False)
     _, searcher = sweep_search(spec, slo=bool(spec.objective.slo.limits()))
+    early = spec.search.early_stopping
+    scheduler = BaselineAwareASHA.create(early=early, direction=spec.objective.direction,
+                                         repetitions=spec.benchmark.repetitions) if early.enabled else None
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=BaselineAwareASHA.create(spec) if spec.search.early_stopping.enabled
-            else None, num_samples=spec.budget.num_trials,
+            search_alg=searcher, scheduler=scheduler, num_samples=spec.budget.num_trials,
             max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
             reuse_actors=False,
         ),

@@ -16,7 +16,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.spec import SweepSpec
 from orchestrator.sweep.coordinator import CONFIRMATION_FILE, STATE_FILE, TRIALS_FILE
 from serving.environ import ENV
 
@@ -28,10 +27,10 @@ _RAY_WORKING_DIR_MARKER = "runtime_resources"
 """Part of the path of the copy ``ray job submit --working-dir`` runs in (inside Ray's session dir)."""
 
 
-def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Path | None = None) -> Path:
+def resolve_results_dir(results_dir: str, override: str | None = None, *, cwd: Path | None = None) -> Path:
     """Where results go, as an absolute path a person can find afterwards.
 
-    ``--results-dir`` wins; an absolute ``results_dir`` in the spec is used as is. A relative one
+    ``--results-dir`` (``override``) wins; an absolute ``results_dir`` (the spec's) is used as is. A relative one
     is taken from the working directory, except under ``ray job submit --working-dir``: the job
     then runs in a temporary copy inside Ray's session folder that vanishes with the session, so
     results go to ``$SPECTUNE_RESULTS_ROOT`` (default ``~/spectune-results``) instead, under the
@@ -39,7 +38,7 @@ def resolve_results_dir(spec: SweepSpec, override: str | None = None, *, cwd: Pa
     """
     if override:
         return Path(override).expanduser().resolve()
-    path = Path(spec.results_dir).expanduser()
+    path = Path(results_dir).expanduser()
     if path.is_absolute():
         return path
     here = (cwd or Path.cwd()).resolve()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.spec import SweepSpec
+from orchestrator.spec import EarlyStoppingSpec
 from orchestrator.space import TrialPlan
 from orchestrator.sweep.results import OBJECTIVE_KEY
 
@@ -20,7 +20,9 @@ class BaselineAwareASHA:
     """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
 
     @staticmethod
-    def create(spec: SweepSpec) -> Any:
+    def create(*, early: EarlyStoppingSpec, direction: str, repetitions: int) -> Any:
+        """ASHA over a trial's reports (``repetitions`` of the objective, then a final one), in the
+        objective's ``direction``, with ``search.early_stopping``'s grace and reduction factor."""
         from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
         class SweepASHA(ASHAScheduler):
@@ -30,11 +32,10 @@ class BaselineAwareASHA:
                     return TrialScheduler.CONTINUE
                 return decision
 
-        early = spec.search.early_stopping
         return SweepASHA(
-            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=spec.objective.direction,
+            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=direction,
             # Reports are the objective's repetitions plus one final report; max_t above them all,
             # so ASHA never stops a trial merely for reaching its last repetition.
-            max_t=spec.benchmark.repetitions + 2,
+            max_t=repetitions + 2,
             grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
         )

@@ -98,13 +98,13 @@ def _spec(results_dir: str) -> SweepSpec:
 
 
 def test_results_dir_relative_to_where_the_user_runs(tmp_path: Path) -> None:
-    assert resolve_results_dir(_spec("results"), cwd=tmp_path) == (tmp_path / "results").resolve()
-    assert resolve_results_dir(_spec("results"), "/abs/out", cwd=tmp_path) == Path("/abs/out")
-    assert resolve_results_dir(_spec("/data/r"), cwd=tmp_path) == Path("/data/r")
+    assert resolve_results_dir(_spec("results").results_dir, cwd=tmp_path) == (tmp_path / "results").resolve()
+    assert resolve_results_dir(_spec("results").results_dir, "/abs/out", cwd=tmp_path) == Path("/abs/out")
+    assert resolve_results_dir(_spec("/data/r").results_dir, cwd=tmp_path) == Path("/data/r")
 
 
 def test_results_dir_never_inside_rays_temporary_copy(tmp_path: Path, monkeypatch) -> None:
     job_copy = tmp_path / "ray" / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
     job_copy.mkdir(parents=True)
     monkeypatch.setenv("SPECTUNE_RESULTS_ROOT", str(tmp_path / "kept"))
-    assert resolve_results_dir(_spec("results"), cwd=job_copy) == (tmp_path / "kept" / "results").resolve()
+    assert resolve_results_dir(_spec("results").results_dir, cwd=job_copy) == (tmp_path / "kept" / "results").resolve()
