@@ -52,7 +52,9 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
                 "speculative_algorithm": "EAGLE3", "tp_size": 2, "nnodes": 2,
                 "extra_args": {"context_length": 2048},
-                "env": {"SPECTUNE_REFERENCE_FAULT": FAULT, "SPECTUNE_TEST_MARKER": marker}},
+                # NCCL_SOCKET_IFNAME: a network variable in its fixed form, checked on both nodes by the
+                # preflight and audited on every rank (gloo ignores it)
+                "env": {"SPECTUNE_REFERENCE_FAULT": FAULT, "SPECTUNE_TEST_MARKER": marker, "NCCL_SOCKET_IFNAME": "lo"}},
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {"NCCL_ALGO": ["default", "Tree"]},
                 "seed": 1, "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 150},
@@ -71,6 +73,8 @@ def _records(results: Path) -> dict[str, dict]:
 
 def test_every_trial_engine_spans_both_nodes_and_is_audited_on_each(sweep_run: dict) -> None:
     assert sweep_run["proc"].returncode == 0, sweep_run["log"][-6000:]
+    assert "preflight: network: NCCL_SOCKET_IFNAME checked on 2 nodes that can run an engine rank" in " ".join(
+        sweep_run["log"].split()), sweep_run["log"][:4000]
     records = _records(sweep_run["results"])
     healthy = [r for r in records.values() if r["params"].get("NCCL_ALGO") != "Tree"]
     assert len(healthy) == 3 and all(r["status"] == "ok" for r in healthy), records
@@ -90,6 +94,7 @@ def test_every_trial_engine_spans_both_nodes_and_is_audited_on_each(sweep_run: d
         assert [n["node_id"] for n in tagged] == [n["node_id"] for n in record["engine_nodes"]]
         audit = json.loads(Path(client.download_artifacts(run.info.run_id, "env_audit.json")).read_text())
         assert audit["ok"] and audit["expected"]["SPECTUNE_TEST_MARKER"] == sweep_run["marker"], audit["summary"]
+        assert audit["expected"]["NCCL_SOCKET_IFNAME"] == "lo", audit["summary"]
         ranks = [p for p in audit["processes"] if p["role"] == "tp_worker"]
         assert sorted(p["node_rank"] for p in ranks) == [0, 1], audit["summary"]  # one rank per node, each checked
         assert all(p["ok"] for p in audit["processes"]), audit["summary"]
@@ -130,7 +135,7 @@ def served(cluster: RayCluster, sweep_run: dict, tmp_path_factory: pytest.TempPa
     marker = new_marker()
     config = write_config(work / "best.yaml", engine={
         "kind": "reference", "model_path": "ref-tiny", "tp_size": 2, "nnodes": 2,
-        "env": {"NCCL_ALGO": "Ring", "SPECTUNE_TEST_MARKER": marker}})
+        "env": {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "lo", "SPECTUNE_TEST_MARKER": marker}})
     server = ServeProcess.start(config, port=free_port(), log_dir=work,
                                 args=["--gpus-per-replica", "2", "--address", cluster.address])
     try:
@@ -154,5 +159,6 @@ def test_serve_of_a_two_node_config_answers_and_lists_both_nodes(served: dict) -
     nodes = info["engine_nodes"]
     assert [n["node_rank"] for n in nodes] == [0, 1] and len({n["node_id"] for n in nodes}) == 2, info
     audit = http(server.url + "/spectune/audit").json()
-    assert audit["ok"], audit["startup"]["summary"]
+    assert audit["ok"] and audit["startup"]["expected"]["NCCL_SOCKET_IFNAME"] == "lo", audit["startup"]["summary"]
+    assert served["server"].logs_contain("preflight: network: NCCL_SOCKET_IFNAME checked on 2 nodes"), "checked on both"
     assert sorted(p["node_rank"] for p in audit["startup"]["processes"] if p["role"] == "tp_worker") == [0, 1]
