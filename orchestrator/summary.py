@@ -103,7 +103,8 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
     text = {
         "engine": (
             f"{engine.kind} model={engine.model_path} tp={engine.tp_size} "
-            f"speculative={engine.speculative_algorithm or 'off'}"
+            + (f"nnodes={engine.nnodes} ({engine.tp_size // engine.nnodes} ranks a node) " if engine.nnodes > 1 else "")
+            + f"speculative={engine.speculative_algorithm or 'off'}"
             + (f" draft={engine.draft_model_path}" if engine.speculative_algorithm else "")
             + f"; fixed env: {fixed_env}"
         ),
@@ -157,6 +158,7 @@ def sweep_params(spec: SweepSpec) -> dict[str, Any]:
         "engine.draft_model_path": engine.draft_model_path if engine.speculative_algorithm else None,
         "engine.speculative_algorithm": engine.speculative_algorithm or "off",
         "engine.tp_size": engine.tp_size,
+        "engine.nnodes": engine.nnodes if engine.nnodes > 1 else None,  # one node: as before, no param
         "objective.metric": spec.objective.metric,
         "objective.direction": spec.objective.direction,
         "objective.concurrency": spec.objective_concurrency,

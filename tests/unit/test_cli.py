@@ -54,6 +54,8 @@ def test_validate_kimi_spec_json() -> None:
     ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default", 205),
     # eight NVLink GPUs: fusion, custom, NCCL; NCCL_* only on nccl: 41 x (1 + 1 + 3 x 3)
     ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl", 451),
+    # two nodes of eight: NCCL on every arm across nodes, the network variables too: 41 x 3 x 3 x 2 x 2
+    ("kimi-k2.5-eagle3-2x8-h100.yaml", "default", 1476),
 ])
 def test_validate_of_each_node_kinds_spec_states_its_arms(spec: str, arms: str, configurations: int) -> None:
     result = runner.invoke(app, ["validate", "--json", str(KIMI_SPEC.parent / spec)])
