@@ -41,6 +41,8 @@ __all__ = [
 _NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?:INFO|WARN) (?P<rest>.*)$")
 """Any line NCCL logs: the process logging it has initialised NCCL."""
 _SET_BY_ENV = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$")
+_USING_NETWORK = re.compile(r"^Using network (?P<network>\S+)")
+"""NCCL's init line naming the network plugin a communicator uses (``Using network IB`` / ``Socket``)."""
 _NODE_HEADER = re.compile(r"^===== node rank (?P<node>\d+)\b")
 """The line ``serving.engine.group.EngineGroup.log_text`` puts before each node's log."""
 
@@ -61,8 +63,9 @@ def nccl_debug_enabled(env: Mapping[str, str | None]) -> bool:
 
 
 def parse_nccl_env_lines(log_text: str) -> dict[ProcessKey, dict[str, Any]]:
-    """``(node rank, pid)`` -> ``{"device": cuda device index, "values": {variable: value}}`` for
-    every process that logged NCCL lines (``values`` empty when it reported no variable).
+    """``(node rank, pid)`` -> ``{"device": cuda device index, "values": {variable: value}, "network":
+    the plugin its "Using network" line names, or None}`` for every process that logged NCCL lines
+    (``values`` empty when it reported no variable).
 
     A variable logged twice by one process (one line per communicator) keeps the last value."""
     out: dict[ProcessKey, dict[str, Any]] = {}
@@ -75,11 +78,23 @@ def parse_nccl_env_lines(log_text: str) -> dict[ProcessKey, dict[str, Any]]:
         match = _NCCL_LINE.match(line.strip())
         if match is None:
             continue
-        entry = out.setdefault((node, int(match["pid"])), {"device": int(match["dev"]), "values": {}})
+        entry = out.setdefault((node, int(match["pid"])), {"device": int(match["dev"]), "values": {}, "network": None})
         setting = _SET_BY_ENV.match(match["rest"])
         if setting is not None:
             entry["values"][setting["name"]] = setting["value"]
+        network = _USING_NETWORK.match(match["rest"])
+        if network is not None:
+            entry["network"] = network["network"]
     return out
+
+
+def _wants_ib(expected: Mapping[str, str]) -> str | None:
+    """The setting that asks for InfiniBand/RoCE (``NCCL_IB_HCA``, or ``NCCL_NET=IB``), if any."""
+    if expected.get("NCCL_IB_HCA"):
+        return f"NCCL_IB_HCA={expected['NCCL_IB_HCA']!r}"
+    if (expected.get("NCCL_NET") or "").upper() == "IB":
+        return "NCCL_NET=IB"
+    return None
 
 
 @dataclass(frozen=True)
@@ -90,8 +105,9 @@ class NcclLogCheck:
         status: ``ok``, ``failed`` or ``not_applicable`` (NCCL_DEBUG is not INFO, or no process
             logged NCCL lines: a CPU engine on gloo, or one rank).
         expected: The NCCL variables checked, with the trial's values.
-        ranks: Per NCCL process: pid, CUDA device, role/name from the env audit where known, and
-            what NCCL reported for each expected variable (None: nothing).
+        ranks: Per NCCL process: pid (and node rank across nodes), CUDA device, role/name from the
+            env audit where known, the network plugin its "Using network" line names (None: no
+            such line), and what NCCL reported for each expected variable (None: nothing).
         problems: One line per disagreement, naming pid, variable, what NCCL said and what was set.
         unconfirmed: Expected variables no process reported (read on a code path not taken).
         reason: Why the check does not apply (``not_applicable`` only).
@@ -115,6 +131,10 @@ class NcclLogCheck:
             return f"NCCL log check not applicable: {self.reason}"
         names = ", ".join(f"{k}={v}" for k, v in sorted(self.expected.items())) or "no NCCL variables"
         head = f"NCCL log check {'passed' if self.status == 'ok' else 'FAILED'}: {len(self.ranks)} NCCL processes, {names}"
+        networks = sorted({r["network"] for r in self.ranks if r.get("network")})
+        if networks:
+            head += "; network " + ", ".join(
+                f"{n} on {sum(r.get('network') == n for r in self.ranks)}" for n in networks)
         if self.unconfirmed:
             head += f" (not reported by NCCL, so unconfirmed: {', '.join(self.unconfirmed)})"
         return "\n".join([head, *(f"  {p}" for p in self.problems)])
@@ -161,13 +181,19 @@ def check_nccl_log(
         values = reported[key]["values"]
         who = known.get(key, {})
         label = where(key) + (f" ({who.get('role')}, {who.get('name')})" if who else "")
+        network = reported[key]["network"]
         ranks.append({"pid": key[1], **({} if key[0] is None else {"node_rank": key[0]}),
-                      "device": reported[key]["device"], "role": who.get("role"),
-                      "name": who.get("name"), "reported": {k: values.get(k) for k in sorted(expected)}})
+                      "device": reported[key]["device"], "role": who.get("role"), "name": who.get("name"),
+                      "network": network, "reported": {k: values.get(k) for k in sorted(expected)}})
         for name, want in sorted(expected.items()):
             got = values.get(name)
             if got is not None and got.lower() != want.lower():
                 problems.append(f"{label}: NCCL read {name}={got}, the trial set {want}")
+        ib = _wants_ib(expected)
+        if ib and network is not None and network.upper() != "IB":
+            problems.append(f"{label}: {ib} is set, but NCCL uses network {network}: no active HCA port matched "
+                            "there (its 'NET/IB : No device found.' line), so every inter-node all-reduce went over "
+                            "TCP sockets")
     seen = {name for key in keys for name in reported[key]["values"]}
     for name in sorted(expected):
         missing = [key for key in keys if name not in reported[key]["values"]]

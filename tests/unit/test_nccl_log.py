@@ -91,3 +91,17 @@ def test_across_nodes_a_process_is_its_node_and_pid_even_where_two_nodes_share_a
         "node rank 1 pid 642 (tp_worker, ref::tp1): NCCL read NCCL_ALGO=Tree, the trial set Ring"]
     assert check_nccl_log(f"===== node rank 0 (a) =====\n{GOOD_RUN}\n===== node rank 1 (b) =====\n{GOOD_RUN}",
                           TRIAL_ENV, tp_size=4, processes=audit).status == "ok"
+
+
+def test_a_rank_that_fell_back_to_sockets_with_an_hca_set_fails_naming_it() -> None:
+    # NCCL 2.30's init line (init.cc: INFO(NCCL_INIT, "Using network %s")): IB on one rank, Socket on the other
+    env = {**TRIAL_ENV, "NCCL_IB_HCA": "=mlx5_0"}
+    lines = GOOD_RUN.splitlines()
+    log = "\n".join([*lines, "vm:641:641 [0] NCCL INFO Using network IB", "vm:642:642 [1] NCCL INFO Using network Socket"])
+    check = check_nccl_log(log, env, tp_size=2, processes=AUDIT)
+    assert [r["network"] for r in check.ranks] == ["IB", "Socket"]
+    assert check.status == "failed" and check.problems == [
+        "pid 642 (tp_worker, ref::tp1): NCCL_IB_HCA='=mlx5_0' is set, but NCCL uses network Socket: no active HCA port "
+        "matched there (its 'NET/IB : No device found.' line), so every inter-node all-reduce went over TCP sockets"]
+    assert "network IB on 1, Socket on 1" in check.summary()
+    assert check_nccl_log(log, TRIAL_ENV, tp_size=2, processes=AUDIT).status == "ok", "sockets are fine unless IB was asked"
