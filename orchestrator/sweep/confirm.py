@@ -75,7 +75,8 @@ class Confirmation:
     Attributes:
         contenders: In visiting order.
         visits: Every visit, ``{"trial", "round", "values", "value", "status", "reason", "message",
-            "host_cpu_steal"}``; status ``ok``, ``failed`` or ``discarded`` (measured under CPU steal).
+            "host_cpu_steal"}`` and, from a real engine, ``"engine_nodes"``; status ``ok``, ``failed``
+            or ``discarded`` (measured under CPU steal).
         leader: The best search contender over its visits (None without one).
         chosen: The trial whose configuration best.yaml holds.
         vs_sglang_default / vs_no_speculation: ``{"kind", "ratio", "ci95_low", "ci95_high", "visits", ...}``.
@@ -524,7 +525,8 @@ def run_confirmation(
                      "status": outcome["status"] if values or outcome["status"] != "ok" else "failed",
                      "reason": outcome.get("reason") or (None if values else "no_values"),
                      "message": outcome.get("message", ""), "repetitions": confirmation.repetitions,
-                     "timings": dict(outcome.get("timings") or {}), "host_cpu_steal": outcome.get("host_cpu_steal")}
+                     "timings": dict(outcome.get("timings") or {}), "host_cpu_steal": outcome.get("host_cpu_steal"),
+                     **({"engine_nodes": outcome["engine_nodes"]} if outcome.get("engine_nodes") else {})}
             _discard_if_stolen(entry, settings.max_host_cpu_steal)
             confirmation.visits.append(entry)
             if on_visit is not None:

@@ -32,9 +32,10 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
-        "bench", "warmup", "teardown"}, "host_cpu_steal"}``: timings in seconds, ``bench`` including
-        ``warmup`` (the visit economy reads what a start and a repetition cost); ``host_cpu_steal``
-        the most of the repetitions', None off Linux.
+        "bench", "warmup", "teardown"}, "host_cpu_steal", "engine_nodes"}``: timings in seconds,
+        ``bench`` including ``warmup`` (the visit economy reads what a start and a repetition cost);
+        ``host_cpu_steal`` the most of the repetitions', None off Linux; ``engine_nodes`` each node
+        the engine ran on (``serving.engine.group.node_entry``), as a trial records it.
     """
     spec = ctx.spec
     config = EngineConfig.model_validate(engine_config)
@@ -79,7 +80,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
             logger.warning("confirmation visit %s: engine teardown failed", visit_id, exc_info=session.stop_error)
     return {"values": values, "status": status, "reason": reason, "message": message,
             "timings": {k: round(v, 3) for k, v in timings.items()},
-            "host_cpu_steal": round(max(steals), 4) if steals else None}
+            "host_cpu_steal": round(max(steals), 4) if steals else None, "engine_nodes": session.nodes}
 
 
 def _visit_launch_reason(cause: BaseException) -> str:

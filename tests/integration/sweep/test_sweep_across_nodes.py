@@ -58,6 +58,9 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {"NCCL_ALGO": ["default", "Tree"]},
                 "seed": 1, "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 150},
+        # one round (the search's best and SGLang's default, a fresh engine across both nodes each)
+        confirmation={"enabled": True, "top_k": 1, "min_visits": 1, "max_visits": 1, "no_speculation": False,
+                      "repetitions_per_visit": 1, "max_host_cpu_steal": None},
         resources={"gpus_per_trial": 2, "cpus_per_trial": 1},
     )
     results = work / "results"
@@ -105,6 +108,15 @@ def test_a_node_whose_engine_dies_is_named_and_the_sweep_goes_on(sweep_run: dict
     assert (died["status"], died["reason"]) == ("failed", "engine_died"), died["message"]
     assert "node rank 1" in died["message"], died["message"]
     assert "[trial 4/4]" in sweep_run["log"]
+
+
+def test_confirmation_visits_run_their_engines_across_both_nodes(sweep_run: dict) -> None:
+    lines = (sweep_run["results"] / "confirmation.jsonl").read_text().splitlines()
+    visits = [json.loads(line) for line in lines if line.strip()]
+    assert len(visits) == 2 and all(v["status"] == "ok" for v in visits), visits
+    for visit in visits:
+        assert [n["node_rank"] for n in visit["engine_nodes"]] == [0, 1], visit
+        assert len({n["node_id"] for n in visit["engine_nodes"]}) == 2, visit
     assert processes_with_marker(sweep_run["marker"]) == [], "no engine process left on either node"
 
 
