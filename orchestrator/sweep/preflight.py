@@ -7,8 +7,9 @@ fix:
 
 * **tracking** (before Ray): an ``http(s)`` tracking server answers ``/health`` within a few
   seconds; a SQLite file's directory can be written.
-* **resources**: one node of the cluster has the CPUs and GPUs of one trial's placement group
-  (trials are ``STRICT_PACK``: one node). With ``--wait-for-resources S`` (an autoscaling
+* **resources**: the cluster can hold one trial's placement group: one node with its CPUs and
+  GPUs (``STRICT_PACK``), or for an engine across ``engine.nnodes`` nodes a node per bundle
+  (``STRICT_SPREAD``, ``serving.engine.placement.placements_that_fit``). With ``--wait-for-resources S`` (an autoscaling
   cluster, nodes still joining) the driver waits up to S seconds, saying every 30 s what for.
 * **network** (when the spec sets ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA`` or ``NCCL_IB_GID_INDEX``,
   fixed or searched, or its engine spans nodes): each value, and each node's own, names an
