@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import mlflow
 import yaml
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
@@ -203,7 +202,9 @@ def open_tracker(*, tracking_uri: str, experiment_name: str, artifact_root: Path
     """A :class:`Tracker`; quietens MLflow's own start-up chatter (alembic migrations) first."""
     for name in ("alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    mlflow.set_tracking_uri(tracking_uri)  # for mlflow helpers that read it (artifact repositories)
+    # No mlflow.set_tracking_uri: it is process-global and exports MLFLOW_TRACKING_URI to every
+    # subprocess started afterwards (a sweep reads that variable); MlflowClient(tracking_uri=...)
+    # hands the URI to its artifact repositories itself.
     return Tracker(tracking_uri=tracking_uri, experiment_name=experiment_name, artifact_root=artifact_root)
 
 

@@ -3,7 +3,9 @@
 Ray keeps state under HOME (~/.ray, including an auth token that Ray >= 2.59 may create) and
 under /tmp/ray. A token left behind by an earlier run must never break this one, so the whole
 test session gets a fresh HOME and RAY_AUTH_MODE=disabled for every Ray server and client it
-starts, and Ray's files go to a temp dir of its own.
+starts, and Ray's files go to a temp dir of its own. A developer's MLFLOW_TRACKING_URI is taken
+out too: a sweep reads it (after the spec's tracking.mlflow_uri), and the tests read each sweep's
+own SQLite store.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, value in {"HOME": home, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
         _saved_env[name] = os.environ.get(name)
         os.environ[name] = value
+    _saved_env["MLFLOW_TRACKING_URI"] = os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

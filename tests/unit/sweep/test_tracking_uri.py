@@ -44,3 +44,19 @@ def test_a_resumed_sweep_keeps_the_store_its_parent_run_is_in(tmp_path: Path) ->
     assert resolve_tracking_uri(_spec(), out, given=SERVER, resume=True, environ=env)[0] == SERVER
     with pytest.raises(SweepResumeError, match="started with http://mlflow.spectune.svc:5000"):
         resolve_tracking_uri(_spec(), out, given="http://elsewhere:5000", resume=True, environ=env)
+
+
+def test_opening_a_tracker_leaves_the_process_environment_alone(tmp_path: Path, monkeypatch) -> None:
+    """mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI to every later subprocess, where a sweep
+    would read it as the user's choice (seen: a serve test's store captured a later sweep's runs)."""
+    from orchestrator.tracking import open_tracker
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = open_tracker(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment_name="e",
+                           artifact_root=tmp_path / "mlartifacts")
+    run_id = tracker.start_sweep_run(sweep="s", run_name="sweep s", tags={})
+    tracker.log_text(run_id, "x\n", "spec.yaml")  # its artifact repository needs no global URI
+    assert (tmp_path / "mlartifacts").exists()
+    import os
+
+    assert "MLFLOW_TRACKING_URI" not in os.environ
