@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.statistics import decide, paired_ratio  # noqa: E402
+from orchestrator.sequential import judge  # noqa: E402
 
 RULED_OUT = {"better": {"worse", "equivalent"}, "worse": {"better", "equivalent"}, "equivalent": {"better", "worse"}}
 
@@ -58,11 +59,13 @@ def _pair_from_visits(summary: dict[str, Any], a: str, b: str, margin: float) ->
                 values[visit["round"]] = visit["value"]
         return values
 
-    ratio = paired_ratio(series(trial[a]), series(trial[b]))
-    if ratio is None:
+    diffs = [math.log(x / y) for x, y in zip(series(trial[a]), series(trial[b])) if x and y and x > 0 and y > 0]
+    if not diffs:
         return None
-    return {"kind": decide(ratio, margin=margin), "ratio": ratio.ratio, "ci95_low": ratio.ci95_low,
-            "ci95_high": ratio.ci95_high, "visits": ratio.visits, "label": a, "against_label": b}
+    # one look at all its pairs (a fixed design at the verdict's 2.5% a side)
+    look = judge(diffs, margin=margin, first=max(2, len(diffs)), last=max(2, len(diffs)))
+    return {"kind": look.claim, "ratio": look.ratio, "ci95_low": look.low, "ci95_high": look.high,
+            "visits": look.pairs, "label": a, "against_label": b}
 
 
 def compare(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:

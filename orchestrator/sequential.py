@@ -48,6 +48,7 @@ __all__ = [
     "critical_value",
     "judge",
     "obrien_fleming_spent",
+    "pairs_to_clear",
     "visits_to_decide",
 ]
 
@@ -166,23 +167,17 @@ def judge(diffs: Sequence[float], *, margin: float, first: int, last: int, compa
     return LookDecision(claim, math.exp(mean), math.exp(low), math.exp(high), critical, n, sd)
 
 
-def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int, last: int,
-                     comparisons: int = 1, cap: int = 10_000) -> int | None:
-    """Pairs that would decide if the mean and spread stayed as measured: the smallest ``n`` whose
-    boundary the measured mean clears (up to ``last`` with this design's boundaries; beyond it, as if
-    the design were stretched to ``n`` looks, its last boundary); None beyond ``cap`` or with no
-    spread measured (the mean then sits on a decision boundary, or nothing is known)."""
-    if log_sd <= 0:
-        return None
-    bound = math.log(1.0 + margin)
-    distance = abs(log_mean) - bound if abs(log_mean) > bound else bound - abs(log_mean)
-    if distance <= 0:
+def pairs_to_clear(*, distance: float, log_sd: float, first: int, last: int, comparisons: int = 1,
+                   cap: int = 10_000) -> int | None:
+    """The fewest pairs whose decision interval's half-width is below ``distance`` (log scale) at
+    spread ``log_sd``: up to ``last`` with this design's boundaries, beyond it at the last look's
+    level; None when ``distance`` or ``log_sd`` is not positive, or beyond ``cap``."""
+    if log_sd <= 0 or distance <= 0:
         return None
     for n in range(max(first, 2), last + 1):
         critical = critical_value(n, first=first, last=last, comparisons=comparisons)
         if math.isfinite(critical) and critical * log_sd / math.sqrt(n) < distance:
             return n
-    # beyond the design: the last look's level (about the full alpha) with more pairs
     level = ALPHA / max(1, comparisons)
     n = last + 1
     while n <= cap:
@@ -190,6 +185,16 @@ def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: in
             return n
         n += max(1, n // 10)
     return None
+
+
+def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int, last: int,
+                     comparisons: int = 1, cap: int = 10_000) -> int | None:
+    """Pairs that would decide if the mean and spread stayed as measured (:func:`pairs_to_clear`
+    for the distance from the mean to the margin it must clear); None on the margin itself."""
+    bound = math.log(1.0 + margin)
+    distance = abs(abs(log_mean) - bound)
+    return pairs_to_clear(distance=distance, log_sd=log_sd, first=first, last=last, comparisons=comparisons,
+                          cap=cap)
 
 
 @functools.lru_cache(maxsize=4096)

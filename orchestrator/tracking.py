@@ -198,10 +198,15 @@ class Tracker:
         return self.client.get_run(run_id).info.status
 
 
-def open_tracker(*, tracking_uri: str, experiment_name: str, artifact_root: Path | None = None) -> Tracker:
-    """A :class:`Tracker`; quietens MLflow's own start-up chatter (alembic migrations) first."""
+def _quieten_migrations() -> None:
+    """MLflow's start-up chatter (alembic migrations of a new SQLite store) to WARNING."""
     for name in ("alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def open_tracker(*, tracking_uri: str, experiment_name: str, artifact_root: Path | None = None) -> Tracker:
+    """A :class:`Tracker`, MLflow's migration chatter quietened."""
+    _quieten_migrations()
     # No mlflow.set_tracking_uri: it is process-global and exports MLFLOW_TRACKING_URI to every
     # subprocess started afterwards (a sweep reads that variable); MlflowClient(tracking_uri=...)
     # hands the URI to its artifact repositories itself.
@@ -259,8 +264,7 @@ def _check_reachable(tracking_uri: str, *, run_id: str, timeout_s: float) -> Non
 
 
 def _client(tracking_uri: str, *, run_id: str, timeout_s: float) -> MlflowClient:
-    for name in ("alembic", "mlflow.store.db.utils"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    _quieten_migrations()
     _check_reachable(tracking_uri, run_id=run_id, timeout_s=timeout_s)
     return MlflowClient(tracking_uri=tracking_uri)
 

@@ -5,11 +5,10 @@ server that is not there before MLflow would retry it for minutes."""
 from __future__ import annotations
 
 import urllib.error
-import urllib.request
+
+from serving.local_http import open_direct
 
 __all__ = ["health_status"]
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def health_status(uri: str, *, timeout_s: float) -> int:
@@ -20,7 +19,7 @@ def health_status(uri: str, *, timeout_s: float) -> int:
         ValueError: ``uri`` is not a URL urllib can open.
     """
     try:
-        with _NO_PROXY.open(uri.rstrip("/") + "/health", timeout=timeout_s) as answer:
+        with open_direct(uri.rstrip("/") + "/health", timeout_s=timeout_s) as answer:
             return int(answer.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)

@@ -6,8 +6,9 @@ numbers its own way (typed fields vs command-line flags), so the check takes the
 
 Rules (SGLang ``ServerArgs``): all three set or none (SGLang's auto choice); ``topk == 1`` is a
 chain, so ``num_draft_tokens == num_steps + 1``; otherwise ``num_draft_tokens - 1`` must not
-exceed the draft tree's capacity. The upper bounds are spectune's: far beyond any useful draft,
-they keep an absurd value (``10**30``) from reaching a worker, where it fails far from its cause.
+exceed the draft tree's capacity. SGLang's parser sets no upper bound; spectune's are twice the
+largest values SGLang's own grid tries (``scripts/playground/bench_speculative.py``: steps 7,
+top-k 8, draft tokens 32), so a typo fails at load time and not on a worker.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ __all__ = [
     "tree_capacity",
 ]
 
-MAX_NUM_STEPS = 64
-"""Largest ``num_steps`` accepted (EAGLE heads are trained for a handful of steps)."""
-MAX_EAGLE_TOPK = 64
+MAX_NUM_STEPS = 16
+"""Largest ``num_steps`` accepted."""
+MAX_EAGLE_TOPK = 16
 """Largest ``eagle_topk`` accepted."""
-MAX_NUM_DRAFT_TOKENS = 1024
-"""Largest ``num_draft_tokens`` accepted (tokens verified in one forward pass)."""
+MAX_NUM_DRAFT_TOKENS = 64
+"""Largest ``num_draft_tokens`` accepted (tokens verified per request in one forward pass)."""
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 """SGLang's ``max_running_requests`` under speculation unless ``--max-running-requests`` is set
 (0.5.23: ``srt/arg_groups/speculative_hook.py``, "Max running requests is reset to 48 for

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 
-from orchestrator.bench.blocking import blocking
 from orchestrator.bench.loadgen import ApiKind
 
 __all__ = [
@@ -119,7 +118,9 @@ async def aserver_info(base_url: str, *, timeout_s: float = 30.0) -> dict[str, A
         return await get_server_info(session, base_url, timeout_s=timeout_s)
 
 
-server_info = blocking(aserver_info)
+def server_info(base_url: str, **kwargs: Any) -> dict[str, Any]:
+    """:func:`aserver_info` run to completion in a new event loop."""
+    return asyncio.run(aserver_info(base_url, **kwargs))
 
 
 SPECULATIVE_FIELDS = {

@@ -14,6 +14,7 @@ server returns them (SGLang's native API), otherwise text, character by characte
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -24,7 +25,6 @@ import aiohttp
 from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.bench import control as srv
-from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
@@ -346,6 +346,6 @@ async def arun_probe(
     return result
 
 
-run_probe = blocking(arun_probe)
-"""The blocking twin of :func:`arun_probe` (same keyword-only arguments, result and errors);
-the sweep and ``spectune probe`` call this one."""
+def run_probe(**kwargs: Any) -> ProbeResult:
+    """:func:`arun_probe` run to completion in a new event loop (same arguments, result, errors)."""
+    return asyncio.run(arun_probe(**kwargs))

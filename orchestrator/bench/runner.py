@@ -32,18 +32,18 @@ a repetition lost requests to connection errors. Those raise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Literal
+from typing import Any, AsyncIterator, Callable, Literal
 
 import aiohttp
 
 from orchestrator.bench import control as srv
-from orchestrator.bench.blocking import blocking
 from orchestrator.bench.datasets import Prompt, load_prompts
 from orchestrator.bench.host_cpu import read_cpu_times, steal_fraction
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
@@ -138,9 +138,9 @@ async def arun_benchmark(
         return run.result()
 
 
-run_benchmark = blocking(arun_benchmark)
-"""The blocking twin of :func:`arun_benchmark` (same keyword-only arguments, result and errors);
-the sweep and ``spectune bench`` call this one."""
+def run_benchmark(**kwargs: Any) -> BenchResult:
+    """:func:`arun_benchmark` run to completion in a new event loop (same arguments, result, errors)."""
+    return asyncio.run(arun_benchmark(**kwargs))
 
 
 @contextlib.asynccontextmanager

@@ -329,5 +329,3 @@ class DefineByRunSpace:
                     out.append(Candidate(candidate.speculative, candidate.all_reduce, env))
         return [TrialPlan("search", c) for c in out]
 
-
-SweepSpace = DefineByRunSpace  # the old name, for searcher states pickled before the rename

@@ -2,12 +2,9 @@
 
 SGLang's speculative rules make the space conditional: with top-k 1 the number of draft tokens is
 fixed by the number of steps, and with a larger top-k only as many draft tokens as the tree holds
-make sense. This module is the one place that says which points are valid. It never lists a
-space to count it: for each (num_steps, eagle_topk) the valid draft counts are a prefix of the
-sorted draft values (those up to the tree's capacity + 1), found by bisection, and the all-reduce
-and NCCL dimensions multiply. So ``spectune validate`` counts any space at once, a define-by-run
-search asks ``steps_choices`` / ``topk_choices`` / ``draft_choices`` for what it may suggest, and
-iteration (lazy) and membership agree with the count.
+make sense. This module is the one place that says which points are valid. The speculative points
+are listed (a few thousand at most); the all-reduce and NCCL dimensions multiply without being
+listed, so ``spectune validate`` counts any space at once.
 
 A spec may also say "try exactly these": ``SpeculativeList`` holds listed triples
 (``search.speculative.triples``) and ``SearchSpace.nccl_presets`` listed sets of NCCL variables
@@ -21,7 +18,6 @@ spec, so data flows one way.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Mapping, Optional, Protocol
 
@@ -117,7 +113,8 @@ def _sorted_in(name: str, values: tuple[int, ...], low: int, high: int) -> None:
 
 @dataclass(frozen=True)
 class SpeculativeSpace:
-    """The valid (num_steps, eagle_topk, num_draft_tokens) points of a search, never listed to be counted.
+    """The valid (num_steps, eagle_topk, num_draft_tokens) points of a product of values, listed
+    (SGLang-sized bounds in ``serving.speculative_rules`` keep that at most ~16,000 points).
 
     Attributes:
         num_steps: Candidate step counts, sorted, without repeats.
@@ -126,32 +123,32 @@ class SpeculativeSpace:
             derives its draft count from the steps).
         include_auto: Whether SGLang's own choice (all three unset) is a point too.
 
-    With no steps or top-k values the space holds at most the auto point (a spec that does not
-    search the speculative numbers).
+    Raises:
+        ValueError: values unsorted, repeated or beyond the bounds.
     """
 
     num_steps: tuple[int, ...] = ()
     eagle_topk: tuple[int, ...] = ()
     num_draft_tokens: tuple[int, ...] = ()
     include_auto: bool = False
+    points: tuple[SpeculativeTriple, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Validated specs always satisfy this; the check keeps the arithmetic below honest for
-        # spaces made by hand (a define-by-run search, a test).
         _sorted_in("num_steps", self.num_steps, 1, MAX_NUM_STEPS)
         _sorted_in("eagle_topk", self.eagle_topk, 1, MAX_EAGLE_TOPK)
         _sorted_in("num_draft_tokens", self.num_draft_tokens, 2, MAX_NUM_DRAFT_TOKENS)
+        points = [AUTO] if self.include_auto else []
+        points += [SpeculativeTriple(steps, topk, draft) for steps in self.num_steps for topk in self.eagle_topk
+                   for draft in self.draft_choices(num_steps=steps, eagle_topk=topk)]
+        object.__setattr__(self, "points", tuple(points))
 
     def draft_choices(self, *, num_steps: int, eagle_topk: int) -> tuple[int, ...]:
-        """The draft counts SGLang accepts with these steps and top-k, in ascending order.
-
-        Top-k 1 is a chain: exactly ``num_steps + 1``. Otherwise each candidate draft count ``d``
-        with ``d - 1 <= tree_capacity`` (a prefix of the sorted values).
-        """
+        """The draft counts SGLang accepts with these steps and top-k, ascending: ``num_steps + 1``
+        for a chain, else each candidate ``d`` with ``d - 1 <= tree_capacity``."""
         if eagle_topk == 1:
             return (chain_num_draft_tokens(num_steps),)
         most = tree_capacity(num_steps=num_steps, eagle_topk=eagle_topk) + 1
-        return self.num_draft_tokens[: bisect_right(self.num_draft_tokens, most)]
+        return tuple(d for d in self.num_draft_tokens if d <= most)
 
     def topk_choices(self, *, num_steps: int) -> tuple[int, ...]:
         """The top-k values that have at least one valid draft count with these steps."""
@@ -162,41 +159,18 @@ class SpeculativeSpace:
         return tuple(s for s in self.num_steps if self.topk_choices(num_steps=s))
 
     def __len__(self) -> int:
-        """How many points (auto included): at most 64 x 64 bisections, whatever the draft values."""
-        pairs = sum(
-            len(self.draft_choices(num_steps=s, eagle_topk=k)) for s in self.num_steps for k in self.eagle_topk
-        )
-        return pairs + (1 if self.include_auto else 0)
+        return len(self.points)
 
     def __iter__(self) -> Iterator[SpeculativeTriple]:
-        """Every point, lazily: auto first, then by steps, top-k, draft count."""
-        if self.include_auto:
-            yield AUTO
-        for steps in self.num_steps:
-            for topk in self.eagle_topk:
-                for draft in self.draft_choices(num_steps=steps, eagle_topk=topk):
-                    yield SpeculativeTriple(steps, topk, draft)
+        """Auto first (when included), then by steps, top-k, draft count."""
+        return iter(self.points)
 
     def __contains__(self, triple: object) -> bool:
-        if not isinstance(triple, SpeculativeTriple):
-            return False
-        if triple == AUTO:
-            return self.include_auto
-        steps, topk, draft = triple.num_steps, triple.eagle_topk, triple.num_draft_tokens
-        if steps not in self.num_steps or topk not in self.eagle_topk or draft is None:
-            return False
-        assert steps is not None and topk is not None
-        return draft in self.draft_choices(num_steps=steps, eagle_topk=topk)
+        return triple in self.points
 
     def values_used(self) -> tuple[list[int], list[int], list[int]]:
         """The steps, top-k and draft values that appear in at least one point (auto aside)."""
-        steps = list(self.steps_choices())
-        topks = sorted({k for s in steps for k in self.topk_choices(num_steps=s)})
-        drafts: set[int] = set()
-        for s in steps:
-            for k in self.topk_choices(num_steps=s):
-                drafts.update(self.draft_choices(num_steps=s, eagle_topk=k))
-        return steps, topks, sorted(drafts)
+        return _values_used(self.points)
 
 
 AUTO_ONLY = SpeculativeSpace(include_auto=True)
@@ -247,10 +221,13 @@ class SpeculativeList:
 
     def values_used(self) -> tuple[list[int], list[int], list[int]]:
         """The steps, top-k and draft values that appear in at least one listed triple."""
-        def used(attr: str) -> list[int]:
-            return sorted({getattr(t, attr) for t in self.triples})
+        return _values_used(self.triples)
 
-        return used("num_steps"), used("eagle_topk"), used("num_draft_tokens")
+
+def _values_used(triples: tuple[SpeculativeTriple, ...]) -> tuple[list[int], list[int], list[int]]:
+    listed = [t for t in triples if not t.is_auto]
+    steps, topks, drafts = ([getattr(t, name) for t in listed] for name in ("num_steps", "eagle_topk", "num_draft_tokens"))
+    return sorted(set(steps)), sorted(set(topks)), sorted(set(drafts))
 
 
 def triple_problem(triple: SpeculativeTriple) -> str | None:
@@ -399,12 +376,6 @@ def space_problems(space: SearchSpace) -> Iterator[str]:
         yield (
             "search.speculative: no combination of num_steps, eagle_topk and num_draft_tokens satisfies "
             "SGLang's rules (num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2)"
-        )
-        return
-    if speculative > MAX_CONFIGURATIONS:
-        yield (
-            f"search.speculative: {speculative:,} valid (num_steps, eagle_topk, num_draft_tokens) combinations; "
-            f"at most {MAX_CONFIGURATIONS:,} configurations are allowed: narrow the ranges"
         )
         return
     total = len(space)

@@ -1,38 +1,23 @@
 """The sequential confirmation: the search's best few, SGLang's default and no speculation,
 re-measured on fresh engines in interleaved rounds until the verdict against SGLang's default is
-decided, or the visit cap is reached.
+decided, shown infeasible, or ``confirmation.max_visits`` rounds ran.
 
-A search ranks configurations by a few repetitions each, taken at different times on a machine
-whose speed drifts; the top of that ranking is partly noise (two sweeps of one spec on one H200
-named winners x1.10 and x0.78 against SGLang's default). So the verdict comes from here:
+* **Contenders**: the ``confirmation.top_k`` best complete search trials, SGLang's default (never
+  also visited under another name) and no speculation.
+* **Rounds**: every contender still racing once per round on a fresh engine, the order reversed
+  every other round; a visit's value is the geometric mean of its repetitions.
+* **One rule** for every comparison, the verdict and the racing alike: ``orchestrator.sequential.judge``
+  on the per-round log ratios (95% over all looks; a search contender's tests at alpha / the number
+  of search contenders).
+* **Racing**: a search contender the leader is better than, no speculation once the default and
+  the leader are each better than it, and the default once the leader's verdict against it is
+  decided, are no longer visited; a pick the spread could not settle within ``max_visits`` is not
+  raced further from half of ``max_visits`` on.
+* **The choice**: the leader if it is better; otherwise SGLang's default; no speculation where the
+  chosen configuration is worse than it.
 
-* **Contenders**: the ``confirmation.top_k`` best complete search trials (three by default: under
-  noise the true best is often the search's second or third), SGLang's default (the auto
-  baseline, whose resolved point is never also visited under another name) and no speculation
-  as the floor.
-* **Rounds**: every contender still racing once per round, each visit on a fresh engine, the order
-  reversed every other round (A B C D, D C B A, ...) so linear drift falls evenly on all of them.
-  A visit's value is the geometric mean of its repetitions.
-* **Two questions**, judged after each round from ``min_visits`` on, paired by round
-  (``statistics.paired_ratio``): the *verdict*, the leader (the best search contender over its
-  visits) against SGLang's default with the practical margin (``statistics.decide``: ``better``,
-  ``equivalent``, ``worse``, or, at ``max_visits``, ``undecided`` with the visits the observed
-  spread would need); and the *pick*, whether the leader is settled: no other search contender
-  still racing could be more than the margin faster than it. The round ends when both are
-  answered. From half of ``max_visits`` on, a pick the observed spread could not settle within
-  ``max_visits`` (two contenders closer than the noise resolves) is not raced further: those
-  launches would decide nothing.
-* **Racing**: a contender whose question is answered stops being visited: a search contender the
-  leader is decidedly better than; no speculation once SGLang's default and the leader are each
-  decidedly better than it; SGLang's default while the leader's verdict against it is decided
-  (visited again should another contender take the lead). ``benchmarks/search_efficiency.py``
-  measures what the round buys and costs, in launches.
-* **The choice**: the leader if it is better; otherwise SGLang's default (the simpler choice);
-  and no speculation where the chosen configuration is decidedly worse than it.
-
-Every visit is handed to ``on_visit`` as it ends (the coordinator appends it to
-``confirmation.jsonl``), and visits passed in as ``done`` are not run again: a resumed sweep
-resumes its confirmation.
+Each visit is handed to ``on_visit`` as it ends; visits passed in as ``done`` are not run again.
+docs/confirmation.md gives the reasons.
 """
 
 from __future__ import annotations
@@ -43,9 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator.sequential import LookDecision, judge, visits_to_decide
+from orchestrator.sequential import LookDecision, judge, pairs_to_clear, visits_to_decide
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES, Ratio, decide, half_width, paired_ratio
+from orchestrator.statistics import MIN_VALUES
 from orchestrator.sweep.economy import VisitEconomy, choose_repetitions, visit_economy
 from orchestrator.sweep.results import TrialRecord
 
@@ -169,15 +154,6 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else None
 
 
-def _oriented(confirmation: Confirmation, a: int, b: int) -> Ratio | None:
-    """Trial ``a`` against trial ``b``, paired by round, > 1 meaning ``a`` is better (a nominal 95%
-    interval at this look: for the pick's race, not for a verdict; verdicts use :func:`_verdict`)."""
-    first, second = confirmation.series(a), confirmation.series(b)
-    if confirmation.direction == "min":
-        first, second = second, first
-    return paired_ratio(first, second)
-
-
 def _diffs(confirmation: Confirmation, a: int, b: int) -> list[float]:
     """Per-round log ratios of ``a`` over ``b`` (oriented: > 0 means ``a`` is better), rounds where both ran."""
     first, second = confirmation.series(a), confirmation.series(b)
@@ -190,14 +166,31 @@ def _is_searched(confirmation: Confirmation, record: TrialRecord) -> bool:
     return any(c.record is record and c.role not in ("default", "no_speculation") for c in confirmation.contenders)
 
 
+def _looks(confirmation: Confirmation) -> tuple[int, int]:
+    """The design's first and last look, in pairs."""
+    return max(MIN_VALUES, confirmation.min_visits), max(MIN_VALUES, confirmation.max_visits)
+
+
+def _comparisons(confirmation: Confirmation, a: TrialRecord) -> int:
+    """A search contender is picked as leader from the search contenders: its tests run at alpha / their number."""
+    return max(1, confirmation.searched) if _is_searched(confirmation, a) else 1
+
+
+def _look(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> LookDecision:
+    """``a`` against ``b`` at this look, by the sequential design (``orchestrator.sequential.judge``)."""
+    first, last = _looks(confirmation)
+    return judge(_diffs(confirmation, a.number, b.number), margin=confirmation.margin, first=first, last=last,
+                 comparisons=_comparisons(confirmation, a))
+
+
 def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict[str, Any]:
     """``a`` against ``b`` at this look, by the sequential design (``orchestrator.sequential``): the
     claim and its interval, 95% over all looks; a search contender (picked as leader from the same
     visits) is judged at alpha / the number of search contenders."""
     diffs = _diffs(confirmation, a.number, b.number)
-    comparisons = max(1, confirmation.searched) if _is_searched(confirmation, a) else 1
-    first, last = max(MIN_VALUES, confirmation.min_visits), max(MIN_VALUES, confirmation.max_visits)
-    look: LookDecision = judge(diffs, margin=confirmation.margin, first=first, last=last, comparisons=comparisons)
+    comparisons = _comparisons(confirmation, a)
+    first, last = _looks(confirmation)
+    look = _look(confirmation, a, b)
     needed = None
     if look.claim == "undecided" and look.log_sd:
         # optimistic by one standard error: the fewest visits a plausible true ratio would need, so a
@@ -252,51 +245,43 @@ def _decided(confirmation: Confirmation) -> bool:
 
 
 def _unsettled(confirmation: Confirmation) -> list[TrialRecord]:
-    """Search contenders still visited that the leader is not yet known to be at most ``margin``
-    slower than (the lower end of leader / contender below 1 / (1 + margin)), where the visits
-    left could still show it: a race the observed spread would not decide within ``max_visits``
-    (two contenders closer than the noise can resolve) is not worth its launches."""
+    """Search contenders still visited that the leader is not yet shown to be at most ``margin``
+    slower than (the lower end of leader / contender, 95% over all looks as the verdict's, below
+    1 / (1 + margin)), where the visits left could still show it: from half of ``max_visits`` on, a
+    race the observed spread would not decide within ``max_visits`` is not worth its launches."""
     leader = _leader(confirmation)
     if leader is None:
         return []
-    floor = 1.0 / (1.0 + confirmation.margin)
+    floor = math.log(1.0 / (1.0 + confirmation.margin))
+    first, last = _looks(confirmation)
     out = []
     for contender in confirmation.contenders:
         record = contender.record
         if contender.role in ("default", "no_speculation") or record is leader or record.number in confirmation.dropped:
             continue
-        ratio = _oriented(confirmation, leader.number, record.number)
-        if ratio is None or ratio.ci95_low is None:
+        look = _look(confirmation, leader, record)
+        if look.low is None:
             out.append(record)
-        elif ratio.ci95_low < floor and (confirmation.rounds < _futility_round(confirmation)
-                                         or _decidable(ratio, floor, confirmation.max_visits)):
-            out.append(record)
+        elif math.log(look.low) < floor:
+            needed = pairs_to_clear(distance=math.log(look.ratio) - floor, log_sd=look.log_sd or 0.0, first=first,
+                                    last=last, comparisons=_comparisons(confirmation, leader))
+            if confirmation.rounds < _futility_round(confirmation) or (
+                    needed is not None and needed <= confirmation.max_visits):
+                out.append(record)
     return out
 
 
 def _futility_round(confirmation: Confirmation) -> int:
     """The first round at which a race may be judged undecidable: half of ``max_visits``. Mean and
-    spread from three pairs are too rough to call two contenders inseparable (it would stop the
-    race exactly when they merely look close)."""
+    spread from three pairs are too rough to call two contenders inseparable."""
     return math.ceil(confirmation.max_visits / 2)
-
-
-def _decidable(ratio: Ratio, floor: float, cap: int) -> bool:
-    """Whether, at the observed mean and spread, at most ``cap`` pairs would lift the lower end of
-    ``ratio``'s interval above ``floor``."""
-    distance = math.log(ratio.ratio) - math.log(floor)
-    if distance <= 0 or not ratio.log_sd:
-        return distance > 0
-    return any(half_width(ratio.log_sd, n) < distance for n in range(max(MIN_VALUES, ratio.visits), cap + 1))
 
 
 def _race(confirmation: Confirmation) -> list[tuple[TrialRecord, str]]:
     """Contenders whose question is answered after this round, and why: a search contender the
     leader is decidedly better than; no speculation once SGLang's default and the leader (if any)
-    are each decidedly better than it. The leader is always visited. "Decidedly" is the nominal 95%
-    interval of this look (``statistics.decide``): dropping a contender is no claim, and the
-    verdict's error control holds whichever contenders are still visited (its Bonferroni
-    correction counts every search contender the round started with)."""
+    are each decidedly better than it. The leader is always visited. "Decidedly" is the verdict's
+    own rule (:func:`_verdict`, 95% over all looks)."""
     leader, default = _leader(confirmation), confirmation.role("default")
     out: list[tuple[TrialRecord, str]] = []
     for contender in confirmation.contenders:
@@ -308,9 +293,10 @@ def _race(confirmation: Confirmation) -> list[tuple[TrialRecord, str]]:
             if verdicts and all(v["kind"] == "better" for v in verdicts):
                 out.append((record, "; ".join(f"trial {v['trial']} is better, {v['text']}" for v in verdicts)))
             continue
-        ratio = _oriented(confirmation, leader.number, record.number) if leader is not None else None
-        if ratio is not None and decide(ratio, margin=confirmation.margin) == "better":
-            out.append((record, f"trial {leader.number} is better, {ratio.text()} (this look's 95%)"))  # type: ignore
+        if leader is not None:
+            verdict = _verdict(confirmation, leader, record)
+            if verdict["kind"] == "better":
+                out.append((record, f"trial {leader.number} is better, {verdict['text']} (95% over all looks)"))
     return out
 
 

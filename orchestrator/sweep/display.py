@@ -61,8 +61,6 @@ class Display:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("records", [])  # pickled by a sweep started before these were kept
-        state.setdefault("confirmation", None)
         self.__dict__.update(state)
         self.console = job_console()
 

@@ -56,10 +56,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# A sweep started before the display moved to display.py pickled it, inside Ray Tune's callbacks,
-# under this name: --resume of such a sweep unpickles it from here.
-_Display = Display
-
 
 class SweepResumeError(SpectuneError):
     """``--resume`` named a directory that holds no sweep."""

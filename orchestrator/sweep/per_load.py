@@ -40,26 +40,13 @@ cannot rule out such a gain and so reads "undecided"."""
 
 
 def ratio_dict(ratio: Ratio | None) -> dict[str, Any] | None:
-    """``ratio`` as ``summary.json`` stores it, its count named for what it counts: ``repetitions``
-    for a search estimate (``basis`` unpaired: the smaller of the two trials' repetitions) and
-    ``visits`` only for the confirmation's paired fresh-engine visits."""
-    if ratio is None:
-        return None
-    data = ratio.model_dump()
-    if ratio.basis == "unpaired":
-        data["repetitions"] = data.pop("visits")
-    return data
+    """``ratio`` as ``summary.json`` stores it."""
+    return None if ratio is None else ratio.model_dump()
 
 
 def ratio_from_dict(data: dict[str, Any] | None) -> Ratio | None:
-    """The inverse of :func:`ratio_dict`; also reads summaries written before the rename (``visits``
-    for a search estimate's repetitions)."""
-    if data is None:
-        return None
-    data = dict(data)
-    if "repetitions" in data:
-        data["visits"] = data.pop("repetitions")
-    return Ratio.model_validate(data)
+    """The inverse of :func:`ratio_dict`."""
+    return None if data is None else Ratio.model_validate(data)
 
 
 class LevelBest(dict):
@@ -94,8 +81,7 @@ def crossover_dict(cross: Crossover | None) -> dict[str, Any] | None:
 
 
 def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
-    """The crossover of ``by_concurrency`` entries read back from a ``summary.json`` (one written
-    before the rename too), by the figures' rule (``figures.crossover_index``), or None."""
+    """The crossover of ``by_concurrency`` entries read back from a ``summary.json``, by the figures' rule (``figures.crossover_index``), or None."""
     at = crossover_index([ratio_from_dict(entry.get("plain_vs_best_speculative")) for entry in levels])
     if at is None:
         return None

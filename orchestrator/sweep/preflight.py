@@ -53,10 +53,6 @@ logger = logging.getLogger(__name__)
 TRACKING_TIMEOUT_S = 5.0
 """How long an MLflow tracking server may take to answer ``/health`` before the sweep refuses it."""
 
-ENGINE_CHECK_TIMEOUT_S = 120.0
-"""How long the engine check may wait for its placement group when no wait was asked for (the
-resources exist, so only other work can hold them)."""
-
 
 class PreflightError(SpectuneError):
     """The sweep cannot run as specified on this cluster (exit 2); the message says what to change."""
@@ -271,7 +267,7 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
     try:
         found = run_where_placed(  # node rank 0's node (the one whose GPUs decide the arms)
             _engine_and_node, bundles=list(placement.bundles), bundle_index=placement.host_bundles[0],
-            strategy=placement.strategy, wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S),
+            strategy=placement.strategy, wait_s=wait_s,
             say=say, what="one trial's", kind=spec.engine.kind, model_path=spec.engine.model_path,
             draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm else None,
         )

@@ -28,16 +28,11 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-# SweepSpace (now DefineByRunSpace) and TrialPlan were defined here; a searcher state pickled then
-# (searcher-state-*.pkl, what a resumed sweep restores) names them as this module's, so they stay
-# importable from it, under their old names too (SweepSearch is this module's searcher's old name).
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.results import OBJECTIVE_KEY
 
 __all__ = ["SweepSearcher"]
-
-SweepSpace = DefineByRunSpace  # old names, for searcher states pickled before the rename (not for new code)
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +66,7 @@ class SweepSearcher(OptunaSearch):
     order, and it re-proposes measured points."""
 
     enumerating = False
-    """Whether this search enumerates its space (set from the budget; a class default so a searcher
-    state pickled before enumeration existed restores as sampling)."""
+    """Whether this search enumerates its space (set from the budget)."""
     _enumerated = 0
 
     MAX_DUPLICATE_PROPOSALS = 20
@@ -359,5 +353,3 @@ def _outcome(result: dict, *, error: bool) -> tuple[TrialState, float | None, fl
         return TrialState.FAIL, None, None
     return TrialState.COMPLETE, float(value), (float(violation) if isinstance(violation, (int, float)) else None)
 
-
-SweepSearch = SweepSearcher  # the old name, for searcher states pickled before the rename

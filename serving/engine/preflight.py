@@ -41,6 +41,10 @@ __all__ = [
     "wait_for_fit",
 ]
 
+PLACEMENT_WAIT_FLOOR_S = 120.0
+"""The least time :func:`run_where_placed` waits for its placement group (the resources exist, so
+only other work can hold them)."""
+
 PROGRESS_EVERY_S = 30.0
 """How often a waiting preflight says what it waits for."""
 
@@ -172,7 +176,7 @@ def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]],
     ``bundles``: on the node, with the Python, where the engine will run.
 
     Args:
-        wait_s: How long the group may take to be placed (other work can hold the resources);
+        wait_s: How long the group may take to be placed, at least ``PLACEMENT_WAIT_FLOOR_S``;
             ``say`` hears about it every ``PROGRESS_EVERY_S``.
         what: Whose resources they are, for the messages (``one trial's``).
 
@@ -183,6 +187,7 @@ def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]],
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    wait_s = max(wait_s, PLACEMENT_WAIT_FLOOR_S)
     group = placement_group(bundles, strategy=strategy)
     try:
         started = time.monotonic()

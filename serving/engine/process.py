@@ -23,7 +23,6 @@ import socket
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping
@@ -43,6 +42,7 @@ from serving.errors import (
     EngineStartTimeout,
     EngineStopError,
 )
+from serving.local_http import open_direct
 from serving.ports import free_port
 from serving.waiting import wait_until
 
@@ -63,7 +63,6 @@ def _exit_words(code: int) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Health checks go straight to the engine, whatever http_proxy says."""
 
 
@@ -257,7 +256,7 @@ class EngineProcess:
     def _get(self, path: str, *, timeout_s: float) -> int:
         """HTTP GET status code of ``path`` (raises OSError if the server cannot be reached)."""
         try:
-            with _NO_PROXY.open(self.url + path, timeout=timeout_s) as response:
+            with open_direct(self.url + path, timeout_s=timeout_s) as response:
                 return int(response.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)

@@ -38,12 +38,8 @@ from serving.engine.preflight import (
 from serving.errors import SpectuneError
 from serving.serve.options import ServeOptions
 
-__all__ = ["ENGINE_CHECK_TIMEOUT_S", "ServePreflightError", "check_engine_on_cluster", "check_engine_here",
+__all__ = ["ServePreflightError", "check_engine_on_cluster", "check_engine_here",
            "check_network", "check_resources", "shortfall"]
-
-ENGINE_CHECK_TIMEOUT_S = 120.0
-"""How long the engine check on a joined cluster may wait for its placement group when no wait
-was asked for (the resources exist, so only other work can hold them)."""
 
 SERVE_FIELDS = {"kind": "kind", "model": "model_path", "draft": "speculative_draft_model_path"}
 """The engine fields of a best.yaml, as the messages name them."""
@@ -89,7 +85,7 @@ def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait
             bundles, strategy = [dict(b) for b in placement.bundles], placement.strategy
         found = run_where_placed(
             engine_problems, bundles=bundles, bundle_index=0, strategy=strategy,
-            wait_s=max(wait_s, ENGINE_CHECK_TIMEOUT_S), say=say, what="one replica's", kind=config.kind,
+            wait_s=wait_s, say=say, what="one replica's", kind=config.kind,
             model_path=config.model_path, draft_path=_draft(config), fields=SERVE_FIELDS,
         )
     except TimeoutError as exc:

@@ -33,7 +33,6 @@ import asyncio
 import logging
 import os
 import tempfile
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from serving.engine.config import EngineConfig
 from serving.engine.placement import engine_placement
 from serving.engine.process import EngineProcess
 from serving.errors import SpectuneError
+from serving.local_http import open_direct
 from serving.serve.engine_across_nodes import EngineAcrossNodes, MergedAudit
 from serving.serve.ingress import EngineEndpoint, OpenAIIngress
 from serving.serve.provenance import info_body
@@ -53,8 +53,6 @@ from serving.serve.provenance import info_body
 __all__ = ["EngineReplica", "EnvAuditFailed", "default_log_dir"]
 
 logger = logging.getLogger(__name__)
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class EnvAuditFailed(SpectuneError):
@@ -168,7 +166,7 @@ class _EngineReplica:
         )
 
     def _models_body(self) -> bytes:
-        with _NO_PROXY.open(self._engine.url + "/v1/models", timeout=30) as response:
+        with open_direct(self._engine.url + "/v1/models", timeout_s=30) as response:
             return response.read()
 
     async def audit_report(self) -> dict[str, Any]:

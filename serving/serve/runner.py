@@ -28,6 +28,7 @@ import ray
 from ray import serve
 
 from serving.engine.config import EngineConfig
+from serving.local_http import open_direct
 from serving.serve.app import build_app
 from serving.serve.cluster import ClusterSession, check_serve_address, own_processes, start_or_join, stop_leftovers
 from serving.serve.ingress import key_digest
@@ -46,7 +47,6 @@ __all__ = ["REFERENCE_TEXT_NOTE", "Readiness", "ServePreflightError", "ServeStar
 
 logger = logging.getLogger(__name__)
 
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 READY_TIMEOUT_S = 120.0
 """How long the endpoint may take to answer through the ingress once the application is RUNNING
 (HAProxy picks up new replicas on its next reload)."""
@@ -112,7 +112,7 @@ def base_url(options: ServeOptions) -> str:
 def _get(url: str, *, key: str | None, timeout_s: float = 10.0) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with _NO_PROXY.open(request, timeout=timeout_s) as response:
+        with open_direct(request, timeout_s=timeout_s) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()

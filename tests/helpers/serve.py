@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from serving.local_http import open_direct
+
 from helpers.engine import wait_until
 
 __all__ = [
@@ -43,8 +45,6 @@ READY_TIMEOUT_S = 240.0
 """Ray start + Serve + engine start on two busy cores."""
 STOP_TIMEOUT_S = 120.0
 """Ctrl-C to exit: drain, engine stop, Ray shutdown."""
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def new_marker() -> str:
@@ -87,7 +87,7 @@ def http(url: str, *, body: bytes | dict | None = None, key: str | None = None, 
         headers["Authorization"] = f"Bearer {key}"
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with _NO_PROXY.open(request, timeout=timeout_s) as response:
+        with open_direct(request, timeout_s=timeout_s) as response:
             return Reply(int(response.status), {k.lower(): v for k, v in response.headers.items()}, response.read())
     except urllib.error.HTTPError as exc:
         return Reply(int(exc.code), {k.lower(): v for k, v in exc.headers.items()}, exc.read())

@@ -33,8 +33,8 @@ def test_tree_capacity(steps: int, topk: int, capacity: int) -> None:
         ((3, 1, 5), r"must be speculative_num_steps \+ 1 = 4"),
         ((3, 2, 12), "holds 10"),
         ((1, 2, 4), "holds 2"),
-        ((0, 1, 1), r"speculative_num_steps must be an integer in \[1, 64\], got 0"),
-        ((3, 1, 10**30), r"speculative_num_draft_tokens must be an integer in \[2, 1024\]"),
+        ((0, 1, 1), r"speculative_num_steps must be an integer in \[1, 16\], got 0"),
+        ((3, 1, 10**30), r"speculative_num_draft_tokens must be an integer in \[2, 64\]"),
     ],
 )
 def test_speculative_problem(triple: tuple, words: str | None) -> None:
@@ -103,9 +103,9 @@ def test_speculative_rules_are_the_shared_ones() -> None:
 @pytest.mark.parametrize(
     ("field", "allowed"),
     [
-        ("speculative_num_steps", "[1, 64]"),
-        ("speculative_eagle_topk", "[1, 64]"),
-        ("speculative_num_draft_tokens", "[2, 1024]"),
+        ("speculative_num_steps", "[1, 16]"),
+        ("speculative_eagle_topk", "[1, 16]"),
+        ("speculative_num_draft_tokens", "[2, 64]"),
     ],
 )
 def test_absurd_speculative_numbers_are_refused_with_the_allowed_range(field: str, allowed: str) -> None:

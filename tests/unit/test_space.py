@@ -91,18 +91,15 @@ def test_kimi_sized_space_counted_by_hand() -> None:
     assert len(list(space)) == 41
 
 
-def test_the_largest_space_is_counted_in_closed_form_without_listing() -> None:
-    """Every value the bounds allow: ~3.8 million points, counted from the capacity formula."""
-    steps, topks, drafts = range(1, 65), range(1, 65), range(2, 1025)
+def test_the_largest_space_is_listed_and_counted_as_the_closed_form() -> None:
+    """Every value the bounds allow (SGLang-sized), counted as the capacity formula says."""
+    steps, topks, drafts = range(1, 17), range(1, 17), range(2, 65)
     space = SpeculativeSpace(num_steps=tuple(steps), eagle_topk=tuple(topks), num_draft_tokens=tuple(drafts))
     # Closed form from SGLang's rule: top-k 1 is one chain per step count; for k > 1 the drafts
-    # 2..min(k + (s-1)k^2 + 1, 1024) are valid, i.e. min(k + (s-1)k^2, 1023) of them.
-    closed = 64 + sum(min(k + (s - 1) * k * k, 1023) for s in steps for k in topks if k > 1)
-    assert closed == 3_843_647
-    assert len(space) == closed
-    problems = list(space_problems(SearchSpace(speculative=space)))
-    assert problems and problems[0].startswith("search.speculative: 3,843,647 valid")
-    assert f"{MAX_CONFIGURATIONS:,}" in problems[0]
+    # 2..min(k + (s-1)k^2 + 1, 64) are valid, i.e. min(k + (s-1)k^2, 63) of them.
+    closed = 16 + sum(min(k + (s - 1) * k * k, 63) for s in steps for k in topks if k > 1)
+    assert len(space) == closed == len(set(space))
+    assert list(space_problems(SearchSpace(speculative=space))) == []
 
 
 def test_nccl_product_is_counted_and_refused_beyond_the_bound() -> None:
@@ -128,7 +125,7 @@ def test_empty_speculative_space_is_a_problem() -> None:
     assert problem.startswith("search.speculative: no combination")
 
 
-def test_membership_without_listing() -> None:
+def test_membership() -> None:
     space = SearchSpace(
         speculative=SpeculativeSpace(num_steps=(2, 3), eagle_topk=(1, 2), num_draft_tokens=(4, 8)),
         all_reduce=("default",),
@@ -152,21 +149,21 @@ def test_membership_without_listing() -> None:
 def test_a_space_made_by_hand_must_be_sorted_and_bounded() -> None:
     with pytest.raises(ValueError, match="sorted"):
         SpeculativeSpace(num_steps=(3, 1), eagle_topk=(1,))
-    with pytest.raises(ValueError, match=r"\[1, 64\]"):
-        SpeculativeSpace(num_steps=(1, 65), eagle_topk=(1,))
+    with pytest.raises(ValueError, match=r"\[1, 16\]"):
+        SpeculativeSpace(num_steps=(1, 17), eagle_topk=(1,))
 
 
 def _values(low: int, high: int) -> st.SearchStrategy[tuple[int, ...]]:
     return st.lists(st.integers(low, high), max_size=6, unique=True).map(lambda v: tuple(sorted(v)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    steps=_values(1, 64),
-    topks=_values(1, 64),
-    drafts=_values(2, 1024),
+    steps=_values(1, 16),
+    topks=_values(1, 16),
+    drafts=_values(2, 64),
     auto=st.booleans(),
-    probe=st.tuples(st.integers(1, 64), st.integers(1, 64), st.integers(2, 1024)),
+    probe=st.tuples(st.integers(1, 16), st.integers(1, 16), st.integers(2, 64)),
 )
 def test_space_agrees_with_sglang_rules_by_brute_force(steps, topks, drafts, auto, probe) -> None:
     """Count, order, membership and the define-by-run choices all equal a brute force over the

@@ -89,11 +89,11 @@ def test_bad_values_exit_2_naming_the_flag(argv, needle, capsys: pytest.CaptureF
         # a value that used to reach the workers and fail there, after the port was bound
         (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1000000000000000000000000000000",
           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
-         "--speculative-num-steps must be an integer in [1, 64], got 1000000000000000000000000000000"),
+         "--speculative-num-steps must be an integer in [1, 16], got 1000000000000000000000000000000"),
         (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "100000",
-          "--speculative-num-draft-tokens", "4"], "--speculative-eagle-topk must be an integer in [1, 64]"),
+          "--speculative-num-draft-tokens", "4"], "--speculative-eagle-topk must be an integer in [1, 16]"),
         (["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",
-          "--speculative-num-draft-tokens", "-3"], "--speculative-num-draft-tokens must be an integer in [2, 1024]"),
+          "--speculative-num-draft-tokens", "-3"], "--speculative-num-draft-tokens must be an integer in [2, 64]"),
         # beyond the rotary table: a long request would fail in the worker with an IndexError
         (["--context-length", "6000"], "--context-length must be an integer in [2, 4096], got 6000"),
         (["--context-length", "1"], "--context-length must be an integer in [2, 4096], got 1"),
@@ -122,10 +122,10 @@ def test_out_of_range_numbers_exit_2_naming_the_flag_and_range(argv, needle, cap
 
 def test_bounds_themselves_are_accepted() -> None:
     args = parse("--context-length", "4096", "--port", "65535", "--random-seed", str(2**64 - 1),
-                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "64", "--speculative-eagle-topk", "2",
-                 "--speculative-num-draft-tokens", "128", "--dist-init-addr", "127.0.0.1:29500")
+                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "16", "--speculative-eagle-topk", "2",
+                 "--speculative-num-draft-tokens", "64", "--dist-init-addr", "127.0.0.1:29500")
     assert (args.context_length, args.port, args.random_seed) == (4096, 65535, 2**64 - 1)
-    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (64, 2, 128)
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (16, 2, 64)
 
 
 def test_unknown_model_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:

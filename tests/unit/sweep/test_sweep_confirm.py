@@ -4,12 +4,13 @@ two names, failed visits recorded, and an interrupted round resumed from its vis
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
+from orchestrator.sequential import judge
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import decide, paired_ratio
 from orchestrator.sweep.confirm import choose_contenders, run_confirmation
 from orchestrator.sweep.results import Objective, TrialRecord
 
@@ -214,7 +215,7 @@ def test_an_interrupted_confirmation_resumes_from_its_visits() -> None:
     done = first.visits[:6]  # killed in round 2
     again = Double({3: 120.0, 4: 105.0, 2: 100.0, 1: 50.0}, seed=9)
     result = run_confirmation(_spec(), RECORDS, visit=again, say=lambda line: None, done=done)
-    assert len(again.order) == 12 - 6, "the six visits made before the kill are not run again"
+    assert len(again.order) == len(result.visits) - 6, "the six visits made before the kill are not run again"
     assert result.vs_sglang_default["kind"] == "better" and result.visits[:6] == done
 
 
@@ -225,8 +226,9 @@ def test_an_interrupted_confirmation_resumes_from_its_visits() -> None:
     (([1.0, 1.2, 0.85], [1.0, 1.0, 1.0]), "undecided"),
     (([1.5, 1.5], [1.0, 1.0]), "undecided"),  # two pairs: no interval, never a verdict
 ])
-def test_decide_on_hand_made_pairs(values, kind) -> None:
-    assert decide(paired_ratio(*values), margin=0.01) == kind
+def test_one_look_on_hand_made_pairs(values, kind) -> None:
+    diffs = [math.log(x / y) for x, y in zip(*values)]
+    assert judge(diffs, margin=0.01, first=3, last=3).claim == kind
 
 
 def test_a_cap_below_three_visits_says_an_interval_needs_three() -> None:
@@ -236,14 +238,16 @@ def test_a_cap_below_three_visits_says_an_interval_needs_three() -> None:
 
 
 def test_racing_stops_visiting_contenders_whose_question_is_answered() -> None:
-    # trial 4 far behind the leader (3), no speculation far behind both: after round 3 only the leader
-    # and SGLang's default are visited, until their verdict is decided or the cap is reached
+    # trial 4 far behind the leader (3), no speculation far behind both: no speculation after round 3,
+    # trial 4 after round 4 (the leader's tests run at alpha / 2, and a first look of an O'Brien-Fleming
+    # design at 2 degrees of freedom needs more), then only the leader and SGLang's default are visited
     result, double, lines = _run({3: 103.0, 4: 70.0, 2: 100.0, 1: 50.0}, cv=0.005, seed=2, max_visits=8)
-    assert result.dropped == {4: 3, 1: 3}
-    later = double.order[12:]
+    assert result.dropped == {4: 4, 1: 3}
+    later = double.order[12 + 3:]
     assert later and set(later) == {3, 2}
-    assert sum(line.count("is no longer visited after round 3") for line in lines) == 2
-    assert result.leader == 3 and result.to_dict()["dropped"] == {"4": 3, "1": 3}
+    assert sum(line.count("is no longer visited after round 3") for line in lines) == 1
+    assert sum(line.count("is no longer visited after round 4") for line in lines) == 1
+    assert result.leader == 3 and result.to_dict()["dropped"] == {"4": 4, "1": 3}
     # the floor verdict still stands on the three rounds no speculation was visited
     assert result.vs_no_speculation["kind"] == "better" and result.vs_no_speculation["visits"] == 3
 
@@ -259,8 +263,9 @@ def test_after_the_verdict_the_leader_races_on_until_no_contender_could_be_faste
     last_default = max(i for i, n in enumerate(double.order) if n == 2)
     later = double.order[last_default + 1:]  # once the verdict is decided, the default rests
     assert later and set(later) <= {1, 3, 4} and {3, 4} <= set(later)
-    ratio = paired_ratio(result.series(3), result.series(4))
-    assert ratio.ci95_low >= 1 / 1.01 or 4 in result.dropped
+    diffs = [math.log(a / b) for a, b in zip(result.series(3), result.series(4)) if a and b]
+    look = judge(diffs, margin=0.01, first=3, last=12, comparisons=2)
+    assert look.low >= 1 / 1.01 or 4 in result.dropped
 
 
 def test_a_race_the_cap_could_not_decide_is_not_run() -> None:

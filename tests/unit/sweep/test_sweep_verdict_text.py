@@ -15,7 +15,7 @@ from orchestrator.statistics import Ratio
 from orchestrator.sweep.confirm import Confirmation, Contender
 from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.finish import summary_report, summary_text
-from orchestrator.sweep.per_load import NOISE_RESOLUTION, by_concurrency, crossover, describe, ratio_from_dict
+from orchestrator.sweep.per_load import NOISE_RESOLUTION, by_concurrency, describe
 from orchestrator.sweep.report import BEST_MARK
 from orchestrator.sweep.results import Objective, TrialRecord
 
@@ -125,23 +125,6 @@ def test_search_ratios_count_repetitions_and_the_verdict_counts_visits() -> None
     per_load = [line for line in text.splitlines() if line.startswith("  at concurrency ")]
     assert len(per_load) == 2 and all("(median of 3 repetitions)" in line and "visits" not in line
                                       for line in per_load), per_load
-
-
-def test_a_summary_written_before_the_rename_still_reads() -> None:
-    records = demo_like()
-    records[0].level_values["8"] = [900.0, 905.0, 895.0]  # no speculation decidedly faster at 8
-    for record in records[1:]:
-        record.level_values["8"] = [700.0, 705.0, 695.0]
-    levels = by_concurrency(sweep_figures(records, levels=[1, 4, 8]).levels)
-    old = json.loads(json.dumps(levels))
-    for entry in old:
-        for key in ("vs_sglang_default", "vs_no_speculation", "plain_vs_best_speculative"):
-            if entry[key]:
-                entry[key]["visits"] = entry[key].pop("repetitions")
-    new, then = crossover(levels), crossover(old)
-    assert new is not None and then is not None and new["concurrency"] == then["concurrency"] == 8
-    assert ratio_from_dict(then["ratio"]) == ratio_from_dict(new["ratio"])
-    assert ratio_from_dict(old[2]["plain_vs_best_speculative"]).visits == 3
 
 
 @pytest.mark.parametrize(("low", "high", "words"), [
