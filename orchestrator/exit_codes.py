@@ -2,7 +2,7 @@
 
 0 success; 1 the command ran and failed (an audit mismatch, a dead server, outputs that differ
 from the probe's baseline); 2 bad input (an invalid spec or option, an unreadable dataset or
-baseline). Every command is implemented, so there is no "not implemented" code.
+baseline).
 """
 
 from __future__ import annotations

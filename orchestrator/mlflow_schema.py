@@ -1,51 +1,9 @@
 """spectune's MLflow schema: every tag, param family and artifact name a sweep writes and
-``spectune serve --mlflow-run`` reads, defined once. The writers (the coordinator, a trial, the
-sweep's finish, ``spectune serve``), the reader (``orchestrator.tracking``), the tests and the
-docs take the names from here, so a renamed tag cannot leave one side behind.
+``spectune serve --mlflow-run`` reads, defined once.
 
-Runs: one **parent** run per sweep (``TAG_ROLE`` = ``ROLE_SWEEP``), one **child** run per trial
-(``ROLE_TRIAL``), nested under it (MLflow's ``mlflow.parentRunId``).
-
-=========================== ======= ========================================================= =========================
-tag                         run     value                                                     read by
-=========================== ======= ========================================================= =========================
-``spectune.sweep``          both    the spec's ``name``                                       serve, UI search
-``spectune.role``           both    ``sweep`` or ``trial``                                    serve (which run is which)
-``spectune.trial_id``       trial   Ray Tune's trial id                                       resume
-``spectune.results_dir``    parent  the sweep's results directory                             people
-``spectune.kind``           trial   ``baseline_plain``, ``baseline_auto`` or ``search``       UI
-``spectune.label``          trial   the configuration in words (SGLang's auto choice resolved) serve (provenance)
-``spectune.number``         trial   1-based start order (the summary's ``#``)                 serve (provenance)
-``spectune.status``         trial   ``running``, then a ``TrialStatus``                       UI, tests
-``spectune.reason``         trial   a ``FAILURE_REASONS`` key, or empty                       UI
-``spectune.message``        trial   what happened, in words (5000 characters at most)         UI
-``spectune.early_stopped``  trial   ``true`` when ASHA stopped it (its run ends FINISHED)     UI (not a crash)
-``spectune.engine_command`` trial   the engine's command line, secrets redacted               people
-``spectune.start_flags``    trial   the sweep-only start flags as rendered                    people
-``spectune.node_id``        trial   the Ray node the engine ran on (node rank 0's)            records of stopped trials
-``spectune.engine_nodes``   trial   every node of the engine: JSON ``[{node_rank, node_id, node_ip}]`` records, UI
-``spectune.cuda_visible_devices`` trial the engine's GPUs                                     records of stopped trials
-``spectune.engine_pid``     trial   the engine's pid                                          people
-``spectune.audit_ok``       trial   whether every process carried the trial's env            records of stopped trials
-``spectune.all_reduce_kernel`` trial the kernel decode's all-reduce ran on (read, not assumed) UI
-``spectune.nccl_log``       trial   what NCCL_DEBUG=INFO's log said of the NCCL variables     UI
-``spectune.objective.metric`` trial the objective's metric                                   serve (provenance)
-``spectune.objective.concurrency`` trial its concurrency level                               serve (provenance)
-``spectune.best_trial``     parent  the number of the trial best.yaml holds                  serve (provenance)
-``spectune.best_label``     parent  its label                                                 serve (provenance)
-``spectune.verdict``        parent  the confirmation's verdict against SGLang's default      serve (provenance)
-``spectune.verdict_ratio``  parent  its ratio (best / default), when it has one               UI
-``spectune.served_at``      trial   when ``spectune serve --mlflow-run`` served it            people
-``spectune.served_by``      trial   who served it (user@host)                                 people
-``spectune.served_url``     trial   where                                                     people
-=========================== ======= ========================================================= =========================
-
-Params of the parent: the spec's key settings (``orchestrator.summary.sweep_params``: name,
-engine, objective, budget, search dimensions). Params of a trial: ``trial_kind`` and the configuration in the sweep's names (``num_steps``,
-``eagle_topk``, ``num_draft_tokens``, ``all_reduce``, ``NCCL_*``), plus ``resolved.*`` (what the
-engine reported). Metrics: per repetition ``c{concurrency}.{metric}`` at step = repetition; at the
-end ``final.*``, ``objective.*`` and ``time.*_s``. Artifacts: ``ENGINE_CONFIG_ARTIFACT`` (what
-``spectune serve --mlflow-run`` starts), the env audit, the benchmark JSON and the engine log.
+One parent run per sweep (``TAG_ROLE`` = ``ROLE_SWEEP``), one nested child run per trial
+(``ROLE_TRIAL``). The tag table (which run carries each tag, and who reads it) and the params,
+metrics and artifacts are in docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations

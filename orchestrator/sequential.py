@@ -1,37 +1,9 @@
 """The confirmation's verdict under repeated looks: group-sequential boundaries with alpha spending.
 
-The confirmation looks at its paired log ratios after every round, from ``min_visits`` to
-``max_visits`` pairs, and stops at the first decision. Testing a nominal 95% interval at every look
-gave a false "better" 6-9% of the time at true equality (simulated with the product's own code);
-peeking spends the error once per look. So each look gets a boundary of its own, from a
-Lan-DeMets spending function: the one-sided error ``alpha`` is spent over the looks as the
-information fraction ``t = n / max_visits`` grows, ``alpha(t)`` by look ``n`` in all
-(O'Brien-Fleming type, ``2 - 2 Phi(z_{1-alpha/2} / sqrt(t))``: little early, nearly all of it
-at the last look, so a confirmation that runs its course keeps about the power of a fixed-size
-design of ``max_visits``). References: K. K. G. Lan and D. L. DeMets (1983), "Discrete sequential
-boundaries for clinical trials", Biometrika 70(3):659-663; C. Jennison and B. W. Turnbull (2000),
-"Group Sequential Methods with Applications to Clinical Trials", ch. 7 (spending functions) and
-3.8 (unknown variance).
-
-The statistic at look ``n`` is Student's t of the per-pair log ratios against a boundary ratio
-``delta``: ``T_n = (mean(d) - delta) / (sd(d) / sqrt(n))``. With log-normal visit noise and the
-true ratio on the boundary, the sequence ``T_first .. T_last`` has a distribution free of the
-noise's size, so the critical values ``c_n`` are found once by simulating it (seeded, 200,000
-paths; ``boundaries``): at each look, ``c_n`` is set so that the paths that cross first at ``n``
-are ``alpha(t_n) - alpha(t_{n-1})`` of all. Nothing is approximated but the Monte Carlo (about
-+/-0.07 points of error on 2.5%); the unknown variance is part of the simulated statistic, not a
-normal approximation of it.
-
-A claim is made when its one-sided test crosses: **better** when ``T`` against ``+log(1 + margin)``
-exceeds ``c_n`` (the error side is set by the margin: a true ratio at or below ``1 + margin`` is
-called better at most ``alpha`` of the time); **worse** symmetrically against
-``-log(1 + margin)``; **equivalent** by TOST, both one-sided tests against the two margins at the
-same boundaries (a true ratio outside the margins is called equivalent at most ``alpha`` of the
-time). The leader is picked from the same visits it is tested on, among ``k`` search contenders,
-so its tests run at ``alpha / k`` (Bonferroni over the contenders: whichever is picked, the chance
-that any of the ``k`` crosses falsely is at most ``alpha``). The interval printed with the verdict
-is the one the decision reads, ``exp(mean(d) +/- c_n * sd(d) / sqrt(n))``: 95% over all looks (and
-over the pick), not 95% at one look.
+After each round, the paired log ratios ``d`` are tested with Student's t against the margins at
+a boundary ``c_n`` of their own per look (Lan-DeMets O'Brien-Fleming-type spending, critical
+values found by seeded simulation), for the claims better, worse and equivalent (TOST). The
+design and its references are in docs/confirmation.md.
 """
 
 from __future__ import annotations
@@ -56,8 +28,7 @@ ALPHA = 0.025
 """One-sided error of each claim (better, worse, equivalent): the 95% the output prints."""
 
 PATHS = 200_000
-"""Simulated paths per boundary set (seeded): the Monte Carlo error of each spent share is about
-sqrt(alpha / PATHS), 0.035 points at alpha = 2.5%."""
+"""Simulated paths per boundary set (seeded)."""
 
 SEED = 20261203
 
@@ -76,7 +47,11 @@ def obrien_fleming_spent(t: float, *, alpha: float = ALPHA) -> float:
 @functools.lru_cache(maxsize=64)
 def boundaries(first: int, last: int, alpha: float = ALPHA) -> tuple[float, ...]:
     """Critical values ``c_n`` of the one-sided t statistic for looks at ``n = first .. last`` pairs
-    (``inf`` where the look spends nothing the simulation can resolve), as the module says."""
+    (``inf`` where the look spends nothing the simulation can resolve).
+
+    Raises:
+        ValueError: not ``2 <= first <= last``.
+    """
     import numpy as np
 
     if not 2 <= first <= last:

@@ -1,12 +1,9 @@
 """SweepSpec: the validated YAML that says what to tune, how to measure it and within what budget.
 
-A spec is checked completely before anything starts: unknown keys, wrong types (strictly: no
-``true`` for a number, no number for a string), numbers beyond each field's bound, NCCL values NCCL
-does not document, dangerous NCCL values that were not allowed by name, variables SGLang manages
-itself, SGLang's speculative rules, and a search space that is empty or too large to sweep
-(counted by ``orchestrator.space``, never listed). Every problem names its field, the value and
-what is allowed. Loading has no side effects (no ports, no GPUs, no files written); reading the
-file itself (encoding, size, duplicate keys) is ``orchestrator.spec_file``'s job.
+A spec is checked completely before anything starts (types strictly, bounds, NCCL values, SGLang's
+speculative rules, the size of the search space), and every problem names its field, the value
+and what is allowed. Loading has no side effects; reading the file itself is
+``orchestrator.spec_file``'s job.
 """
 
 from __future__ import annotations
@@ -31,8 +28,6 @@ from pydantic import (
     model_validator,
 )
 
-# The benchmark section and the metric table live beside the code that reads and produces them
-# (orchestrator/bench); they are imported here, and re-exported, for the spec and its importers.
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
 from orchestrator.bench.settings import BenchmarkSpec, BenchSettings
 from orchestrator.errors import SpecError, SpecProblem
@@ -92,31 +87,19 @@ DANGEROUS_FLAGS: dict[str, str] = {
 
 
 MAX_CHOICES = 1024
-"""The most values one list in a spec may hold (a speculative dimension, an NCCL variable's choices).
-
-Far more than a sweep can try, and enough to spell any speculative dimension out in full (the
-largest, num_draft_tokens, has 1023 values); a longer list is a generated mistake."""
+"""The most values one list in a spec may hold (a speculative dimension, an NCCL variable's choices)."""
 
 MEASURED_VISIT_CV: dict[str, float] = {
-    # the CPU reference engine: the demo's confirmation, x1.08 [1.00, 1.17] from 5 paired visits
-    # (docs/measurements/demo-cpu): sd of the log ratios 0.063, i.e. 4.5% per visit
     "reference": 0.045,
-    # the GPU reference engine with decode CUDA graphs (its default on CUDA), one H200: the two
-    # replication runs' 5 paired visits, sd of the log ratios 0.011 pooled, 0.8% per visit; the sd
-    # of a contender's log level over its visits 0.9% pooled (docs/measurements/gpu-replication-h200x1-graphs)
     "reference-gpu": 0.01,
-    # the GPU reference engine decoding eagerly (--disable-decode-cuda-graph): paired ratios between
-    # fresh starts 1.17, 0.99, 0.83, 1.17 on one H200 (issue 29), sd of the log ratios 0.165
     "reference-gpu-eager": 0.117,
-    # SGLang with CUDA graphs on GPUs: spec-decoding CV 0.1-0.3% at c1-c16 (a public table); the upper end
     "sglang": 0.003,
 }
-"""Between-visit CV (a fresh engine's spread, sd of its log level) per engine, as measured: what
-``confirmation.margin: auto`` is derived from (``SweepSpec.visit_noise_key`` picks the entry)."""
+"""Between-visit CV (sd of a fresh engine's log level) per engine, as measured (sources in
+docs/design/bench-and-spec.md): what ``confirmation.margin: auto`` is derived from."""
 
 MAX_DURATION_S = 30 * 24 * 3600.0
-"""The longest time limit or timeout a spec may set (30 days): beyond any sweep, and small enough for
-every timer (``threading``/``asyncio`` refuse timeouts past about 292 years)."""
+"""The longest time limit or timeout a spec may set (30 days)."""
 
 MAX_CONCURRENCY = 10_000
 """The highest concurrency level an objective may name (far above SGLang's 48-request speculative cap)."""
@@ -128,13 +111,8 @@ MAX_RESOURCES = 1024
 """The most GPUs or CPUs one trial may reserve (a trial runs one engine on one node)."""
 
 DEFAULT_ENGINE_START_S: dict[str, float] = {"reference": 10.0, "sglang": 600.0}
-"""Seconds one engine start is taken to last before a trial has measured one (``budget.engine_start_estimate_s``).
-
-reference: measured launch-to-healthy times of 6-12 s (median 7.4 s over 34 CPU trials,
-benchmarks/data/sweeps/reference-cpu-grid-quiet.trials.jsonl; 9-11 s for the GPU reference engine on
-an H200, docs/measurements/gpu-sweep-h200x1/trials.jsonl). sglang: the middle of the 5-15 minutes
-per launch of a 1T-parameter model on one 8-GPU node (docs/search-efficiency.md: ~600 GB of
-weights, then CUDA-graph capture); a small model starts in a minute or two, so such specs set it."""
+"""Seconds one engine start is taken to last before a trial has measured one
+(``budget.engine_start_estimate_s``); measurements in docs/design/bench-and-spec.md."""
 
 
 class _Model(StrictModel):
@@ -164,12 +142,8 @@ def _is_int(value: object) -> bool:
 
 
 def _dimension_parser(*, low: int, high: int) -> Any:
-    """The validator of one speculative dimension whose values must lie in ``[low, high]``.
-
-    Accepts a number, a list of numbers or ``{low, high[, step]}``; bounds are checked on the
-    numbers as written (a range's ends), so ``{low: 1, high: 10**30}`` is refused without being
-    listed.
-    """
+    """The validator of one speculative dimension whose values must lie in ``[low, high]``: a
+    number, a list of numbers or ``{low, high[, step]}``, bounds checked as written (never listed)."""
     allowed = f"a number, a list of numbers or {{low, high}} with values in [{low}, {high}]"
 
     def outside(value: int) -> bool:
@@ -345,12 +319,10 @@ TripleList = Annotated[
 
 
 class SpeculativeSpec(_Model):
-    """The speculative dimensions: each a fixed value, a list, or ``{low, high}``; or exact triples.
+    """The speculative dimensions: each a fixed value, a list, or ``{low, high}``; or exact ``triples``.
 
-    With ``eagle_topk`` 1 the draft is a chain and ``num_draft_tokens`` is ``num_steps + 1``
-    (derived, not searched); for larger top-k, draft-token values the tree cannot hold are skipped.
-    ``triples`` instead lists exactly the points to try (``[[3, 1, 4], [5, 4, 8]]``), for when the
-    product of the dimensions holds points nobody wants.
+    With ``eagle_topk`` 1 ``num_draft_tokens`` is ``num_steps + 1`` (derived); for larger top-k,
+    draft-token values the tree cannot hold are skipped.
     """
 
     num_steps: Optional[StepsDimension] = Field(
@@ -388,9 +360,8 @@ class SpeculativeSpec(_Model):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        """With ``triples`` the three dimensions are not part of the spec: leave them out of the dump,
-        so ``model_validate(model_dump())`` gives the same spec back (a trial re-validates its
-        spec from the dump; the "triples or dimensions, not both" rule would refuse them)."""
+        """With ``triples``, leave the three dimensions out of the dump, so that
+        ``model_validate(model_dump())`` gives the same spec back."""
         data = handler(self)
         if self.triples is not None:
             for name in ("num_steps", "eagle_topk", "num_draft_tokens"):
@@ -398,12 +369,7 @@ class SpeculativeSpec(_Model):
         return data
 
     def space(self) -> SpeculativeSpace | SpeculativeList:
-        """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``).
-
-        Top-k 1 derives draft = steps + 1 (the draft dimension does not apply to chains); larger
-        top-k values take each draft value the tree can hold (SGLang's rules). Listed triples are
-        exactly those points, in the listed order.
-        """
+        """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``)."""
         if self.triples is not None:
             return SpeculativeList(
                 triples=tuple(SpeculativeTriple(*t) for t in self.triples), include_auto=self.include_auto
@@ -893,14 +859,9 @@ class SweepSpec(_Model):
                        "tokens took 8 s on an H200, and two such repetitions were 18% apart)")
         return out
 
-    # --- resolved values -------------------------------------------------------------------
-
     def space(self) -> SearchSpace:
         """Every configuration the sweep may try (see ``orchestrator.space``; counted, never listed).
-
-        Without speculation, or without ``search.speculative``, the speculative dimension is the
-        one point where SGLang chooses (or speculation is off).
-        """
+        Without ``search.speculative`` the speculative dimension is SGLang's own choice (or off)."""
         speculative = self.search.speculative
         if self.engine.speculative_algorithm is None or speculative is None:
             numbers = SpeculativeSpace(include_auto=True)
@@ -961,10 +922,8 @@ class SweepSpec(_Model):
 
     @property
     def visit_noise_key(self) -> str:
-        """Which ``MEASURED_VISIT_CV`` entry this spec's engine follows. The reference engine is
-        three engines by noise: on the CPU, on a GPU with decode CUDA graphs (its default there),
-        and on a GPU decoding eagerly, whose step follows the host's CPU. It runs on a GPU when its
-        trials reserve one (``resources.gpus_per_trial``) or ``extra_args`` says ``device: cuda``."""
+        """Which ``MEASURED_VISIT_CV`` entry this spec's engine follows (the reference engine on the
+        CPU, on a GPU with decode CUDA graphs, or on a GPU decoding eagerly)."""
         if self.engine.kind != "reference":
             return self.engine.kind
         extra = self.engine.extra_args

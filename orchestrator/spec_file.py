@@ -1,15 +1,12 @@
 """Reading a spec file: bytes -> UTF-8 text -> YAML data, refusing what YAML would let through.
 
-A spec is a few kilobytes of hand-written YAML. Whatever a user (or a generator) points
-``spectune validate`` at — a binary file, a directory, a 2 GB log, a YAML alias bomb, a mapping
-with the same key twice — the answer is a ``SpecError`` naming the file and the problem, at once:
+Anything else raises ``SpecError`` naming the file and the problem:
 
 - the file must be UTF-8 text of at most ``MAX_SPEC_BYTES``;
-- a key given twice in one mapping is refused (plain YAML keeps the last one silently, so a
-  second ``search:`` would quietly replace the first);
-- ``1e3`` is a number (YAML 1.1 reads it as a string, which the spec's strict numbers refuse);
-- the loaded data may hold at most ``MAX_SPEC_VALUES`` values, counted with aliases expanded, and
-  nest at most ``MAX_SPEC_DEPTH`` levels (aliases make a small file a huge or cyclic value).
+- a key given twice in one mapping is refused (plain YAML keeps the last one silently);
+- ``1e3`` is a number (YAML 1.1 reads it as a string);
+- the data may hold at most ``MAX_SPEC_VALUES`` values, aliases expanded, nested at most
+  ``MAX_SPEC_DEPTH`` levels.
 """
 
 from __future__ import annotations

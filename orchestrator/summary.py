@@ -43,11 +43,7 @@ def _listed(labels: list[str], sep: str) -> str:
 
 
 def _shown_uri(uri: str) -> str:
-    """``uri`` with the password of its user part hidden (``postgresql://me:<redacted>@db/mlflow``).
-
-    Secret-looking variables are redacted by name (``serving.redaction``); a tracking URI carries
-    its secret in the value, so it is redacted by position instead.
-    """
+    """``uri`` with the password of its user part hidden (``postgresql://me:<redacted>@db/mlflow``)."""
     try:
         parts = urlsplit(uri)
         if parts.password is None:
@@ -143,13 +139,8 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
 
 
 def sweep_params(spec: SweepSpec) -> dict[str, Any]:
-    """The sweep's MLflow parent run's params: what the runs table and a comparison of two sweeps
-    want at a glance (the full spec is the run's ``spec.yaml`` artifact).
-
-    Everything here is fixed by the spec, so a resumed sweep logs the same values (MLflow params
-    cannot change); the outcome, which can, goes to tags (``finish.sweep_tags``). A setting the
-    spec leaves out (the draft of a sweep without speculation) is left out here too.
-    """
+    """The sweep's MLflow parent run's params: the spec's key settings, all fixed by the spec (so
+    a resumed sweep logs the same values); settings the spec leaves out are left out."""
     engine, summary = spec.engine, describe_spec(spec)
     params = {
         "sweep.name": spec.name,

@@ -8,10 +8,5 @@ __all__ = ["utc_timestamp"]
 
 
 def utc_timestamp() -> str:
-    """Now in UTC, ISO 8601 to the second (``2026-12-01T09:17:37+00:00``).
-
-    The ``created_at`` / ``started_at`` / ``ended_at`` of benchmark results, probe baselines,
-    trial records and the sweep's MLflow state: UTC so records from different machines compare,
-    seconds because nothing finer is ever read, and text that sorts in time order.
-    """
+    """Now in UTC, ISO 8601 to the second (``2026-12-01T09:17:37+00:00``): every record's timestamp."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

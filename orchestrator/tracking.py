@@ -1,13 +1,8 @@
 """MLflow: one parent run per sweep, one nested run per trial. The only module that imports mlflow.
 
-Everything goes through ``MlflowClient`` with explicit run ids (no fluent "active run" state, so
-nothing depends on which thread or process last called ``start_run``). A trial's run is nested
-under the sweep's run with the ``mlflow.parentRunId`` tag, which is what the MLflow UI groups by.
-Runs carry ``spectune.*`` tags (sweep, trial id, status, reason), so a resumed sweep finds the runs
-it already made instead of making duplicates.
-
-With a SQLite store, concurrent writers can fail with "database is locked"; the sweep therefore
-writes from one place only (the coordinator actor), and this class is not shared between threads.
+Everything goes through ``MlflowClient`` with explicit run ids; trial runs are nested with the
+``mlflow.parentRunId`` tag, and ``spectune.*`` tags let a resumed sweep find its runs. A
+:class:`Tracker` is not shared between threads. See docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -77,11 +72,9 @@ class Tracker:
         Args:
             tracking_uri: Any MLflow URI (``sqlite:///.../mlflow.db``, ``http://host:5000``).
             experiment_name: Created if missing.
-            artifact_root: Where a new experiment keeps its artifacts (a directory next to the
-                SQLite file by default; MLflow would otherwise use ``./mlruns`` of whatever the
-                working directory is, which under ``ray job submit`` is a temporary copy). Not
-                used with a tracking server (``http(s)://``): its own artifact store holds them,
-                where its UI and every other machine can read them, not this node's disk.
+            artifact_root: Where a new experiment keeps its artifacts (default: a directory next
+                to the SQLite file). Not used with a tracking server (``http(s)://``), whose own
+                artifact store holds them.
         """
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
@@ -89,8 +82,7 @@ class Tracker:
         if experiment is None:
             served = tracking_uri.startswith(("http://", "https://"))
             location = artifact_root.resolve().as_uri() if artifact_root is not None and not served else None
-            # MLflow 3's UI opens an experiment in its GenAI layout unless told it holds runs
-            # of model development: a sweep's runs table (parent + nested trials) is what users want.
+            # MLflow 3's UI would otherwise open the experiment in its GenAI layout
             experiment_id = self.client.create_experiment(
                 experiment_name, artifact_location=location,
                 tags={"mlflow.experimentKind": "custom_model_development"},
@@ -207,9 +199,7 @@ def _quieten_migrations() -> None:
 def open_tracker(*, tracking_uri: str, experiment_name: str, artifact_root: Path | None = None) -> Tracker:
     """A :class:`Tracker`, MLflow's migration chatter quietened."""
     _quieten_migrations()
-    # No mlflow.set_tracking_uri: it is process-global and exports MLFLOW_TRACKING_URI to every
-    # subprocess started afterwards (a sweep reads that variable); MlflowClient(tracking_uri=...)
-    # hands the URI to its artifact repositories itself.
+    # not mlflow.set_tracking_uri: it is process-global and leaks MLFLOW_TRACKING_URI to subprocesses
     return Tracker(tracking_uri=tracking_uri, experiment_name=experiment_name, artifact_root=artifact_root)
 
 

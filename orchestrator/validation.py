@@ -1,9 +1,7 @@
 """How spectune's config models validate, and how their errors read.
 
-One strict base model (no type coercion: ``tp_size: true`` or ``"8"`` is refused instead of read as
-1 or 8; no NaN or infinity) and one function that turns pydantic's errors into one readable
-problem per field. The spec loader, ``spectune engine-cmd`` and ``spectune bench`` all report
-problems through ``validation_problems``, so a user sees the same shape of message everywhere.
+:class:`StrictModel` (no type coercion, no NaN or infinity) and :func:`validation_problems`, which
+turns pydantic's errors into one readable problem per field for every command.
 """
 
 from __future__ import annotations
@@ -21,13 +19,8 @@ __all__ = ["StrictModel", "short_repr", "validation_problems"]
 
 
 class StrictModel(BaseModel):
-    """Base of every config model a user writes: unknown keys refused, types strict, immutable.
-
-    ``strict=True`` refuses booleans for numbers and numbers or booleans for strings (YAML reads
-    ``true`` and ``8`` as such, and silent coercion hides the mistake); an integer is still
-    accepted where a float is meant. ``allow_inf_nan=False`` refuses ``.nan`` and ``.inf``, which
-    pass ``gt=0`` style bounds by accident (NaN compares false to everything, inf is "positive").
-    """
+    """Base of every config model a user writes: unknown keys refused, types strict (an integer
+    still accepted for a float), no NaN or infinity, immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
@@ -41,11 +34,7 @@ _REPR.maxlevel = 3
 
 
 def short_repr(value: object) -> str:
-    """``repr(value)`` cut to a readable length, without walking all of a huge or cyclic value.
-
-    Error messages quote the user's input; a YAML alias bomb or a 10**30-digit number must not
-    turn one message into megabytes (or take minutes to build).
-    """
+    """``repr(value)`` cut to a readable length, without walking all of a huge or cyclic value."""
     try:
         return _REPR.repr(value)
     except ValueError:  # an int beyond Python's 4300-digit str() limit, somewhere inside

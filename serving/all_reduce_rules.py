@@ -1,27 +1,15 @@
 """Which kernel carries decode's tensor-parallel all-reduce: SGLang 0.5.23's rule, written once.
 
-The answer depends on the node, not on the flags alone, and it decides whether the NCCL variables
-a sweep searches can matter at all:
+In precedence order (sources under ``sglang/srt/``):
 
-* FlashInfer's fused all-reduce + residual + RMSNorm (``flashinfer_allreduce_fusion_backend``)
-  is turned on by SGLang itself (``srt/arg_groups/overrides.py``,
-  ``_flashinfer_allreduce_fusion_auto_enable``) for the architectures in
-  ``FUSION_ARCHITECTURES`` on sm90 / sm100 GPUs, with TP > 1, no attention DP,
-  ``--moe-a2a-backend none`` and one node (several nodes only on sm100). It then does every
-  decode step's per-layer all-reduce (batches up to 2048 tokens). ``--enforce-disable-
-  flashinfer-allreduce-fusion`` turns it off (``_enforce_disable_allreduce_fusion``).
-* Otherwise SGLang's custom all-reduce, unless ``--disable-custom-all-reduce`` or it turns itself
-  off: world size not in 2/4/6/8, a group across nodes, or more than two GPUs that are not all
-  NVLink-connected (``srt/distributed/device_communicators/custom_all_reduce_utils.py``
-  ``can_use_custom_all_reduce_with_nvlink``, which logs why on every rank).
-* Otherwise NCCL. On the seed's node (eight RTX PRO 6000 Blackwell: sm120, PCIe) that is every
-  arm: custom all-reduce is off at TP 8 and fusion is sm90/sm100 only.
+* FlashInfer's fused all-reduce + RMSNorm: ``arg_groups/overrides.py``
+  ``_flashinfer_allreduce_fusion_auto_enable`` (off by ``_enforce_disable_allreduce_fusion``);
+* SGLang's custom all-reduce: ``distributed/device_communicators/custom_all_reduce_utils.py``
+  ``can_use_custom_all_reduce_with_nvlink``;
+* otherwise NCCL.
 
-``predict`` answers from a declared GPU kind (``GpuKind``), for preflight, ``--dry-run`` and the
-reference engine, which emulates the rule and logs what SGLang would; the sweep then reads what
-the running engine really did (``serving.engine.all_reduce_observed``) and records that.
-(0.5.23 also has an opt-in FlashInfer PCIe-IPC all-reduce, ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``,
-off by default; spectune neither sets nor predicts it.)
+``predict`` answers from a declared ``GpuKind``; ``serving.engine.all_reduce_observed`` reads what
+a running engine did.
 """
 
 from __future__ import annotations
@@ -78,8 +66,7 @@ _KIND = re.compile(r"^sm(\d{2,3})-(nvlink|pcie)$")
 @dataclass(frozen=True)
 class GpuKind:
     """What the rule needs of a node: the GPUs' compute capability major (9 for sm90) and whether
-    every GPU pair is NVLink-connected. ``cpu`` has neither (the reference engine on a CPU, where
-    torch.distributed's gloo stands in for NCCL)."""
+    every GPU pair is NVLink-connected; ``cpu`` has neither (the reference engine on gloo)."""
 
     name: str
     capability_major: Optional[int]
@@ -134,9 +121,8 @@ class AllReducePath:
 
 
 def custom_all_reduce_off_line(*, gpu_kind: GpuKind, world_size: int, nnodes: int = 1) -> Optional[str]:
-    """The warning SGLang's ``can_use_custom_all_reduce_with_nvlink`` logs on every rank when custom
-    all-reduce turns itself off on this node, or None when it engages (the P2P check is taken to
-    pass: both declared interconnects have P2P). No CUDA: no custom all-reduce and no line."""
+    """The warning ``can_use_custom_all_reduce_with_nvlink`` logs on every rank when custom all-reduce
+    turns itself off on this node, or None when it engages (P2P taken to pass) or there is no CUDA."""
     name = "CustomAllreduce"
     if not gpu_kind.cuda or world_size == 1:
         return None

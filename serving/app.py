@@ -1,6 +1,6 @@
-"""Kept so that Serve config files written by earlier versions (``import_path: serving.app:app_builder``) still deploy.
+"""Re-exports ``app_builder`` for Serve config files with ``import_path: serving.app:app_builder``.
 
-The application now lives in ``serving.serve.app``; import from there.
+The application lives in ``serving.serve.app``; import from there.
 """
 
 from serving.serve.app import app_builder

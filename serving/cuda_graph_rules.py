@@ -1,29 +1,11 @@
-"""Which decode batch sizes SGLang 0.5.23 captures in CUDA graphs, and which graph a batch replays:
-its rule, written once, for the sweep's start flags and the GPU reference engine.
+"""Which decode batch sizes SGLang 0.5.23 captures in CUDA graphs, and which graph a batch replays,
+written once for the sweep's start flags and the GPU reference engine. Sources, under ``sglang/srt/``:
 
-From the 0.5.23 wheel (paths under ``sglang/srt/``):
-
-* **The list.** ``arg_groups/cuda_graph_hook.py`` ``generate_decode_cuda_graph_batch_sizes``:
-  under speculation ``1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, 272.. step 16``, without
-  it ``1, 2, 4, 8, 12, 16-256 step 8, 272-496 step 16, 512.. step 32``; every size from 1 with
-  ``--disable-cuda-graph-padding``; cut at ``max_bs``, which is appended when missing.
-* **max_bs.** ``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` by the smallest visible
-  GPU's memory (MiB) and TP size (:func:`default_decode_max_bs`); an explicit
-  ``--cuda-graph-bs-decode`` wins over ``--cuda-graph-max-bs-decode`` (``max_bs = max(bs)``).
-* **The runtime cut.** ``model_executor/runner/base_cuda_graph_runner.py``
-  ``get_batch_sizes_to_capture`` keeps sizes up to the request pool (``max_running_requests``:
-  48 under EAGLE unless given, ``speculative_hook.py``), appending the pool size when the list
-  passes it. One H200 at TP 1 under EAGLE captures 23 sizes: 1-8, 10-32 step 2, 40, 44, 48.
-* **Off.** ``--disable-decode-cuda-graph`` or ``--cuda-graph-backend-decode disabled``; the
-  deprecated ``--disable-cuda-graph`` turns off decode and prefill (``parse_cuda_graph_config``).
-* **Replay.** ``BaseCudaGraphRunner._pad_to_bucket``: the smallest captured size ``>=`` the batch
-  (``bisect_left``); a batch above the largest runs eagerly, no error (``can_run_graph``:
-  ``cuda_graph_bs <= self.max_bs``); with ``--disable-cuda-graph-padding`` only exact sizes replay.
-  The target's verify forward replays at ``bs x speculative_num_draft_tokens`` tokens, the draft
-  loop at ``bs x speculative_eagle_topk`` (built only for ``speculative_num_steps > 1``).
-* **Reported.** ``/server_info`` keeps the flags as given (``cuda_graph_bs_decode`` null by
-  default), the resolved plan under ``cuda_graph_config.decode.{backend,max_bs,bs}`` (before the
-  runtime cut) and the sizes really captured as ``internal_states[i].decode_cuda_graph_bs``.
+* the list: ``arg_groups/cuda_graph_hook.py`` ``generate_decode_cuda_graph_batch_sizes``;
+* max_bs: ``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings``;
+* the runtime cut: ``model_executor/runner/base_cuda_graph_runner.py`` ``get_batch_sizes_to_capture``;
+* the off switches: ``parse_cuda_graph_config``;
+* replay: ``BaseCudaGraphRunner._pad_to_bucket`` and ``can_run_graph``.
 """
 
 from __future__ import annotations
@@ -145,7 +127,7 @@ def plan_decode_graphs(
     else:
         max_bs = cuda_graph_max_bs_decode or default_decode_max_bs(gpu_memory_mib, tp_size)
         if cuda_graph_max_bs_decode is None and max_running_requests is not None and max_running_requests < max_bs:
-            max_bs = max_running_requests  # a lower --max-running-requests caps the defaulted size
+            max_bs = max_running_requests
         bs = decode_batch_sizes(max_bs, speculative=speculative, disable_padding=disable_cuda_graph_padding)
     pool = request_pool or max_running_requests or (SPECULATIVE_MAX_RUNNING_REQUESTS if speculative else None)
     captured = list(bs)

@@ -1,16 +1,8 @@
-"""spectune's own environment variables: one typed registry, read when used.
+"""spectune's own environment variables: one typed registry, read when used (standard library only).
 
-Every variable spectune itself reads is declared here once, with its type, default and meaning,
-so ``grep SPECTUNE_`` has one answer and a typo is a ``KeyError`` at the call site rather than a
-silently ignored setting. Values are read from ``os.environ`` each time ``get()`` is called, never
-at import: tests and launchers may set them after this module was imported, and a spawned child
-reads what it inherited. (SGLang's ``environ.py`` is the model; Ray's import-time constants are the
-counter-example.)
-
-Standard library only: the reference engine imports this on GPU machines that have nothing but
-torch and aiohttp.
-
-Example::
+Every variable spectune reads is declared here once, with its type, default and meaning; an
+undeclared name is an ``AttributeError`` at the call site. Values are read from ``os.environ`` on
+each ``get()``, never at import::
 
     from serving.environ import ENV
     fault = ENV.SPECTUNE_REFERENCE_FAULT.get()

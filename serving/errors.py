@@ -1,30 +1,8 @@
 """The root of spectune's error hierarchy, and the errors an engine can raise.
 
-They live in ``serving`` (the lower layer) so that engine code can raise them without importing
-``orchestrator``; ``orchestrator.errors`` re-exports them next to its own.
-
-Every engine failure is an ``EngineError`` with a machine-readable ``reason``, so the sweep can
-turn it into a failed trial with a reason tag without parsing messages. One class per reason:
-
-=================  ======================  ====================================================
-``reason``         class                   when
-=================  ======================  ====================================================
-``launch_failed``  ``EngineLaunchError``   the program cannot be run, or the engine exited
-                                           before it was ever healthy (bad flag, crash on start)
-``timeout``        ``EngineStartTimeout``  still running, but not healthy by ``wait_healthy``'s
-                   (an EngineLaunchError)  deadline (hang on start); the engine is left running
-``died``           ``EngineDied``          the engine exited after it had been healthy
-``not_healthy``    ``EngineNotReady``      asked to serve while not started, or alive but
-                                           failing its health check
-``stop_failed``    ``EngineStopError``     a process or the port survived ``stop()``
-=================  ======================  ====================================================
-
-``EngineStartTimeout`` is an ``EngineLaunchError`` because to a caller both mean "this engine
-never came up": ``except EngineLaunchError`` catches both, ``reason`` tells them apart.
-
-The errors cross Ray actor boundaries (an EngineHost raises them in its actor), so each pickles
-with its attributes (``__reduce__``; an exception with keyword-only ``__init__`` arguments does
-not survive default pickling).
+Every ``EngineError`` carries a machine-readable ``reason``, one per class (``ENGINE_ERROR_REASONS``),
+which the sweep maps to a trial reason. The errors pickle with their attributes, so they cross Ray
+actor boundaries. ``orchestrator.errors`` re-exports them.
 """
 
 from __future__ import annotations
@@ -52,8 +30,7 @@ class SpectuneError(Exception):
 class EngineConfigError(SpectuneError, ValueError):
     """An engine configuration breaks a rule of the engine (e.g. SGLang's speculative rules).
 
-    A ``ValueError``, so that raised inside an ``EngineConfig`` validator pydantic reports it as
-    a validation error of the model, next to every other problem of the same config.
+    A ``ValueError``, so pydantic reports it as a validation error of the model.
     """
 
 
@@ -62,15 +39,14 @@ def _rebuild(cls: type["EngineError"], message: str, fields: dict[str, Any]) -> 
 
 
 class EngineError(SpectuneError):
-    """An engine failed; ``reason`` says how (see the module docstring for the mapping).
+    """An engine failed; ``reason`` says how.
 
     Attributes:
         reason: One of ``ENGINE_ERROR_REASONS``, fixed per class.
         message: The message without the log tail.
         exit_code: The engine's exit code (negative: killed by that signal); ``None`` if it was
             still running or never started.
-        log_tail: The last lines of the engine log, because the reason an engine failed is almost
-            always in the last lines it printed. Appended to ``str(error)``.
+        log_tail: The last lines of the engine log, appended to ``str(error)``.
     """
 
     reason: str = ""
@@ -150,8 +126,4 @@ ENGINE_ERROR_REASONS: tuple[str, ...] = tuple(
 
 
 class EngineAlreadyStarted(SpectuneError, RuntimeError):
-    """``start()`` was called on an engine (or host) that is already running.
-
-    A mistake of the caller, not a failure of the engine, so not an ``EngineError``: it has no
-    trial reason.
-    """
+    """``start()`` was called on an engine (or host) already running: a caller's mistake, with no trial reason."""

@@ -1,8 +1,5 @@
-"""HTTP to spectune's own servers (engines, replicas, a tracking server): never through a proxy.
-
-A proxy named by ``HTTP_PROXY`` in a user's environment would otherwise receive requests meant for
-127.0.0.1 or a node's own address. Standard library only.
-"""
+"""HTTP to spectune's own servers (engines, replicas, a tracking server), never through a proxy
+named by ``HTTP_PROXY`` (standard library only)."""
 
 from __future__ import annotations
 

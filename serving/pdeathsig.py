@@ -1,9 +1,8 @@
 """Ask the kernel to signal this process when its parent dies (Linux ``PR_SET_PDEATHSIG``); stdlib only.
 
-One copy, used by the engine exec wrapper (which sets it and then execs the engine, so that no
-Python runs between fork and exec in a multi-threaded launcher such as a Ray actor) and by the
-reference engine's TP workers. The signal survives ``execve`` and follows the parent *thread*
-that forked the process. Call it in the child itself, never in a ``preexec_fn``.
+Used by the engine exec wrapper and the reference engine's TP workers. The signal survives
+``execve`` and follows the parent *thread* that forked. Call it in the child itself, never in a
+``preexec_fn``.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _libc() -> ctypes.CDLL:
-    """glibc by its usual name first: ``find_library`` runs ``ldconfig -p`` in a subprocess, which
-    costs every engine launch through the exec wrapper a fork."""
+    """glibc by its usual name first (``find_library`` would fork ``ldconfig -p``)."""
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:

@@ -1,8 +1,5 @@
-"""The one rule for secret-looking environment variables (stdlib only).
-
-Used wherever spectune prints or logs a variable's value: the env audit, engine command lines,
-``spectune engine-cmd``, ``spectune validate`` and the reference engine's worker start-up line.
-"""
+"""The one rule for secret-looking environment variables (stdlib only), used wherever spectune
+prints or logs a variable's value."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """SGLang's server flags, as SGLang's own parser registers them (data, no sglang import).
 
-``serving/data/sglang_server_flags.json`` is generated from SGLang's parser by
-``scripts/sglang_flags.py`` (``argparse.ArgumentParser()`` +
-``sglang.srt.server_args.ServerArgs.add_cli_args``, every action); this module only reads it. It
-exists because SGLang's launcher parses with argparse's default ``allow_abbrev=True``: a name it
-does not register is refused (exit 2), and a prefix of a name it does register is taken as that
-flag when it is unambiguous, or refused as ambiguous. Either way the mistake surfaces only on a
-GPU node, at launch; checked against this list it surfaces when a spec or config is loaded.
+Reads ``serving/data/sglang_server_flags.json``, generated from SGLang's parser by
+``scripts/sglang_flags.py``, so a flag SGLang's launcher would refuse or misread is caught when a
+spec or config is loaded.
 """
 
 from __future__ import annotations
@@ -72,11 +68,8 @@ class SglangFlags:
 
 
 def close_matches(name: str, candidates: frozenset[str] | set[str], *, n: int = 3) -> list[str]:
-    """Names in ``candidates`` like ``name`` (a typo or an abbreviation), for a did-you-mean.
-
-    Names it is a prefix of come first: argparse would have read an abbreviation as one of them,
-    so they are what the author meant.
-    """
+    """Names in ``candidates`` like ``name`` (a typo or an abbreviation), for a did-you-mean; names it
+    is a prefix of come first."""
     prefixed = sorted(flag for flag in candidates if flag.startswith(name) and flag != name)
     similar = difflib.get_close_matches(name, sorted(candidates), n=n, cutoff=0.75)
     return prefixed[:n] if prefixed else similar
@@ -109,8 +102,7 @@ def sglang_flags() -> SglangFlags:
 def flag_problem(flag: str, *, accepted: frozenset[str] | None = None, engine: str = "SGLang") -> str | None:
     """Why ``flag`` (an option string, ``--tp-size``) must not be on an engine's command line, or None.
 
-    Exact names only: SGLang's launcher would read an unambiguous prefix as the longer flag, but a
-    prefix in a spec is a typo waiting for the next SGLang version to make it ambiguous.
+    Exact names only: a prefix is refused even where SGLang would read it as the longer flag.
 
     Args:
         flag: The option string as it would be rendered.

@@ -1,14 +1,8 @@
 """SGLang's rules for the three speculative numbers, written once (stdlib only).
 
-``serving.engine.config`` (what spectune will launch) and ``serving.reference.server_args`` (what
-the reference engine accepts on its command line) both check these rules; each names the
-numbers its own way (typed fields vs command-line flags), so the check takes the names to use.
-
-Rules (SGLang ``ServerArgs``): all three set or none (SGLang's auto choice); ``topk == 1`` is a
-chain, so ``num_draft_tokens == num_steps + 1``; otherwise ``num_draft_tokens - 1`` must not
-exceed the draft tree's capacity. SGLang's parser sets no upper bound; spectune's are twice the
-largest values SGLang's own grid tries (``scripts/playground/bench_speculative.py``: steps 7,
-top-k 8, draft tokens 32), so a typo fails at load time and not on a worker.
+Rules (SGLang ``ServerArgs``): all three set or none; ``topk == 1`` is a chain, so
+``num_draft_tokens == num_steps + 1``; otherwise ``num_draft_tokens - 1`` must not exceed the draft
+tree's capacity. Each number has an upper bound of spectune's own. The check takes the names to use.
 """
 
 from __future__ import annotations
@@ -35,8 +29,7 @@ MAX_NUM_DRAFT_TOKENS = 64
 """Largest ``num_draft_tokens`` accepted (tokens verified per request in one forward pass)."""
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 """SGLang's ``max_running_requests`` under speculation unless ``--max-running-requests`` is set
-(0.5.23: ``srt/arg_groups/speculative_hook.py``, "Max running requests is reset to 48 for
-speculative decoding"): no decode batch of a speculative engine is larger."""
+(0.5.23: ``srt/arg_groups/speculative_hook.py``): no decode batch of a speculative engine is larger."""
 
 FIELD_NAMES: Mapping[str, str] = {
     "num_steps": "speculative_num_steps",
@@ -55,12 +48,8 @@ _BOUNDS = {"num_steps": (1, MAX_NUM_STEPS), "eagle_topk": (1, MAX_EAGLE_TOPK), "
 
 
 def tree_capacity(*, num_steps: int, eagle_topk: int) -> int:
-    """How many candidate tokens an EAGLE draft tree of this shape holds.
-
-    The first step proposes ``eagle_topk`` tokens; each later step expands the ``eagle_topk`` best
-    leaves by ``eagle_topk`` children, so the tree has ``eagle_topk + (num_steps - 1) * eagle_topk**2``
-    candidates. The verifier sees ``num_draft_tokens - 1`` of them (plus the root), so that many must exist.
-    """
+    """How many candidate tokens an EAGLE draft tree of this shape holds:
+    ``eagle_topk + (num_steps - 1) * eagle_topk**2``."""
     return eagle_topk + (num_steps - 1) * eagle_topk * eagle_topk
 
 

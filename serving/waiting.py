@@ -1,12 +1,4 @@
-"""Wait for a condition, bounded (stdlib only): the blocking poll loop the code base and its tests
-share for "until this is true, or fail after so long".
-
-Waiting on a condition with a deadline, never sleeping a fixed time as synchronisation: the
-poll interval only sets how soon the change is seen. Two loops keep their own, because they do
-more than wait: ``orchestrator.bench.control.flush_cache`` (async, and it backs off and reports the
-server's last answer) and ``serving.engine.preflight``'s look at the cluster's nodes (it says what
-it waits for every 30 s and returns what it saw, not an error).
-"""
+"""Wait for a condition, bounded (stdlib only): "until this is true, or fail after so long"."""
 
 from __future__ import annotations
 
@@ -34,4 +26,4 @@ def wait_until(
         if time.monotonic() >= deadline:
             extra = detail() if detail is not None else ""
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}" + (f"\n{extra}" if extra else ""))
-        time.sleep(poll_s)  # poll interval, not synchronisation
+        time.sleep(poll_s)

@@ -1,4 +1,4 @@
-"""Session-wide test isolation and the shared local Ray cluster.
+"""Session-wide test isolation and the shared Ray clusters (one single-node, one two-node).
 
 Ray keeps state under HOME (~/.ray, including an auth token that Ray >= 2.59 may create) and
 under /tmp/ray. A token left behind by an earlier run must never break this one, so the whole
@@ -14,9 +14,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    from helpers.ray_cluster import RayCluster
 
 _saved_env: dict[str, str | None] = {}
 
@@ -43,29 +46,52 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[dict]:
-    """One local Ray cluster for the whole session, with 8 logical GPUs (no real GPU needed).
+HAPROXY_ENV_NAMES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT",
+                     "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT", "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT")
+"""Ports HAProxy mode otherwise takes at fixed numbers: never fixed ports in tests."""
 
-    ``ray start`` costs 10-20 s on two cores, so every integration test shares this one. Yields
-    ``ray.init``'s context info (address etc.).
-    """
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator["RayCluster"]:
+    """The session's one ``ray start --head`` cluster: 4 CPUs, 8 logical GPUs, the dashboard (``ray job
+    submit``) and Serve's HAProxy ingress (``RAY_SERVE_ENABLE_HA_PROXY=1`` before ``ray start``, as the
+    README says). Started on first use (10-20 s on two cores), shared by every test that needs one node."""
+    from serving.ports import free_port
+
+    from helpers.ray_cluster import RayCluster
+
+    env = {"RAY_SERVE_ENABLE_HA_PROXY": "1", **{name: str(free_port()) for name in HAPROXY_ENV_NAMES}}
+    cluster = RayCluster.start(num_cpus=4, num_gpus=8, env=env)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def two_nodes() -> Iterator["RayCluster"]:
+    """The session's two-node cluster (two ``ray start`` nodes on this machine), each one CPU and four
+    logical GPUs: a trial of four GPUs fits one node only, an engine across nodes spreads."""
+    from helpers.ray_cluster import RayCluster
+
+    cluster = RayCluster.start(num_cpus=1, num_gpus=4)
+    try:
+        cluster.add_node(num_cpus=1, num_gpus=4)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(ray_head: "RayCluster") -> Iterator[dict]:
+    """This test process connected (``ray.init``) to :func:`ray_head`. Yields ``{"address", "temp_dir"}``."""
     import ray
 
-    # Unix socket paths must stay short, so not pytest's long tmp path.
-    temp_dir = tempfile.mkdtemp(prefix="st-ray-", dir="/tmp")
-    context = ray.init(
-        num_cpus=max(4, os.cpu_count() or 2),
-        num_gpus=8,
-        include_dashboard=False,
-        log_to_driver=False,
-        _temp_dir=temp_dir,
-    )
+    ray.init(address=ray_head.address, log_to_driver=False)
     try:
-        yield {"address": context.address_info["address"], "temp_dir": temp_dir}
+        yield {"address": ray_head.address, "temp_dir": str(ray_head.temp_dir)}
     finally:
         ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

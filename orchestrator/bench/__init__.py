@@ -1,15 +1,8 @@
 """Benchmark harness: load generation, metric definitions, reports, the correctness probe.
 
-The sweep uses two calls: :func:`run_benchmark` (settings from the spec's ``benchmark`` section,
-one callback per repetition) and :func:`run_probe` (greedy outputs against a stored baseline).
-:func:`run_benchmark` is made of steps a caller can also take one by one: :func:`open_benchmark`,
-then per level :func:`run_level` (:func:`warm_up_level`, then :func:`run_repetition` until the
-interval target or the cap).
-A run that fails after measuring something raises :class:`BenchmarkAborted`, whose ``partial``
-result holds what was measured and says why it stopped.
-
-The names below are imported on first use (PEP 562): ``orchestrator.spec`` imports this
-package's settings and metric table, and loading a spec must not pull in the HTTP client.
+The sweep uses :func:`run_benchmark` (one callback per repetition) and :func:`run_probe` (greedy
+outputs against a stored baseline). The names are imported on first use (PEP 562), so loading a
+spec does not pull in the HTTP client.
 """
 
 from __future__ import annotations

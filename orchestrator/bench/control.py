@@ -1,10 +1,7 @@
 """The harness's client of an engine's control endpoints: health, ``/server_info``, ``/flush_cache``, ``/v1/models``.
 
-SGLang serves ``/health_generate`` (a real one-token generation, so "healthy" means "can
-generate"), ``/server_info`` (older versions: ``/get_server_info``) whose ``internal_states[i]``
-carry ``avg_spec_accept_length``, and ``/flush_cache`` (400 while requests are running). A plain
-OpenAI server has none of these; every function here says "absent" (None / False) for that case
-rather than failing, and the runner decides what absence means.
+A plain OpenAI server has none of SGLang's endpoints; every function here says "absent" (None)
+for that case rather than failing, and the runner decides what absence means.
 """
 
 from __future__ import annotations
@@ -94,10 +91,8 @@ async def get_server_info(
 ) -> dict[str, Any] | None:
     """SGLang's ``/server_info`` as a dict; ``None`` where not served.
 
-    The deprecated ``/get_server_info`` (SGLang 0.5.23 keeps it as an alias that logs a
-    deprecation warning on every call, ``srt/entrypoints/http_server.py``) is asked only when
-    ``/server_info`` is missing (404: a version before the rename). Any other answer from
-    ``/server_info`` decides: the alias would only repeat it.
+    The deprecated ``/get_server_info`` is asked only when ``/server_info`` answers 404 (older
+    SGLang); it logs a deprecation warning on every call in SGLang 0.5.23.
     """
     base = base_url.rstrip("/")
     for path in ("/server_info", "/get_server_info"):
@@ -134,17 +129,9 @@ SPECULATIVE_FIELDS = {
 def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, Any] | None = None) -> dict[str, int] | None:
     """The speculative numbers the engine at ``url`` runs with, in the sweep's names, or None.
 
-    SGLang 0.5.23's ``/server_info`` is ``build_server_info`` (``srt/utils/common.py``), i.e.
-    ``server_args.resolved_dict()``: the server args with every resolution applied, the automatic
-    choice among them (``_handle_eagle_family`` in ``srt/arg_groups/speculative_hook.py`` declares
-    ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``). They
-    are at the top level, and again in ``internal_states[0]`` (the scheduler's
-    ``resolved_server_args_dict()``); the reference engine reports them the same way. Unset
-    numbers in the command are therefore resolved here, and a count the engine adjusted shows as
-    what it is.
-
-    Read through :func:`server_info`, so a server older than the rename answers on the deprecated
-    ``/get_server_info``.
+    Read from ``/server_info`` (SGLang's ``server_args.resolved_dict()``, every resolution
+    applied), at the top level or in ``internal_states[0]``, so SGLang's automatic choice and any
+    count the engine adjusted show as what they are.
     """
     info = info if info is not None else server_info(url, timeout_s=timeout_s)
     if not isinstance(info, dict):
@@ -160,10 +147,8 @@ def resolved_speculative(url: str, *, timeout_s: float = 30.0, info: dict[str, A
 
 
 def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
-    """``avg_spec_accept_length`` from a ``/server_info`` body: the mean over
-    ``internal_states`` entries that report one (one per data-parallel rank; a single entry is the
-    usual case), or a top-level value (older SGLang merged the state into the body).
-    ``None`` when the server reports none (no speculation, or no decode step logged yet)."""
+    """``avg_spec_accept_length`` from a ``/server_info`` body: the mean over the
+    ``internal_states`` entries that report one, else a top-level value; ``None`` when absent."""
     if not info:
         return None
     values: list[float] = []
@@ -181,9 +166,8 @@ def accept_length_from_info(info: dict[str, Any] | None) -> float | None:
 
 
 def decode_log_interval_from_info(info: dict[str, Any] | None) -> int | None:
-    """The server's ``decode_log_interval`` (decode steps between folds of its speculative counters
-    into the totals behind ``avg_spec_accept_length``), as SGLang and the reference engine
-    report it among their server args; ``None`` where not reported."""
+    """The server's ``decode_log_interval`` (decode steps between folds of its speculative
+    counters); ``None`` where not reported."""
     value = (info or {}).get("decode_log_interval")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
@@ -197,13 +181,10 @@ def summarise_server_info(info: dict[str, Any] | None) -> dict[str, Any]:
 
 async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> str | None:
     """Reset the server's caches and speculative counters: ``None`` once flushed, else why not
-    (one line naming the URL). Logs nothing: the caller decides what a failed flush means.
+    (one line naming the URL). Logs nothing.
 
-    SGLang refuses (HTTP 400) while requests are still running, e.g. the tail of the previous
-    repetition being aborted; that is retried with a growing pause until ``timeout_s``. A reason
-    is returned where the endpoint is not served (a plain OpenAI server), the request failed, or
-    the server never became idle — then the server's counters, not reset since an earlier
-    repetition, cannot be attributed to this one.
+    A refusal while requests are still running (SGLang's HTTP 400) is retried with a growing
+    pause until ``timeout_s``.
     """
     url = base_url.rstrip("/") + "/flush_cache"
     deadline = time.monotonic() + timeout_s
@@ -221,7 +202,7 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, *, timeout_
             return f"{url} is not served (HTTP {status})"
         if time.monotonic() + pause > deadline:
             return f"{url} still refused after {timeout_s:g} s (HTTP {status}: {body})"
-        await asyncio.sleep(pause)  # the server is busy: poll again, backing off
+        await asyncio.sleep(pause)
         pause = min(pause * 2, 1.0)
 
 

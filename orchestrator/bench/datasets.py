@@ -1,9 +1,7 @@
 """Prompt sources: the built-in set shipped with spectune, ShareGPT-format files, random text.
 
-Tune on real text. Speculation looks better on random prompts than on real text (and on some
-real text than on other), so ``random`` is refused for tuning unless asked for explicitly
-(``BenchmarkSpec.allow_random_prompts``) and the built-in set mixes code, prose, reasoning,
-transformation tasks and long contexts of very different lengths.
+``random`` is refused for tuning unless asked for (``BenchmarkSpec.allow_random_prompts``); see
+docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -113,13 +111,8 @@ def load_sharegpt(path: str | Path) -> list[Prompt]:
 
 
 def random_prompts(*, count: int, input_len: int, seed: int) -> list[Prompt]:
-    """``count`` prompts of ``input_len`` random common English words each, from ``Random(seed)``.
-
-    Words, not token ids: this works against any server without its tokenizer; the server's
-    ``prompt_tokens`` (recorded per request) says how long the prompts really were in tokens.
-    ``BenchmarkSpec.random_input_len`` (and ``spectune bench --random-input-len``) is this
-    ``input_len``, so it is a number of words too.
-    """
+    """``count`` prompts of ``input_len`` random common English words each, from ``Random(seed)``
+    (words, not token ids: no tokenizer needed; the server's ``prompt_tokens`` gives the tokens)."""
     rng = random.Random(seed)
     return [
         Prompt(id=f"random-{i}", text=" ".join(rng.choice(_WORDS) for _ in range(input_len)))
@@ -147,12 +140,8 @@ def load_prompts(
     dataset_path: str | None = None,
     random_input_len: int = 128,
 ) -> list[Prompt]:
-    """``count`` prompts from the named source, in the seeded order of :func:`select_prompts`.
-
-    ``random_input_len`` is a number of *words* (see :func:`random_prompts`), not tokens: about
-    that many tokens with a BPE vocabulary, several times more with a byte-level one. The
-    per-request ``prompt_tokens`` in the result is the server's count.
-    """
+    """``count`` prompts from the named source, in the seeded order of :func:`select_prompts`
+    (``random_input_len`` is a number of words, see :func:`random_prompts`)."""
     if dataset == "builtin":
         return select_prompts(load_builtin(), count=count, seed=seed)
     if dataset == "sharegpt":

@@ -1,10 +1,7 @@
 """Whole-or-nothing file writes for the harness's JSON documents (results, probe baselines).
 
-A reader must never see half a file: a benchmark killed mid-write, or a sweep reading a result
-while it is written, would otherwise find truncated JSON. Each document is written to a temporary
-file beside its target (same filesystem), flushed to disk, and then published in one step: a
-rename that replaces (:func:`write_atomic`), or a hard link that refuses an existing file (the
-probe's baseline, which must never replace one written meanwhile).
+A document is staged beside its target, fsynced, then published in one step: a replacing rename
+(:func:`write_atomic`) or, for the probe's baseline, a hard link that refuses an existing file.
 """
 
 from __future__ import annotations

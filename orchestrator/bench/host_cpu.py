@@ -1,13 +1,7 @@
 """The share of this host's CPU time the hypervisor gave to other guests (steal), over one repetition.
 
-On a virtual machine a vCPU that wants to run can be kept waiting while the host runs another guest;
-Linux counts that time as *steal* in ``/proc/stat``. A CPU-bound measurement (the CPU reference
-engine; the eager launch loop of a GPU engine) slows with it and the configuration is not to blame:
-on the 2-core development VM steal came in episodes of tens of seconds at 20-41% of the CPU, and a
-confirmation visit measured in one read half its engine's speed (docs/measurements/README.md,
-``cpu-steal``). The bench records the fraction per repetition (``RepetitionMetrics.host_cpu_steal``)
-so the confirmation can set such visits aside (``confirmation.max_host_cpu_steal``) and a reader can
-see why two numbers differ. Bare metal reports 0; a host without ``/proc/stat`` reports None.
+Read from ``/proc/stat``: 0 on bare metal, None without ``/proc/stat``. Why it is recorded: see
+docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -40,7 +34,7 @@ def parse_cpu_line(text: str) -> CpuTimes | None:
         fields = line.split()
         if fields and fields[0] == "cpu":
             ticks = [int(f) for f in fields[1:9] if f.isdigit()]
-            if len(ticks) < 8:  # kernels before 2.6.11 have no steal column
+            if len(ticks) < 8:
                 return None
             return CpuTimes(total=sum(ticks), steal=ticks[7])
     return None

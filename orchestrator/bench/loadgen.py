@@ -1,24 +1,10 @@
 """The load generator: sends requests, returns one record per request, never raises per request.
 
-It speaks SGLang's native ``/generate`` (SSE stream whose events carry cumulative ``text`` and
-``meta_info`` with ``completion_tokens`` and, under speculation, ``spec_verify_ct``) and, for any
-other server, OpenAI ``/v1/completions`` and ``/v1/chat/completions``. Load is either closed loop
-(a fixed number of requests in flight) or open loop (Poisson arrivals at a fixed rate, capped at
-the concurrency level).
-
-A request that fails (HTTP error, dropped stream, timeout, connection refused) becomes a record
-with ``error`` and ``error_kind``: a run with failures is still a run whose failures are counted.
-If the server stops accepting connections altogether, the generator stops sending (the rest are
-recorded as ``not_sent``) so a dead server ends a run in seconds, not after every timeout. The
-same holds for a hung engine, which accepts connections but never answers: once ``hang_limit``
-requests in a row time out with none completing in between, the requests still in flight are
-abandoned, the rest are not sent, and :class:`LoadResult` says why (``hung``).
-
-Latency starts when a request was due: at its send in closed loop, at its scheduled arrival in
-open loop, so waiting for a slot under the concurrency cap counts as the queueing it is.
-
-The client must never be the bottleneck: SSE events are split and parsed with plain bytes
-operations, one ``json.loads`` per event (see ``benchmarks/loadgen_capacity.py``).
+Speaks SGLang's native ``/generate`` (SSE) and OpenAI ``/v1/completions`` and
+``/v1/chat/completions``, in closed loop (a fixed number in flight) or open loop (Poisson arrivals,
+capped at the concurrency). A failed request becomes a record with ``error`` and ``error_kind``;
+a server that refuses connections or looks hung stops the run early (``not_sent``, ``abandoned``,
+:attr:`LoadResult.hung`). See docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -149,13 +135,8 @@ def endpoint_path(api: ApiKind) -> str:
 
 
 def build_payload(*, api: ApiKind, text: str, sampling: Sampling, stream: bool, model: str | None) -> dict[str, Any]:
-    """The JSON body of one request, in the API's own field names.
-
-    SGLang native: ``{"text", "sampling_params": {temperature, max_new_tokens, ignore_eos}, "stream"}``.
-    OpenAI: ``model``, ``prompt`` or ``messages``, ``max_tokens``, ``temperature``, ``seed``,
-    ``ignore_eos`` (honoured by SGLang and vLLM) and ``stream_options.include_usage`` so the final
-    chunk carries the token count.
-    """
+    """The JSON body of one request, in the API's own field names (OpenAI's with
+    ``stream_options.include_usage``, so the final chunk carries the token count)."""
     if api == "generate":
         params: dict[str, Any] = {
             "temperature": sampling.temperature,
@@ -199,12 +180,8 @@ def _int_or_none(value: Any) -> int | None:
 
 
 CORRECT_DRAFTS_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-"""meta_info's accepted-draft count, newest SGLang spelling first: ``spec_num_correct_drafts``
-(SGLang 0.5.23: ``TokenizerManager._calculate_spec_decoding_metrics`` in
-``srt/managers/tokenizer_manager.py``, which sends only this name; some development versions
-moved that function to ``fill_spec_decoding_meta`` and sent the next name too, as an alias),
-``spec_accepted_drafts`` (an earlier release), ``spec_accept_token_num`` (older releases of the same
-function). Each is sent only after a verify cycle ran; absent means "not reported", never 0."""
+"""meta_info's accepted-draft count, newest SGLang spelling first (SGLang 0.5.23:
+``TokenizerManager._calculate_spec_decoding_metrics``); absent means "not reported", never 0."""
 
 PROPOSED_DRAFTS_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 """The proposed-draft count (spec_verify_ct * (speculative_num_draft_tokens - 1)), same order."""
@@ -419,20 +396,14 @@ async def send_request(
     """Send one request and describe its outcome. Never raises for a request that went wrong.
 
     Args:
-        session: The shared client session (connection reuse matters at high concurrency).
-        base_url: ``http://host:port`` of the server.
-        api: Which API to speak.
-        item: The prompt.
-        index: Position in the run, copied into the record.
-        sampling: Pinned sampling parameters.
+        session: The shared client session.
         stream: Stream the response (needed for TTFT, TPOT and tokens per chunk).
         model: OpenAI ``model`` field (ignored by SGLang's native API).
         timeout_s: Whole-request timeout, from send to last byte.
         keep_output: Keep the generated text (and token ids where the server sends them whole).
         run_start: ``perf_counter`` origin for ``sent_s``; defaults to the send time.
-        scheduled: ``perf_counter`` time the request was due (open loop: its scheduled arrival).
-            TTFT and e2e are measured from it, and ``queue_delay_ms`` = sent - scheduled; None
-            (closed loop) measures from the send.
+        scheduled: ``perf_counter`` time the request was due (open loop); TTFT and e2e are
+            measured from it. None measures from the send.
     """
     payload = build_payload(api=api, text=item.text, sampling=sampling, stream=stream, model=model)
     url = base_url.rstrip("/") + _PATHS[api]
@@ -498,13 +469,7 @@ async def send_request(
 
 
 class _Breaker:
-    """Stops a run once the server cannot serve at all.
-
-    Refusing: ``limit`` connection errors in a row with no response in between (a dead server).
-    Hung: ``hang_limit`` timeouts in a row with no request completing in between (an engine that
-    accepts requests but never answers them). Any response that completed, even an HTTP error,
-    shows the server is alive and resets the hang count.
-    """
+    """Stops a run after ``limit`` connection errors or ``hang_limit`` timeouts in a row."""
 
     def __init__(self, limit: int, hang_limit: int) -> None:
         self.limit = limit
@@ -559,19 +524,18 @@ async def run_load(
 ) -> LoadResult:
     """Send every item and return one record each, in item order.
 
-    Closed loop (``request_rate`` None): ``concurrency`` workers, each sending its next request as
-    soon as its previous one finished; latency is measured from the send. Open loop: arrivals at
-    ``request_rate``/s with exponential gaps drawn from ``random.Random(seed)`` (the same
-    schedule every time), at most ``concurrency`` in flight; latency is measured from each
-    request's *scheduled arrival*, so a request queued behind the cap has that wait in its TTFT
-    and e2e (and in ``queue_delay_ms``), as a user would.
+    Closed loop (``request_rate`` None): ``concurrency`` workers, latency from the send. Open
+    loop: exponential gaps from ``random.Random(seed)`` at ``request_rate``/s, at most
+    ``concurrency`` in flight, latency from each request's scheduled arrival.
 
     Args:
-        hang_limit: Timeouts in a row, with no request completing in between, after which the
-            engine is taken to be hung: requests in flight are abandoned (``abandoned``), the
-            rest are not sent (``not_sent``) and ``LoadResult.hung`` says why. Default:
-            ``max(2, concurrency)``, i.e. every slot timed out without anything finishing.
-        on_record: Called with each record as it completes (progress bars, live logging).
+        hang_limit: Timeouts in a row, none completing in between, after which the engine is taken
+            to be hung (in flight ``abandoned``, the rest ``not_sent``). Default:
+            ``max(2, concurrency)``.
+        on_record: Called with each record as it completes.
+
+    Raises:
+        ValueError: ``concurrency`` or ``hang_limit`` below 1.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")

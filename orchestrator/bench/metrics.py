@@ -1,38 +1,11 @@
 """Every benchmark metric, defined once: pure functions over per-request records.
 
-Each function's docstring is its exact formula. Three rules hold throughout:
-
-* Tokens are the server's count (``completion_tokens``), never streamed chunks: under speculative
-  decoding one chunk carries several tokens.
-* Failed requests (``error`` set) are excluded from latency and throughput and counted instead.
-* A speculative figure the server does not report is ``None`` (absent), never ``0``: a plain
-  OpenAI server has no verify cycles, which is not the same as zero of them.
-* Latency starts when the request was due: when it was sent in closed loop, at its scheduled
-  arrival in open loop, so time spent queued behind the concurrency cap counts (``queue_delay_ms``
-  says how much of it was queueing).
-
-``accept_length`` has three sources with different definitions (per-request counts, ``/server_info``
-and ``meta_info.spec_accept_length``, which also counts the prefill token); the names below say which
-is which:
-
-* ``accept_length_requests`` = (sum(completion_tokens) - #requests) / sum(spec_verify_ct): tokens
-  per verify cycle, bonus token included, prefill token excluded. Same definition as the server's.
-* ``accept_length_server`` = ``/server_info`` ``internal_states[i].avg_spec_accept_length`` read
-  after the repetition, when the server's counters were seen to be reset by ``/flush_cache``
-  before it. SGLang 0.5.23 resets them (``Scheduler.flush_cache`` calls
-  ``metrics_reporter.reset_metrics()``, which zeroes ``spec_total_num_accept_tokens`` /
-  ``spec_total_num_forward_ct``, so ``avg_spec_accept_length`` is absent until the next fold) and
-  so does the reference engine. A server whose value survives a flush (some older SGLang
-  versions kept lifetime totals) gets ``accept_length_server_lifetime`` instead, a weighted mean
-  of everything it ever decoded, never presented as this repetition's figure. Which one a server
-  is, is detected, not assumed (``orchestrator.bench.runner``).
-* ``spec_accept_length_meta`` = sum(completion_tokens) / sum(spec_verify_ct): the aggregate of
-  SGLang's per-request ``meta_info.spec_accept_length``, which also counts the prefill token and
-  is therefore a little higher. Reported for comparison with SGLang's own tools, never compared.
-
-:data:`METRICS` names every scalar a repetition yields (how it is read, and for those a sweep may
-optimise, which way is better); the flat names of results, their summaries and
-:data:`OBJECTIVE_METRICS` (which ``orchestrator.spec`` imports) all come from that one table.
+Each function's docstring is its formula. Tokens are the server's ``completion_tokens``, never
+streamed chunks; failed requests are counted, not measured; a speculative figure the server does
+not report is ``None``, never 0; latency starts when the request was due (its send in closed
+loop, its scheduled arrival in open loop). :data:`METRICS` is the one table of every scalar a
+repetition yields. The three accept-length sources are explained in
+docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -78,11 +51,10 @@ __all__ = [
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation between closest ranks.
+    """The q-th percentile (0..100) by linear interpolation between closest ranks (numpy's default).
 
-    Formula: position p = (n - 1) * q / 100; value = v[floor(p)] + (p - floor(p)) *
-    (v[floor(p) + 1] - v[floor(p)]) over the ascending values v (numpy's default method), so
-    p50 of an even-sized sample is the mean of the two middle values.
+    Raises:
+        ValueError: ``sorted_values`` is empty.
     """
     if not sorted_values:
         raise ValueError("percentile of an empty sample")
@@ -93,22 +65,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 class Distribution(BaseModel):
-    """The one summary used for every sample, whether per-request latencies or per-repetition results.
+    """The one summary used for every sample, per-request latencies or per-repetition results.
 
-    All fields are ``None`` for an empty sample; ``stdev`` and ``cv`` need two values; ``geomean``
-    and the 95% interval need positive values, and the interval :data:`~orchestrator.statistics.MIN_VALUES`
-    (3) of them. ``median`` is the p50 (objective names such as ``ttft_ms_p50`` refer to it).
-
-    The interval is of the **geometric mean**, computed on the logarithms by
-    :func:`orchestrator.statistics.log_interval`, the machinery the trials' objective and the
-    confirmation use, for their reasons: throughput and latency are positive with multiplicative
-    noise, so an interval on the log scale is never negative and is symmetric in ratio terms, where
-    the arithmetic mean +/- t * stdev / sqrt(n) this summary once gave printed [-35.2, 523.4] from
-    two repetitions of 266 and 222 tok/s. From fewer than 3 values no interval is stated (with one
-    degree of freedom a t interval is 12.7 standard errors wide). A sample with a zero or negative
-    value (a count such as ``num_errors`` that is 0 in some repetition) has no geometric mean and
-    gets no interval at all, rather than one over its positive values only or a second, arithmetic
-    rule: ``geomean``, ``ci95_low`` and ``ci95_high`` are ``None`` for it.
+    All fields are ``None`` for an empty sample; ``stdev`` and ``cv`` need two values. ``geomean``
+    and its 95% interval (:func:`orchestrator.statistics.log_interval`, on the log scale) need
+    every value positive, the interval also :data:`~orchestrator.statistics.MIN_VALUES` values;
+    otherwise they are ``None``. ``median`` is the p50.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -146,13 +108,7 @@ class Distribution(BaseModel):
 
     @classmethod
     def of(cls, values: Iterable[float]) -> "Distribution":
-        """Summarise ``values`` (order does not matter).
-
-        Formulas: percentiles as in :func:`percentile`; mad = median(|x_i - median|);
-        cv = stdev / mean; geomean = exp(mean(log x)) and the 95% interval
-        exp(mean(log x) +/- t(0.975, n - 1) * stdev(log x) / sqrt(n)), both only when every value is
-        positive and finite, the interval only from ``MIN_VALUES`` values on.
-        """
+        """Summarise ``values`` (order does not matter); the fields' descriptions give the formulas."""
         data = sorted(float(v) for v in values)
         n = len(data)
         if n == 0:
@@ -229,13 +185,8 @@ def request_per_s(records: Sequence["RequestRecord"], duration_s: float) -> floa
 
 
 def ttft_ms(records: Iterable["RequestRecord"]) -> Distribution:
-    """Time to first token, per successful streamed request, in ms: arrival of the first chunk that
-    carries output minus the request's start.
-
-    The start is the moment the request was sent in closed loop, and its *scheduled arrival* in
-    open loop (``request_rate``): a request that waits for a free slot under the concurrency cap
-    is waiting in a queue, as a user would, so that wait (``queue_delay_ms``) is part of its TTFT.
-    """
+    """Time to first token per successful streamed request, in ms: first chunk carrying output minus
+    the request's start (its send in closed loop, its scheduled arrival in open loop)."""
     return Distribution.of(r.ttft_ms for r in ok_records(records) if r.ttft_ms is not None)
 
 
@@ -246,21 +197,15 @@ def e2e_ms(records: Iterable["RequestRecord"]) -> Distribution:
 
 
 def queue_delay_ms(records: Iterable["RequestRecord"]) -> Distribution:
-    """Open loop only: sent minus scheduled arrival per successful request, in ms (the time spent
-    waiting for a slot under the concurrency cap, or for a late event loop). Already included in
-    :func:`ttft_ms` and :func:`e2e_ms`; reported so queueing can be told apart from serving.
-    Empty in closed loop, where requests have no schedule."""
+    """Open loop only: sent minus scheduled arrival per successful request, in ms (already inside
+    :func:`ttft_ms` and :func:`e2e_ms`); empty in closed loop."""
     return Distribution.of(r.queue_delay_ms for r in ok_records(records) if r.queue_delay_ms is not None)
 
 
 def tpot_ms(records: Iterable["RequestRecord"]) -> Distribution:
     """Time per output token after the first, per successful streamed request:
-    (e2e_ms - ttft_ms) / (completion_tokens - 1), for requests with at least 2 tokens.
-
-    Chunk-to-chunk gaps (ITL) are not used: under speculation one chunk carries several tokens,
-    so ITL per chunk overstates the per-token time. e2e and TTFT share their start, so an
-    open-loop queue delay cancels out here.
-    """
+    (e2e_ms - ttft_ms) / (completion_tokens - 1), for requests with at least 2 tokens (not
+    chunk-to-chunk gaps: under speculation one chunk carries several tokens)."""
     values = [
         (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1)
         for r in ok_records(records)
@@ -288,14 +233,9 @@ def _spec_records(records: Iterable["RequestRecord"]) -> list["RequestRecord"]:
 
 
 def accept_length_requests(records: Iterable["RequestRecord"]) -> float | None:
-    """Tokens per verify cycle, bonus token included, from per-request meta_info:
+    """Tokens per verify cycle, bonus token included, prefill token excluded:
     (sum(completion_tokens) - N) / sum(spec_verify_ct) over the N successful requests that
-    report ``spec_verify_ct``.
-
-    The prefill forward pass emits each request's first token without a verify cycle, so one
-    token per request is taken out; what is left has the server's (SGLang decode-log) definition.
-    ``None`` when no request reports ``spec_verify_ct`` or none had a verify cycle.
-    """
+    report ``spec_verify_ct``; ``None`` when none does or none had a verify cycle."""
     spec = _spec_records(records)
     cycles = sum(r.spec_verify_ct for r in spec)  # type: ignore[misc]
     if not spec or cycles == 0:
@@ -305,9 +245,8 @@ def accept_length_requests(records: Iterable["RequestRecord"]) -> float | None:
 
 def spec_accept_length_meta(records: Iterable["RequestRecord"]) -> float | None:
     """sum(completion_tokens) / sum(spec_verify_ct) over successful requests reporting
-    ``spec_verify_ct``: SGLang's per-request ``meta_info.spec_accept_length`` definition,
-    aggregated. It counts the prefill token too, so it is above :func:`accept_length_requests`
-    by N / sum(spec_verify_ct). For comparison with SGLang's tools only."""
+    ``spec_verify_ct``: SGLang's ``meta_info.spec_accept_length``, aggregated (counts the prefill
+    token). For comparison with SGLang's tools only."""
     spec = _spec_records(records)
     cycles = sum(r.spec_verify_ct for r in spec)  # type: ignore[misc]
     if not spec or cycles == 0:
@@ -316,14 +255,9 @@ def spec_accept_length_meta(records: Iterable["RequestRecord"]) -> float | None:
 
 
 def spec_accept_rate_requests(records: Iterable["RequestRecord"]) -> float | None:
-    """sum(spec_correct_drafts) / sum(spec_proposed_drafts) over successful requests that report
-    both (meta_info's accepted and proposed draft counts, in whichever spelling the SGLang
-    version sends): the fraction of proposed draft tokens that were accepted, bonus tokens
-    excluded. It is SGLang's per-request ``spec_accept_rate``, aggregated by weight (a request
-    with more cycles counts more), and the decode log's "accept rate" definition.
-
-    ``None`` when no request reports both counts or none proposed a draft.
-    """
+    """sum(spec_correct_drafts) / sum(spec_proposed_drafts) over successful requests reporting both:
+    the share of proposed draft tokens accepted, bonus excluded (SGLang's ``spec_accept_rate``,
+    weighted). ``None`` when no request reports both or none proposed a draft."""
     correct = proposed = 0
     seen = False
     for record in ok_records(records):
@@ -338,21 +272,14 @@ def spec_accept_rate_requests(records: Iterable["RequestRecord"]) -> float | Non
 
 
 def accepted_drafts_per_cycle(accept_length: float | None) -> float | None:
-    """accept_length - 1: draft tokens accepted per verify cycle (the bonus token taken out).
-
-    The "0.92" that looks like failure next to an accept length of 1.92."""
+    """accept_length - 1: draft tokens accepted per verify cycle (the bonus token taken out)."""
     return None if accept_length is None else accept_length - 1.0
 
 
 def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
-    """Wall time of one verify cycle as requests experience it:
+    """Wall time of one (batched) verify cycle as requests experience it:
     sum(e2e_ms - ttft_ms) / sum(spec_verify_ct) over successful streamed requests that report
-    ``spec_verify_ct`` > 0.
-
-    e2e - TTFT is the decode phase of a request (its first token comes from prefill), and that
-    phase is spec_verify_ct cycles long. Under concurrency the cycles are batched, so this is the
-    batched step time, including any scheduling gaps between steps.
-    """
+    ``spec_verify_ct`` > 0."""
     decode = cycles = 0.0
     for record in _spec_records(records):
         if record.ttft_ms is None or record.e2e_ms is None or not record.spec_verify_ct:
@@ -363,8 +290,7 @@ def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
 
 
 _NO_MOVEMENT = 1e-9
-"""Relative change of the server's lifetime mean below which it counts as not having moved: far
-below what one repetition can move even a long-lived server's mean, far above float noise."""
+"""Relative change of the server's lifetime mean below which it counts as not having moved."""
 
 
 def accept_length_agrees(
@@ -377,39 +303,26 @@ def accept_length_agrees(
     decode_steps: int | None = None,
     update_interval: int | None = None,
 ) -> bool | None:
-    """Whether the server's accept length is consistent with the per-request one: True (agrees),
-    False (mismatch) or None (not checkable).
+    """Whether the server's accept length is consistent with the per-request one.
 
-    Let S = ``server`` (read after the repetition), R = ``requests``, B = ``server_before`` (read
-    just before it, after ``/flush_cache``) and slack = tolerance * |R|.
-
-    Counters reset before the repetition (``lifetime`` False): S covers exactly the measured
-    requests, so it must match: |S - R| <= slack.
-
-    Lifetime counters (``lifetime`` True: a server whose counters survive ``/flush_cache``, as
-    some older SGLang versions' did): S is the cycle-weighted mean of everything the
-    server ever folded into its totals, i.e. B moved towards this repetition's mean by an unknown
-    weight (the server's earlier volume is unknown), so
-
-    * B None (nothing counted before): S covers this repetition, |S - R| <= slack as above;
-    * S outside [min(B, R) - slack, max(B, R) + slack]: mismatch;
-    * |B - R| <= slack: agrees (B already agreed; S need not move);
-    * otherwise S must have moved from B towards R: (S - B) * sign(R - B) > eps, where
-      eps = 1e-9 * max(1, |B|). Moving away beyond eps is a mismatch. Not moving at all is a
-      mismatch when the repetition had at least ``update_interval`` decode steps
-      (``decode_steps`` >= ``update_interval``: the server folded at least one interval of it into
-      its totals), and not checkable (None) when either is unknown or the repetition was shorter,
-      since the server may not have folded anything yet. A server that always reports the same
-      figure is therefore never "agrees".
+    With S = ``server``, R = ``requests``, B = ``server_before`` and slack = tolerance * |R|:
+    counters reset before the repetition need |S - R| <= slack; lifetime counters need S within
+    [min(B, R) - slack, max(B, R) + slack] and moved from B towards R (unless B already agreed).
+    The full rule is in docs/design/bench-and-spec.md.
 
     Args:
-        decode_steps: A lower bound on the server's decode steps during the repetition: the most
-            verify cycles any one request had (each of a request's cycles is its own step).
-        update_interval: The server's ``decode_log_interval`` (steps between folds of its
-            counters into the lifetime totals), where it reports one.
+        server: S, read after the repetition.
+        requests: R, the per-request accept length.
+        tolerance: Relative slack.
+        server_before: B, read just before the repetition (lifetime counters only).
+        lifetime: Whether the server's counters survive ``/flush_cache``.
+        decode_steps: A lower bound on the server's decode steps during the repetition (the most
+            verify cycles of any one request).
+        update_interval: The server's ``decode_log_interval``, where it reports one.
 
-    ``None`` too when the server's value or the per-request one is absent (nothing to
-    cross-check), so "not checked" is never mistaken for "agrees".
+    Returns:
+        True (agrees), False (mismatch), or None: not checkable (lifetime counters that did not
+        move in a repetition possibly too short to fold) or either figure absent.
     """
     if server is None or requests is None:
         return None
@@ -520,9 +433,6 @@ class RepetitionMetrics(BaseModel):
 class Metric:
     """One scalar metric: how it is read from a repetition, and which way is better.
 
-    A level's figure is always the median across its repetitions of ``read`` (see
-    ``report.LevelResult.value``), so this table is all a consumer needs to know about a name.
-
     Attributes:
         read: The repetition's value (None: absent, e.g. no speculation).
         direction: ``max`` or ``min`` for a metric a sweep can optimise; None for one that is
@@ -608,12 +518,9 @@ def compute_repetition_metrics(
     Args:
         accept_length_server: ``avg_spec_accept_length`` read after the repetition (None: absent).
         accept_length_server_before: The same, read just before the repetition.
-        server_counters_reset: Whether the server's counters were reset before the repetition
-            (``/flush_cache`` succeeded and no value survived it); if not, the value read after is
-            a lifetime mean and is reported as ``accept_length_server_lifetime``.
-        server_update_interval: The server's ``decode_log_interval`` (decode steps between folds
-            of its counters), where ``/server_info`` reports it; it decides whether lifetime
-            counters that did not move are a mismatch or not checkable.
+        server_counters_reset: Whether ``/flush_cache`` was seen to reset the server's counters; if
+            not, the value read after is reported as ``accept_length_server_lifetime``.
+        server_update_interval: The server's ``decode_log_interval``, where reported.
         host_cpu_steal: The host's CPU steal over the repetition (``host_cpu.steal_fraction``).
     """
     ok = ok_records(records)

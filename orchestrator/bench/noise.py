@@ -1,18 +1,9 @@
-"""Deciding under noise: when warm-up is done, when a level has been repeated enough, whether it drifts.
-
-Pure functions over per-window and per-repetition values (no I/O, no clock): the runner asks
-them after every warm-up window and every repetition, and the unit tests check them against
-hand-computed numbers. Why they exist (measured with ``ref-gpu-comm`` on one H200 at concurrency
-8, repetitions of 64 x 256 tokens): a fixed warm-up at the highest concurrency left the first
-repetition of other levels cold (559 vs 622-646 tok/s), and a fixed number of repetitions gave
-intervals too wide to rank configs 3-8% apart.
+"""Deciding under noise: pure functions the runner asks after every warm-up window and repetition.
 
 * :func:`windows_stable`: warm-up stops once two consecutive windows agree on throughput.
-* :func:`repetition_verdict`: a level stops once the 95% interval of its target metric's geometric
-  mean (log scale, from 3 repetitions on: ``orchestrator.statistics``) is within a factor
-  1 + ``target_ci_rel`` of it, or at the cap.
-* :func:`detect_drift`: a monotone trend across repetitions (Mann-Kendall) is flagged, since a
-  median over a drifting level describes none of its repetitions.
+* :func:`repetition_verdict`: a level stops once its target metric's 95% interval is narrow
+  enough, or at the cap.
+* :func:`detect_drift`: a monotone trend across repetitions (Mann-Kendall).
 """
 
 from __future__ import annotations
@@ -41,8 +32,7 @@ DRIFT_ALPHA = 0.05
 """Two-sided significance level of the drift test."""
 
 DRIFT_MIN_REPETITIONS = 5
-"""Fewest repetitions the drift test is run on: with 4 values even a strictly monotone series has
-a two-sided Mann-Kendall p of 2/4! = 0.083, so no 4-value series can reach p < 0.05."""
+"""Fewest repetitions the drift test is run on (no 4-value series can reach p < 0.05)."""
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -59,12 +49,8 @@ def relative_difference(a: float, b: float) -> float:
 
 
 def windows_stable(throughputs: Sequence[float | None], *, tolerance: float) -> bool:
-    """Whether warm-up is done: the last two windows' throughputs a, b agree,
-    relative_difference(a, b) = |a - b| / max(|a|, |b|) <= tolerance.
-
-    False with fewer than two windows, or when either of the last two has no throughput (every
-    request of the window failed) or none at all (0 tok/s): agreement of nothing is not warmth.
-    """
+    """Whether warm-up is done: the last two windows' throughputs agree within ``tolerance``
+    (:func:`relative_difference`). False with fewer than two windows, or either absent or 0."""
     if len(throughputs) < 2:
         return False
     a, b = throughputs[-2], throughputs[-1]
@@ -77,18 +63,11 @@ def windows_stable(throughputs: Sequence[float | None], *, tolerance: float) -> 
 
 
 def ci_rel(values: Sequence[float | None]) -> float | None:
-    """The relative half-width of the 95% interval of the geometric mean, on the log scale:
-    w = exp(t(0.975, n - 1) * s / sqrt(n)) - 1, s the sample standard deviation of log(values),
-    over the present values (None entries, i.e. repetitions without the metric, are left out).
+    """The relative half-width w of the 95% interval of the geometric mean of the present values:
+    w = exp(t(0.975, n - 1) * s / sqrt(n)) - 1 with s the sd of log(values), i.e.
+    sqrt(ci95_high / ci95_low) - 1 of :class:`~orchestrator.bench.metrics.Distribution`.
 
-    It is the interval of :class:`~orchestrator.bench.metrics.Distribution` (``ci95_low``,
-    ``ci95_high``, from ``orchestrator.statistics.log_interval``) said as one number:
-    ci95_high = geomean * (1 + w) and ci95_low = geomean / (1 + w), so w = sqrt(ci95_high / ci95_low) - 1,
-    and "w <= 2%" means the interval lies within a factor 1.02 of the geometric mean either way. The
-    level's summary states the same interval, so the stopping rule and the JSON cannot disagree.
-
-    None with fewer than ``orchestrator.statistics.MIN_VALUES`` (3) present values, or when one of
-    them is 0 or negative (a repetition that served nothing): no interval, so no width.
+    None with fewer than ``orchestrator.statistics.MIN_VALUES`` present values or a value <= 0.
     """
     dist = Distribution.of(_present(values))
     if dist.ci95_low is None or dist.ci95_high is None:
@@ -119,16 +98,11 @@ def repetition_verdict(
     target_ci_rel: float | None,
 ) -> RepetitionVerdict:
     """Whether a level has been repeated enough, given its target metric's value per finished
-    repetition (None: absent in that repetition; it counts as done, not as a value).
+    repetition (None: absent, counted as done).
 
-    Rule, with n = len(values) and w = :func:`ci_rel` (values):
-
-    * no target (``target_ci_rel`` None): stop at n = ``max_repetitions``, exactly as many as asked;
-    * n < ``min_repetitions``: go on (too few to trust even a narrow interval; w is None below 3
-      values whatever ``min_repetitions`` says);
-    * w is not None and w <= ``target_ci_rel``: stop, target met;
-    * n >= ``max_repetitions``: stop, target not met (the cap);
-    * otherwise go on.
+    With n = len(values) and w = :func:`ci_rel` (values): no target, stop at ``max_repetitions``;
+    n < ``min_repetitions``, go on; w <= ``target_ci_rel``, stop (met); n >= ``max_repetitions``,
+    stop (not met); otherwise go on.
     """
     n = len(values)
     width = ci_rel(values)
@@ -144,11 +118,8 @@ def repetition_verdict(
 
 
 class DriftCheck(BaseModel):
-    """The Mann-Kendall trend test of one metric over a level's repetitions, in order.
-
-    ``direction`` is set (the level drifts) when p < alpha; a drifting level's median and interval
-    describe none of its repetitions, so it is flagged rather than averaged.
-    """
+    """The Mann-Kendall trend test of one metric over a level's repetitions; ``direction`` is set
+    (the level drifts) when p < alpha."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -175,17 +146,11 @@ class DriftCheck(BaseModel):
 
 
 def detect_drift(values: Sequence[float | None], *, metric: str, alpha: float = DRIFT_ALPHA) -> DriftCheck:
-    """Mann-Kendall test for a monotone trend in ``values`` (one per repetition, in order).
+    """Mann-Kendall test for a monotone trend in ``values`` (one per repetition, in order), by
+    ``scipy.stats.kendalltau``: drift when p < ``alpha``, up for tau > 0, down for tau < 0.
 
-    Statistic S = sum over i < j of sign(x_j - x_i); tau-b = S / sqrt((n0 - n1)(n0 - n2)) with
-    n0 = n(n - 1)/2 and n1, n2 the tied pairs in index and value; two-sided p from the exact
-    permutation distribution when nothing ties (n <= 33), else the normal approximation
-    (``scipy.stats.kendalltau``). Drift when p < ``alpha``: direction up for tau > 0, down for
-    tau < 0. E.g. 5 strictly rising values: S = 10, tau = 1, p = 2/5! = 0.0167, drift up.
-
-    Fewer than :data:`DRIFT_MIN_REPETITIONS` present values are not tested (p None): no series of
-    4 can reach p < 0.05. All-equal values have no trend (tau undefined, reported as None).
-    scipy.stats is imported here, on first use (it takes over a second to import).
+    Fewer than :data:`DRIFT_MIN_REPETITIONS` present values are not tested (p None); all-equal
+    values have no trend (p 1, tau None).
     """
     data = _present(values)
     if len(data) < DRIFT_MIN_REPETITIONS:

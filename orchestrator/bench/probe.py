@@ -1,15 +1,10 @@
 """The correctness probe: greedy outputs for a fixed prompt set, compared token for token with a
 stored baseline.
 
-Speculative decoding must not change greedy output, and neither may NCCL settings; a config that
-does (NCCL_PROTO=LL128 corrupting data, a broken all-reduce, a wrong draft setting) is rejected
-here before its speed counts for anything. The first run against a baseline path writes the
-baseline (prompts, sampling and outputs, so later runs send exactly the same requests even if the
-built-in prompt set changes); later runs compare and name the first differing prompt and position.
-
-Requests are sent one at a time: batch composition can legitimately change numerics in a real
-engine, and the probe is about the configuration, not batching. Token ids are compared where the
-server returns them (SGLang's native API), otherwise text, character by character.
+The first run against a baseline path writes the baseline (prompts, sampling and outputs); later
+runs send exactly the same requests, one at a time, and name the first differing prompt and
+position. Token ids are compared where the server returns them, otherwise text. Why: see
+docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -203,12 +198,8 @@ def _read_baseline(path: Path) -> ProbeBaseline:
 def _write_new_baseline(path: Path, text: str) -> None:
     """Publish ``text`` at ``path`` atomically, and only if no baseline is there.
 
-    The text is staged beside ``path`` (:func:`~orchestrator.bench.files.staged_file`: same
-    filesystem, on disk) and then hard-linked to ``path``: a link is created whole or not at all
-    and, like ``O_CREAT | O_EXCL``, fails if ``path`` already exists, so a reader never sees half a
-    baseline and a baseline written meanwhile by another probe is never replaced. Where the
-    filesystem has no hard links, ``os.replace`` after an existence check is used instead (atomic,
-    but it cannot close the race between the check and the rename).
+    Staged beside ``path``, then hard-linked (fails if ``path`` exists, like ``O_CREAT | O_EXCL``);
+    without hard links, ``os.replace`` after an existence check.
 
     Raises:
         BenchmarkError: a baseline appeared at ``path`` while this probe ran, or it cannot be written.
@@ -245,16 +236,9 @@ async def arun_probe(
     """Probe the server at ``base_url`` against the baseline at ``baseline_path``.
 
     With no file at ``baseline_path`` the server's greedy outputs become the baseline (status
-    ``baseline_written``). Otherwise the baseline's own prompts, API and length are used, and the
-    arguments ``num_prompts`` / ``max_new_tokens`` / ``api`` are ignored, so a comparison is
-    always like for like.
-
-    Which configuration writes the baseline is the caller's decision, and it matters: whatever
-    server runs first against an empty path is trusted as the truth, corrupt or not. The sweep
-    writes the baseline from one designated safe configuration before trials are probed; probing
-    a trial with ``create_baseline=False`` makes a missing baseline an error rather than letting
-    that trial's output silently become the reference.
-    The write is atomic and never replaces a baseline that another probe wrote meanwhile.
+    ``baseline_written``; the write is atomic and never replaces another probe's). Otherwise the
+    baseline's own prompts, API and length are used and ``num_prompts`` / ``max_new_tokens`` /
+    ``api`` are ignored.
 
     Args:
         base_url: ``http://host:port`` of a running server.

@@ -1,19 +1,9 @@
 """A benchmark's result: the versioned JSON document and the readable table.
 
-The JSON schema is named by ``schema_version``; readers refuse a version they do not know rather
-than misreading it. Every number has its unit in its name, and absent speculative figures are
-``null``, never ``0``.
-
-A run whose server failed part-way is still a result: ``status`` is ``failed``, ``failure`` says
-where and why, and ``levels`` hold the repetitions that finished. The runner raises
-:class:`BenchmarkAborted` with that result attached, so a CLI can write it and a sweep can record
-what was measured of a trial whose engine died.
-
-Schema versions: ``spectune.bench/2`` added ``status`` and ``failure``; ``spectune.bench/3`` added
-per level the warm-up (requests, seconds, converged), the repetitions used against the interval
-target, and the drift test. Older documents are read as ``/3`` ones: a ``/1`` document (always a
-completed run) with status ``ok``, and the level fields ``/3`` added left empty (unknown, not
-"converged" or "met").
+Readers refuse a ``schema_version`` they do not know. Every number has its unit in its name;
+absent speculative figures are ``null``, never ``0``. A run whose server failed part-way is still
+a result (``status`` ``failed``, ``failure`` says where and why), carried by
+:class:`BenchmarkAborted`.
 """
 
 from __future__ import annotations
@@ -87,7 +77,7 @@ class LevelWarmup(WarmupInfo):
 class LevelResult(BaseModel):
     """All repetitions at one concurrency level, their summary and the flags the sweep reads.
 
-    Fields added by ``spectune.bench/3`` (warm-up, target, drift) are None in older results.
+    The warm-up, target and drift fields are None in results read from older schema versions.
     """
 
     concurrency: int = Field(description="Concurrency level (in-flight cap in open loop).")
@@ -166,13 +156,9 @@ def summarise_level(
 ) -> LevelResult:
     """Summarise the repetitions of one level: a Distribution per metric, the flags, the target, drift.
 
-    ``noisy``: CV (stdev / mean across repetitions) of any ``noise_metrics`` entry above
-    ``noisy_cv_threshold``; one repetition cannot be judged, so it is never noisy.
-    ``accept_length_mismatch``: any repetition flagged (see ``metrics.accept_length_agrees``);
-    ``accept_length_not_checkable``: any repetition whose cross-check could not be made.
-    ``ci_rel`` / ``target_met``: :func:`~orchestrator.bench.noise.ci_rel` of ``target_metric``
-    against ``target_ci_rel`` (the rule the runner stopped by); ``drift``:
-    :func:`~orchestrator.bench.noise.detect_drift` of ``target_metric``.
+    ``noisy``: the CV across repetitions of any ``noise_metrics`` entry above
+    ``noisy_cv_threshold`` (never for one repetition). ``ci_rel`` / ``target_met`` and ``drift``
+    are :mod:`orchestrator.bench.noise`'s, of ``target_metric``.
     """
     flats = [rep.flat() for rep in repetitions]
     summary = {
@@ -322,10 +308,11 @@ class BenchResult(BaseModel):
 
 
 class BenchmarkAborted(BenchmarkError):
-    """The server failed part-way through a run; ``partial`` is what was measured up to then.
+    """The server failed part-way through a run; ``partial`` is what was measured up to then
+    (status ``failed``). The message is the failure's reason.
 
-    ``partial.status`` is ``failed`` and ``partial.failure`` says where and why; its levels hold
-    the repetitions that finished (possibly none). The message is the failure's reason.
+    Raises:
+        ValueError: ``partial`` has no ``failure``.
     """
 
     def __init__(self, partial: BenchResult) -> None:
@@ -340,8 +327,7 @@ class BenchmarkAborted(BenchmarkError):
 
 
 def write_json(result: BenchResult, path: str | Path) -> Path:
-    """Write ``result`` as indented JSON, atomically (a reader sees the old file or the whole new
-    one, never half of it); returns the path.
+    """Write ``result`` as indented JSON, atomically; returns the path.
 
     Raises:
         OSError: the file cannot be written (``path`` is then unchanged).
@@ -388,9 +374,8 @@ def _warmup_cell(warmup: LevelWarmup | None) -> str:
 
 
 def _interval_cell(level: LevelResult) -> str:
-    """``±1.8% met`` / ``±3.1% NOT met`` (against the target) or ``±1.8%`` (fixed repetitions): ci_rel,
-    the interval's reach either way from the geometric mean as a factor (x1.018 up, /1.018 down);
-    ``- NOT met`` where no interval exists (fewer than 3 repetitions) but a target was set."""
+    """``±1.8% met`` / ``±3.1% NOT met`` / ``±1.8%`` (fixed repetitions): ci_rel; ``- NOT met``
+    where no interval exists but a target was set."""
     if level.ci_rel is None:
         return "- NOT met" if level.target_met is False else "-"
     verdict = {True: " met", False: " NOT met", None: ""}[level.target_met]

@@ -1,33 +1,11 @@
 """The benchmark procedure, as steps a caller can run one by one.
 
-:func:`open_benchmark` connects (health, API, ``/server_info``) and yields a :class:`BenchRun`;
-:func:`run_level` measures one concurrency level on it: :func:`warm_up_level` (``warmup_requests``
-at the level's own concurrency, then windows until throughput is stable, see
-``noise.windows_stable``), then :func:`run_repetition` until the 95% interval of the target
-metric is narrow enough or the cap is reached (``noise.repetition_verdict``). Each repetition is
-``/flush_cache``, the prompt set, ``/server_info``, metrics. :func:`run_benchmark` composes the
-steps over every level; the sweep and ``spectune bench`` both go through it.
-
-The sweep calls :func:`run_benchmark` as a library; ``on_repetition`` is where it reports each
-repetition to Ray Tune (exactly once per measured repetition), so ASHA can stop a hopeless trial
-before the last repetition; an exception raised by the callback ends the run. The
-server's ``avg_spec_accept_length`` is read just before and after each flush and after each
-repetition. Only where a flush was *seen* to clear a value (SGLang 0.5.23 and the reference
-engine reset their counters on ``/flush_cache``) does the value after a repetition count as that
-repetition's figure. Where a value survives a flush (some older SGLang versions kept lifetime
-totals), or no flush has yet been seen to clear one, it is reported only as
-``accept_length_server_lifetime`` and used as a weaker cross-check (it must move towards the
-per-request figure), never as the repetition's figure: a number that cannot be attributed to the
-measured requests is not presented as one. When the first repetition's flush met no value (no
-warm-up on a fresh server), the idle server is flushed once more after it to find out.
-
-Failed requests are counted, never fatal. What ends a run is a server that cannot serve at all:
-unhealthy before the start (:class:`BenchmarkError`), or, once started, every request of a
-warm-up batch failing, an engine that looks hung (requests time out in a row with none
-completing, see :func:`~orchestrator.bench.loadgen.run_load`), or failing its health check after
-a repetition lost requests to connection errors. Those raise
-:class:`~orchestrator.bench.report.BenchmarkAborted` carrying what was measured until then (status
-``failed``, where and why), so the repetitions that finished are not lost with the engine.
+:func:`open_benchmark` connects and yields a :class:`BenchRun`; :func:`run_level` measures one
+concurrency level on it (:func:`warm_up_level`, then :func:`run_repetition` until
+``noise.repetition_verdict`` says stop); :func:`run_benchmark` composes the steps over every level
+for the sweep and ``spectune bench``. Failed requests are counted, never fatal; a server that
+cannot serve at all raises :class:`~orchestrator.bench.report.BenchmarkAborted` carrying what was
+measured. How the server's accept length is attributed is in docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -89,9 +67,8 @@ Phase = Literal["warmup", "measure"]
 class ProgressUpdate:
     """Sent after every finished request, for progress bars.
 
-    ``repetition`` is the repetition (measure) or the warm-up batch: 0 for the ``warmup_requests``,
-    1, 2, ... for the stability windows. ``total`` is the batch's size: how many repetitions and
-    windows a level takes is only known at its end.
+    ``repetition`` is the repetition (measure) or the warm-up batch (0 for ``warmup_requests``,
+    1, 2, ... for the stability windows); ``total`` is the batch's size.
     """
 
     phase: Phase
@@ -122,9 +99,7 @@ async def arun_benchmark(
         on_progress: Called after each request, for progress display.
 
     Returns:
-        The result, with per-repetition metrics, their summary, each level's warm-up, repetitions
-        against the interval target and drift test, and the ``accept_length_mismatch`` / ``noisy``
-        / ``drift`` flags.
+        The result: per-repetition metrics, each level's summary and warm-up, and its flags.
 
     Raises:
         BenchmarkAborted: the server failed once the run had started (every request of a warm-up
@@ -281,12 +256,7 @@ class _Measured:
 
 @dataclass
 class _FlushEvidence:
-    """What ``/flush_cache`` was seen to do to the server's accept-length counters.
-
-    A flush proves something only when a value was there before it: gone afterwards means the
-    counters reset (SGLang 0.5.23, the reference engine); still there means lifetime totals (some
-    older SGLang versions). Per-repetition figures need a reset seen and no survival seen, ever.
-    """
+    """What ``/flush_cache`` was seen to do to the server's accept-length counters (reset or survive)."""
 
     reset_seen: bool = False
     survival_seen: bool = False
@@ -326,8 +296,6 @@ class BenchRun:
     flush_supported: bool
     counters: _FlushEvidence = field(default_factory=_FlushEvidence)
     measured: _Measured = field(default_factory=_Measured)
-
-    # --- talking to the server ---------------------------------------------------------------
 
     async def load(self, items: list[WorkItem], *, concurrency: int, phase: Phase, batch: int) -> LoadResult:
         """Send ``items`` at ``concurrency`` (capped at their number), reporting progress per request."""
@@ -370,8 +338,6 @@ class BenchRun:
         after = await self.accept_length()
         self.counters.saw_flush(value_before=met, value_after=after)
         return True, after
-
-    # --- what was measured -------------------------------------------------------------------
 
     def _level(self, concurrency: int, repetitions: list[RepetitionMetrics], warmup: LevelWarmup | None) -> LevelResult:
         s = self.settings
@@ -448,12 +414,10 @@ async def run_level(
     run: BenchRun, *, concurrency: int, on_repetition: RepetitionCallback | None = None
 ) -> LevelResult:
     """Measure one concurrency level: :func:`warm_up_level`, then :func:`run_repetition` until
-    ``noise.repetition_verdict`` says stop (the 95% interval of the target metric's geometric mean
-    within a factor 1 + ``target_ci_rel`` of it after at least ``min_repetitions``, or
-    ``repetitions`` done).
+    ``noise.repetition_verdict`` says stop.
 
     ``on_repetition`` is called once per measured repetition, before the verdict; what it raises
-    ends the run. Returns the level's result (also kept in ``run`` for :meth:`BenchRun.result`).
+    ends the run. Returns the level's result (also kept in ``run``).
 
     Raises:
         BenchmarkAborted: as :func:`warm_up_level` and :func:`run_repetition`.
@@ -486,9 +450,8 @@ MAX_REPETITION_REQUESTS = 100_000
 
 
 def repetition_size(settings: BenchSettings, *, rate_rps: float | None) -> int:
-    """Requests per repetition: ``num_prompts``, grown so that at ``rate_rps`` (requests/s measured at
-    this level: the last warm-up batch, then each repetition) one repetition lasts at least
-    ``min_repetition_s``. Only ever grows within a level, so repetitions stay comparable."""
+    """Requests per repetition: ``num_prompts``, grown so that at ``rate_rps`` (measured at this
+    level) one repetition lasts at least ``min_repetition_s``."""
     count = settings.num_prompts
     if settings.min_repetition_s > 0 and rate_rps and rate_rps > 0:
         count = max(count, math.ceil(settings.min_repetition_s * rate_rps))
@@ -497,13 +460,8 @@ def repetition_size(settings: BenchSettings, *, rate_rps: float | None) -> int:
 
 async def warm_up_level(run: BenchRun, *, concurrency: int) -> LevelWarmup:
     """Warm one level up at its own concurrency: ``warmup_requests`` requests, then (unless
-    ``warmup.tolerance`` is null) windows of ``warmup.window_size(concurrency)`` requests, each
-    after ``/flush_cache`` and with the same prompts, until two in a row agree on output tok/s
-    within the tolerance (``noise.windows_stable``) or ``warmup.max_windows`` ran.
-
-    Why per level: the engine's batch shapes, caches and compiled graphs of one concurrency do not
-    warm another (559 tok/s in a first repetition after a warm-up at another level, 622-646 after).
-    Returns the record, which is also the running level's (:func:`run_level` calls this first).
+    ``warmup.tolerance`` is null) windows after ``/flush_cache`` until two in a row agree on
+    output tok/s (``noise.windows_stable``) or ``warmup.max_windows`` ran. Returns the record.
 
     Raises:
         BenchmarkAborted: a batch looked hung, or every request of one failed.
@@ -554,10 +512,8 @@ async def _warmup_batch(run: BenchRun, tally: _WarmupTally, *, concurrency: int,
 
 async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
                          count: int | None = None) -> RepetitionMetrics:
-    """One measured repetition: ``/flush_cache``, ``count`` requests (default: every prompt once;
-    more cycle through the prompts) at ``concurrency``, ``/server_info``.
-
-    Returns its metrics (not added to the running level: :func:`run_level` does that).
+    """One measured repetition: ``/flush_cache``, ``count`` requests (default: every prompt once)
+    at ``concurrency``, ``/server_info``. Returns its metrics (:func:`run_level` keeps them).
 
     Raises:
         BenchmarkAborted: the engine looked hung, or lost requests to connection errors and then
@@ -572,12 +528,8 @@ async def run_repetition(run: BenchRun, *, concurrency: int, repetition: int,
     after = await run.accept_length()
     counters = run.counters
     if flushed and before is None and after is not None and not counters.decided and run.flush_supported:
-        # Nothing was counted when this repetition's flush ran, so it showed nothing about what a
-        # flush does to the counters: flush the idle server once more and look.
+        # this repetition's flush met no value: flush the idle server once more to learn what a flush does
         await run.flush()
-    # Only a flush seen to clear the counters makes the value after this repetition its figure;
-    # otherwise it is a lifetime mean (a server whose counters survive a flush, or not yet shown
-    # to reset): a weaker cross-check, never the figure itself.
     reset = flushed and before is None and counters.resets
     if after is not None:
         _note_scope(run.measured.scopes, "repetition" if reset else "lifetime")

@@ -1,11 +1,8 @@
 """How a benchmark is configured: the sweep spec's ``benchmark`` section and the settings of a run.
 
-:class:`BenchmarkSpec` is the spec's section; it lives here, beside the code that reads it, and
-``orchestrator.spec`` imports it (data flows one way: the spec is assembled from the harness's
-models, never the reverse). :class:`BenchSettings` *is* a ``BenchmarkSpec`` (a subclass)
-plus the knobs only a benchmark run needs, so the sweep passes its spec's section straight through
-(``BenchSettings.from_spec(spec.benchmark)``) and both stay in step: a field added to the spec is a
-field of the settings, with the same validation.
+:class:`BenchmarkSpec` is the spec's section (``orchestrator.spec`` imports it); :class:`BenchSettings`
+subclasses it with the knobs only a run needs, so a field added to the spec is a field of the
+settings, with the same validation.
 """
 
 from __future__ import annotations
@@ -166,10 +163,8 @@ class BenchmarkSpec(StrictModel):
         return self
 
     def repetition_bounds(self) -> tuple[int, int]:
-        """(fewest, most) repetitions per level: ``min_repetitions`` (default DEFAULT_MIN_REPETITIONS),
-        raised to ``MIN_VALUES`` (a level cannot meet its target before it has an interval, so a
-        smaller minimum would only misreport when it may stop) and capped at ``repetitions``; and
-        ``repetitions``. (repetitions, repetitions) without a target, i.e. the fixed count."""
+        """(fewest, most) repetitions per level: ``min_repetitions`` raised to ``MIN_VALUES`` and
+        capped at ``repetitions``; and ``repetitions``. (repetitions, repetitions) without a target."""
         if self.target_ci_rel is None:
             return self.repetitions, self.repetitions
         fewest = self.min_repetitions if self.min_repetitions is not None else DEFAULT_MIN_REPETITIONS

@@ -1,20 +1,7 @@
-"""The ``spectune`` command line: parse, configure logging, call one function per command.
+"""The ``spectune`` command line: the typer ``app`` (script ``orchestrator.cli:main``), one module
+per command group (``specs``, ``sweep``, ``serve``, ``bench``, ``audit``).
 
-Exit codes: 0 success, 1 the command ran and failed (e.g. an audit found a mismatch), 2 bad input
-(an invalid spec, a bad option), 3 a command that this version does not implement yet.
-
-This package holds the typer ``app`` (the ``spectune`` script is ``orchestrator.cli:main``) and
-one module per command group:
-
-* ``specs``   ``validate``, ``engine-cmd``, ``examples``: read a spec, start nothing;
-* ``sweep``   ``sweep``: the tuning sweep on Ray;
-* ``serve``   ``serve``: the best configuration behind Ray Serve;
-* ``bench``   ``bench``, ``probe``: measure or check a running engine;
-* ``audit``   ``audit``: a running engine's process-tree environment;
-* ``inputs``  what the commands read from the user (a spec file, ``NAME=VALUE`` options).
-
-Library packages (``orchestrator.bench``, ``orchestrator.sweep``, ``serving``) never import
-this package; it imports them.
+Exit codes (``orchestrator.exit_codes``): 0 success, 1 the command ran and failed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -44,11 +31,8 @@ app = typer.Typer(
 
 
 def _configure_logging(verbose: bool) -> None:
-    """Send spectune's own records (loggers ``orchestrator.*``, ``serving.*``) to stderr.
-
-    Only the CLI configures logging; records do not propagate to the root logger, so a host
-    application's (or Ray's) handlers don't print them twice.
-    """
+    """Send spectune's own records (loggers ``orchestrator.*``, ``serving.*``) to stderr, not
+    propagated to the root logger (whose handlers would print them twice)."""
     handler = RichHandler(console=stderr_console(), show_path=False, rich_tracebacks=False, markup=False)
     for name in ("orchestrator", "serving"):
         module_logger = logging.getLogger(name)

@@ -1,9 +1,4 @@
-"""``spectune bench`` and ``spectune probe``: parse options, call ``orchestrator.bench``, show the result.
-
-Registered on the CLI app in ``orchestrator.cli``. Exit codes are the CLI's
-(``orchestrator.exit_codes``): 0 success, 1 the command ran and failed (a dead server, a probe
-mismatch), 2 bad input (invalid options, an invalid spec, an unreadable dataset or baseline).
-"""
+"""``spectune bench`` and ``spectune probe``: parse options, call ``orchestrator.bench``, show the result."""
 
 from __future__ import annotations
 

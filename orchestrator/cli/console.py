@@ -1,9 +1,5 @@
-"""Where the commands' messages go: one stderr console, made the same way everywhere.
-
-A command's result (a table, JSON, an engine command) goes to stdout and can be piped; what it
-says besides (errors, warnings, notes, the progress bar, log records) goes to stderr through
-:func:`stderr_console`.
-"""
+"""Where the commands' messages go: results to stdout, everything else (errors, warnings, progress,
+log records) to stderr through :func:`stderr_console`."""
 
 from __future__ import annotations
 
@@ -13,10 +9,5 @@ __all__ = ["stderr_console"]
 
 
 def stderr_console() -> Console:
-    """A console on stderr that does not highlight.
-
-    Messages quote paths, numbers, URLs and servers' replies; rich's highlighter would colour
-    parts of them at random. Markup stays on: callers ``escape`` what they quote, or pass
-    ``markup=False``. Log records are unaffected (``RichHandler`` highlights them itself).
-    """
+    """A console on stderr that does not highlight (markup stays on: callers ``escape`` what they quote)."""
     return Console(stderr=True, highlight=False)

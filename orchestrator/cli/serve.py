@@ -108,8 +108,7 @@ def serve(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     engine_config, options, provenance = served
     key = api_key or API_KEY_ENV.get() or None
-    # The two imports below are here, not at the top: they import Ray and Ray Serve (seconds),
-    # which `spectune --help` and every other command do without.
+    # imported here: Ray and Ray Serve take seconds to import
     if emit_serve_config is not None:
         from serving.serve.app import serve_config_file
 

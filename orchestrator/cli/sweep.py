@@ -53,8 +53,7 @@ def sweep(
     Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input or a
     sweep that cannot run here (preflight: resources, engine package, model paths, MLflow).
     """
-    # Imported here, not at the top: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow
-    # (seconds), which `spectune --help` and every other command do without.
+    # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
     from orchestrator.sweep import dry_run as show_dry_run
     from orchestrator.sweep.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 

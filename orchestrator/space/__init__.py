@@ -1,21 +1,13 @@
 """The search space of a sweep: which configurations are candidates, how many, and how a sampler walks them.
 
-Modules, one job each:
-
-* ``points``: the valid points (SGLang's speculative rules, the all-reduce paths, NCCL settings),
-  counted without listing, and why a spec may not use a space (``space_problems``).
-* ``plan``: what one trial runs (``TrialPlan``: a baseline or a point), and one key per configuration.
-* ``define_by_run``: the space as Optuna samples it (``DefineByRunSpace``): the sampling function, the
-  baselines, the replay of a known point, starting points, distances and one-factor variants.
+* ``points``: the valid points, counted without listing, and ``space_problems``.
+* ``plan``: what one trial runs (``TrialPlan``), and one key per configuration.
+* ``define_by_run``: the space as Optuna samples it (``DefineByRunSpace``; not re-exported here,
+  since it imports Optuna).
 * ``settings``: one point from ``key=value`` settings (``spectune engine-cmd --set``).
+* ``arms``: the all-reduce arms on one node.
 
-This package re-exports all but ``define_by_run``, which imports Optuna: the spec, ``spectune
-validate`` and the CLI need only the points. Import ``DefineByRunSpace`` from
-``orchestrator.space.define_by_run``.
-
-The spec builds the space (``SweepSpec.space()``) and the searcher (``orchestrator.sweep.search``)
-walks it: data flows spec -> space -> search, so nothing here imports the spec or the sweep
-(``tests/unit/test_import_graph.py`` checks it).
+Nothing here imports the spec or the sweep.
 """
 
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key

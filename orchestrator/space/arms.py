@@ -1,14 +1,10 @@
 """The all-reduce arms on one node: which kernel each runs, which are one configuration, and where
 the NCCL variables can matter.
 
-A sweep that measured ``default`` and ``nccl`` on the seed's node (eight PCIe GPUs, where NCCL
-carries everything) measured one configuration twice; one that searched NCCL_* on an H200 node
-with FlashInfer fusion on tuned variables decode never reads. So the space is shaped by SGLang's
-rule (``serving.all_reduce_rules``) applied to the node the spec names (``engine.gpu_kind``, or
-what the preflight read from the node): arms that run one kernel there are measured once (the
-first in the spec's order stands for them, as SGLang's auto choice stands for its resolved point),
-and the NCCL settings are searched only on arms where NCCL carries decode. With the node not
-known yet (``auto`` before the preflight) nothing is collapsed.
+By SGLang's rule (``serving.all_reduce_rules``) on the spec's node, arms that run one kernel are
+measured once (the first in the spec's order stands for them), and NCCL settings are searched only
+on arms where NCCL carries decode. With the node unknown nothing is collapsed. Why: see
+docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The sweep's space as Optuna samples it: a define-by-run function over ``SweepSpec.space()``,
 with the baselines, the replay of a known point, and the geometry the staged search needs.
 
-The space is conditional and exact: top-k 1 is a chain (the draft-token count follows the
-steps, it is not sampled), larger top-k sample only draft-token counts the tree can hold. So the
-sampler can never propose a configuration SGLang would reject or silently rewrite. Where the
-valid choices of a dimension depend on an earlier choice, the parameter gets a name of its own
-for that context (``num_draft_tokens_s3_k2``): Optuna's categorical distributions must keep one
-set of choices per name, and TPE's ``group`` mode models such conditional parameters as they are.
-Listed points (``search.speculative.triples``, ``search.nccl_presets``) are one categorical each.
-
-The searcher (``orchestrator.sweep.search.SweepSearcher``) walks this object; it imports Optuna,
-so ``orchestrator.space`` does not re-export it and the spec and the CLI load no Optuna.
+Conditional parameters get a name per context (``num_draft_tokens_s3_k2``); listed points are
+one categorical each. See docs/design/bench-and-spec.md.
 """
 
 from __future__ import annotations
@@ -37,9 +29,7 @@ PRESET_PARAM = "nccl_preset"
 
 RULES_OF_THUMB: tuple[SpeculativeTriple, ...] = (SpeculativeTriple(3, 1, 4), SpeculativeTriple(5, 4, 8))
 """Where the sampler starts (after the baselines), each taken to the nearest point of the space:
-SGLang's auto choices, a 3-step chain for DeepSeek-family models (Kimi-K2.5) and a 5-step top-4
-tree of 8 tokens for Llama. One of them is usually the auto baseline itself; the other then shows
-at once whether the other shape is better."""
+SGLang's auto choices, a 3-step chain (DeepSeek family) and a 5-step top-4 tree of 8 tokens (Llama)."""
 
 
 def _closest(choices: Iterable[int], want: int | None) -> int:
@@ -97,12 +87,11 @@ class SampledSpec(HasSearchSpace, Protocol):
 
 
 class DefineByRunSpace:
-    """The sweep's space as an Optuna define-by-run function over ``SweepSpec.space()``: the very
-    object ``spectune validate`` counts, so the sampler and the count can never disagree.
+    """The sweep's space as an Optuna define-by-run function over ``SweepSpec.space()`` (the object
+    ``spectune validate`` counts).
 
-    Calling it with an Optuna trial samples one point and returns ``{"plan": TrialPlan config}``.
-    Steps are sampled first, then a top-k that has a valid draft count with them, then (top-k > 1)
-    a draft count the tree holds; top-k 1 derives the draft count (a chain).
+    Calling it with an Optuna trial samples one point (steps, then a top-k valid with them, then
+    for top-k > 1 a draft count the tree holds) and returns ``{"plan": TrialPlan config}``.
     """
 
     def __init__(self, spec: SampledSpec) -> None:

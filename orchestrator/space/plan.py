@@ -1,8 +1,6 @@
 """What one trial runs: a baseline or a point of the space, as plain data for Ray Tune's config.
 
-The space's sampler (``DefineByRunSpace``) produces plans, the searcher proposes them, the trial runs
-one, and ``candidate_key`` tells two plans of the same configuration apart from two of different
-ones (the baselines included), so nothing is measured twice.
+``candidate_key`` gives one key per configuration (baselines included), so nothing is measured twice.
 """
 
 from __future__ import annotations

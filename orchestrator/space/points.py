@@ -1,18 +1,10 @@
 """The search space of a sweep: which engine configurations are valid candidates, and how many.
 
-SGLang's speculative rules make the space conditional: with top-k 1 the number of draft tokens is
-fixed by the number of steps, and with a larger top-k only as many draft tokens as the tree holds
-make sense. This module is the one place that says which points are valid. The speculative points
-are listed (a few thousand at most); the all-reduce and NCCL dimensions multiply without being
-listed, so ``spectune validate`` counts any space at once.
-
-A spec may also say "try exactly these": ``SpeculativeList`` holds listed triples
-(``search.speculative.triples``) and ``SearchSpace.nccl_presets`` listed sets of NCCL variables
-(``search.nccl_presets``), each one point of its dimension, instead of a product of values.
-
-``orchestrator.spec`` builds these objects (``SweepSpec.space()``, ``SpeculativeSpec.space()``)
-and refuses an empty or oversized space with ``space_problems``; this module does not import the
-spec, so data flows one way.
+The one place that says which points are valid under SGLang's speculative rules. Speculative
+points are listed (a product of values, :class:`SpeculativeSpace`, or listed triples,
+:class:`SpeculativeList`); the all-reduce and NCCL dimensions multiply without being listed, so
+any space is counted at once. ``orchestrator.spec`` builds these objects and refuses an empty or
+oversized space with :func:`space_problems`.
 """
 
 from __future__ import annotations
@@ -50,10 +42,7 @@ __all__ = [
 ]
 
 MAX_CONFIGURATIONS = 1_000_000
-"""The largest space a spec may define (speculative x all-reduce x NCCL points).
-
-A sweep runs tens of trials, so a million candidates is already far more than it can try; a space
-beyond it is a typo (a range to 1000, a long NCCL list) and is refused, naming the dimensions."""
+"""The largest space a spec may define (speculative x all-reduce x NCCL points); beyond it is a typo."""
 
 AllReduce = Literal["default", "no_fusion", "nccl"]
 """The all-reduce arms a sweep can search (``serving.all_reduce_rules`` says which kernel each runs on
@@ -182,11 +171,8 @@ TRIPLE_NAMES = {"num_steps": "num_steps", "eagle_topk": "eagle_topk", "num_draft
 
 @dataclass(frozen=True)
 class SpeculativeList:
-    """Exactly the listed (num_steps, eagle_topk, num_draft_tokens) points: "try exactly these".
-
-    Where a product of values would add points nobody wants (a tree of 6 steps with 2 draft
-    tokens), a spec lists the triples instead (``search.speculative.triples``). Iteration keeps the
-    listed order, after SGLang's auto choice when ``include_auto``.
+    """Exactly the listed (num_steps, eagle_topk, num_draft_tokens) points (``search.speculative.triples``),
+    in the listed order, after SGLang's auto choice when ``include_auto``.
 
     Attributes:
         triples: The points, each valid by SGLang's rules, without repeats.

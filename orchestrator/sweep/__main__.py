@@ -1,7 +1,5 @@
-"""``python -m orchestrator.sweep SPEC [options]``: the ``ray job submit`` entry point.
-
-Exactly ``spectune sweep`` (same options, same exit codes), for environments where the
-``spectune`` script is not on PATH, such as a Ray job's working-directory copy.
+"""``python -m orchestrator.sweep SPEC [options]``: exactly ``spectune sweep``, for a Ray job
+(``ray job submit``) where the ``spectune`` script is not on PATH.
 """
 
 import sys

@@ -1,27 +1,9 @@
-"""SGLang's adaptive speculation schedule from the sweep's per-load results.
+"""SGLang's adaptive speculation schedule (``--speculative-adaptive-config``) from the per-load results.
 
-SGLang >= 0.5.13 reads a per-batch-size schedule (``--speculative-adaptive
---speculative-adaptive-config PATH.json``; EAGLE / EAGLE3 / NEXTN, ``--speculative-eagle-topk 1``
-only, ``num_draft_tokens`` forced to steps + 1; a step of 0, no drafting, from 0.5.14). The file is
-a JSON object whose integer-string keys are batch-size lower bounds (inclusive: a key covers
-[key, next key); a batch below the smallest key uses the smallest; the batch size is first rounded
-up to the next captured decode CUDA-graph size), each ``{"candidate_steps": [...],
-"up_hysteresis", "down_hysteresis", "ceiling_coeff"}``, plus the global keys ``ema_alpha``,
-``update_interval`` and ``warmup_batches`` (sglang ``speculative/adaptive_spec_params.py``,
-``_load_adaptive_config``). A single-element ``candidate_steps`` pins the steps for its range.
-
-Here each measured level gets one pinned entry: the first level as key ``"1"``, each higher one as
-its own lower bound; the steps are those of the best chain (top-k 1) configuration measured at
-that level, or 0 where no speculation is decidedly faster than it there (interval above 1): both
-figures of ``orchestrator.sweep.figures`` (``LevelFigures.best_chain``, ``plain_vs_best_chain``). The
-sweep measured client concurrency in a closed loop, where concurrency equals the running decode
-batch at steady state; SGLang's keys are running decode batch sizes per rank. The schedule is a
-search estimate (trials measured minutes apart), like every per-load figure.
-
-best.yaml is one configuration for every load, from the confirmation's verdict at the objective's
-level (or the search's best there without one). Where the two disagree (the schedule's steps at
-some level are not best.yaml's), :func:`launch_advice` says in one line which to launch for which
-traffic, and why they differ.
+Each measured level gets one pinned entry (key: the level, the first ``"1"``): the steps of the
+best chain (top-k 1) configuration there, or 0 where no speculation is decidedly faster
+(``figures.LevelFigures``). :func:`launch_advice` says which to launch, the schedule or best.yaml,
+where they disagree. docs/design/sweep.md gives SGLang's file format and the reasoning.
 """
 
 from __future__ import annotations
@@ -96,17 +78,15 @@ def schedule_summary(per_level: Sequence[LevelFigures], *, file_name: str = SCHE
 
 
 def _on_default_grid(size: int) -> bool:
-    """Whether SGLang captures ``size`` by default under speculation (``generate_decode_cuda_graph_batch_sizes``
-    in sglang ``srt/arg_groups/cuda_graph_hook.py``: 1-8, every 2 to 32, every 4 to 64, every 8 to 256,
-    every 16 from 272), up to the largest size it captures."""
+    """Whether SGLang captures ``size`` by default under speculation
+    (``generate_decode_cuda_graph_batch_sizes``, sglang ``srt/arg_groups/cuda_graph_hook.py``)."""
     return (size <= 8 or (size <= 32 and size % 2 == 0) or (size <= 64 and size % 4 == 0)
             or (size <= 256 and size % 8 == 0) or (size >= 272 and size % 16 == 0))
 
 
 def _capture_note(bounds: Sequence[int]) -> str:
-    """Every boundary must be a captured decode CUDA-graph size: SGLang pads a batch up to the next
-    captured size (``_pad_to_cuda_graph_bs``, sglang ``srt/speculative/adaptive_spec_params.py``) before
-    it looks up the batch's range, so a boundary that is not captured lets batches below it pad across it."""
+    """The note that every boundary must be a captured decode CUDA-graph size (SGLang pads a batch
+    before it looks up its range: ``_pad_to_cuda_graph_bs``), naming the boundaries that are not."""
     listed = " ".join(str(b) for b in bounds)
     why = "a batch is padded up to the next captured decode CUDA-graph size before its range is looked up"
     missing = [b for b in bounds if not _on_default_grid(b)]
@@ -141,11 +121,6 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
     """``summary.json``'s ``launch``: where the schedule (``summary``, from :func:`schedule_summary`)
     and best.yaml (``best``) disagree, which to launch for which traffic and why; None where there is
     no schedule or no best.yaml, or where every entry of the schedule is best.yaml's steps.
-
-    best.yaml answers for traffic at the objective's level (there it is confirmed, or the search's
-    best); the schedule is the only answer per load, but every entry of it is a search estimate.
-    Where its entry at the objective's level differs from a confirmed best.yaml, the entry is the
-    unconfirmed one.
 
     Args:
         confirmed: best.yaml is the confirmation's choice (else the search's best: the confirmation

@@ -1,11 +1,5 @@
-"""What Ray Tune calls back into during the search: progress lines, and the records trials left.
-
-A trial records itself through the coordinator when it ends normally; one that ASHA stopped or
-whose worker died cannot, so every end Tune sees is handed to the coordinator's
-``finalize_trial`` (which leaves a trial that recorded itself alone) and then shown. The trial
-numbers shown (``trial n/N``) are the coordinator's, reserved on a trial's first event.
-Ray Tune pickles these callbacks with its experiment state, so they hold the coordinator by name
-(:class:`CoordinatorRef`), never by handle.
+"""What Ray Tune calls back into during the search: progress lines, and the records of trials that
+could not record themselves (ASHA stopped them, their worker died), via ``finalize_trial``.
 """
 
 from __future__ import annotations
@@ -21,8 +15,7 @@ __all__ = ["tune_callbacks"]
 
 
 def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
-    """The callbacks of the sweep's Tuner: spectune's own, then the JSON and CSV loggers Tune's
-    results need (its automatic loggers are off: the driver sets TUNE_DISABLE_AUTO_CALLBACK_LOGGERS)."""
+    """The callbacks of the sweep's Tuner: spectune's own, then the JSON and CSV loggers Tune's results need."""
     import ray
     from ray.tune import Callback
 

@@ -1,8 +1,7 @@
 """The driver's hold on the Ray cluster: connecting, and the sweep's coordinator actor.
 
-The coordinator (``coordinator.SweepCoordinator``) runs on the driver's node under a name derived
-from the results directory, in spectune's namespace: Ray itself then refuses a second sweep into
-the same directory (:class:`SweepBusyError`), and a resumed sweep, a new Ray job, finds it by name.
+The coordinator is named after the results directory in spectune's namespace, so Ray refuses a
+second sweep into the same directory and a resumed sweep (a new Ray job) finds it by name.
 """
 
 from __future__ import annotations
@@ -29,17 +28,14 @@ def connect_ray(address: str | None) -> None:
         return
     if starts_local_cluster(address):
         choose_local_auth_mode()  # Ray's token auth, chosen rather than defaulted: no warning (serving.ray_auth)
-    # Connects to the cluster of `ray job submit` or a running `ray start` cluster; else starts one.
     ray.init(address=address, log_to_driver=False, configure_logging=False)
 
 
 def starts_local_cluster(address: str | None) -> bool:
     """Whether ``ray.init(address=address)`` will start a cluster rather than join one.
 
-    ``"local"`` always starts one and a given address never does; for None, Ray's own answer, the
-    one ``ray.init`` acts on: ``RAY_ADDRESS`` (``ray job submit`` sets it), else the cluster a
-    ``ray start`` on this machine recorded. That helper is private to Ray (pinned to 2.60 in
-    pyproject.toml); where it is missing, the answer is False: Ray's auth mode is then left alone.
+    For None, Ray's own answer (private ``canonicalize_bootstrap_address``: ``RAY_ADDRESS``, else a
+    local ``ray start`` cluster); False where that helper is missing.
     """
     if address is not None:
         return address == "local"
@@ -53,8 +49,7 @@ def starts_local_cluster(address: str | None) -> bool:
 def create_coordinator(ref: CoordinatorRef, *, node: str, **kwargs: Any) -> Any:
     """The coordinator actor under its results directory's name, on the driver's node.
 
-    The name is taken while another driver writes the same results directory; a killed driver's
-    coordinator is cleaned up by Ray within seconds, so a resumed sweep waits that long for it.
+    Waits up to a minute for the name: Ray cleans up a killed driver's coordinator within seconds.
 
     Raises:
         SweepBusyError: another sweep is writing this results directory.

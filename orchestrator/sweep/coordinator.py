@@ -1,13 +1,8 @@
 """The sweep's single writer: a Ray actor on the driver's node that owns the results directory.
 
-Trials run anywhere in the cluster, but everything they leave behind goes through this one actor:
-MLflow runs (so a SQLite store never sees two writers), ``trials.jsonl`` (one line per finished
-trial), the correctness baseline (written once by the no-speculation trial, read by every other
-trial, even on another node) and the trial numbering. Its methods run one at a time (a
-synchronous actor), which is exactly the serialisation SQLite and an append-only file need.
-
-The same class works without Ray (``SweepCoordinator(...)`` directly), which is what the dry run
-and the unit tests use.
+Every trial writes through it: MLflow runs, ``trials.jsonl``, the correctness baseline and the
+trial numbering. A synchronous actor runs its methods one at a time, the serialisation SQLite and
+an append-only file need. The class also works without Ray (the dry run, the unit tests).
 """
 
 from __future__ import annotations
@@ -80,12 +75,8 @@ def coordinator_name(results_dir: Path) -> str:
 
 @dataclass
 class CoordinatorRef:
-    """The coordinator by name, resolved on first use in each process.
-
-    Ray Tune pickles callbacks into its experiment state and restores them when a killed sweep is
-    resumed; a pickled actor handle would then point at the dead driver's coordinator. A name
-    finds the live one (the resumed driver creates it under the same name).
-    """
+    """The coordinator by name, resolved on first use in each process; it pickles without its handle,
+    so a resumed sweep's restored callbacks find the live coordinator."""
 
     name: str
     namespace: str = NAMESPACE
@@ -103,10 +94,8 @@ class CoordinatorRef:
 
 
 _RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "FINISHED", "interrupted": "KILLED"}
-"""A trial's MLflow run status from its record's. Early stopping is the scheduler doing its job, not
-a crash: FINISHED, with the tag ``spectune.early_stopped=true`` (and ``spectune.status``) saying so,
-where KILLED showed red in the UI. KILLED is kept for what was cut short: a trial the sweep's end
-interrupted (``--resume`` runs it again)."""
+"""A trial's MLflow run status from its record's (others: FAILED). An early-stopped trial is FINISHED,
+tagged ``spectune.early_stopped=true``; KILLED is for a trial the sweep's end interrupted."""
 
 
 class SweepCoordinator:
@@ -163,9 +152,8 @@ class SweepCoordinator:
             self.tracker.log_text(self.parent_run_id, text, name)
 
     def end_sweep(self, *, status: str) -> None:
-        """End the sweep's MLflow runs, every one of them: trials still open are recorded as
-        interrupted (``--resume`` runs them again), a trial run left RUNNING by an earlier driver
-        that this one did not take over is ended KILLED, then the parent run gets ``status``."""
+        """End every MLflow run of the sweep: open trials recorded as interrupted, trial runs an
+        earlier driver left RUNNING ended KILLED, then the parent run with ``status``."""
         for trial_id in sorted(self._registered):
             self.finalize_trial(trial_id=trial_id, status="interrupted", reason="interrupted",
                                 message="the sweep ended while the trial ran (Ctrl-C, ray job stop or an error); "
@@ -198,9 +186,8 @@ class SweepCoordinator:
     ) -> dict[str, Any]:
         """Number a starting trial and give it its MLflow run (the existing one when it is re-run).
 
-        ``engine_config`` (what ``spectune serve --mlflow-run`` serves) is the trial's configuration
-        without ``start_flags``, the sweep-only flags its engine ran with: those are the tag
-        ``spectune.start_flags`` (as rendered on the command line) and part of ``engine_command``.
+        ``engine_config`` is the trial's configuration without ``start_flags``, which are tagged
+        ``spectune.start_flags``.
 
         Returns:
             ``{"number", "run_id", "finished"}``; ``finished`` is the trial's record if it already
@@ -230,9 +217,8 @@ class SweepCoordinator:
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
     def note_resolved(self, *, trial_id: str, resolved: dict[str, int]) -> None:
-        """The speculative numbers a trial's engine reported (SGLang's auto choice resolved): an MLflow
-        param of the trial (``resolved.num_steps``, ...) and part of its record even if it is stopped
-        before it records itself."""
+        """The speculative numbers a trial's engine reported: MLflow params ``resolved.*`` and part of
+        its record even if it is stopped before it records itself."""
         registered = self._registered[trial_id]
         registered["resolved"] = dict(resolved)
         self.tracker.log_params(registered["run_id"], {f"resolved.{k}": v for k, v in resolved.items()})
@@ -243,8 +229,8 @@ class SweepCoordinator:
                                                          "mlflow.runName": f"trial {registered['number']:03d} {label}"})
 
     def note_all_reduce(self, *, trial_id: str, kernel: str) -> None:
-        """The kernel a trial's engine ran decode's all-reduce on (read from the engine): an MLflow
-        param (``resolved.all_reduce_kernel``) and part of its record even if it is stopped early."""
+        """The kernel a trial's engine ran decode's all-reduce on: the MLflow param
+        ``resolved.all_reduce_kernel`` and part of its record even if it is stopped early."""
         registered = self._registered[trial_id]
         registered["all_reduce_kernel"] = kernel
         self.tracker.log_params(registered["run_id"], {"resolved.all_reduce_kernel": kernel})
@@ -308,7 +294,7 @@ class SweepCoordinator:
         if registered is None:
             return False  # never started: nothing ran, nothing to record
         last = last_result or {}
-        seen = registered.get("tags", {})  # what the trial reported before it was stopped
+        seen = registered.get("tags", {})
         values = [float(v) for v in last.get("objective_values", []) if isinstance(v, (int, float))]
         objective = None
         if values and last.get("objective_metric"):

@@ -1,23 +1,11 @@
 """A sweep's cost counted in engine starts: how many, and how long one takes.
 
-Every trial and every confirmation visit starts a fresh engine, and for a large model the start is
-most of the bill (minutes of loading weights and capturing CUDA graphs against a benchmark of one
-or two). So the dry run and the running sweep state the plan as *engine starts x start time*:
+* **Starts**: the trials plus, with the confirmation on, at most ``contenders x
+  confirmation.max_visits`` visits (:func:`planned_starts`).
+* **Start time**: the median launch-to-healthy time of the trials so far, else
+  ``budget.engine_start_estimate_s``, else the engine kind's default (:func:`start_time`).
 
-* **Starts**: the trials (``budget.num_trials``, baselines included) plus, when the confirmation is
-  on, at most ``contenders x confirmation.max_visits`` visits. The contenders are those
-  ``confirm.choose_contenders`` takes: the ``confirmation.top_k`` best search trials (no more than
-  the search trials there are), SGLang's default and no speculation (unless
-  ``confirmation.no_speculation`` is false); without speculation there is
-  no SGLang default to judge against and the confirmation does not run (``confirm.run_confirmation``).
-  The visits are an upper bound: racing drops contenders and a decided verdict ends the rounds.
-* **Start time**: the median launch-to-healthy time (``timings_s.engine_start``) of the trials whose
-  engine came up, once there is one; before that ``budget.engine_start_estimate_s``, or the engine
-  kind's default (``orchestrator.spec.DEFAULT_ENGINE_START_S``).
-
-The running sweep's time left adds the confirmation to the trials still to run: each visit is taken
-as one start, one teardown and ``confirmation.repetitions_per_visit`` repetitions at the pace the
-trials measured (their benchmark time per repetition, warm-up included).
+docs/design/sweep.md says why starts are the unit.
 """
 
 from __future__ import annotations
@@ -69,8 +57,9 @@ def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPl
     """The spec's trials and the upper bound of its confirmation visits.
 
     Args:
-        contenders: The confirmation's actual contenders, once known (the running sweep, after the
-            search); default: the most the spec allows (see the module docstring).
+        contenders: The confirmation's actual contenders, once known; default: the most the spec
+            allows (the ``confirmation.top_k`` best search trials, SGLang's default and, unless
+            ``confirmation.no_speculation`` is false, no speculation; none without speculation).
     """
     confirmation = spec.confirmation
     if contenders is None:
@@ -92,11 +81,8 @@ def measured_start_times(records: Iterable[TrialRecord]) -> list[float]:
 
 
 def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
-    """Seconds per engine start and where the figure comes from, in words.
-
-    The median of ``measured_start_times`` once there is one; else ``budget.engine_start_estimate_s``;
-    else the engine kind's default.
-    """
+    """Seconds per engine start and where the figure comes from, in words: the median of
+    ``measured_start_times``, else ``budget.engine_start_estimate_s``, else the engine kind's default."""
     measured = measured_start_times(records)
     if measured:
         return statistics.median(measured), f"measured, median of {len(measured)} start{'s' * (len(measured) > 1)}"
@@ -120,14 +106,14 @@ def _repetition_s(spec: SweepSpec, records: list[TrialRecord]) -> float:
 def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> float:
     """Seconds one confirmation visit is expected to take: a start, a teardown and
     ``confirmation.repetitions_per_visit`` repetitions at the trials' pace (``auto``: the visit
-    economy's choice before its first look, between- and within-visit spread taken as equal)."""
+    economy's first choice)."""
     records = list(records)
     start, _ = start_time(spec, records)
     teardowns = [r.timings_s["teardown"] for r in records if "teardown" in r.timings_s]
     teardown = statistics.median(teardowns) if teardowns else 0.0
     repetition = _repetition_s(spec, records)
     repetitions = spec.confirmation.repetitions_per_visit
-    if repetitions == "auto":  # the economy's first choice (orchestrator.sweep.economy)
+    if repetitions == "auto":
         from orchestrator.sweep.economy import choose_repetitions
 
         repetitions = choose_repetitions(within=1.0, between=1.0, start_s=start + teardown, repetition_s=repetition)

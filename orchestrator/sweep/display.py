@@ -1,11 +1,7 @@
 """The sweep's console: one readable line per event on the job log, and never a silent one.
 
-:class:`Display` prints trial n/N with its config, each repetition, the current best and the time
-left (the trials still to run and, at most, the confirmation's visits: ``orchestrator.sweep.cost``),
-and the plan's cost in engine starts once the first start is measured; Ray Tune pickles it with the
-callbacks that feed it.
-:class:`QuietWatch` is a driver thread that prints what the sweep is waiting for (a trial's engine,
-a free node, a confirmation visit) whenever the log has been quiet too long.
+* :class:`Display`: trial n/N, each repetition, the current best, time left, the cost in engine starts.
+* :class:`QuietWatch`: a driver thread that says what the sweep is waiting for when the log is quiet.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ class Display:
         """[most visits, visits done] once the confirmation has started."""
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ray Tune pickles its callbacks with the experiment state; a console (with its lock and
-        # file) is made anew where the callbacks are restored.
+        # Pickled with Tune's callbacks: the console is made anew where they are restored.
         state = dict(self.__dict__)
         state["console"] = None
         return state
@@ -65,9 +60,8 @@ class Display:
         self.console = job_console()
 
     def time_left_s(self) -> float | None:
-        """Seconds the sweep is expected to run on: the trials still to run at the pace so far, plus
-        the confirmation's remaining visits at most (``cost.visit_estimate_s`` each); None before
-        anything has ended."""
+        """Seconds the sweep is expected to run on: the trials left at the pace so far plus the most
+        confirmation visits left (``cost.visit_estimate_s``); None before anything has ended."""
         if self.confirmation is not None:
             most, done = self.confirmation
             return max(0, most - done) * visit_estimate_s(self.spec, self.records)
@@ -142,7 +136,7 @@ class Display:
         best = f"{self.best[0]:.4g} ({self.best[1]})" if self.best else "none yet"
         self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
                   f"  | best {best}  | {self._elapsed()}")
-        if first_measured:  # the estimate gives way to what this machine takes
+        if first_measured:
             self.line(cost_line(self.spec, self.records))
 
 
@@ -151,12 +145,8 @@ def _duration(seconds: float) -> str:
 
 
 class QuietWatch:
-    """Never a silent job log: once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S``
-    (default 30 s), print what the sweep is waiting for, and again after as long.
-
-    A thread of the driver, apart from :class:`Display` (which Ray Tune pickles with its
-    callbacks); it only reads the display's state and Ray's free resources.
-    """
+    """Once nothing has been printed for ``SPECTUNE_QUIET_LIMIT_S`` (default 30 s), print what the
+    sweep is waiting for, and again after as long. A driver thread that only reads the display."""
 
     def __init__(self, display: Display, *, needs: str) -> None:
         self.display = display

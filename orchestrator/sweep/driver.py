@@ -1,17 +1,8 @@
-"""One sweep, top to bottom: ``run_sweep``, what ``spectune sweep`` and ``python -m
-orchestrator.sweep`` (the ``ray job submit`` entry point) call.
+"""One sweep, top to bottom: ``run_sweep``, what ``spectune sweep`` and ``python -m orchestrator.sweep`` call.
 
-1. **Preflight** (``preflight``): tracking, then Ray (``cluster.connect_ray``: the running
-   cluster, else a local one), the cluster's resources and the engine where it will run; then the
-   results directory (an earlier sweep's outputs moved to ``history/``, ``results_dir``).
-2. **Coordinator** (``cluster.create_coordinator``): the single writer of the results directory
-   and MLflow, an actor on the driver's node.
-3. **Tuner**: Ray Tune + Optuna over the spec's space (``search``), each trial ``trial.run_trial``
-   in a placement group, early stopping that spares the baselines (``scheduler``), progress on
-   the console (``callbacks``, ``display``).
-4. **Fit**, then every trial's record, the confirmation on fresh engines (``visit``, deciding in
-   ``confirm``) and the verdict's files (``finish``). The exit code says whether a valid best
-   configuration came out.
+Preflight (``preflight``), the coordinator actor (``cluster``), the Tuner (``search``,
+``scheduler``, ``trial``, ``callbacks``), then every trial's record, the confirmation (``visit``)
+and the verdict's files (``finish``).
 """
 
 from __future__ import annotations
@@ -65,10 +56,8 @@ def resolve_tracking_uri(spec: SweepSpec, out: Path, *, given: str | None, resum
                          environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
     """The MLflow tracking URI of the sweep in ``out``, and where it came from.
 
-    ``--tracking-uri`` first, then the spec's ``tracking.mlflow_uri``, then ``$MLFLOW_TRACKING_URI``
-    (MLflow's own variable: how a Ray job on Kubernetes names the cluster's MLflow server), then a
-    SQLite file in the results directory. A resumed sweep keeps the store it started with (its
-    parent run lives there), which its state file recorded.
+    A resumed sweep's recorded store, else ``--tracking-uri``, the spec's ``tracking.mlflow_uri``,
+    ``$MLFLOW_TRACKING_URI``, then a SQLite file in the results directory.
 
     Raises:
         SweepResumeError: ``--tracking-uri`` names another store than the resumed sweep's.
@@ -120,10 +109,8 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         write_atomic(out / "spec.yaml", spec_text)  # what --resume reads back
-    # The driver works in the results directory from here on: under `ray job submit` its working
-    # directory is Ray's copy of the project, which Ray may garbage-collect while the job still
-    # runs (seen with two nodes on one machine, which share that folder); Tune then fails to
-    # resolve any relative path. Every path below is absolute already.
+    # Out of Ray's copy of the working directory, which Ray may remove while the job runs
+    # (docs/design/sweep.md); every path below is absolute.
     os.chdir(out)
     _configure_tune()
     node = ray.get_runtime_context().get_node_id()
@@ -140,7 +127,6 @@ def run_sweep(
 
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
-    # the plan in engine starts x start time (measured by the trials a resumed sweep already ran)
     display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
     tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
@@ -155,8 +141,7 @@ def run_sweep(
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
                                 console=console, started=started)
     except BaseException as exc:
-        # A sweep that cannot finish (Ctrl-C, ray job stop, a bug) leaves no MLflow run RUNNING:
-        # its open trials are recorded as interrupted (--resume runs them again), every run ends.
+        # Leave no MLflow run RUNNING: open trials are recorded as interrupted, every run ends.
         if isinstance(exc, KeyboardInterrupt):
             console.print(f"sweep interrupted ({exc or 'Ctrl-C'}): open trials recorded as interrupted; continue it "
                           f"with: spectune sweep --resume {escape(str(out))}", highlight=False)
@@ -172,10 +157,8 @@ def run_sweep(
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
                console: Console) -> SweepSpec:
-    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``):
-    tracking first (no Ray needed), then the cluster's resources, NCCL's network values on every
-    node, then the engine where it will run.
-    Returns the spec planned for the node found there (``engine.gpu_kind`` resolved)."""
+    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``);
+    returns the spec planned for the engine's node (``engine.gpu_kind`` resolved)."""
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
@@ -198,19 +181,14 @@ def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_
 
 
 def _configure_tune() -> None:
-    """Ray Tune's and Optuna's process-wide settings for the driver, each for the reason beside it."""
-    # Failure reports carry no objective value (a failed trial has none): tell Tune not to insist.
+    """Ray Tune's and Optuna's process-wide settings for the driver (docs/design/sweep.md says why)."""
+    # A failed trial's report has no objective value.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    # Ray Tune's own reporter prints its header and tables even at verbose=0; the legacy one is
-    # silent at verbose=0, and the job log then holds only spectune's lines (see display.Display).
+    # The legacy reporter is silent at verbose=0: the job log holds only spectune's lines.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Tune's default TensorBoard logger imports torch into the driver once trials ask for GPUs
-    # (seen to fail there with "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so" on a busy
-    # two-node cluster): the automatic loggers are off, and the JSON and CSV ones, which Tune's
-    # results need, are passed explicitly (see callbacks.tune_callbacks).
+    # No TensorBoard logger (it imports torch into the driver); JSON and CSV come from tune_callbacks.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # Ctrl-C ends the sweep (Tune's own handler would end only the search and go on to the
-    # confirmation round); the interrupted trials are recorded and --resume runs them again.
+    # Ctrl-C ends the whole sweep, not only the search.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     import optuna
 
@@ -219,8 +197,7 @@ def _configure_tune() -> None:
 
 def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: CoordinatorRef, resume: bool) -> Any:
     """The Tuner: each trial ``trial.run_trial`` in a placement group shaped by
-    ``spec.trial_placement`` (one node, or a bundle per node of an engine across nodes); a resumed
-    sweep restores Tune's experiment (its searcher and callbacks come back with it)."""
+    ``spec.trial_placement``; a resumed sweep restores Tune's experiment."""
     placement = spec.trial_placement
     from ray import tune
     from ray.tune import PlacementGroupFactory
@@ -229,10 +206,8 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
 
     bundles = [dict(b) for b in placement.bundles]
     if placement.nnodes > 1:
-        # Tune gives its trainable the whole first bundle, and across nodes bundle 0 also holds node
-        # rank 0's GPUs, which its EngineHost must take: an empty head bundle places the trainable
-        # in bundle 0 with no resources of its own (Ray's ResourceRequest.head_bundle_is_empty), so
-        # the host's bundle indices stay those of the placement.
+        # An empty head bundle for the trainable (Ray's ResourceRequest.head_bundle_is_empty), so
+        # node rank 0's GPUs stay free for its EngineHost and the bundle indices stay the placement's.
         bundles = [{}, *bundles]
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx), PlacementGroupFactory(bundles, strategy=placement.strategy),
@@ -261,8 +236,8 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
 
 
 def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[DefineByRunSpace, SweepSearcher]:
-    """The spec's space and its seeded searcher, built in one place for the sweep and its dry run
-    (``preview.dry_run``), so the dry run shows exactly the points the sweep would start with."""
+    """The spec's space and its seeded searcher, for the sweep and its dry run (``preview.dry_run``),
+    which therefore shows exactly the points the sweep would start with."""
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
                               budget=spec.budget.num_trials, slo=slo)

@@ -1,22 +1,9 @@
-"""The visit economy: how many repetitions a confirmation visit should run, from what visits cost
-and where the noise is.
+"""The visit economy: how many repetitions a confirmation visit should run.
 
-A visit's value has two noises: the start's (each fresh engine lands a little faster or slower:
-placement, clocks, neighbours; variance ``between`` on the log scale) and the repetitions'
-(variance ``within``, shrinking with their number ``r``): ``var(visit) = between + within / r``.
-A visit costs ``c_start + r * c_rep``. For a fixed total cost the variance of the verdict's mean is
-smallest at ``r = sqrt((c_start / c_rep) * (within / between))`` (the classic two-stage sampling
-optimum; W. G. Cochran, "Sampling Techniques", 3rd ed., 1977, section 10.6). So a node whose starts
-take minutes and reproduce well runs few visits with many repetitions each, and a cheap-start
-machine whose starts differ runs many short visits.
-
-The components are estimated from what was measured: ``within`` from the repetitions of the
-search's trials and of visits with two or more (each group is one engine), pooled on the log scale;
-``between`` from the confirmation's paired log ratios, whose variance is ``2 * (between + within / r)``
-(round-level drift cancels in the pairs). Before the first look there is no ``between``, and until
-it has ``MIN_BETWEEN_DF`` degrees of freedom it is reported but not acted on: the choice then
-assumes the two are equal. Start and repetition times come from the visits' timings,
-or before any, from the trials'.
+A visit's variance is ``between + within / r`` and its cost ``c_start + r * c_rep``; the best ``r``
+for a fixed cost is ``sqrt((c_start / c_rep) * (within / between))`` (:func:`choose_repetitions`).
+:func:`visit_economy` estimates the components and costs from the trials and visits so far.
+docs/design/sweep.md gives the derivation and the estimators.
 """
 
 from __future__ import annotations
@@ -31,14 +18,12 @@ from orchestrator.sweep.results import TrialRecord
 __all__ = ["MAX_REPETITIONS_PER_VISIT", "VisitEconomy", "choose_repetitions", "visit_economy"]
 
 MAX_REPETITIONS_PER_VISIT = 8
-"""The most repetitions the economy gives one visit: beyond it a long visit meets the machine's slow
-drift, which pairing by round only cancels between visits, not within one."""
+"""The most repetitions the economy gives one visit (slow drift within a long visit is not cancelled)."""
 
 
 MIN_BETWEEN_DF = 4
 """Degrees of freedom (pairs - 1, summed over comparisons) before the between-visit estimate moves
-the choice: from 3 pairs its variance estimate is 0 often enough that r would jump to the cap on
-noise (measured: the demo's between 0.0% after 3 pairs, 8 repetitions chosen)."""
+the choice (docs/design/sweep.md says why)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +119,7 @@ def visit_economy(*, records: Sequence[TrialRecord], visits: Sequence[dict[str, 
             between_total += max(noise - repeated, 0.0) * (len(diffs) - 1)
             between_df += len(diffs) - 1
     between = between_total / between_df if between_df else None
-    settled = between if between_df >= MIN_BETWEEN_DF else None  # 3 pairs often read 0: r would jump to the cap
+    settled = between if between_df >= MIN_BETWEEN_DF else None
     timed = [v.get("timings") or {} for v in visits if v.get("status") == "ok"]
     start_s = _median(t.get("engine_start", 0.0) + t.get("teardown", 0.0) + t.get("warmup", 0.0) for t in timed) \
         or _median(r.timings_s.get("engine_start", 0.0) + r.timings_s.get("teardown", 0.0) for r in records)

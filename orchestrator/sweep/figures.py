@@ -1,35 +1,8 @@
-"""Every number of a sweep's summary, computed in one pass by the one module that owns them.
+"""Every number of a sweep's summary, computed in one pass: :func:`sweep_figures` -> :class:`SweepFigures`.
 
-The summary's figures used to be computed where they were printed: the report asked the per-load
-module for a ratio, which asked each record for its values, once for the search's best, again per
-level, again for every NCCL effect, and the adaptive schedule picked each level's best a second
-time. Here :func:`sweep_figures` reads every record's per-level values once (an index built at the
-start), computes all of it and returns :class:`SweepFigures`, typed and frozen, holding
-:class:`orchestrator.statistics.Ratio` objects. The modules that print the summary put these
-figures into words and JSON and compute none: ``report.py`` (the verdict lines, ``summary.json``,
-the table), ``per_load.py`` (the per-load entries and lines), ``adaptive_schedule.py`` (the
-schedule file and which to launch).
-
-What each figure is:
-
-* **The best**: best.yaml's trial, the confirmation's choice (``confirmed``) or else the search's
-  best (``results.best_record``: complete and feasible, best objective median).
-* **Ratios** are the search's estimates: two trials' repetitions at one level, measured minutes
-  apart (``statistics.unpaired_ratio``: log-scale 95% intervals, none from fewer than three values),
-  oriented so that > 1 is better (``max``) or faster (``min``); None where a side is missing, has no
-  values there, or is the other side.
-* **NCCL effects**, per NCCL variable and forced value, against NCCL's default at the objective's
-  level: matched pairs first (trials identical but for this variable; the pair with the most
-  repetitions), else the best trial with the value against the best with the default
-  (``unmatched``). Trials ok or infeasible with values count; early-stopped and failed ones do not.
-* **Per level** (ascending; the benchmark's levels, or every level some trial measured): the best
-  complete, feasible trial measured there, its median and its ratios against SGLang's default and
-  no speculation; the best speculative trial (any but no speculation) and no speculation against
-  it; the best chain (top-k 1) trial and no speculation against it, which the schedule reads.
-* **The crossover** (:func:`crossover_index`): the lowest level at which no speculation is decidedly
-  faster than every speculative configuration measured there (its interval against the best
-  speculative one lies above 1) while no higher level has a speculative configuration decidedly
-  faster than no speculation; without such a level there is none.
+``report``, ``per_load`` and ``adaptive_schedule`` put these figures into words and JSON and compute
+none. The figures: the best (best.yaml's trial), ratios against the baselines, NCCL effects, the
+best per level and the crossover (docs/design/sweep.md explains the ratios, effects and crossover).
 """
 
 from __future__ import annotations
@@ -83,7 +56,7 @@ class LevelFigures:
 
 @dataclass(frozen=True)
 class Crossover:
-    """The level from which on no speculation is decidedly faster (see the module's rule)."""
+    """The level from which on no speculation is decidedly faster (:func:`crossover_index`)."""
 
     concurrency: int
     ratio: Ratio
@@ -165,8 +138,8 @@ def decidedly_below_one(ratio: Ratio | None) -> bool:
 
 def crossover_index(ratios: Sequence[Ratio | None]) -> int | None:
     """The index of the crossover level in per-level ratios of no speculation over the best
-    speculative trial (ascending levels), or None (the module's rule). A summary read back from
-    ``summary.json`` goes through here too (``per_load.crossover``)."""
+    speculative trial (ascending levels), or None: the lowest level whose ratio is decidedly above
+    1 with no later one decidedly below 1."""
     for i, ratio in enumerate(ratios):
         if decidedly_above_one(ratio) and not any(decidedly_below_one(later) for later in ratios[i + 1:]):
             return i
@@ -174,12 +147,12 @@ def crossover_index(ratios: Sequence[Ratio | None]) -> int | None:
 
 
 class _Index:
-    """Each record's objective values at every level the summary reads, read from the record once
-    (``TrialRecord.values_at``), with the medians and the eligibility they give."""
+    """Each record's objective values at every level the summary reads, read once, with the medians
+    and eligibility they give."""
 
     def __init__(self, records: Sequence[TrialRecord], levels: Iterable[int], direction: str) -> None:
         self._direction = direction
-        self._records = list(records)  # holds the records the ids below name
+        self._records = list(records)  # keeps the records the ids below name alive
         wanted = sorted(set(levels))
         self._values = {id(r): {level: tuple(r.values_at(level)) for level in wanted} for r in self._records}
         self._complete_ok = {id(r): r.status == "ok" and r.complete for r in self._records}
@@ -215,10 +188,8 @@ class _Index:
 
 def _nccl_effects(index: _Index, records: Sequence[TrialRecord], variables: Iterable[str],
                   level: int | None) -> tuple[NcclEffect, ...]:
-    """Per NCCL variable and forced value, the objective against NCCL's default: matched pairs
-    first (trials identical except for this variable: the cleanest evidence); without a pair, the
-    best trial with the value against the best with the default (``unmatched``: other settings
-    differ too)."""
+    """Per NCCL variable and forced value, the objective against NCCL's default: a matched pair
+    first, else the best with the value against the best with the default (``unmatched``)."""
     usable = [r for r in records if r.status in ("ok", "infeasible") and r.objective and r.objective.values]
     effects: list[NcclEffect] = []
     for name in variables:
@@ -235,7 +206,7 @@ def _nccl_effects(index: _Index, records: Sequence[TrialRecord], variables: Iter
             basis: Literal["matched", "unmatched"]
             if pairs:
                 richest = max(pairs, key=lambda p: len(p[0].objective.values))  # type: ignore[union-attr]
-                forced_rec, default_rec = richest  # the pair with the most repetitions
+                forced_rec, default_rec = richest
                 basis = "matched"
             elif default:
                 forced_rec = best_record(forced) or forced[0]
@@ -272,7 +243,7 @@ def _level_figures(index: _Index, records: Sequence[TrialRecord], levels: Sequen
 def sweep_figures(records: Sequence[TrialRecord], *, objective_level: int | None = None, direction: str | None = None,
                   levels: Sequence[int] | None = None, nccl_variables: Iterable[str] = (),
                   confirmed: TrialRecord | None = None) -> SweepFigures:
-    """Every number of the summary of ``records``, in one pass (the module's rules).
+    """Every number of the summary of ``records``, in one pass.
 
     Args:
         objective_level: The objective's concurrency (``spec.objective_concurrency``); default: the
@@ -282,6 +253,9 @@ def sweep_figures(records: Sequence[TrialRecord], *, objective_level: int | None
             some trial measured.
         nccl_variables: The NCCL variables the search varied (``search.nccl_variables()``).
         confirmed: The confirmation's choice (one of ``records``), which then is the best.
+
+    Raises:
+        ValueError: ``direction`` is neither ``max`` nor ``min``.
     """
     records = list(records)
     if objective_level is None:

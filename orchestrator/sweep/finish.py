@@ -1,10 +1,8 @@
 """The end of a sweep: every trial recorded, then the verdict written where people look for it.
 
-After the search (and the confirmation, when enabled) this writes the summary table to the job
-log and ``summary.txt``, ``best.yaml`` / ``best.json`` (only with a valid best configuration),
-``summary.json`` (with the best configuration at each load), SGLang's adaptive schedule
-(``sglang_adaptive_spec.json``, where the per-load results give one) and the plots, logs the
-figures and files to the parent MLflow run and ends the sweep's runs. The outcome's exit code says whether a valid best configuration came out.
+:func:`finish_sweep` writes the summary (job log, ``summary.txt``, ``summary.json``), ``best.yaml``
+/ ``best.json`` (with a valid best only), SGLang's adaptive schedule and the plots, logs them to the
+parent MLflow run and ends the sweep's runs; the outcome's exit code says whether a valid best came out.
 """
 
 from __future__ import annotations
@@ -77,9 +75,7 @@ def verdict_summary(confirmation: Confirmation | None) -> dict[str, Any] | None:
 
 def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
     """The parent run's outcome tags: best.yaml's trial, and the verdict against SGLang's default
-    (``spectune.verdict``: its kind; ``spectune.verdict_ratio``: best / default, where the visits
-    gave one; the interval is in the metrics ``verdict.vs_sglang_default.*``). Tags, not params: a
-    resumed sweep's confirmation may go on and change the verdict, and MLflow params cannot change."""
+    (``spectune.verdict``, ``spectune.verdict_ratio``). Tags, not params: a resumed sweep may change them."""
     tags: dict[str, Any] = {TAG_BEST_TRIAL: report["best_trial"], TAG_BEST_LABEL: report["best_label"]}
     verdict = (report.get("verdict") or {}).get("vs_sglang_default") or {}
     if verdict.get("kind"):
@@ -91,10 +87,8 @@ def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
 
 def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
                      confirmation: Confirmation | None) -> tuple[TrialRecord | None, str]:
-    """The trial whose configuration best.yaml holds, and why, in every path: the confirmation's
-    ``chosen`` (the leader, SGLang's default or no speculation) when it ran; else the search's best,
-    because the confirmation was off or could not run (it needs SGLang's default and one more
-    complete trial). The report, best.yaml and the table's mark all take it from here."""
+    """The trial whose configuration best.yaml holds, and why: the confirmation's ``chosen`` when it
+    ran, else the search's best. The report, best.yaml and the table's mark all take it from here."""
     if confirmation is not None:
         chosen = next((r for r in records if r.number == confirmation.chosen), None)
         return chosen, "the confirmation's choice"
@@ -106,10 +100,8 @@ def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
 
 
 def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None) -> SweepReport:
-    """``summary.json``'s content but the wall time: the sweep's figures (``figures.sweep_figures``,
-    computed once, best.yaml's trial from :func:`best_yaml_choice`) in words (``report.build_report``),
-    the adaptive schedule from the same figures and, where it and best.yaml disagree, which to launch
-    for which traffic (``launch``; its line ends ``per_load_lines``), the confirmation and the verdict."""
+    """``summary.json``'s content but the wall time: the figures in words (``report.build_report``),
+    the adaptive schedule and launch advice, the confirmation and the verdict."""
     metric, level = spec.objective.metric, spec.objective_concurrency
     best, why = best_yaml_choice(spec, records, confirmation)
     figures = sweep_figures(records, objective_level=level, direction=spec.objective.direction,
@@ -152,8 +144,7 @@ def final_records(coordinator: Any) -> list[TrialRecord]:
 
 def _best_provenance(spec: SweepSpec, records: list[TrialRecord], report: dict[str, Any],
                      confirmation: Confirmation | None, coordinator: Any) -> Provenance | None:
-    """best.yaml's provenance: the trial whose configuration it holds (SGLang's default or no
-    speculation when the sweep fell back to one), its run and the sweep's."""
+    """best.yaml's provenance: the trial whose configuration it holds, its run and the sweep's."""
     import ray
 
     record = next((r for r in records if r.number == report["best_trial"]), None)

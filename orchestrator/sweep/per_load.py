@@ -1,19 +1,9 @@
 """The best configuration at each load, and where speculation stops paying, in words and JSON.
 
-The sweep measures every trial at every level of ``benchmark.concurrency`` (the objective's level
-first, then the others), keeping the objective metric's per-repetition values at each level
-(``TrialRecord.level_values``). The figures per level (the best complete, feasible trial there,
-its ratios against SGLang's default and no speculation, the crossover) are computed with the rest
-of the summary's in ``orchestrator.sweep.figures``; this module puts them into ``summary.json``'s
-``by_concurrency`` and ``crossover`` and into the lines the console prints, and computes nothing.
-The ratios are search estimates, trials measured minutes apart, and are labelled so. Their counts
-are ``repetitions`` (the smaller of the two trials' repetitions at that level); ``visits`` is kept
-for the confirmation's fresh-engine visits (:func:`ratio_dict`).
-
-A comparison whose interval contains 1 is "within the noise" only where the measurement could
-have told the two apart (:data:`NOISE_RESOLUTION`); otherwise it is "undecided" (:func:`describe`).
-The crossover line names the lowest level from which on no speculation is decidedly faster
-(``figures.crossover_index``); without such a level nothing is said of a crossover.
+Puts the per-level figures (``orchestrator.sweep.figures``) into ``summary.json``'s
+``by_concurrency`` and ``crossover`` and into the console's lines; computes nothing. The ratios are
+search estimates. :func:`describe` words one comparison ("within the noise" only where the
+interval could have shown :data:`NOISE_RESOLUTION`, else "undecided").
 """
 
 from __future__ import annotations
@@ -29,14 +19,8 @@ __all__ = ["ESTIMATE", "NOISE_RESOLUTION", "LevelBest", "by_concurrency", "could
 ESTIMATE = "search estimates, trials measured minutes apart"
 
 NOISE_RESOLUTION = 0.10
-"""The widest interval that still says "no difference": a ratio is "within the noise" only when its
-whole 95% interval lies inside [1 / (1 + 0.10), 1 + 0.10] = [0.909, 1.10], i.e. the measurement
-would have shown a 10% difference either way and showed none. 10% is the size of the gains the
-search is after (the demo's search put its best at x1.15 over SGLang's default; two H200 sweeps
-named winners at x1.10 and x0.78). Three repetitions a side (Welch, 4 degrees of freedom: half-width
-about 2.3 x the CV) at the CVs measured under load (1.5-3.4%, DESIGN.md "Noise") give intervals of
-about +/-3-8%, inside it; at the CV measured at concurrency 1 on the CPU (8.4%) about +/-19%, which
-cannot rule out such a gain and so reads "undecided"."""
+"""A ratio is "within the noise" only when its whole 95% interval lies inside
+[1 / (1 + 0.10), 1 + 0.10]; docs/design/sweep.md says why 10%."""
 
 
 def ratio_dict(ratio: Ratio | None) -> dict[str, Any] | None:
@@ -55,11 +39,8 @@ class LevelBest(dict):
 
 def by_concurrency(levels: Sequence[LevelFigures]) -> list[LevelBest]:
     """``summary.json``'s ``by_concurrency`` from the per-level figures (``SweepFigures.levels``):
-    per level (ascending) the best complete, feasible trial measured there, its median of the
-    objective metric (``repetitions``: how many values that median is of), and its ratios against
-    SGLang's default and no speculation (:func:`ratio_dict`), None where not measurable, or where
-    the best is that baseline. Also no speculation against the best speculative trial
-    (``plain_vs_best_speculative``), which the crossover reads."""
+    per level (ascending) the best trial, its median, its ratios against both baselines and no
+    speculation against the best speculative trial (which the crossover reads)."""
     return [LevelBest(
         concurrency=entry.concurrency, best_trial=entry.best.number, best_kind=entry.best.kind,
         best_label=entry.best.label, best_params=dict(entry.best.params), value=entry.value,
@@ -81,7 +62,8 @@ def crossover_dict(cross: Crossover | None) -> dict[str, Any] | None:
 
 
 def crossover(levels: Sequence[LevelBest]) -> dict[str, Any] | None:
-    """The crossover of ``by_concurrency`` entries read back from a ``summary.json``, by the figures' rule (``figures.crossover_index``), or None."""
+    """The crossover of ``by_concurrency`` entries read back from a ``summary.json``
+    (``figures.crossover_index``), or None."""
     at = crossover_index([ratio_from_dict(entry.get("plain_vs_best_speculative")) for entry in levels])
     if at is None:
         return None
@@ -98,11 +80,9 @@ def could_distinguish(ratio: Ratio, resolution: float = NOISE_RESOLUTION) -> boo
 
 
 def describe(ratio: Ratio | None, what: str) -> str:
-    """One comparison in words. An interval that contains 1 is never a gain: it is "within the noise
-    of ``what``" when it also lies within [1 / 1.1, 1.1] (:data:`NOISE_RESOLUTION`: the measurement
-    could have told a 10% difference and saw none, a finding), and "undecided against ``what``
-    (x0.63 to x5.00)" when it is wider (the measurement could not tell; the point estimate of such
-    an interval is left out, it would read as a result)."""
+    """One comparison in words. An interval that contains 1 is never a gain: "within the noise of
+    ``what``" where :func:`could_distinguish`, else "undecided against ``what`` (x0.63 to x5.00)",
+    without a point estimate."""
     if ratio is None:
         return f"no comparison with {what} (not measured)"
     if ratio.has_interval and ratio.ci95_low <= 1.0 <= ratio.ci95_high:  # type: ignore[operator]
@@ -117,7 +97,7 @@ def _compare(ratio: dict[str, Any] | None, what: str) -> str:
 
 
 def _repetitions(entry: LevelBest) -> str:
-    """``median of 3 repetitions``: a search trial's repetitions, never called visits."""
+    """``median of 3 repetitions``."""
     n = entry.get("repetitions")
     return "median of 1 repetition" if n == 1 else f"median of {n} repetitions"
 

@@ -1,12 +1,9 @@
 """The sweep's plots, as PNG files the MLflow UI shows: Optuna's optimisation history, parameter
-importance and parallel coordinates, a Pareto plot of throughput against TPOT p99, and throughput
-against concurrency for the best configurations and both baselines.
+importance and parallel coordinates, throughput against TPOT p99 (Pareto), and throughput against
+concurrency for the best configurations and both baselines.
 
-The Optuna plots are drawn from a study rebuilt from ``trials.jsonl`` (each parameter a
-categorical of the values seen), not from the live searcher: that works the same after a resume,
-and includes the baselines. Its trial numbers are the sweep's (``_study``), so the x-axis of the
-optimisation history reads as the summary's ``#`` column. Matplotlib runs headless (Agg). A plot that cannot be drawn (too few
-trials for an importance estimate) is skipped with a log line, never an error.
+The Optuna plots come from a study rebuilt from the records (not the live searcher), numbered as
+the summary. A plot that cannot be drawn is skipped with a log line, never an error.
 """
 
 from __future__ import annotations
@@ -42,15 +39,9 @@ infeasible one drawn grey, off the best-value line, as Optuna draws a violated c
 
 def _study(records: list[TrialRecord]) -> Any:
     """An Optuna study whose trial numbers are the sweep's: trial ``n`` of the summary is
-    ``study.trials[n].number``.
-
-    Optuna numbers the trials of a study 0, 1, 2, ... in the order they are added, and its plots put
-    that number on the x-axis. Adding only the measured records renumbered them (the summary's 1, 2, 4
-    drawn as 0, 1, 2, so an early-stopped trial 3 seemed to be the one missing); so every number from 0
-    up to the last trial's gets one study trial: a measured record as COMPLETE (an infeasible one with
-    its SLO violation as a constraint), an early-stopped one as PRUNED at its last repetition, anything
-    else (failed, interrupted, and number 0, which no sweep trial has) as FAIL. Optuna's plots draw
-    COMPLETE trials only; the others hold the numbering.
+    ``study.trials[n].number``. Every number up to the last gets a study trial: measured as
+    COMPLETE (infeasible: with its SLO constraint), early-stopped as PRUNED, anything else (and 0)
+    as FAIL; only COMPLETE ones are drawn, the others hold the numbering.
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -88,8 +79,7 @@ def _study(records: list[TrialRecord]) -> Any:
 
 
 def _history(study: Any, *, metric: str) -> Any:
-    """Optuna's optimisation history, with whole trial numbers on the x-axis (matplotlib's default
-    locator puts ticks at 0.25 steps for a handful of trials) and an axis label that says which are drawn."""
+    """Optuna's optimisation history, with whole trial numbers on the x-axis and a label saying which are drawn."""
     from matplotlib.ticker import MaxNLocator
     from optuna.visualization import matplotlib as ovm
 

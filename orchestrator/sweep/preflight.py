@@ -1,27 +1,11 @@
 """Preflight: what a sweep needs, checked in seconds before its first trial.
 
-A sweep that cannot run must say so at once, naming what is missing, instead of leaving Ray Tune
-to wait forever for a node that does not exist, or MLflow's client to retry a dead server for
-minutes. Each check raises :class:`PreflightError` (exit 2) with the spec field, the value and the
-fix:
+Each check raises :class:`PreflightError` (exit 2) naming the spec field, the value and the fix:
 
-* **tracking** (before Ray): an ``http(s)`` tracking server answers ``/health`` within a few
-  seconds; a SQLite file's directory can be written.
-* **resources**: the cluster can hold one trial's placement group: one node with its CPUs and
-  GPUs (``STRICT_PACK``), or for an engine across ``engine.nnodes`` nodes a node per bundle
-  (``STRICT_SPREAD``, ``serving.engine.placement.placements_that_fit``). With ``--wait-for-resources S`` (an autoscaling
-  cluster, nodes still joining) the driver waits up to S seconds, saying every 30 s what for.
-* **network** (when the spec sets ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA`` or ``NCCL_IB_GID_INDEX``,
-  fixed or searched, or its engine spans nodes): each value, and each node's own, names an
-  interface, an active HCA port or a GID that exists on every node that can run an engine rank (a
-  Ray task pinned to each node); otherwise NCCL would fail its bootstrap minutes into a trial, or
-  silently fall back to TCP.
-* **engine** (a Ray task in a placement group shaped like a trial's, so it runs where the engine
-  will): the engine's package imports there (``sglang`` for ``kind: sglang``), and the model and
-  draft paths exist there when they are local paths (a hub id is accepted with a note; a
-  reference preset must be a known one). The same task reads the node's GPUs (``nvidia-smi``:
-  compute capability, NVLink) and names its kind (``node_gpu_kind``): the sweep then plans its
-  all-reduce arms for that node, and a spec written for another node is refused.
+* :func:`check_tracking`: the MLflow server answers, or a SQLite file's directory is writable.
+* :func:`check_resources`: the cluster can hold one trial's placement group (optionally waiting).
+* :func:`check_network`: every NCCL network value names something that exists on every node.
+* :func:`check_engine`: the engine can start where a trial's will, and what GPUs that node has.
 """
 
 from __future__ import annotations
@@ -208,9 +192,7 @@ def _local_architecture(model_path: str) -> str | None:
 
 
 def _engine_and_node(**kwargs: Any) -> dict[str, Any]:
-    """Runs on the engine's node: ``engine_problems`` (``serving.engine.preflight``), plus what the
-    all-reduce arms are planned with there: the node's GPUs (``nvidia-smi``) and a local model's
-    architecture."""
+    """Runs on the engine's node: ``engine_problems``, the node's GPUs and a local model's architecture."""
     from serving.engine.gpu_topology import read_node_gpus
 
     found = engine_problems(**kwargs)
@@ -223,10 +205,8 @@ def _engine_and_node(**kwargs: Any) -> dict[str, Any]:
 def node_gpu_kind(spec: SweepSpec, gpus: dict[str, str] | None, *, node: str) -> tuple[str | None, str]:
     """The node kind the sweep plans its all-reduce arms for, and a note saying where it came from.
 
-    SGLang: what ``nvidia-smi`` reports on the engine's node; a spec that names another kind is
-    refused (its arms and NCCL dimensions were planned for a node this is not). The reference
-    engine follows the spec's kind, or on ``auto`` what it would pick itself there (``cpu``
-    without a GPU, the GPU's sm with PCIe otherwise).
+    SGLang: what ``nvidia-smi`` reports on the engine's node. The reference engine: the spec's
+    kind, or on ``auto`` ``cpu`` without a GPU, else the GPU's sm with PCIe.
 
     Raises:
         PreflightError: ``engine.gpu_kind`` names another node than the one found.
@@ -256,16 +236,14 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
     """The engine can start where a trial's engine will run; returns notes (hub ids, the node) and
     what the all-reduce arms are planned with: ``gpu_kind`` (``node_gpu_kind``; None: not known) and
     the ``architecture`` read from a local model's config.json (None: the spec's own, or unknown).
-
-    A placement group shaped like a trial's is reserved, and a task with no resources of its own
-    runs in the engine's bundle: the same node, the same Python and runtime_env as the trials.
+    The check runs as a task in a placement group shaped like a trial's.
 
     Raises:
         PreflightError: every problem found, one per line.
     """
     placement = spec.trial_placement
     try:
-        found = run_where_placed(  # node rank 0's node (the one whose GPUs decide the arms)
+        found = run_where_placed(  # node rank 0's node: its GPUs decide the arms
             _engine_and_node, bundles=list(placement.bundles), bundle_index=placement.host_bundles[0],
             strategy=placement.strategy, wait_s=wait_s,
             say=say, what="one trial's", kind=spec.engine.kind, model_path=spec.engine.model_path,

@@ -1,8 +1,5 @@
-"""``spectune sweep --dry-run``: what a sweep would run first, without Ray or GPUs.
-
-The baselines and the first few proposals, each with the exact engine command and environment
-(secrets redacted). The searcher is the driver's own (``driver.sweep_search``, seeded), asked in the
-same order, so these are the points the sweep would start with.
+"""``spectune sweep --dry-run``: the baselines and first proposals a sweep would run, with their
+engine commands and environment (secrets redacted), without Ray or GPUs.
 """
 
 from __future__ import annotations
@@ -20,14 +17,13 @@ from orchestrator.space import TrialPlan
 __all__ = ["dry_run"]
 
 NODE_KINDS_SHOWN = ("sm120-pcie", "sm90-nvlink")
-"""The two node kinds the dry-run always states the all-reduce rule for: eight PCIe GPUs (the seed's
-RTX PRO 6000 node) and an NVLink node (H100/H200), besides the spec's own ``engine.gpu_kind``."""
+"""The node kinds the dry run always states the all-reduce rule for (a PCIe and an NVLink node),
+besides the spec's own ``engine.gpu_kind``."""
 
 
 def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
-    """Per all-reduce arm: the full engine command (SGLang's own speculative choice, NCCL's
-    defaults) and which kernel carries decode's all-reduce on each node kind
-    (``orchestrator.space.arms``), measured once where arms share a kernel."""
+    """Per all-reduce arm: the engine command and which kernel carries decode's all-reduce on each
+    node kind (``orchestrator.space.arms``)."""
     from serving.engine.command import build_command
 
     if spec.engine.tp_size == 1:
@@ -52,11 +48,8 @@ def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
 
 def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
             python: str = "python") -> list[dict[str, Any]]:
-    """The baselines and the first ``first`` proposals, with exact engine commands and env; no Ray, no GPUs.
-
-    The proposals come from the same space and sampler (seeded) a live sweep uses, asked in the
-    same order, so they are the points the sweep would start with.
-    """
+    """The baselines and the first ``first`` proposals (``driver.sweep_search``, as the sweep asks
+    them), with exact engine commands and env; no Ray, no GPUs."""
     import optuna
 
     from orchestrator.sweep.cost import cost_line
@@ -91,5 +84,5 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
         console.print("")
         shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
                       "env": redacted_env(command.env)})
-    console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)  # engine starts x start time
+    console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)
     return shown

@@ -1,12 +1,8 @@
-"""The sweep's verdict in words and JSON: the best configuration, what it gained over both baselines,
-what each forced NCCL variable gained or cost against NCCL's default, and the table a person reads
-at the end.
+"""The sweep's verdict in words and JSON: the best configuration, its gains over both baselines,
+each forced NCCL variable's effect, and the summary table.
 
-Every number here comes from ``orchestrator.sweep.figures`` (computed there in one pass); this
-module words them and computes none. The search's comparisons are ratios of two trials'
-repetitions, measured minutes apart, with log-scale 95% intervals: labelled as the search's
-estimates, they carry the machine's drift. The verdict a user acts on is the confirmation's
-(``orchestrator.sweep.confirm``: interleaved visits, paired); its lines are added here.
+Every number comes from ``orchestrator.sweep.figures``; this module words them. The search's
+comparisons are labelled as estimates; the confirmation's verdict lines are added as given.
 """
 
 from __future__ import annotations
@@ -42,10 +38,9 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
     improvements over both baselines, the NCCL effects, per-status counts, time shares, and the best
     configuration at each load (``orchestrator.sweep.per_load``).
 
-    ``confirmation_lines``: the confirmation's verdict lines, added after the search's best.
-    ``best_why``: why best.yaml holds the trial it holds, for its ``best.yaml: trial N ...`` line
-    (default: "the confirmation's choice" where the figures' best is the confirmation's, else "the
-    search's best").
+    Args:
+        confirmation_lines: The confirmation's verdict lines, added after the search's best.
+        best_why: Why best.yaml holds its trial, for the ``best.yaml: trial N ...`` line.
     """
     best, searched, plain, auto = figures.best, figures.searched, figures.plain, figures.auto
     lines = []
@@ -91,15 +86,12 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
 
 
 BEST_MARK = "<- best.yaml"
-"""The table's mark on the trial whose configuration best.yaml holds (the confirmation's choice when
-it ran, which need not be the table's top row: the table ranks the search's estimates)."""
+"""The table's mark on best.yaml's trial (not necessarily the top row: the table ranks the search's estimates)."""
 
 
 def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, best_trial: int | None) -> Table:
     """Trials sorted by the objective (best first; failed ones last, with their reason), the trial
-    ``best_trial`` marked :data:`BEST_MARK`. ``best_trial`` is the report's (``build_report``: what
-    best.yaml holds), passed, never recomputed here, so the mark cannot stand on another trial than
-    best.yaml; None (no valid best configuration) marks nothing."""
+    ``best_trial`` (the report's, never recomputed; None: none) marked :data:`BEST_MARK`."""
     measured = [r for r in records if r.value is not None]
     direction = measured[0].objective.direction if measured and measured[0].objective else "max"
     ordered = sorted(measured, key=lambda r: r.value if direction == "min" else -r.value)  # type: ignore[operator]
@@ -107,7 +99,7 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
     best = next((r for r in records if r.number == best_trial), None) if best_trial is not None else None
     table = Table(title=f"{metric} at concurrency {concurrency} (median of repetitions; 95% interval on the log "
                         "scale, from 3 repetitions on)", box=None)
-    kernels = any(r.all_reduce_kernel not in (None, "none") for r in records)  # only where TP all-reduces
+    kernels = any(r.all_reduce_kernel not in (None, "none") for r in records)
     columns = [("#", "right"), ("configuration", "left"), (metric, "right"), ("95% interval", "right"),
                ("reps", "right")] + ([("all-reduce", "left")] if kernels else []) + [("status", "left")]
     for column, justify in columns:

@@ -1,12 +1,8 @@
-"""What a sweep leaves behind: one record per trial, the best configuration and the comparisons.
+"""What a sweep leaves behind: one record per trial and the best configuration.
 
-``trials.jsonl`` holds one :class:`TrialRecord` per line, appended by the sweep's single writer
-(the coordinator actor) and flushed line by line, so a killed sweep leaves every finished trial
-readable and at most one torn last line, which reading skips with a warning. ``best.yaml`` and
-``summary.json`` are written atomically (``orchestrator.bench.files.write_atomic``, the project's one
-writer: a temp file renamed over the target, mode 0644). The comparisons
-are intervals, not point values: configurations a few percent apart are only ranked when their
-repetitions say so.
+``trials.jsonl`` holds one :class:`TrialRecord` per line, flushed line by line (a torn last line
+is skipped on reading); ``best.yaml`` and the JSON files are written atomically
+(``orchestrator.bench.files.write_atomic``).
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OBJECTIVE_KEY = "objective"
-"""The metric name every trial reports to Ray Tune, ASHA and Optuna (the spec's objective). It lives
-with the record, not the searcher, so a trial worker needs no Optuna to report."""
+"""The metric name every trial reports to Ray Tune, ASHA and Optuna (here so a worker needs no Optuna)."""
 
 TrialStatus = Literal["ok", "failed", "infeasible", "early_stopped", "interrupted"]
 TrialKind = Literal["baseline_plain", "baseline_auto", "search"]
@@ -144,8 +139,8 @@ class TrialRecord(BaseModel):
         )
 
     def values_at(self, concurrency: int) -> list[float]:
-        """The objective metric's per-repetition values at ``concurrency`` (empty where not measured);
-        a record older than ``level_values`` still answers for the objective's own level."""
+        """The objective metric's per-repetition values at ``concurrency`` (empty where not measured),
+        from ``level_values``, else the objective's own."""
         values = self.level_values.get(str(concurrency))
         if values:
             return list(values)
@@ -159,21 +154,18 @@ class TrialRecord(BaseModel):
         return self.objective.median if self.objective else None
 
     def ran_as(self) -> str:
-        """One string per configuration *as it ran*: the params with the speculative numbers the engine
-        reported (SGLang's auto choice resolved) and the all-reduce kernel it ran instead of the arm, so
-        SGLang's auto and the explicit point it resolved to, or two arms on one kernel, are one
-        configuration, never two names for the same engine."""
+        """One string per configuration *as it ran* (resolved speculative numbers, the all-reduce kernel
+        instead of the arm), so two names for the same engine are one configuration."""
         params = dict(self.params)
         if self.resolved_params and params.get("speculative") != "off":
             params.update(self.resolved_params, speculative="explicit")
         if self.all_reduce_kernel not in (None, "unknown", "mixed"):
-            params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"  # two arms on one kernel are one configuration
+            params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"
         return json.dumps(params, sort_keys=True, default=str)
 
 
 class TrialStart(BaseModel):
-    """A trial's identity and configuration, known once it starts: what the coordinator registers
-    and the trial carries. Part one of the one way a :class:`TrialRecord` is made (:func:`end_record`)."""
+    """A trial's identity and configuration, known once it starts; part one of :func:`end_record`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -190,9 +182,7 @@ class TrialStart(BaseModel):
 
 
 class TrialObservations(BaseModel):
-    """What a trial saw while it ran, each field empty until seen: the trial knows all of it, the
-    coordinator (recording a trial ASHA stopped or whose worker died) what was reported to it.
-    Part two of :func:`end_record`."""
+    """What a trial saw while it ran, each field empty until seen; part two of :func:`end_record`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -218,9 +208,8 @@ END_FIELDS = ("status", "reason", "message", "objective", "level_values", "repet
 def end_record(start: TrialStart, observed: TrialObservations, *, status: TrialStatus, reason: str | None,
                message: str, objective: Objective | None, level_values: dict[str, list[float]],
                repetitions_planned: int, ended_at: str) -> TrialRecord:
-    """A trial's record at its end, the only constructor both writers use: the trial itself
-    (``trial.py``) and the coordinator for a trial that could not record itself. A field added to
-    the record is added to one of the three parts, so neither writer can miss it."""
+    """A trial's record at its end: the one constructor of both writers, the trial and the
+    coordinator (for a trial that could not record itself)."""
     return TrialRecord(
         **start.model_dump(), **observed.model_dump(), status=status, reason=reason, message=message,
         objective=objective, level_values=level_values,
@@ -270,10 +259,7 @@ def _better(direction: str, a: float, b: float) -> bool:
 
 
 def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
-    """The best *complete, feasible* trial: status ok, every repetition measured.
-
-    Trials stopped early (ASHA), failed or infeasible ones can never be the best.
-    """
+    """The best *complete, feasible* trial (status ok, every repetition measured), or None."""
     best: TrialRecord | None = None
     for record in records:
         if record.status != "ok" or not record.complete or record.value is None:
@@ -287,8 +273,7 @@ def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
 def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str],
                     provenance: Provenance | None = None) -> Path:
     """``best.yaml``: an EngineConfig (what ``spectune serve`` loads) under comment lines with the
-    figures, and a ``provenance:`` block (sweep, trial, MLflow run, objective) after it, which the
-    serve loader takes off before the engine part is validated (``serving.serve.options``)."""
+    figures, then a ``provenance:`` block, which the serve loader takes off (``serving.serve.options``)."""
     comments = "".join(f"# {line}\n" for line in header_lines)
     body = yaml.safe_dump(engine_config, sort_keys=False)
     if provenance is not None:

@@ -1,9 +1,5 @@
-"""Where a sweep's results go, and what happens to an earlier sweep's outputs found there.
-
-A results directory is found afterwards by a person, so its path is absolute and never inside a
-folder that vanishes (Ray's copy of the working directory under ``ray job submit``). A fresh sweep
-into a directory that already holds one moves the earlier outputs to ``history/<time>/``; the
-MLflow database stays, since it keeps every sweep's runs.
+"""Where a sweep's results go (an absolute path, never in Ray's temporary working-directory copy),
+and moving an earlier sweep's outputs there to ``history/<time>/``.
 """
 
 from __future__ import annotations
@@ -30,11 +26,9 @@ _RAY_WORKING_DIR_MARKER = "runtime_resources"
 def resolve_results_dir(results_dir: str, override: str | None = None, *, cwd: Path | None = None) -> Path:
     """Where results go, as an absolute path a person can find afterwards.
 
-    ``--results-dir`` (``override``) wins; an absolute ``results_dir`` (the spec's) is used as is. A relative one
-    is taken from the working directory, except under ``ray job submit --working-dir``: the job
-    then runs in a temporary copy inside Ray's session folder that vanishes with the session, so
-    results go to ``$SPECTUNE_RESULTS_ROOT`` (default ``~/spectune-results``) instead, under the
-    spec's results_dir.
+    ``--results-dir`` (``override``) wins; an absolute ``results_dir`` (the spec's) is used as is, a
+    relative one from the working directory, or under ``$SPECTUNE_RESULTS_ROOT`` (default
+    ``~/spectune-results``) when that is Ray's temporary copy of the working directory.
     """
     if override:
         return Path(override).expanduser().resolve()
@@ -53,8 +47,7 @@ def resolve_results_dir(results_dir: str, override: str | None = None, *, cwd: P
 
 
 def archive_previous(results_dir: Path, console: Console) -> None:
-    """A fresh sweep into a directory holding an earlier one moves the earlier outputs aside (the
-    MLflow database stays: it keeps every sweep's runs)."""
+    """Move an earlier sweep's outputs in ``results_dir`` to ``history/<time>/`` (the MLflow database stays)."""
     outputs = [TRIALS_FILE, STATE_FILE, CONFIRMATION_FILE, "spec.yaml", "best.yaml", "best.json", "summary.json", "summary.txt", "probe-baseline.json",
                "plots", "tune"]
     present = [name for name in outputs if (results_dir / name).exists()]

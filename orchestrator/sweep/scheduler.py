@@ -1,9 +1,4 @@
-"""The sweep's early stopping: Ray Tune's ASHA, except that a baseline is never stopped.
-
-Every result is stated against both baselines (no speculation, SGLang's own choice), so they
-must run all their repetitions however they compare; search trials are stopped as ASHA decides
-(``search.early_stopping``). Each repetition of the objective is one ``tune.report``.
-"""
+"""The sweep's early stopping: Ray Tune's ASHA, except that a baseline (every result's reference) is never stopped."""
 
 from __future__ import annotations
 
@@ -34,8 +29,7 @@ class BaselineAwareASHA:
 
         return SweepASHA(
             time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=direction,
-            # Reports are the objective's repetitions plus one final report; max_t above them all,
-            # so ASHA never stops a trial merely for reaching its last repetition.
+            # Above the repetitions and the final report: never a stop for reaching the last one.
             max_t=repetitions + 2,
             grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
         )

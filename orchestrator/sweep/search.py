@@ -1,19 +1,8 @@
-"""The searcher: Ray Tune's OptunaSearch over the space's define-by-run function
-(``orchestrator.space.define_by_run.DefineByRunSpace``, SGLang's speculative rules), the two baselines
-first, and what each trial's end means to the sampler.
+"""The searcher: Ray Tune's OptunaSearch over the space's define-by-run function, the baselines first.
 
-The search is staged, because a sweep of a large model affords a few dozen trials (see
-:class:`SweepSearcher`): SGLang's rule-of-thumb configurations first, then the speculative numbers
-with NCCL at its defaults, then NCCL one setting at a time on the best point, then the numbers at
-the best NCCL settings and everything at once, in turn.
-``benchmarks/search_efficiency.py`` measures what this buys on measured grids.
-
-:class:`SweepSearcher` is Ray Tune's ``OptunaSearch`` with four additions: the baselines (no
-speculation, then SGLang's own choice, both with NCCL's defaults) are served before the sampler is
-asked; a proposal equal to a configuration already measured is answered from that measurement
-and the sampler asked again (small discrete spaces repeat themselves); a failed trial is told as
-FAIL and a trial ASHA stopped as PRUNED, never as a fake number; an SLO violation is an Optuna
-constraint (infeasible), not a worse value.
+:class:`SweepSearcher` serves the baselines before the sampler, stages the search, answers a
+repeated proposal from its measurement, and tells Optuna FAIL, PRUNED or an SLO constraint rather
+than a fake number. docs/design/sweep.md says why the search is staged.
 """
 
 from __future__ import annotations
@@ -40,30 +29,20 @@ logger = logging.getLogger(__name__)
 class SweepSearcher(OptunaSearch):
     """Ray Tune's OptunaSearch over :class:`DefineByRunSpace`, with baselines first, a staged search and honest tells.
 
-    A sweep of a large model affords a few dozen trials, so the order of proposals matters:
+    Proposals, in order: the baselines; SGLang's rule-of-thumb points
+    (``DefineByRunSpace.starting_points``); the speculative stage (TPE on the speculative numbers,
+    all-reduce and NCCL at their defaults, ``speculative_stage`` proposals); one-factor variants of
+    the best; then alternately TPE pinned to the best's settings and TPE over everything. The two
+    middle stages apply only where the space varies more than the speculative numbers; a space the
+    budget mostly covers is enumerated instead (``ENUMERATE_COVERAGE``).
 
-    1. the baselines (no speculation, SGLang's auto choice);
-    2. SGLang's rule-of-thumb configurations (``DefineByRunSpace.starting_points``: ``RULES_OF_THUMB``,
-       each the nearest point of the space);
-    3. the speculative stage: TPE chooses the speculative numbers while the all-reduce path and the
-       NCCL variables stay at their defaults (they act mostly independently of the numbers, and
-       NCCL's defaults are often the best), ``speculative_stage`` proposals long;
-    4. the best configuration so far with one NCCL / all-reduce setting changed at a time;
-    5. alternately: TPE on the speculative numbers with the settings of the best configuration so
-       far (where NCCL is best), and TPE over everything (settings that interact, such as the
-       all-reduce path with the NCCL variables), all of the above in its history.
-
-    Stages 3 and 4 only apply where the space varies more than the speculative numbers.
-
-    Its whole state (Optuna study, queues, what was measured) is in ``__dict__``, which
-    ``OptunaSearch.save`` pickles into Tune's ``searcher-state-*.pkl``, so ``Tuner.restore`` brings
-    it back.
+    Its whole state is in ``__dict__``, which ``OptunaSearch.save`` pickles, so ``Tuner.restore``
+    brings it back.
     """
 
     ENUMERATE_COVERAGE = 0.5
     """Enumerate the space instead of sampling it when the trial budget covers at least this share of
-    it (baselines counted): TPE's model needs more points than such a space has to beat a planned
-    order, and it re-proposes measured points."""
+    it (baselines counted)."""
 
     enumerating = False
     """Whether this search enumerates its space (set from the budget)."""
@@ -154,9 +133,8 @@ class SweepSearcher(OptunaSearch):
         return Searcher.FINISHED
 
     def _enumerated_plan(self) -> TrialPlan | None:
-        """The next point of a space the budget covers, alternately the unmeasured point nearest the
-        best so far (a local step, to climb) and the one farthest from everything measured (to
-        split what is left); never a measured point while unmeasured ones remain."""
+        """The next unmeasured point of an enumerated space: alternately the one nearest the best so
+        far and the one farthest from everything measured; None when none is left."""
         left = self._unmeasured()
         if not left:
             return None
@@ -168,8 +146,7 @@ class SweepSearcher(OptunaSearch):
         return self._farthest(left)
 
     def _farthest(self, left: list[TrialPlan]) -> TrialPlan:
-        """The point of ``left`` farthest from every configuration measured or running (the first in
-        the space's order on ties): a planned spread rather than a random pick."""
+        """The point of ``left`` farthest from every configuration measured or running (first on ties)."""
         busy = self._busy()
         seen = [self._plans[key].candidate for key in busy if key in self._plans and self._plans[key].speculative]
         if not seen:
@@ -194,10 +171,8 @@ class SweepSearcher(OptunaSearch):
 
     def _pins(self) -> dict[str, Any]:
         """What the sampler may not choose for the next proposal: in the speculative stage, the
-        all-reduce path and NCCL at their defaults; once the one-factor variants are done, every
-        other proposal holds them at the best configuration's settings (the numbers searched where
-        NCCL is best, while the proposals between search everything, for settings that interact),
-        until every speculative point has been measured with those settings."""
+        all-reduce path and NCCL at their defaults; after the one-factor variants, on every other
+        proposal the best configuration's settings, until every speculative point was measured with them."""
         if self._proposed < self.speculative_stage:
             return self.search_space.pins()
         if not self._variants_queued or self._queue or self._proposed % 2:
@@ -326,9 +301,8 @@ def _resolved_plan(plan: TrialPlan, result: dict) -> TrialPlan | None:
 
 
 def default_sampler(seed: int) -> optuna.samplers.BaseSampler:
-    """The sweep's TPE: multivariate over groups of parameters that occur together (what a
-    conditional space needs), a constant liar for trials in flight, few random start-up trials
-    (the baselines and rule-of-thumb points already spread the first measurements)."""
+    """The sweep's TPE: multivariate with groups (a conditional space), constant liar for trials in
+    flight, few random start-up trials (the baselines and rule-of-thumb points spread the first ones)."""
     with warnings.catch_warnings():  # `group` is marked experimental; it is what conditional spaces need
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(

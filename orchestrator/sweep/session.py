@@ -1,20 +1,9 @@
 """EngineSession: one engine's life inside a trial's placement group, from host actor to shipped log.
 
-A trial and a confirmation visit both need the same thing: a fresh engine of one configuration,
-started by an EngineHost actor pinned to the bundle that holds the engine's GPUs (bundle 1; bundle
-0 when the engine takes none), audited, used, then stopped with proof that nothing is left. An
-engine across nodes (``nnodes`` > 1) has one host per node, one bundle each
-(``serving.engine.placement``), driven as one by ``serving.engine.group.EngineGroup``. This
-module is that lifecycle, written once; ``orchestrator.sweep.trial`` says what is done with the
-engine in between.
-
-It follows ``serving.engine.process.EngineProcess``: ``open()`` / ``close()``, and a context
-manager on top whose ``__enter__`` closes again when opening fails. The trial calls ``open()`` and
-``close()`` itself, because its failure handling (which tells the waiting trials at once that
-the correctness baseline failed) must run before a teardown that can take minutes.
-
-Every way the engine can fail to come up is a :class:`TrialFailure` with a reason tag; a teardown
-that left something behind is kept (``teardown_problem``), for the caller to record or log.
+Shared by a trial (``trial``) and a confirmation visit (``visit_worker``): EngineHost actors pinned
+to the engine's bundles (one per node, driven by ``serving.engine.group.EngineGroup``), start,
+audit, time limit, teardown with proof, log. Every way the engine can fail to come up is a
+:class:`TrialFailure` with a reason tag.
 """
 
 from __future__ import annotations
@@ -58,7 +47,8 @@ def _cause(exc: BaseException) -> BaseException:
 
 class EngineSession:
     """One engine's EngineHost actors (one per node) and the engine: create, start, audit; stop,
-    prove, ship the log.
+    prove, ship the log. ``open()`` / ``close()``, or a context manager (docs/design/sweep.md says
+    why the trial calls them itself).
 
     After ``open()``: ``group`` (the hosts), ``host`` (node rank 0's actor handle), ``info`` (what
     node rank 0's ``EngineHost.start`` reported: url, pid, log path, node; with ``nodes``, one
@@ -175,8 +165,8 @@ class EngineSession:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the host actor in this task's placement group, start the time limit, start the
-        engine (the host waits until it is healthy and audits its process tree).
+        """Create the host actors in this task's placement group, start the time limit, start the
+        engine (healthy and audited).
 
         Raises:
             TrialFailure: the engine never served (``timeout`` once the time limit passed, else
@@ -249,8 +239,7 @@ class EngineSession:
         delivered = dict(self.engine_config.env)
         fault = ENV.SPECTUNE_SWEEP_FAULT.get()
         if fault.startswith("env_in_driver_only:"):
-            # Test switch: the bug this product exists to catch. The variable is put in this
-            # process's environment only ("the driver's shell") and left out of the runtime_env.
+            # Test switch: the variable goes to this process's environment only, not the runtime_env.
             name = fault.partition(":")[2]
             if name in delivered:
                 os.environ[name] = delivered.pop(name)
@@ -280,15 +269,14 @@ class EngineSession:
 
 
 ENGINE_EXIT_SETTLE_S = 15.0
-"""How long an engine that is alive but does not answer is given to exit or answer again before a
-failed step is blamed on the step: a dying engine closes its port before its exit is visible."""
+"""How long an engine that is alive but does not answer may take to exit or answer before a failed
+step is blamed on the step (a dying engine closes its port before its exit is visible)."""
 
 
 def step_failure(session: EngineSession, reason: str, exc: BaseException, *,
                  settle_s: float = ENGINE_EXIT_SETTLE_S) -> TrialFailure:
     """The failure of a step that talked to the engine (probe, benchmark): ``engine_died`` where an
-    engine process is gone, naming the node it died on first when the engine spans nodes (the
-    others follow it: their collectives fail), else ``reason``; the message is the step's error."""
+    engine process is gone (naming the node it died on first, across nodes), else ``reason``."""
     gone = _gone_node(session, settle_s=settle_s)
     if gone is None:
         return TrialFailure(reason, str(exc))

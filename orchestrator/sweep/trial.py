@@ -1,20 +1,11 @@
 """One trial, top to bottom: engine host up -> env audit -> correctness probe -> benchmark -> teardown.
 
-Runs as a Ray Tune function trainable inside the trial's placement group: bundle 0 (CPUs) holds
-this function and its load generator; the EngineHost actor is pinned to the bundle with the
-engine's GPUs (bundle 1), created with ``runtime_env={"env_vars": <this trial's NCCL_* and fixed
-env>}``, so the variables reach the engine and its TP workers the one way that works under Ray,
-and the audit proves they did. The engine's life (host, start, time limit, teardown, log) is an
-``orchestrator.sweep.session.EngineSession``, the same one a confirmation visit (``visit_worker.run_visit``)
-uses.
-
-Every way a trial can go wrong ends as a *recorded* result with a reason tag (see
-``orchestrator.results.FAILURE_REASONS``), its engine log and what was measured before the
-failure; the function then returns normally with a final report (``final: True``) that the
-searcher reads as FAIL, infeasible or a value. Nothing is retried here. Each repetition of the
-objective's concurrency level is one ``tune.report``, so ASHA can stop a hopeless trial early;
-ASHA stopping a trial kills this function, and the engine dies with its host actor (which dies
-with this worker; the engine has PR_SET_PDEATHSIG), while the driver records the stop.
+:func:`run_trial` is the Ray Tune function trainable, run in the trial's placement group; the
+engine's life is an ``orchestrator.sweep.session.EngineSession``. Every failure ends as a recorded
+result with a reason tag (``results.FAILURE_REASONS``) and a final report (``final: True``) the
+searcher reads; nothing is retried. Each repetition at the objective's level is one
+``tune.report``, so ASHA can stop a trial early. docs/design/sweep.md says how the variables reach
+the engine and what an ASHA stop leaves behind.
 """
 
 from __future__ import annotations
@@ -75,11 +66,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrialContext:
-    """What every trial of a sweep shares (picklable: it crosses to workers with an actor handle).
+    """What every trial of a sweep shares (picklable: it crosses to the workers).
 
     Attributes:
-        spec: The sweep's spec, validated (a frozen pydantic model pickles whole).
-        coordinator: Handle of the :class:`~orchestrator.coordinator.SweepCoordinator` actor.
+        spec: The sweep's spec, validated.
+        coordinator: The coordinator (:class:`~orchestrator.sweep.coordinator.CoordinatorRef`).
         sweep_name: For log lines and the engine log directory.
     """
 
@@ -267,10 +258,8 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
 
 def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any,
              engine_config: EngineConfig) -> None:
-    """Record what the engine runs with, read from it: the kernel of decode's all-reduce
-    (``_all_reduce``) and the speculative numbers (``resolved_speculative``): SGLang's automatic
-    choice for the auto baseline, and, for an explicit point, whatever the engine made of it (a
-    rewritten count is logged once, naming the field). The record is what ran."""
+    """Record what the engine runs with, read from it: decode's all-reduce kernel and the speculative
+    numbers (SGLang's auto choice resolved, or a count the engine rewrote, logged)."""
     info = server_info(session.url)
     _all_reduce(spec, state, session, coordinator, info=info, tp_size=engine_config.tp_size)
     if engine_config.speculative_algorithm is None:
@@ -291,10 +280,8 @@ def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordi
 
 def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,
                 info: dict[str, Any] | None, tp_size: int) -> None:
-    """Which kernel this engine's decode all-reduce is on, from its ``/server_info`` and per-rank log
-    (``serving.engine.all_reduce_observed``), never from the flags: recorded (trials.jsonl, the MLflow
-    param ``resolved.all_reduce_kernel``, ``all_reduce.json``), and a warning where it is not the
-    kernel the spec's node predicted for the trial's arm (the plan then measured something else)."""
+    """Record which kernel decode's all-reduce is on, observed (``serving.engine.all_reduce_observed``),
+    never taken from the flags; warn where it is not the kernel the plan predicted for the arm."""
     log_text = session.log_text() if tp_size > 1 else ""
     observed = observe_all_reduce(server_info=info, log_text=log_text, tp_size=tp_size)
     state.all_reduce_kernel = observed.kernel
@@ -316,9 +303,8 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
 
 
 def _launch_reason(cause: BaseException) -> str:
-    """The trial's reason for an engine that never served: not healthy by the engine's start
-    deadline (EngineStartTimeout's ``timeout``), or anything else (it exited, its host died):
-    ``launch_failed``. Past the trial's time limit the session says ``timeout`` instead."""
+    """The reason for an engine that never served: ``not_healthy`` by its start deadline, else
+    ``launch_failed``."""
     return "not_healthy" if getattr(cause, "reason", None) in ("not_healthy", "timeout") else "launch_failed"
 
 
@@ -365,13 +351,14 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
 
 
 def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any, *, tp_size: int) -> None:
-    """The second per-rank proof, from NCCL itself: with ``NCCL_DEBUG=INFO`` every rank logs the
-    NCCL variables it read ("NCCL_ALGO set by environment to Ring"), and they must be the trial's.
-    Runs after the probe, when every rank has all-reduced; without INFO logging it only records
-    that it did not apply (``serving.engine.nccl_log``)."""
+    """The second per-rank proof: with ``NCCL_DEBUG=INFO`` every rank's logged NCCL variables must be
+    the trial's (``serving.engine.nccl_log``); runs after the probe, once every rank has all-reduced.
+
+    Raises:
+        TrialFailure: ``nccl_log``, a rank read another value or none.
+    """
     audit = session.audit
     expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
-    # the log (up to 4 MiB from the engine's node) only where NCCL wrote something to check
     log_text = session.log_text() if nccl_debug_enabled(expected) and tp_size > 1 else ""
     check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
     ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_NCCL_LOG: check.status},
@@ -433,8 +420,7 @@ def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) ->
 
 def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]:
     """The objective metric's per-repetition values at every measured level, keyed by the
-    concurrency as a string: the objective's level from the values reported to Tune (as
-    ``Objective.values``), the others from their BenchResult's repetitions, in order."""
+    concurrency as a string."""
     out: dict[str, list[float]] = {}
     if state.objective_values:
         out[str(spec.objective_concurrency)] = list(state.objective_values)

@@ -1,10 +1,5 @@
-"""The confirmation on the cluster: each visit a fresh engine placed like a trial.
-
-``confirm.run_confirmation`` decides which contender to visit when and what the visits mean; it
-takes the visit as a callable, so the unit tests drive it with fakes and it never touches Ray.
-This module is the real wiring, in one place: a visit is ``visit_worker.run_visit`` as a Ray task in a
-placement group shaped like a trial's; every visit is persisted by the coordinator as it ends (a
-resumed sweep continues its confirmation where it stopped) and shown on the display while it runs.
+"""The confirmation on the cluster: ``confirm.run_confirmation`` with real visits, each
+``visit_worker.run_visit`` on a fresh engine placed like a trial, persisted by the coordinator.
 """
 
 from __future__ import annotations
@@ -22,8 +17,7 @@ __all__ = ["run_cluster_confirmation", "run_placed_visit"]
 
 def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any) -> dict[str, Any]:
     """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
-    like a trial's (``spec.trial_placement``: bundle 0 for the load generator, the engine's GPUs in
-    bundle 1, or one bundle per node of an engine across nodes)."""
+    like a trial's (``spec.trial_placement``)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -48,9 +42,8 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
 
 def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, coordinator: Any,
                              display: Display) -> Confirmation | None:
-    """The sequential confirmation (``confirm.run_confirmation``) with placed visits, its visits
-    persisted by the coordinator (a resumed sweep continues where it stopped), each visit shown
-    while it runs.
+    """The confirmation (``confirm.run_confirmation``) with placed visits, persisted by the
+    coordinator (a resumed sweep continues where it stopped) and shown while they run.
 
     Args:
         ctx: The trials' ``trial.TrialContext`` (spec, coordinator), which a visit shares.
@@ -60,7 +53,7 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
     done = ray.get(coordinator.confirmation_visits.remote())
 
     def visit(record: TrialRecord, round_number: int, *, repetitions: int) -> dict[str, Any]:
-        if display.confirmation is None:  # the first visit: the round runs; its cost in engine starts
+        if display.confirmation is None:  # the first visit
             display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k,
                                                                  no_speculation=spec.confirmation.no_speculation)),
                                          done=len(done))

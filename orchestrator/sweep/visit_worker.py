@@ -1,10 +1,5 @@
-"""One confirmation visit, in the Ray worker that runs it: a fresh engine of a contender's
-configuration (placed like a trial: ``visit.run_placed_visit``), its env audit, the objective's
-level measured a given number of times, teardown. Nothing is reported to Ray Tune; the visit's
-figures go back to the driver, which decides what they mean (``confirm``).
-
-Apart from ``trial`` because it is not a trial: no record, no MLflow run, no probe. What the two
-share, the engine's life, is ``session.EngineSession``.
+"""One confirmation visit, in the Ray worker that runs it: a fresh engine, its env audit, the
+objective's level measured, teardown. Unlike a trial: no record, no MLflow run, no probe.
 """
 
 from __future__ import annotations
@@ -26,16 +21,14 @@ logger = logging.getLogger(__name__)
 
 
 def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
-    """One visit of the confirmation round: a fresh engine of ``engine_config``, its env audit, the
-    objective's level measured ``repetitions`` times, teardown. Runs as a Ray task inside a
-    placement group shaped like a trial's; nothing is reported to Ray Tune.
+    """One visit: a fresh engine of ``engine_config``, its env audit, the objective's level measured
+    ``repetitions`` times, teardown; runs as a Ray task in a placement group shaped like a trial's.
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
         "bench", "warmup", "teardown"}, "host_cpu_steal", "engine_nodes"}``: timings in seconds,
-        ``bench`` including ``warmup`` (the visit economy reads what a start and a repetition cost);
-        ``host_cpu_steal`` the most of the repetitions', None off Linux; ``engine_nodes`` each node
-        the engine ran on (``serving.engine.group.node_entry``), as a trial records it.
+        ``bench`` including ``warmup``; ``host_cpu_steal`` the most of the repetitions', None off
+        Linux; ``engine_nodes`` each node the engine ran on, as a trial records it.
     """
     spec = ctx.spec
     config = EngineConfig.model_validate(engine_config)
@@ -43,7 +36,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     steals: list[float] = []
     status, reason, message = "ok", None, ""
     timings: dict[str, float] = {}
-    session = EngineSession(  # started as a trial is: the sweep-only flags added (never recorded in the config)
+    session = EngineSession(  # started as a trial is, with the sweep-only flags
         with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
         sweep_name=ctx.sweep_name, placement=spec.trial_placement,
         start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
@@ -66,7 +59,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
                 timings["bench"] = time.monotonic() - tic
             measured = result.level(level)
             if measured.warmup is not None and measured.warmup.duration_s is not None:
-                timings["warmup"] = measured.warmup.duration_s  # a visit's fixed cost, like its start
+                timings["warmup"] = measured.warmup.duration_s
             for repetition in measured.repetitions:
                 value = repetition.flat().get(spec.objective.metric)
                 if isinstance(value, (int, float)):

@@ -1,20 +1,8 @@
 """Which kernel a running engine's decode all-reduce is on, read from the engine, never assumed.
 
-Two sources, both SGLang 0.5.23's own:
-
-* ``/server_info`` (``/get_server_info`` is its deprecated alias) returns the resolved server
-  args (``build_server_info`` -> ``server_args.resolved_dict()``): ``flashinfer_allreduce_fusion_backend``
-  is non-null where FlashInfer's fused all-reduce + RMSNorm runs, ``disable_custom_all_reduce``
-  says whether custom all-reduce was turned off by flag, ``tp_size`` how many ranks there are.
-* The engine log: where custom all-reduce turns itself off, every TP rank logs
-  "CustomAllreduce is disabled because ..." (``custom_all_reduce_utils.py``), and a failed set-up
-  "Setup Custom allreduce failed with ..." (``parallel_state.py``), each line prefixed with the
-  rank (``[time TP3] ...``: the scheduler's ``configure_logger`` prefix). The JIT v2 kernel logs
-  "CustomAllReduceV2 is disabled ..." before SGLang falls back to the legacy one, so only the
-  legacy name counts as off.
-
-The reference engine reports and logs the same (``serving.reference``), so CI reads both node
-kinds' answers through this one function.
+Sources (SGLang 0.5.23, and the reference engine alike): ``/server_info``'s resolved server args
+(``build_server_info``), and the per-rank lines of the engine log that custom all-reduce is off
+(``custom_all_reduce_utils.py``) or failed to set up (``parallel_state.py``).
 """
 
 from __future__ import annotations
@@ -68,9 +56,8 @@ def server_args_of(info: Any) -> dict[str, Any]:
 def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> ObservedAllReduce:
     """Read the kernel of decode's all-reduce from ``/server_info`` and the engine's log.
 
-    Fusion and ``--disable-custom-all-reduce`` are read from the server args; whether custom
-    all-reduce engaged, from the per-rank lines (absent an "is disabled" line on every rank that
-    logged, it engaged: SGLang's legacy kernel logs nothing when it works).
+    Fusion and ``--disable-custom-all-reduce`` come from the server args; custom all-reduce engaged
+    unless a rank logged it off (the legacy kernel logs nothing when it works).
     """
     args = server_args_of(server_info)
     if tp_size <= 1:
@@ -93,7 +80,7 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
                                  evidence=f"/server_info flashinfer_allreduce_fusion_backend={backend}")
     if disabled:
         return ObservedAllReduce("nccl", **common, evidence="/server_info disable_custom_all_reduce=true, no fusion")
-    emulated = args.get("reference_gpu_kind")  # the reference engine's declared node, which decides, not its device
+    emulated = args.get("reference_gpu_kind")  # the reference engine's declared node decides, not its device
     if emulated == "cpu" or (emulated is None and args.get("device") == "cpu"):
         return ObservedAllReduce("nccl", **common, evidence="/server_info: a CPU node, no custom all-reduce; "
                                  "torch.distributed's gloo stands in for NCCL")

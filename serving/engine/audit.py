@@ -1,14 +1,8 @@
 """The env audit: prove every process of an engine carries the environment it was meant to get.
 
-The failure spectune exists for: an NCCL variable that is set, but not on the process that runs
-NCCL (set in the parent after the TP workers were spawned, set in the driver's shell instead of
-Ray's runtime_env, stripped by a launcher). NCCL reads its variables in the worker, so the only
-proof is the worker's own environment. ``/proc/<pid>/environ`` is the environment a process was
-*started* with — exactly what a spawned worker inherited — so that is what we read, for the
-server and every descendant.
-
-Values of variables whose names look like secrets are never shown in reports or logs (the one
-rule is ``serving.redaction``; ``redact`` and ``REDACTED`` are re-exported here).
+Reads ``/proc/<pid>/environ`` (the environment a process was started with) of the server and every
+descendant and compares it with what was expected. Secret-looking values are redacted
+(``serving.redaction``; ``redact`` and ``REDACTED`` are re-exported here).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """EngineConfig -> the exact command line and environment of an engine.
 
-One renderer for both engines: SGLang (``python -m sglang.launch_server``) and the reference
-engine (``python -m serving.reference``) take the same flag names, so only the program differs.
-Host and port are inputs here, chosen by whoever owns the machine, and are never parsed back out
-of argv.
+One renderer for SGLang (``python -m sglang.launch_server``) and the reference engine
+(``python -m serving.reference``): they take the same flag names. Host and port are inputs,
+chosen by whoever owns the machine, never parsed back out of argv.
 """
 
 from __future__ import annotations
@@ -53,9 +52,8 @@ class EngineCommand:
         """One copy-pasteable shell line that reproduces this launch by hand.
 
         Args:
-            redacted: Replace the values of secret-looking variables: for logs and for any output
-                a human may paste somewhere (``spectune engine-cmd`` without ``--show-secrets``).
-                The line then no longer reproduces the launch exactly; the placeholder says so.
+            redacted: Replace the values of secret-looking variables (the line then no longer
+                reproduces the launch exactly; the placeholder says so).
         """
         env = self.redacted_env() if redacted else self.env
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
@@ -63,11 +61,7 @@ class EngineCommand:
         return f"{assignments} {cmd}" if assignments else cmd
 
     def to_dict(self, *, redacted: bool = True) -> dict[str, Any]:
-        """JSON-ready ``{"argv", "env", "url"}``, secrets redacted unless ``redacted=False``.
-
-        Redacted by default because JSON output is the one most often pasted into issues and
-        logs; showing the real values must be asked for.
-        """
+        """JSON-ready ``{"argv", "env", "url"}``, secrets redacted unless ``redacted=False``."""
         return {
             "argv": list(self.argv),
             "env": self.redacted_env() if redacted else dict(self.env),
@@ -108,21 +102,21 @@ def build_command(
     config: EngineConfig, *, host: str = "127.0.0.1", port: int, python: str | None = None,
     node_rank: int = 0, dist_init_addr: str | None = None,
 ) -> EngineCommand:
-    """Render ``config`` as the command that starts its engine.
-
-    ``--enable-metrics`` is on unless ``extra_args`` turns it off: the benchmark cross-checks
-    accept length against the engine's own counters.
+    """Render ``config`` as the command that starts its engine (``--enable-metrics`` on unless
+    ``extra_args`` turns it off).
 
     Args:
         config: The engine configuration.
         host: Address to bind.
-        port: Port to listen on (chosen by the caller, e.g. a free port on its machine).
+        port: Port to listen on (chosen by the caller).
         python: Interpreter to run the engine module with (default: this one).
         node_rank: This node's ``--node-rank`` when the engine spans ``config.nnodes`` > 1 nodes.
-        dist_init_addr: ``--dist-init-addr``: node rank 0's ``host:port`` where every rank meets
-            (SGLang: ``tcp://`` of it for torch.distributed), the same in every node's command.
-            Chosen at launch (``EngineHost.rendezvous_address``); a command only shown (a trial's
-            record, ``--dry-run``) carries :data:`DIST_INIT_ADDR_AT_LAUNCH` instead.
+        dist_init_addr: ``--dist-init-addr``: node rank 0's ``host:port``, the same in every node's
+            command (``EngineHost.rendezvous_address``); default :data:`DIST_INIT_ADDR_AT_LAUNCH`,
+            for a command only shown.
+
+    Raises:
+        ValueError: ``node_rank`` is outside ``[0, nnodes)``.
     """
     if config.nnodes > 1 and dist_init_addr is None:
         dist_init_addr = DIST_INIT_ADDR_AT_LAUNCH
@@ -156,30 +150,17 @@ def build_command(
 def engine_managed_env(config: EngineConfig, *, launch_env: Mapping[str, str]) -> dict[str, str | None]:
     """Variables the engine sets itself before spawning its TP workers, as the audit expects them.
 
-    SGLang 0.5.23's ``_set_envs_and_config`` (``sglang/srt/entrypoints/engine.py``; the reference
-    engine's ``serving.reference.server.prepare_environment`` copies it) decides each one from its
-    flags *and the environment it was launched with*, so the expectation needs both:
-
-    * NCCL_CUMEM_ENABLE: with ``--enable-symm-mem``, ``1``; otherwise, if the launching
-      environment has it, that value is kept (exported before ``ray start``, set by Ray or a
-      container), and if not SGLang sets ``0``. Two flags make the unset case depend on more than
-      the flags: ``--moe-a2a-backend deepep_v2`` sets it to ``1`` first
-      (``srt/arg_groups/moe_hook.py``), and with ``--enable-kv-cache-sharding`` (``1`` unless
-      SGLANG_* variables or the memory saver say otherwise) or ``--nnodes`` > 1 (``1`` on an MNNVL
-      fabric, a GPU query) only its presence is expected (``None``).
-    * NCCL_NVLS_ENABLE: with ``--enable-nccl-nvls`` or ``--enable-symm-mem``, ``1``; otherwise
-      the launching environment's value if it has one, else ``0``.
-    * CUDA_DEVICE_MAX_CONNECTIONS: always overwritten (8 in 0.5.23, 4 in older versions), so only
-      its presence is expected (``None``).
-
-    spectune never sets these through the spec's env (it refuses them), so a value in the launching
-    environment came from outside spectune. They appear in the workers' start-up environment, not
-    in the server's own.
+    Follows SGLang 0.5.23's ``_set_envs_and_config`` (``sglang/srt/entrypoints/engine.py``), which
+    decides each from the flags and the launching environment; ``None`` means "present, any value".
 
     Args:
         config: The engine configuration (its flags decide the rule).
         launch_env: The environment the engine's server process was started with
             (``EngineProcess.launch_env``).
+
+    Returns:
+        ``NCCL_CUMEM_ENABLE``, ``NCCL_NVLS_ENABLE`` and ``CUDA_DEVICE_MAX_CONNECTIONS`` with the
+        values expected in the TP workers' start-up environment.
     """
     args = config.extra_args
     symm_mem = bool(args.get("enable_symm_mem"))

@@ -1,13 +1,7 @@
 """EngineConfig: one model of "how to start an engine", in SGLang's own flag names.
 
-The sweep turns (template + one candidate from the search space) into an EngineConfig; Serve
-loads one from the best-config file. The command builder renders it to argv for SGLang or the
-reference engine. Validation here is pure: no ports, no GPU queries, no downloads — the port is
-chosen by whoever owns the machine, at launch.
-
-SGLang's speculative rules (and spectune's upper bounds on the three numbers) are written once,
-in ``serving.speculative_rules``; ``speculative_problem`` and ``tree_capacity`` are re-exported
-here for the code that reads them as part of the engine's model.
+Validation is pure (no ports, no GPU queries, no downloads). SGLang's speculative rules live in
+``serving.speculative_rules``; ``speculative_problem`` and ``tree_capacity`` are re-exported here.
 """
 
 from __future__ import annotations
@@ -62,9 +56,8 @@ MANAGED_FLAGS: dict[str, str] = {
     "dist_init_addr": "(chosen at launch)",
     "nccl_init_addr": "(chosen at launch)",
 }
-"""Engine flags (and the aliases SGLang 0.5.23 registers for them: ``--model``,
-``--tensor-parallel-size``, ``--speculative-draft-model``) spectune sets from typed fields;
-``extra_args`` may not set them behind its back: rendered later on the command line, they would win."""
+"""Engine flags (and SGLang 0.5.23's aliases for them) -> the typed field that sets them;
+``extra_args`` may not set them (rendered later on the command line, they would win)."""
 
 
 def normalise_flag_name(name: str) -> str:
@@ -75,9 +68,7 @@ def normalise_flag_name(name: str) -> str:
 def managed_flag_field(name: str) -> str | None:
     """The typed field that owns flag ``name`` (normalised), or None if ``extra_args`` may set it.
 
-    argparse accepts unambiguous prefixes of long options (SGLang's parser does), so a prefix of
-    a managed flag (``speculative_num_step``) is managed too: the message then names the field to
-    set rather than the exact flag name (``extra_args_problems`` refuses every other prefix).
+    A prefix of a managed flag (``speculative_num_step``) is managed too, as argparse would read it.
     """
     if name in MANAGED_FLAGS:
         return MANAGED_FLAGS[name]
@@ -111,13 +102,8 @@ def validated_extra_args(flags: object, *, use_instead: Callable[[str], str]) ->
 
 
 def engine_flag_names(kind: EngineKind) -> frozenset[str]:
-    """The option strings ``extra_args`` may name for an engine of ``kind``.
-
-    ``sglang``: SGLang 0.5.23's own (``serving/data/sglang_server_flags.json``), less the
-    deprecated ones. ``reference``: what the reference engine's parser registers (all of them
-    SGLang's, or its own ``REFERENCE_ONLY_FLAGS``), less the same deprecated ones, so that a spec
-    tried on the reference engine runs on SGLang unchanged.
-    """
+    """The option strings ``extra_args`` may name for an engine of ``kind``: SGLang 0.5.23's own
+    (``serving/data/sglang_server_flags.json``), or the reference engine parser's, less the deprecated ones."""
     if kind == "sglang":
         return sglang_flags().accepted
     from serving.reference.server_args import option_strings  # the parser, not the engine
@@ -128,10 +114,9 @@ def engine_flag_names(kind: EngineKind) -> frozenset[str]:
 def extra_args_problems(flags: Mapping[str, FlagValue], *, kind: EngineKind) -> list[str]:
     """What is wrong with ``extra_args`` (names already normalised) for an engine of ``kind``.
 
-    Each name must be an exact flag name of that engine (no abbreviation: SGLang's argparse reads
-    an unambiguous prefix as the longer flag and refuses an ambiguous one, exit 2, on the GPU
-    node), not deprecated, and its value must render as the flag expects: ``true``/``false`` for a
-    switch, a value (a list only where it takes several) for the others.
+    Each name must be an exact, non-deprecated flag name of that engine, and its value must render as
+    the flag expects: ``true``/``false`` for a switch, a value (a list only where it takes several)
+    for the others.
     """
     accepted = engine_flag_names(kind)
     engine = "SGLang" if kind == "sglang" else "the reference engine"
@@ -155,8 +140,7 @@ def extra_args_problems(flags: Mapping[str, FlagValue], *, kind: EngineKind) -> 
 
 def checked_extra_args(flags: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
     """A pydantic "after" hook shared by the spec and EngineConfig: ``extra_args_problems`` for the
-    model's ``kind`` (already validated: it is declared first); skipped when ``kind`` itself is
-    invalid, which pydantic reports on its own."""
+    model's ``kind``; skipped when ``kind`` itself is invalid."""
     kind = info.data.get("kind")
     if kind is None:
         return flags
@@ -167,11 +151,8 @@ def checked_extra_args(flags: dict[str, FlagValue], info: ValidationInfo) -> dic
 
 
 class EngineFlagChecks(BaseModel):
-    """The checks an engine's ``extra_args`` and ``env`` get wherever they are written: in a spec's
-    ``engine`` section (``orchestrator.spec.EngineSpec``) and in an ``EngineConfig``. A base class,
-    so the two models share the rule instead of repeating its hooks: the flags are SGLang's for the
-    model's ``kind`` (:func:`checked_extra_args`), the environment's names and values are valid
-    (``nccl.validated_env``). Each subclass declares both fields."""
+    """The checks of ``extra_args`` (:func:`checked_extra_args`) and ``env`` (``nccl.validated_env``),
+    shared by ``orchestrator.spec.EngineSpec`` and ``EngineConfig``; each subclass declares both fields."""
 
     @field_validator("extra_args", check_fields=False)
     @classmethod
@@ -185,11 +166,7 @@ class EngineFlagChecks(BaseModel):
 
 
 class EngineConfig(EngineFlagChecks):
-    """Everything needed to start one engine, in SGLang's flag names (``_`` for ``-``).
-
-    The same object drives ``python -m sglang.launch_server`` and ``python -m serving.reference``;
-    only the program differs.
-    """
+    """Everything needed to start one engine (SGLang or the reference engine), in SGLang's flag names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -246,11 +223,7 @@ class EngineConfig(EngineFlagChecks):
 
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":
-        """SGLang's speculative rules (``serving.speculative_rules``) and what they need.
-
-        Raises ``EngineConfigError``, a ValueError, which pydantic reports as this model's
-        validation error next to every other problem of the config.
-        """
+        """SGLang's speculative rules (``serving.speculative_rules``) and what they need; raises ``EngineConfigError``."""
         if self.tp_size % self.nnodes:
             # SGLang's own check (arg_groups/validation_hook.py: "tp_size must be divisible by number of nodes")
             raise EngineConfigError(f"tp_size={self.tp_size} must be divisible by nnodes={self.nnodes} "

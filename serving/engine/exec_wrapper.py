@@ -1,22 +1,9 @@
 """Exec an engine so that it dies with its launcher, without running Python between fork and exec.
 
-An engine launched from a Ray actor must not outlive the actor: ``ray.kill`` SIGKILLs it, and no
-finaliser runs. The kernel can do it (``PR_SET_PDEATHSIG``), but the request has to be made in
-the child. Doing that in a ``preexec_fn`` runs Python between ``fork`` and ``exec`` in the
-launcher's child, which Python's documentation warns can deadlock when the launcher has threads
-(a Ray actor always has): the child inherits locks held by threads that do not exist in it.
-
-So the launcher execs this file instead (``fork`` and ``exec`` are then done in C by
-``subprocess``), and this file — a fresh, single-threaded interpreter — sets the death signal and
-``exec``s the engine's own argv. After the exec the pid is the engine's: ``Popen.pid``, the
-process group, the audit's "server process" and ``/proc/<pid>/cmdline`` are exactly what they
-would be without the wrapper. The death signal survives ``exec``.
-
-It runs by file path with ``-I -S`` (isolated, no ``site``): it starts fast and does not depend on
-the launch environment's ``PYTHONPATH`` or on the package being importable; it loads only the
-stdlib-only ``serving/pdeathsig.py``, by path. ``os.environ`` passes to the engine unchanged, with
-one correction: an interpreter started in the C locale adds ``LC_CTYPE`` to its own environment
-(PEP 538), which the engine must not inherit when the launcher did not give it.
+The launcher runs this file (``wrapped_argv``) with ``-I -S``; it sets ``PR_SET_PDEATHSIG``
+(``serving/pdeathsig.py``, loaded by path) and ``exec``s the engine's argv, so pid, process group
+and ``/proc/<pid>/cmdline`` are the engine's. ``os.environ`` passes on unchanged except for what
+the interpreter added itself (PEP 538's ``LC_CTYPE``) when the launcher did not give it.
 """
 
 from __future__ import annotations
@@ -39,10 +26,10 @@ def wrapped_argv(
 
     Args:
         argv: The engine's command line, program first (searched on ``env``'s PATH).
-        parent_pid: The launcher's pid: if it is already gone when the wrapper asks for the death
-            signal (a race the kernel cannot see), the wrapper exits instead of starting the engine.
-        env: The environment the wrapper will be started with (to know what to undo, see above).
-        python: Interpreter for the wrapper (default: this one, which certainly exists).
+        parent_pid: The launcher's pid: if it is gone when the wrapper asks for the death signal,
+            the wrapper exits instead of starting the engine.
+        env: The environment the wrapper will be started with (to know what to undo).
+        python: Interpreter for the wrapper (default: this one).
     """
     unset = ",".join(name for name in _ADDED_BY_INTERPRETER if name not in env)
     return [python or sys.executable, "-I", "-S", os.path.abspath(__file__), str(parent_pid), unset, "--", *argv]
@@ -64,7 +51,7 @@ def main(args: Sequence[str]) -> int:
     """``PARENT_PID UNSET_NAMES -- ARGV...``: set the death signal, then become ``ARGV``.
 
     Returns only on failure: 2 for a malformed command line, 126/127 (as a shell would) when the
-    program cannot be executed / found; the reason goes to stderr, which is the engine log.
+    program cannot be executed / found; the reason goes to stderr (the engine log).
     """
     if len(args) < 4 or args[2] != "--":
         sys.stderr.write(f"usage: {os.path.basename(__file__)} PARENT_PID UNSET_NAMES -- ARGV...\n")

@@ -1,11 +1,6 @@
-"""What kind of GPU node this is, read with ``nvidia-smi``: compute capability and NVLink.
-
-SGLang's all-reduce rule (``serving.all_reduce_rules``) hangs on two facts of the node: the GPUs'
-compute capability major (FlashInfer fusion is sm90/sm100 only) and whether every GPU pair is
-NVLink-connected (custom all-reduce turns itself off on more than two PCIe-only GPUs). The sweep's
-preflight reads both on the node where the engine will run, before the first trial, and names the
-kind (``sm90-nvlink``, ``sm120-pcie``). ``nvidia-smi`` ships with the driver, so nothing is
-installed for it; it sees every GPU of the node whatever CUDA_VISIBLE_DEVICES says.
+"""What kind of GPU node this is (``sm90-nvlink``, ``sm120-pcie``), read with ``nvidia-smi``: the
+compute capability and whether every GPU pair is NVLink-connected, the two facts
+``serving.all_reduce_rules`` needs. ``nvidia-smi`` sees every GPU whatever CUDA_VISIBLE_DEVICES says.
 """
 
 from __future__ import annotations

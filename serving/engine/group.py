@@ -1,20 +1,9 @@
 """EngineGroup: one engine across ``nnodes`` nodes, an EngineHost actor per node, driven as one.
 
-SGLang runs an engine across nodes as one launch per node, each with ``--nnodes N --node-rank R
---dist-init-addr HOST:PORT`` (node rank 0's address, where torch.distributed meets). Node rank 0
-serves the HTTP API; the other nodes run their TP ranks and a health server. This module is that
-shape over Ray: a host per node in the bundles of one placement group
-(``serving.engine.placement``), node rank 0's host picks the rendezvous address, every host starts
-its node's part at once (each waits for the others to meet), and then:
-
-* the audit is every node's: each host audits its own node's process tree (the variables arrived
-  through each host's runtime_env, on its node), merged here with the node named per process;
-* the engine's URL is node rank 0's (the probe and the benchmark talk to it);
-* a node whose engine died is found and named (its host's ``exited_at``, or a host that is gone:
-  the node itself was lost), and stopping stops node rank 0 first (SGLang's ranks on the other
-  nodes wait for its shutdown broadcast), then every other node, each proving its node clean.
-
-With one node it is exactly one host, and its start report and audit are the host's own.
+Each node's host starts its part with ``--nnodes N --node-rank R --dist-init-addr`` (node rank
+0's host picks the address). The group's URL is node rank 0's, its audit every node's merged
+(``merge_audits``), a dead node is named (``first_gone``), and ``stop`` stops node rank 0 first.
+With one node it is exactly one host, with that host's own reports.
 """
 
 from __future__ import annotations
@@ -73,7 +62,7 @@ def node_words(node: Mapping[str, Any]) -> str:
 
 def merge_audits(audits: list[dict[str, Any]], nodes: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Every node's ``AuditReport.to_dict()`` as one: ``ok`` only if every node's is, each process
-    tagged with its node's rank and IP, the summary one line per node (failures first)."""
+    tagged with its node's rank and IP, the summary one line per node."""
     processes = [{**p, "node_rank": node.get("node_rank"), "node_ip": node.get("node_ip")}
                  for audit, node in zip(audits, nodes) for p in audit.get("processes", ())]
     ok = bool(audits) and all(a.get("ok") for a in audits)
@@ -138,9 +127,8 @@ class EngineGroup:
         ``nodes`` (``node_entry`` per node) and, across nodes, the merged ``audit``.
 
         Raises:
-            NodeFailed: a node's part failed to start (the first to fail; the other nodes' hosts
-                are killed at once, their engines die with them, rather than waiting out a
-                rendezvous that cannot complete). One node: its host's own exception instead.
+            NodeFailed: the first node's part that failed to start (the other hosts are killed at
+                once). One node: its host's own exception instead.
         """
         if self.nnodes == 1:
             info = ray.get(self.hosts[0].start.remote())
@@ -182,8 +170,7 @@ class EngineGroup:
 
     def first_gone(self, health: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
         """The node whose engine died first (``node_entry`` plus ``detail``), or None if every node's
-        engine runs. A lost host counts as first (its node went, and the rest followed); otherwise
-        the earliest ``exited_at``."""
+        engine runs; a lost host counts as first, then the earliest ``exited_at``."""
         health = self.health() if health is None else health
         gone = [h for h in health if not h.get("alive")]
         if not gone:
@@ -201,7 +188,7 @@ class EngineGroup:
                 text = ray.get(host.log_text.remote(), timeout=60)
             except Exception as exc:  # noqa: BLE001 - a lost node's log is lost; the others are kept
                 text = f"(log not readable: {_cause(exc)})\n"
-            # the header is how serving.engine.nccl_log tells two nodes' processes apart (same pid)
+            # serving.engine.nccl_log keys processes by this header
             parts.append(f"===== {node_words(self._nodes[rank])} =====\n{text}")
         return "\n".join(parts)
 

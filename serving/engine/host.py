@@ -1,20 +1,9 @@
 """EngineHost: the Ray actor that owns one engine's GPUs and runs its EngineProcess.
 
-The trial's NCCL variables travel in the actor's ``runtime_env`` (``env_vars``): Ray puts them in
-the actor process's environment, the engine subprocess inherits them, and the engine's TP workers
-inherit them from it. The host deliberately does *not* add the variables to the launch itself, so
-a variable that did not arrive through Ray is caught by the audit instead of being papered over.
-What the engine sets itself for its workers is expected by the engine's own rule applied to the
-environment the host launched it with (``engine_managed_env``): a NCCL_CUMEM_ENABLE already there
-(exported before ``ray start``, set by a container) is kept by SGLang, so it is expected as it is.
-
-Ray sets CUDA_VISIBLE_DEVICES for the actor from ``num_gpus``; the engine inherits it. The actor
-never initialises CUDA itself (it does not import torch), so the engine gets the GPUs whole.
-
-An engine across nodes has one host per node (``node_rank``): node rank 0's host picks the address
-where every rank meets (``rendezvous_address``), and each host starts its node's part with it
-(``serving.engine.group.EngineGroup`` drives them). Each host notes when its engine exited
-(``health()["exited_at"]``), so the node whose engine died first can be named.
+The configuration's variables arrive only through the actor's ``runtime_env`` (the host launches
+with ``apply_env=False``), so the env audit catches one that did not. Ray sets
+CUDA_VISIBLE_DEVICES from ``num_gpus``. An engine across nodes has one host per node
+(``node_rank``), driven by ``serving.engine.group.EngineGroup``.
 """
 
 from __future__ import annotations
@@ -47,8 +36,7 @@ logger = logging.getLogger(__name__)
 class EngineHost:
     """Owns one engine for its whole life: start, audit, health, stop.
 
-    Use ``create_engine_host`` to make the Ray actor; the class itself is plain Python, so its
-    logic is the same in and out of Ray.
+    Plain Python; ``create_engine_host`` makes the Ray actor.
     """
 
     def __init__(
@@ -74,30 +62,27 @@ class EngineHost:
         self._exited_at: float | None = None
 
     def rendezvous_address(self) -> str:
-        """``host:port`` on this node where the ranks of an engine across nodes meet (SGLang's
-        ``--dist-init-addr``): the node's IP and a port free now. Asked of node rank 0's host."""
+        """``host:port`` on this node where the ranks of an engine across nodes meet (``--dist-init-addr``):
+        the node's IP and a port free now. Asked of node rank 0's host."""
         ip = _node_ip() or "127.0.0.1"
         return f"{ip}:{free_port(ip)}"
 
     def start(self, dist_init_addr: str | None = None) -> dict[str, Any]:
-        """Launch the engine (this node's part of it, across nodes), wait until healthy, audit its
-        process tree.
+        """Launch the engine (this node's part, across nodes), wait until healthy, audit its process tree.
 
         Args:
-            dist_init_addr: Node rank 0's ``rendezvous_address()``; required when the engine spans
-                more than one node, the same for every node's host.
+            dist_init_addr: Node rank 0's ``rendezvous_address()``, the same for every node's host;
+                required when the engine spans more than one node.
 
         Returns:
             ``{"url", "pid", "log_path", "cuda_visible_devices", "node_id", "node_ip", "node_rank",
-            "audit"}`` (node id and IP of the Ray node the engine runs on; None outside Ray) where
-            ``audit`` is ``AuditReport.to_dict()``. The caller decides what a failed audit means
-            (the sweep fails the trial with reason ``env_audit``). On node rank >= 1 ``url`` is the
-            node's health server only: SGLang serves its API from node rank 0.
+            "audit"}``; ``audit`` is ``AuditReport.to_dict()``, whose failure the caller judges. On node
+            rank >= 1 ``url`` is the node's health server only.
 
         Raises:
             EngineAlreadyStarted: this host's engine is running already.
-            EngineLaunchError: the engine exited before it was healthy (``launch_failed``), or was
-                not healthy in time (``EngineStartTimeout``, ``timeout``); it is stopped first.
+            EngineLaunchError: the engine exited before it was healthy, or was not healthy in time
+                (``EngineStartTimeout``); it is stopped first.
         """
         if self._engine is not None:
             raise EngineAlreadyStarted(f"{self.label}: engine already started (pid {self._engine.pid}); stop() it first")
@@ -158,7 +143,7 @@ class EngineHost:
         return {**asdict(self._require().health()), "node_rank": self.node_rank, "exited_at": self._exited_at}
 
     def check_health(self) -> None:
-        """Raise unless the engine is healthy (the shape of Ray Serve's ``check_health`` hook).
+        """Raise unless the engine is healthy.
 
         Raises:
             EngineDied: the engine exited after it had been healthy.
@@ -171,7 +156,7 @@ class EngineHost:
         return self._require().url
 
     def log_text(self, max_bytes: int = 4 * 1024 * 1024) -> str:
-        """The engine log (its last ``max_bytes``), also after ``stop()``: what a trial keeps as an artifact."""
+        """The engine log (its last ``max_bytes``), also after ``stop()``."""
         if self._log_path is None or not self._log_path.exists():
             return ""
         with open(self._log_path, "rb") as handle:
@@ -183,10 +168,10 @@ class EngineHost:
         return self._require().log_tail(lines)
 
     def stop(self) -> dict[str, Any]:
-        """Stop the engine and prove nothing of it is left (see ``EngineProcess.stop``).
+        """Stop the engine and prove nothing of it is left (``EngineProcess.stop``).
 
         Raises:
-            EngineStopError: a process or the port survived (``stop_failed``).
+            EngineStopError: a process or the port survived.
         """
         engine, self._engine = self._engine, None
         if engine is None:
@@ -199,8 +184,7 @@ class EngineHost:
         return self._engine
 
     def __del__(self) -> None:
-        # Best effort when Ray tears the actor down gracefully; a SIGKILLed actor cannot run
-        # this, which is why the engine is started with die_with_parent (PR_SET_PDEATHSIG).
+        # Best effort; a SIGKILLed actor cannot run this, hence die_with_parent.
         try:
             self.stop()
         except Exception:  # noqa: BLE001 - nothing can be reported from a finaliser
@@ -208,9 +192,8 @@ class EngineHost:
 
 
 def _watch_exit(pid: int, note: Callable[[float], None]) -> None:
-    """Call ``note(time.time())`` when process ``pid`` exits, from a daemon thread that waits on a
-    pidfd: it neither reaps the process (``Popen.poll`` still sees its exit code) nor holds
-    ``Popen``'s wait lock (a thread in ``Popen.wait`` makes every ``poll()`` answer "running")."""
+    """Call ``note(time.time())`` when process ``pid`` exits, from a daemon thread waiting on a pidfd
+    (it neither reaps the process nor holds ``Popen``'s wait lock)."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -247,9 +230,8 @@ def engine_host_options(
     Args:
         config: The engine configuration; its ``env`` becomes the runtime_env's ``env_vars``.
         runtime_env_vars: Deliver these instead of ``config.env`` (the audit still expects all of
-            ``config.env``): how a test reproduces a variable that was never handed to Ray.
-        num_gpus: GPUs to reserve: ``tp_size`` for a GPU engine, 0 for the CPU reference engine
-            (required: a wrong default either starves the engine or hangs a CPU-only cluster).
+            ``config.env``).
+        num_gpus: GPUs to reserve: ``tp_size`` for a GPU engine, 0 for the CPU reference engine.
         placement_group: Reserve inside this placement group (the trial's), in ``bundle_index``.
         bundle_index: Bundle of the placement group holding the engine's GPUs.
     """

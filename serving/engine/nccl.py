@@ -1,13 +1,9 @@
 """What spectune knows about NCCL's environment variables.
 
-One table of the variables a user may set or search over, the values NCCL documents for each, and
-the values known to be dangerous. The spec validator, the command builder and the env audit all
-read this table, so a value is judged the same way everywhere.
-
-Why the danger list: forcing ``NCCL_PROTO=LL128`` has corrupted data on some platforms, a
-non-default ``NCCL_BUFFSIZE`` has caused hangs, and NVLink multicast (NVLS) must never be enabled
-on shared GPU machines. Such values are only searched when the spec allows them by name, and the
-correctness probe still has the last word.
+One table (``NCCL_VARIABLES``) of the variables a user may set or search over, the values NCCL
+documents for each, and the values known to be dangerous, read by the spec validator, the command
+builder and the env audit alike. Dangerous values are only searched when the spec allows them by
+name.
 """
 
 from __future__ import annotations
@@ -39,23 +35,19 @@ class NcclVariable:
 
     Attributes:
         name: The variable's name, e.g. ``NCCL_ALGO``.
-        kind: ``tokens`` (comma-separated list of known tokens, optional leading ``^`` to
-            exclude), ``choice`` (one of ``allowed``), ``int`` (an integer in
-            ``[minimum, maximum]``), ``interfaces`` (NCCL's list of name prefixes, ``^`` to exclude,
-            ``=`` for exact names, ``:port`` per entry: ``serving.engine.nccl_network``) or
-            ``string`` (free-form, e.g. a file name).
+        kind: ``tokens`` (comma-separated known tokens, ``^`` first to exclude), ``choice`` (one of
+            ``allowed``), ``int`` (in ``[minimum, maximum]``), ``interfaces`` (NCCL's interface list,
+            ``serving.engine.nccl_network``) or ``string`` (free-form).
         allowed: Known tokens or choices (matched case-insensitively, as NCCL does).
         minimum: Smallest allowed integer for ``int`` variables.
         maximum: Largest allowed integer for ``int`` variables.
         default: NCCL's own default, as a string, when it has a fixed one.
-        dangerous: Token or value -> why it is dangerous.
+        dangerous: Token or value (``*``: any non-default) -> why it is dangerous.
         doc: One line for ``--help`` style listings.
-        scope: ``node`` (it acts inside a node as well) or ``network`` (it only acts on traffic
-            between nodes: searching it on an engine of one node measures nothing).
-        fabric: Why the value is a property of the cluster's fabric rather than a performance
-            knob (the search refuses it; ``engine.env`` sets it once); empty if it may be searched.
-        node_checked: The value names something on the node (an interface, an HCA, a GID), so the
-            preflight checks it on every node that may run an engine rank.
+        scope: ``node`` (acts inside a node too) or ``network`` (only between nodes).
+        fabric: Why the value is a property of the cluster's fabric and may not be searched; empty if
+            it may be.
+        node_checked: The value names something on the node; the preflight checks it on every node.
     """
 
     name: str
@@ -197,11 +189,8 @@ def not_searchable(name: str) -> str | None:
 
 
 def normalise_value(name: str, value: str) -> str:
-    """Return ``value`` in canonical spelling (NCCL matches tokens case-insensitively).
-
-    ``NCCL_ALGO=ring,tree`` becomes ``Ring,Tree`` so that two spellings of one setting are one
-    point of the search space. Unknown variables and tokens are returned unchanged.
-    """
+    """Return ``value`` in canonical spelling (``ring,tree`` -> ``Ring,Tree``); unknown variables and
+    tokens are returned unchanged."""
     var = NCCL_VARIABLES.get(name)
     if var is None or var.kind not in ("tokens", "choice"):
         return value.strip()
@@ -266,8 +255,7 @@ def check_value(name: str, value: str) -> str | None:
 def danger_of(name: str, value: str) -> str | None:
     """Say why ``name=value`` is dangerous, or ``None``. Assumes ``check_value`` passed.
 
-    Token lists are judged by the set they leave enabled: ``NCCL_PROTO=^LL,Simple`` forces LL128
-    just as ``NCCL_PROTO=LL128`` does, while ``^LL128`` only removes it.
+    Token lists are judged by the set they leave enabled: ``NCCL_PROTO=^LL,Simple`` forces LL128.
     """
     var = NCCL_VARIABLES.get(name)
     if var is None or not var.dangerous:

@@ -1,26 +1,12 @@
 """NCCL's own word on what it read: the "NCCL_X set by environment to V" lines, per process.
 
-The env audit (``serving.engine.audit``) reads each TP worker's environment from ``/proc``: it
-proves what the process was given. NCCL's INFO log proves what NCCL inside that process read from
-it. With ``NCCL_DEBUG=INFO`` (NCCL's default ``NCCL_DEBUG_SUBSYS`` includes ``ENV``; a custom one
-must keep ``ENV`` or ``INIT``), every process that initialises a communicator logs one line per
-NCCL variable it reads that is set, prefixed by host, pid, thread and CUDA device::
+With ``NCCL_DEBUG=INFO`` every process that initialises a communicator logs one line per set NCCL
+variable it reads, prefixed by host, pid, thread and CUDA device::
 
-    vm:642:642 [1] NCCL INFO NCCL_ALGO set by environment to Ring
     vm:642:642 [1] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0.
 
-(integer parameters end with a period, string ones do not; both NCCL 2.28 on 2x H200,
-``docs/measurements/nccl-env-propagation-h200x2.log-excerpt.txt``). The two sources together are
-the per-rank proof: a rank whose NCCL reports another value than the trial's, or nothing for a
-variable NCCL reads at every communicator's start, fails the check.
-
-Across nodes the engine log is every node's log, each under a header naming its node rank
-(``serving.engine.group``'s ``===== node rank R (...) =====``): a process is known by its node
-rank and pid together, since two nodes (two pods, say) can give their ranks the same pid.
-
-Some variables are read only on a code path (``NCCL_IB_*`` without InfiniBand, say): when no
-process reports one, it is *unconfirmed* (listed, not a failure) unless it is in
-:data:`READ_AT_INIT`. Standard library only (engine hosts may run on bare GPU images).
+``check_nccl_log`` compares those lines with what the trial set. A process is keyed by node rank
+(from the ``===== node rank R`` headers of ``serving.engine.group``) and pid. Standard library only.
 """
 
 from __future__ import annotations
@@ -50,8 +36,8 @@ ProcessKey = tuple[Any, int]
 """``(node rank, pid)``; the node rank is None in one node's log (no headers)."""
 
 READ_AT_INIT = frozenset({"NCCL_ALGO", "NCCL_PROTO", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
-"""Variables every rank's NCCL reads (and, when set, logs) at communicator start: seen on 2x H200
-with NCCL 2.28 for each of these. A rank that does not report one of them did not have it."""
+"""Variables every rank's NCCL reads (and, when set, logs) at communicator start: a rank that does
+not report one of them did not have it."""
 
 NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
 """NCCL's own logging settings: read before logging starts, never logged as "set by environment"."""
@@ -63,9 +49,8 @@ def nccl_debug_enabled(env: Mapping[str, str | None]) -> bool:
 
 
 def parse_nccl_env_lines(log_text: str) -> dict[ProcessKey, dict[str, Any]]:
-    """``(node rank, pid)`` -> ``{"device": cuda device index, "values": {variable: value}, "network":
-    the plugin its "Using network" line names, or None}`` for every process that logged NCCL lines
-    (``values`` empty when it reported no variable).
+    """``(node rank, pid)`` -> ``{"device", "values": {variable: value}, "network"}`` for every process
+    that logged NCCL lines (``network``: the plugin its "Using network" line names, or None).
 
     A variable logged twice by one process (one line per communicator) keeps the last value."""
     out: dict[ProcessKey, dict[str, Any]] = {}

@@ -1,22 +1,9 @@
 """NCCL's network variables against one node: does the value name something that exists there?
 
-``NCCL_SOCKET_IFNAME`` and ``NCCL_IB_HCA`` are lists NCCL matches against the node's interfaces and
-HCAs (``matchIfList`` in NCCL's ``misc/utils.cc``, read in ``os/linux.cc`` and
-``transport/net_ib/init.cc``): each entry a name *prefix* (``eth`` matches ``eth0`` and ``eth10``;
-``mlx5_1`` also ``mlx5_10``), ``=`` before the list makes every entry an exact name, ``^`` before
-that excludes what matches instead, and an HCA entry may name a port (``mlx5_0:1``). NCCL
-considers only interfaces with an address and HCA ports in the ACTIVE state.
-
-A value that matches nothing does not fail where it is set. ``NCCL_SOCKET_IFNAME`` fails NCCL's
-bootstrap ("Bootstrap : no socket interface found") once the engine's ranks build their first
-communicator, minutes into a trial of a large model. ``NCCL_IB_HCA`` fails nothing at all: NCCL
-logs "NET/IB : No device found." and carries every inter-node all-reduce over TCP sockets, a
-trial that runs, measures, and means nothing. ``NCCL_IB_GID_INDEX`` on a RoCE port whose table has
-no such GID fails or hangs the connection. So the preflight runs ``node_problems`` on every node
-that may hold an engine rank, before the first trial, and names node, field and value.
-
-What this reads (``root`` lets a test lay out its own tree): ``/sys/class/net`` and the
-addresses ``psutil`` reports, ``/sys/class/infiniband/<hca>/ports/<port>/{state,link_layer,gids/}``.
+``parse_interface_list`` reads ``NCCL_SOCKET_IFNAME`` / ``NCCL_IB_HCA`` as NCCL's ``matchIfList``
+(``misc/utils.cc``) does. ``node_problems`` runs on a node and names each value that matches no
+interface with an address, no ACTIVE HCA port, or (``NCCL_IB_GID_INDEX``) no GID there. It reads
+``/sys/class/net``, the addresses ``psutil`` reports and ``/sys/class/infiniband`` (under ``root``).
 """
 
 from __future__ import annotations
@@ -212,13 +199,12 @@ def node_problems(settings: Iterable[tuple[str, str, str]], *, env: Mapping[str,
     """Run on a node: every ``(field, variable, value)`` that cannot work there.
 
     Args:
-        settings: The node-checked values a trial may set (fixed ones and searched ones), each with
-            the spec field that holds it.
-        env: The engine's fixed environment (a searched ``NCCL_IB_GID_INDEX`` is judged on the
-            ports its fixed ``NCCL_IB_HCA`` selects).
+        settings: The node-checked values a trial may set (fixed and searched), each with the spec
+            field that holds it.
+        env: The engine's fixed environment (its ``NCCL_IB_HCA`` selects the ports a searched
+            ``NCCL_IB_GID_INDEX`` is judged on).
         inherited: Variables to judge in this process's own environment too, where ``env`` does
-            not set them: a value a node's pod or shell gave ``ray start`` reaches every engine
-            on that node (and every trial that leaves the variable at NCCL's default).
+            not set them (a value given to ``ray start`` reaches every engine on the node).
         root: The filesystem root to read (a test's tree).
         environ: This process's environment (default ``os.environ``).
 

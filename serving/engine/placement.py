@@ -1,14 +1,9 @@
 """Where one engine's parts go: the placement-group bundles of a trial (or a replica), and the
 bundle each node's EngineHost takes.
 
-On one node (``nnodes`` 1) bundle 0 is the caller's (the trial function and its load generator,
-CPUs only) and bundle 1 holds the engine's GPUs, packed on one node (``STRICT_PACK``); a CPU
-engine reserves no GPUs, and Ray refuses an empty bundle, so its host shares bundle 0.
-
-Across nodes there is one bundle per node, each on a node of its own (``STRICT_SPREAD``): bundle
-0 holds the caller's CPUs and node rank 0's GPUs (the caller talks to rank 0's HTTP server, so
-they share a node), bundle ``r`` node rank ``r``'s GPUs. Without GPUs (the CPU reference engine)
-a node's bundle holds one CPU, the engine's own, since a bundle cannot be empty.
+One node: bundle 0 is the caller's CPUs, bundle 1 the engine's GPUs (``STRICT_PACK``); a CPU engine's
+host shares bundle 0. Across nodes: a bundle per node (``STRICT_SPREAD``), bundle 0 the caller's
+CPUs and node rank 0's GPUs, bundle ``r`` node rank ``r``'s GPUs (one CPU without GPUs).
 """
 
 from __future__ import annotations
@@ -60,12 +55,10 @@ class EnginePlacement:
 
 
 def engine_placement(*, gpus: int, cpus: float, nnodes: int = 1) -> EnginePlacement:
-    """The placement of one engine of ``gpus`` GPUs over ``nnodes`` nodes, with ``cpus`` CPUs for
-    its caller (see the module docstring).
+    """The placement of one engine of ``gpus`` GPUs over ``nnodes`` nodes, with ``cpus`` CPUs for its caller.
 
     Raises:
-        ValueError: ``gpus`` does not split evenly over ``nnodes`` (every node holds as many
-            TP ranks, SGLang's ``tp_size / nnodes``).
+        ValueError: ``nnodes`` < 1, or ``gpus`` does not split evenly over ``nnodes``.
     """
     if nnodes < 1:
         raise ValueError(f"nnodes={nnodes}: an engine runs on at least one node")
@@ -89,11 +82,11 @@ def _fits(node: Mapping[str, float], bundle: Mapping[str, float]) -> bool:
 
 
 def placements_that_fit(nodes: Sequence[Mapping[str, float]], placement: EnginePlacement, *, most: int = 1) -> int:
-    """How many copies of ``placement`` (up to ``most``) the nodes' free resources hold at once: each
-    copy's bundles all on one node (``STRICT_PACK``), or each bundle on a node no other bundle of
-    that copy has (``STRICT_SPREAD``); bundles placed largest first on the first node with room,
-    what they take subtracted before the next. Greedy, as a preflight's answer: it can say "no"
-    where a cleverer packing would fit, never "yes" where nothing would."""
+    """How many copies of ``placement`` (up to ``most``) the nodes' free resources hold at once.
+
+    Greedy (bundles largest first, on the first node with room): it can say "no" where a cleverer
+    packing would fit, never "yes" where nothing would.
+    """
     free = [dict(node) for node in nodes]
     placed = 0
     while placed < most:

@@ -1,19 +1,10 @@
 """What the sweep's and ``spectune serve``'s preflights share: "can this engine start here?" and
-"does the cluster have a node for it?", answered in seconds instead of after minutes of Ray
-waiting for a node that does not exist or of engine launches retried.
+"does the cluster have a node for it?", answered in seconds.
 
-* ``engine_problems`` runs on the node that will run the engine (in-process for a local cluster,
-  or in a Ray task placed like the engine, ``run_where_placed``) and returns plain data: the
-  engine's package imports there, local model and draft paths exist there (a hub id ``org/name``
-  is accepted with a note), a reference-engine preset is a known one.
-* ``alive_nodes`` / ``units_that_fit`` / ``wait_for_fit``: the cluster's nodes and how many
-  placement units (one trial, one replica: resources that must share a node) they can hold.
-* ``network_problems``: NCCL's node-checked variables (``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``,
-  ``NCCL_IB_GID_INDEX``) judged on every live node that can hold an engine rank, in a Ray task
-  pinned to each (``serving.engine.nccl_network``): a value that names nothing on a node fails
-  there in seconds instead of after an engine's start.
-
-Each caller words its own message (its own field names and options); these only measure.
+``engine_problems`` runs on the engine's node (``run_where_placed`` puts it there);
+``alive_nodes`` / ``units_that_fit`` / ``wait_for_fit`` measure the cluster's nodes;
+``network_problems`` judges NCCL's node-checked variables on every node that can hold an engine
+rank. Each returns data; the caller words its own message.
 """
 
 from __future__ import annotations
@@ -121,8 +112,6 @@ def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
     return {"problems": problems, "notes": notes, "node": node}
 
 
-# --- the cluster's nodes -----------------------------------------------------------------------
-
 
 def alive_nodes() -> list[dict[str, float]]:
     """The total resources of each live node of the connected Ray cluster."""
@@ -210,8 +199,6 @@ def run_where_placed(fn: Callable[..., Any], *, bundles: list[dict[str, float]],
     finally:
         remove_placement_group(group)
 
-
-# --- NCCL's network variables, on every node ----------------------------------------------------
 
 NETWORK_CHECK_TIMEOUT_S = 60.0
 """How long the network check may take on all nodes together (a task per node, no resources)."""

@@ -1,16 +1,9 @@
 """EngineProcess: start an engine, wait until it serves, stop it and prove nothing is left.
 
-The one lifecycle used by the sweep, by Serve and by the tests, for SGLang and the reference
-engine alike. The engine runs in its own session (process group) so that the whole tree — server,
-TP workers, their helpers — can be signalled at once; Ray does not reliably reap grandchildren,
-so ``stop()`` does not return until every process of the tree is gone and the port is closed
-(the tree is tracked by ``serving.engine.process_tree.ProcessTree``). Output goes to a log file
-(never an unread pipe, which would block a chatty engine).
-
-Failures are ``serving.errors.EngineError`` subclasses whose ``reason`` the sweep maps to a trial
-reason: ``launch_failed`` (cannot run, or exited before it was ever healthy), ``timeout`` (not
-healthy by the deadline), ``died`` (exited after it had been healthy), ``not_healthy`` (alive but
-failing its health check, or not started), ``stop_failed`` (something survived ``stop()``).
+The one lifecycle used by the sweep, by Serve and by the tests, for SGLang and the reference engine
+alike. The engine runs in its own session, its output goes to a log file, and ``stop()`` returns
+only once every process of its tree (``ProcessTree``) is gone and its port is closed. Failures are
+``serving.errors.EngineError`` subclasses.
 """
 
 from __future__ import annotations
@@ -61,9 +54,6 @@ def _port_open(host: str, port: int) -> bool:
 
 def _exit_words(code: int) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-
-
-"""Health checks go straight to the engine, whatever http_proxy says."""
 
 
 @dataclass(frozen=True)
@@ -118,15 +108,12 @@ class EngineProcess:
         Args:
             command: What to run (argv, the config's env, host and port).
             log_path: File the engine's stdout and stderr are appended to.
-            apply_env: Add ``command.env`` to the launch environment. The Ray host passes False:
-                there the variables must arrive through the actor's runtime_env, and the audit
-                proves they did.
+            apply_env: Add ``command.env`` to the launch environment (False where the variables must
+                arrive through a Ray runtime_env, which the audit then proves).
             base_env: Environment to start from (default: this process's ``os.environ``).
             start_timeout_s: Default deadline for ``wait_healthy``.
             die_with_parent: Have the kernel SIGTERM the engine if this process dies (through
-                ``serving.engine.exec_wrapper``, which sets the signal and then execs the engine:
-                no Python runs between fork and exec here, which in a multi-threaded launcher
-                such as a Ray actor could deadlock). The engine's argv and pid are unchanged.
+                ``serving.engine.exec_wrapper``; argv and pid are unchanged).
         """
         self.command = command
         self.log_path = Path(log_path)
@@ -172,8 +159,6 @@ class EngineProcess:
             die_with_parent=die_with_parent,
         )
 
-    # --- properties ------------------------------------------------------------------------
-
     @property
     def url(self) -> str:
         """Base URL of the engine's HTTP API."""
@@ -188,8 +173,8 @@ class EngineProcess:
 
     @property
     def launch_env(self) -> dict[str, str]:
-        """The whole environment the server process was started with (a copy): what the engine's
-        own rules for the variables it manages read (``serving.engine.command.engine_managed_env``)."""
+        """The whole environment the server process was started with (a copy), as
+        ``serving.engine.command.engine_managed_env`` reads it."""
         if self._launch_env is None:
             raise EngineNotReady("engine not started")
         return dict(self._launch_env)
@@ -211,8 +196,6 @@ class EngineProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    # --- lifecycle -------------------------------------------------------------------------
-
     def start(self) -> None:
         """Launch the engine in its own session, output appended to ``log_path``.
 
@@ -229,8 +212,7 @@ class EngineProcess:
             env.update(self.command.env)
         program = self.command.argv[0]
         if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
-            # Checked here because through the exec wrapper a missing program would only show
-            # as an exit code: say it at once, as Popen would without the wrapper.
+            # through the exec wrapper a missing program would only show as an exit code
             raise EngineLaunchError(f"cannot run {program!r}: not an executable file, nor on the launch PATH")
         argv = (
             wrapped_argv(self.command.argv, parent_pid=os.getpid(), env=env)
@@ -250,7 +232,7 @@ class EngineProcess:
             raise EngineLaunchError(f"cannot run {argv[0]}: {exc}") from None
         self._popen, self._log, self._was_healthy = popen, log, False
         self._launch_env = env
-        self._tree = ProcessTree(popen.pid)  # before anything can reap it: the pid is surely ours
+        self._tree = ProcessTree(popen.pid)  # before anything can reap it
         logger.info("engine starting: pid %d, %s, log %s", popen.pid, self.url, self.log_path)
 
     def _get(self, path: str, *, timeout_s: float) -> int:
@@ -273,9 +255,7 @@ class EngineProcess:
         )
 
     def wait_healthy(self, *, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
-        """Return once ``/health_generate`` answers 200.
-
-        Checks ``poll()`` on every loop so a crashed engine fails at once, not at the deadline.
+        """Return once ``/health_generate`` answers 200; an engine that exits fails at once.
 
         Raises:
             EngineLaunchError: the engine exited before it was ever healthy (``launch_failed``).
@@ -358,13 +338,12 @@ class EngineProcess:
     def stop(self, *, grace_s: float = 15.0, port_timeout_s: float = 30.0) -> StopReport:
         """Stop the engine and return only when no process of it is alive and its port is closed.
 
-        SIGTERM to the process group (SGLang and the reference engine shut their workers down on
-        it), then after ``grace_s`` SIGKILL to every process of the tree still alive.
+        SIGTERM to the process group, then after ``grace_s`` SIGKILL to every process of the tree still
+        alive.
 
         Raises:
-            EngineStopError: a process or the port survived SIGKILL (``survivors`` / ``port``
-                name them). The engine counts as stopped either way: a second ``stop()`` is a
-                no-op.
+            EngineStopError: a process or the port survived SIGKILL (``survivors`` / ``port`` name
+                them). The engine counts as stopped either way: a second ``stop()`` is a no-op.
         """
         if self._popen is None:
             return StopReport(exit_code=None, escalated=False, stopped_pids=())
@@ -415,14 +394,12 @@ class EngineProcess:
         return StopReport(exit_code=exit_code, escalated=escalated, stopped_pids=tree.seen)
 
     def stop_quietly(self) -> None:
-        """``stop()`` on a failure path: a problem while stopping is logged, never allowed to
-        replace the error (with its log tail) that is already on its way up."""
+        """``stop()`` on a failure path: a problem while stopping is logged, never raised over the error
+        already on its way up."""
         try:
             self.stop()
         except Exception:  # noqa: BLE001 - the original error matters more
             logger.exception("engine on port %d: cleanup after a failed start also failed", self.command.port)
-
-    # --- context manager -------------------------------------------------------------------
 
     def __enter__(self) -> "EngineProcess":
         self.start()

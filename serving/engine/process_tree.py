@@ -1,18 +1,8 @@
 """ProcessTree: every process one launched engine ever had, so that all of it can be stopped.
 
-A launched engine is a leader in its own session (``start_new_session=True``) with descendants
-(TP workers and their helpers). Three things make "the engine's processes" hard to pin down
-after the fact, and this class handles each:
-
-- once the leader dies its workers are re-parented, so they are no longer its descendants: they
-  are remembered from before (``remember()``, called whenever the tree is looked at);
-- a process spawned after the last look is found through the process group; only members
-  created no earlier than the leader count, so a reused group id cannot pull in strangers;
-- a pid may be reused by an unrelated process: processes are kept as ``psutil.Process`` objects,
-  which refuse to signal a pid whose creation time no longer matches.
-
-The leader itself is reaped by whoever launched it (``Popen``, which needs its exit code); this
-class never waits for it.
+The tree is the session leader's descendants as last seen (kept after re-parenting), plus any
+process of its group created no earlier than the leader. Processes are kept as ``psutil.Process``
+objects, which refuse to signal a reused pid. The leader is reaped by its launcher, never here.
 """
 
 from __future__ import annotations
@@ -35,10 +25,7 @@ class ProcessTree:
     """The processes of one engine: its leader, every descendant seen, its process group."""
 
     def __init__(self, leader_pid: int) -> None:
-        """Start tracking the tree of ``leader_pid``.
-
-        Call right after launching it, before anything can reap it (the pid is then certainly
-        the launched process).
+        """Start tracking the tree of ``leader_pid``; call right after launching it, before anything can reap it.
 
         Raises:
             psutil.NoSuchProcess: the leader is already gone and reaped.
@@ -99,11 +86,8 @@ class ProcessTree:
         return alive
 
     def signal(self, sig: signal.Signals, processes: list[psutil.Process] | None = None) -> None:
-        """Send ``sig`` to the process group and to each of ``processes`` (default: ``live()``).
-
-        The group is signalled only while its leader is unreaped (so the id is still ours); the
-        processes one by one as well, which reaches those that left the group (``setsid``).
-        """
+        """Send ``sig`` to the process group (while its leader is unreaped) and to each of ``processes``
+        (default: ``live()``), which reaches those that left the group."""
         targets = self.live() if processes is None else processes
         if self._leader_unreaped():
             try:

@@ -1,9 +1,6 @@
 """The range checks the command line and the request validation share (stdlib only).
 
-A value the reference engine accepts must never fail later in a TP worker, far from its cause
-(a seed torch cannot unpack, a NaN temperature in ``torch.multinomial``): such a failure takes the
-whole server down with every request in flight. So every number is checked where it enters, with
-one message shape everywhere: the field as the client spelled it, the value, and what is allowed.
+Messages name the field as the client spelled it, the value, and what is allowed.
 """
 
 from __future__ import annotations

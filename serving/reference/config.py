@@ -1,20 +1,8 @@
 """Model presets of the reference engine: named shapes whose weights are generated from a seed.
 
-``--model-path`` names a preset (no files, no downloads). Each preset fixes the transformer's
-shape, its dtype, the seed its weights come from, and the two knobs that make speculative decoding
-behave like a trained EAGLE head on random weights:
-
-* ``draft_layers``: the draft is an early exit of the target after this many layers, read out
-  through the target's own final norm and output layer (LayerSkip-style self-speculation: the
-  draft reads the target's hidden states of those layers through the shared KV cache).
-* ``deep_residual_scale``: the residual contributions of layers ``>= draft_layers`` are scaled by
-  this factor. Near 0 the early exit always agrees with the full model (acceptance saturates at
-  steps + 1); near 1 it is an unrelated random function (acceptance near 1). In between it agrees
-  often but not always, so accept length rises with ``--speculative-num-steps`` and saturates.
-
-Draft paths: ``--speculative-draft-model-path`` may be ``<preset>-draft`` (the early exit at the
-preset's ``draft_layers``), ``<preset>-draft-L<k>`` (exit after ``k`` layers), or the target's own
-name (same as ``<preset>-draft``).
+``--model-path`` names a preset (no files, no downloads); ``--speculative-draft-model-path``
+names its early-exit draft. The presets and the draft are described in docs/reference-engine.md
+("Presets").
 """
 
 from __future__ import annotations
@@ -35,8 +23,7 @@ DTYPE_BYTES: Mapping[str, int] = {"float64": 8, "float32": 4, "bfloat16": 2, "fl
 
 
 def scratch_columns(*, num_steps: int, eagle_topk: int, num_draft_tokens: int) -> int:
-    """KV columns past a request's prefix that one speculative cycle writes: the draft's inputs
-    (the root, then ``eagle_topk`` leaves per further step) or the verified nodes, whichever is more."""
+    """KV columns past a request's prefix that one speculative cycle writes (draft or verify)."""
     return max(num_draft_tokens, 1 + (num_steps - 1) * eagle_topk)
 
 
@@ -52,19 +39,16 @@ class ModelPreset:
         intermediate_size: SwiGLU width; must divide by the TP size.
         vocab_size: Byte tokens + special tokens (+ padding).
         context_length: Default ``--context-length``.
-        dtype: Default ``--dtype``. float64 keeps greedy decoding bit-stable across batch shapes
-            (verify of k tokens vs decode of 1), which the lossless-greedy guarantee relies on.
+        dtype: Default ``--dtype``.
         seed: Default weight seed (``--random-seed`` overrides it).
         draft_layers: Early-exit depth of the default draft.
         deep_residual_scale: Scale of the residual contributions of layers >= draft_layers.
-        logit_scale: Multiplies the output layer; larger gives peakier distributions.
+        logit_scale: Multiplies the output layer.
         rope_theta: Rotary embedding base.
         default_max_running_requests: ``--max-running-requests`` without speculation.
         auto_speculative: (steps, topk, draft tokens) chosen when all three are unset.
-        architecture: The ``architectures[0]`` SGLang would read from a config.json, which decides
-            whether SGLang turns on FlashInfer all-reduce fusion (``serving.all_reduce_rules``);
-            ``--json-model-override-args '{"architectures": [...]}'`` overrides it, as in SGLang.
-            A DeepSeek-class default, matching the (3, 1, 4) auto choice.
+        architecture: ``architectures[0]`` of the model config, read by SGLang's all-reduce
+            fusion rule; ``--json-model-override-args`` overrides it.
         description: One line for the docs and ``/v1/models``.
     """
 
@@ -92,8 +76,7 @@ class ModelPreset:
 
     @property
     def max_context_length(self) -> int:
-        """Longest ``--context-length`` accepted: twice the default. The model's rotary table
-        covers it plus ``ROPE_MARGIN`` positions, room for the deepest draft tree beyond it."""
+        """Longest ``--context-length`` accepted: twice the default."""
         return 2 * self.context_length
 
     @property
@@ -102,8 +85,7 @@ class ModelPreset:
         return (END_OF_TURN_ID,)
 
     def weight_elements(self, tp_size: int) -> int:
-        """Parameters one TP rank holds: the replicated embedding, output layer and norms, and
-        its shard of the attention and MLP matrices."""
+        """Parameters one TP rank holds (replicated ones and its shards)."""
         h, layers = self.hidden_size, self.num_layers
         replicated = 2 * self.vocab_size * h + (2 * layers + 1) * h
         return replicated + layers * (4 * h * h + 3 * h * self.intermediate_size) // tp_size

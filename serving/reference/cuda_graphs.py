@@ -1,34 +1,8 @@
-"""Decode in CUDA graphs, as SGLang does: capture the decode step (or, under speculation, the
-draft loop and the target's verify forward) once per batch size at start, then replay.
+"""Decode in CUDA graphs, as SGLang does: capture the decode step (under speculation, the draft
+loop and the target's verify forward) per batch size and key length at start, then replay.
 
-Why: an eager decode step of the GPU presets launches a few thousand small kernels from Python,
-so its time follows the host's CPU, not the GPU (measured on a shared H200 host: CV 12% over
-repetitions, throughput correlated with a CPU loop timed beside it). A replayed graph launches
-them all at once. SGLang's own decode is captured the same way, so the stand-in's step now costs
-what the configuration costs on the GPU.
-
-What follows SGLang 0.5.23 (``serving.cuda_graph_rules`` has the rule and its sources):
-
-* the sizes captured (``--cuda-graph-bs-decode``, ``--cuda-graph-max-bs-decode``, the default
-  list under speculation, the request-pool cut), largest first, two warm-up runs each;
-* a batch pads up to the next captured size (``bisect_left``); a larger one runs eagerly;
-  ``--disable-cuda-graph-padding`` replays exact sizes only;
-* the draft loop is captured only when ``--speculative-num-steps`` > 1 (SGLang builds its draft
-  runner only then); the verify forward always;
-* the log lines ``Capture target verify CUDA graph begin/end`` (``target decode`` without
-  speculation) and ``Capture draft decode CUDA graph begin/end``.
-
-What differs, and why: SGLang's attention kernels read each request's own length from device
-memory (paged KV, FlashInfer), so one graph per batch size serves every length. The reference
-engine's attention is dense (``cache[:B, :L]``), and a graph fixes ``L``. So each size is
-captured at a few key lengths (powers of two from 256, and the cache's full width), and a step
-replays the shortest that holds its longest request: it reads at most twice the keys an eager
-step reads. The KV cache is allocated whole before capture (a graph keeps its tensors'
-addresses), which is why ``max_running_requests`` may shrink to fit the GPU
-(``serving.reference.server_args``).
-
-Padded rows run on cache rows past the running requests with a prefix of 0 and token 0: they
-write scratch KV that no running request reads, and are dropped from the outputs.
+Sizes and padding follow ``serving.cuda_graph_rules``; the rationale and the differences from
+SGLang are in docs/reference-engine.md ("Decode CUDA graphs").
 """
 
 from __future__ import annotations
@@ -56,8 +30,7 @@ WARMUP_RUNS = 2  # SGLang: two warm-up forwards per shape before its capture
 
 
 def key_length_buckets(max_cols: int) -> list[int]:
-    """The key lengths each batch size is captured at: powers of two from 256 below the cache's
-    width, then the width itself (so every request fits the last)."""
+    """Powers of two from 256 below ``max_cols``, then ``max_cols`` itself."""
     buckets = []
     length = SMALLEST_KEY_LENGTH
     while length < max_cols:
@@ -69,11 +42,7 @@ def key_length_buckets(max_cols: int) -> list[int]:
 
 @dataclasses.dataclass
 class _Recorded:
-    """One captured shape: its graph and the output tensors a replay overwrites.
-
-    Without a graph (``graph is None``: the CPU test path) a replay runs the function again, so
-    the static-buffer, padding and key-length logic is the same code with or without CUDA.
-    """
+    """One captured shape: its graph (None on the CPU test path: replay reruns ``run``) and output."""
 
     run: Callable[[], object]
     graph: Optional["torch.cuda.CUDAGraph"]
@@ -145,7 +114,6 @@ class DecodeGraphs:
         self._recorded: dict[tuple[str, int, int], _Recorded] = {}
         self._pool = torch.cuda.graph_pool_handle() if use_cuda_graphs else None
 
-    # ----------------------------------------------------------------------------- capture
     @property
     def captures_draft(self) -> bool:
         """SGLang builds its draft runner only for ``--speculative-num-steps`` > 1."""
@@ -240,7 +208,6 @@ class DecodeGraphs:
         free, _total = torch.cuda.mem_get_info(self.model.device)
         return free / 2**30
 
-    # ----------------------------------------------------------------------------- replay
     def _shape(self, batch: int, longest: int) -> Optional[tuple[int, int]]:
         """(captured size, key length) for a batch, or None: run it eagerly."""
         bs = graph_batch_size(batch, self.sizes, pad=self.pad)

@@ -1,9 +1,8 @@
 """The HTTP process's side of the engine (SGLang's TokenizerManager, minus the tokenizer work).
 
-Sends validated requests to rank 0, receives token batches on a reader thread, and hands each
-request's tokens to the coroutine waiting for them. It also keeps what ``/server_info`` and
-``/metrics`` report, and notices a dead worker (the server then exits, as SGLang does when a
-scheduler process dies).
+Sends requests to rank 0, receives token batches on a reader thread and hands each request's
+tokens to its waiting coroutine; keeps what ``/server_info`` and ``/metrics`` report, and
+reports a dead worker.
 """
 
 from __future__ import annotations
@@ -103,7 +102,6 @@ class EngineClient:
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
 
-    # ----------------------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the reader thread (after the workers are ready)."""
         self._loop = loop
@@ -123,7 +121,6 @@ class EngineClient:
     def is_in_flight(self, rid: str) -> bool:
         return rid in self._states
 
-    # ----------------------------------------------------------------------------- requests
     def submit(self, req: GenerateReq) -> RequestState:
         """Send ``req`` to the workers; its tokens arrive through ``updates``.
 
@@ -153,8 +150,7 @@ class EngineClient:
             while True:
                 new_ids = await state.queue.get()
                 if state.finished:
-                    # The engine is done: what is still queued goes out with this, as the last
-                    # update, so no chunk rendered from the finished state claims to be an earlier one.
+                    # Fold what is still queued into the last update.
                     while not state.queue.empty():
                         new_ids = (*new_ids, *state.queue.get_nowait())
                     yield state, new_ids, True
@@ -198,7 +194,6 @@ class EngineClient:
         done = await asyncio.wait_for(fut, timeout=60.0)
         return done.success, done.message
 
-    # ----------------------------------------------------------------------------- reader side
     def _read_loop(self) -> None:
         conn = self.workers.rank0
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.workers.processes)}
@@ -331,25 +326,15 @@ class EngineClient:
             )
         state.queue.put_nowait(new)
 
-    # ----------------------------------------------------------------------------- reporting
     def meta_info(self, state: RequestState, *, decode: Optional[Callable[[int], str]] = None) -> dict[str, Any]:
-        """SGLang's ``meta_info`` for a request, keys as the newest SGLang sends them (0.5.23:
-        ``TokenizerManager._handle_batch_output`` and ``_calculate_spec_decoding_metrics`` in
-        ``srt/managers/tokenizer_manager.py``; some development versions split them into
-        ``tokenizer_manager_components/``).
+        """SGLang's ``meta_info`` for a request (``TokenizerManager._handle_batch_output``).
 
-        ``e2e_latency`` and the speculative keys come with the final output only, and the latter
-        only once a verify ran (a request that finished at prefill has none), as in SGLang. The
-        draft counters carry the new names (``spec_num_correct_drafts``,
-        ``spec_num_proposed_drafts``, ``spec_correct_drafts_histogram``) and, like the
-        compatibility aliases some SGLang versions sent (0.5.23 sends the new names only), the old ones (``spec_accepted_drafts``, ``spec_proposed_drafts``,
-        ``spec_accept_histogram``). Per-request accept length counts the prefill token:
-        completion_tokens / spec_verify_ct, as SGLang computes it.
+        The keys are listed in docs/reference-engine.md ("HTTP API").
 
         Args:
             state: The request.
-            decode: Token id -> text for the logprob tuples (SGLang's
-                ``return_text_in_logprobs``); None puts None there, SGLang's default.
+            decode: Token id -> text for the logprob triples (``return_text_in_logprobs``);
+                None puts None there.
         """
         completion = len(state.output_ids)
         req = state.req

@@ -1,44 +1,7 @@
-"""Fault switches of the reference engine, read from ``SPECTUNE_REFERENCE_FAULT``.
+"""Fault switches of the reference engine, parsed from ``SPECTUNE_REFERENCE_FAULT``.
 
-They exist so the code that launches engines (spectune's EngineProcess, the sweep, Serve) can
-test its failure paths against a real server. Switches go through the environment, not flags, so
-the command line stays exactly SGLang's. Several may be combined with ``;``.
-
-* ``crash_on_start``: exit 1 before binding the port.
-* ``hang_on_start``: bind the port and spawn the workers, then never become healthy
-  (``/health`` and ``/health_generate`` answer 503 until the process is stopped).
-* ``die_after_tokens:N``: the HTTP (server) process exits hard (``os._exit(1)``, no cleanup) as
-  soon as it has received N generated tokens in total; the workers die with it.
-* ``die_after_tokens:N@NAME=VALUE``: the same, but only if the server process's environment has
-  ``NAME`` set to ``VALUE``; otherwise the switch is off (and the log says so). A sweep puts it in
-  its fixed env and so arms it for the trials that set ``NAME=VALUE`` only (for example
-  ``die_after_tokens:1500@NCCL_ALGO=Tree``).
-* ``die_after_steps:N@node_rank=R[@NAME=VALUE]``: one node of an engine across nodes dies: once the TP ranks
-  of node rank ``R`` (``--node-rank``) have run N scheduler steps (prefills, decode steps and
-  speculative cycles; the warm-up request's count), its first rank logs it and SIGKILLs its
-  node's engine process, and the node's other ranks die with it (``PR_SET_PDEATHSIG``): the node
-  vanishes as a crashed machine would, mid-generation. The switch is off on every other node,
-  and each node's log says which (armed or off). The ranks of the other nodes then fail their
-  next collective with it: node 0 exits 1 ("the server cannot continue"), a node of rank >= 1
-  exits 1 naming its node rank. Without ``@node_rank=R`` it is armed on every node; with
-  ``@NAME=VALUE`` only where the node's engine process has that variable (a sweep arms it for one
-  trial: ``die_after_steps:12@node_rank=1@NCCL_ALGO=Tree``).
-* ``late_env:NAME[,NAME...]``: the named variables are popped from ``os.environ`` while the TP
-  workers are spawned and restored afterwards, so the server process has them and the workers do
-  not (the bug of setting NCCL_* after the engine started).
-* ``corrupt_allreduce_when:NAME=VALUE``: each TP worker checks its *own* environment (what it was
-  spawned with); where ``NAME`` is ``VALUE`` there, every all-reduce result is perturbed
-  deterministically (a quarter of each value's neighbour is added to it), the same on every
-  rank, so greedy output differs from the baseline while the server stays healthy: silent data
-  corruption, as forcing ``NCCL_PROTO=LL128`` can cause on some platforms
-  (``corrupt_allreduce_when:NCCL_PROTO=LL128``). A correctness probe must reject such a config.
-  With ``--tp-size 1`` there is no all-reduce, so the switch does nothing (the worker logs that).
-
-On a node of rank >= 1 (``serving.reference.follower``) ``die_after_tokens`` is off (it counts
-the tokens node 0's HTTP server receives) and ``hang_on_start`` spawns the ranks but never binds
-the health port; the other switches act there as on node 0.
-
-Values of secret-looking variables (``serving.redaction``) are never printed back.
+They let the code that launches engines test its failure paths against a real server; the
+switches and their syntax are listed in docs/reference-engine.md ("Fault switches").
 """
 
 from __future__ import annotations
@@ -77,7 +40,7 @@ class EnvCondition:
 
 @dataclasses.dataclass(frozen=True)
 class Faults:
-    """The parsed switches (see the module docstring); ``str()`` spells them as they were set."""
+    """The parsed switches; ``str()`` spells them as they were set."""
 
     crash_on_start: bool = False
     hang_on_start: bool = False
@@ -130,12 +93,7 @@ class Faults:
 
 
 class CorruptedAllReduce:
-    """A TP group whose all-reduce results are perturbed (``corrupt_allreduce_when``).
-
-    The perturbation is a function of the reduced tensor alone, so every rank computes the same
-    corrupted values and the ranks stay in lockstep (the server stays healthy); only the numbers
-    are wrong. Everything else is the wrapped group's.
-    """
+    """A TP group whose all-reduce results are perturbed the same way on every rank."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner

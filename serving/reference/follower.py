@@ -1,25 +1,10 @@
 """A node of rank >= 1 (``--node-rank`` R > 0 of ``--nnodes`` N): its TP ranks and a health server.
 
-What SGLang 0.5.23 does on such a node (``Engine._launch_subprocesses`` in
-``srt/entrypoints/engine.py``; ``launch_server`` in ``srt/entrypoints/http_server.py`` returns
-early for it): start the schedulers of the node's TP ranks, wait until they are ready, serve
-``launch_dummy_health_check_server`` (``srt/utils/common.py``: ``/ping``, ``/health`` and
-``/health_generate`` answer 200, plus ``/metrics`` with ``--enable-metrics``) on ``--host`` /
-``--port``, and block until the schedulers exit. No tokenizer, no ``/generate``, no ``/v1``: the
-API is node 0's. The ranks take part in every collective and get node 0's control broadcasts,
-so they stop when rank 0 broadcasts a shutdown (SGLang's ShutdownReq; here
-``protocol.Shutdown``, sent when node 0 is stopped) and fail when rank 0 is gone (the
-collective errors). SIGTERM only logs SGLang's line ("SIGTERM received on node_rank R; waiting
-for the rank-0 ShutdownReq broadcast to stop the schedulers."): such a node cannot stop its
-ranks on its own without breaking the collectives of the others.
-
-What spectune adds, so that no process is ever left behind: after that line the node waits
-``SIGTERM_GRACE_S`` for rank 0's broadcast, then stops its ranks anyway and exits; and it exits
-as soon as its ranks have, saying why, with the node rank in every line.
+Mirrors SGLang 0.5.23's ``Engine._launch_subprocesses`` for such a node, with
+``launch_dummy_health_check_server``; see docs/reference-engine.md ("Across nodes").
 
 Exit status: 0 after rank 0's shutdown broadcast or a SIGTERM/SIGINT; 1 when a rank failed or
-died (its collective with a rank that is gone failed: node 0 stopped hard, or another node
-died), when the ranks never became ready, or when the health port is taken.
+died, when the ranks never became ready, or when the health port is taken.
 """
 
 from __future__ import annotations
@@ -41,15 +26,11 @@ __all__ = ["SIGTERM_GRACE_S", "build_health_app", "serve_follower"]
 logger = logging.getLogger(__name__)
 
 SIGTERM_GRACE_S = 5.0
-"""How long a signalled node waits for rank 0's shutdown broadcast before it stops its ranks
-itself: well inside spectune's ``EngineProcess.stop`` grace (15 s), so the node exits on its own."""
+"""How long a signalled node waits for rank 0's shutdown broadcast before stopping its ranks itself."""
 
 
 def build_health_app(*, enable_metrics: bool) -> web.Application:
-    """SGLang's ``launch_dummy_health_check_server``: 200 on ``/ping``, ``/health`` and
-    ``/health_generate`` (no generation behind it), and with ``--enable-metrics`` a ``/metrics``
-    that is empty here (SGLang's shows the node's own multiprocess registry; this node's ranks
-    record nothing: the request metrics are node 0's)."""
+    """SGLang's ``launch_dummy_health_check_server``: 200 on the health routes, an empty ``/metrics``."""
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -78,7 +59,7 @@ async def serve_follower(args: ServerArgs, *, faults: Faults) -> int:
         if signalled.is_set():
             return
         if ready:
-            # SGLang's own line (srt/entrypoints/engine.py), word for word.
+            # SGLang's line (srt/entrypoints/engine.py).
             logger.warning(
                 "%s received on node_rank %d; waiting for the rank-0 ShutdownReq broadcast to stop the schedulers.",
                 sig.name, node,

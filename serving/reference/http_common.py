@@ -1,13 +1,7 @@
 """What the native and the OpenAI routes share: state, reading a body, errors, streams, checks.
 
-Both route modules (``native_api``, ``openai_api``) build on this one and register themselves on
-the app that ``http_server.build_app`` creates; neither imports the other.
-
-A request must never be able to take the server down or earn a 500: whatever the body holds
-(bytes that are not UTF-8, an unknown charset, NaN, lone surrogates, a JSON document nested
-100,000 deep, more than ``MAX_BODY_BYTES``), ``read_json`` turns it into a ``RequestError`` with
-a status (400, 413) and a message; ``route`` renders it in the route's own error shape. A client
-that goes away is a normal event: logged at debug level, its request aborted (and counted so).
+Bad input becomes a ``RequestError`` (400, 413, 503) that ``route`` renders in the route
+family's error shape; see docs/reference-engine.md ("Bad input").
 """
 
 from __future__ import annotations
@@ -140,7 +134,6 @@ def route(handler: Handler, *, error: ErrorShape) -> Handler:
     return guarded
 
 
-# --------------------------------------------------------------------------------- the body
 async def read_json(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object whose strings are valid Unicode, or ``RequestError``.
 
@@ -181,11 +174,7 @@ Crumb = Optional[tuple[Any, Any]]
 
 
 def _check_document(body: Any) -> None:
-    """Depth and valid Unicode (no lone surrogates such as ``"\\ud800"``) of a parsed body.
-
-    Iterative, so that checking cannot itself run out of stack; a field's path (for the message)
-    is only spelled out when something is wrong with it.
-    """
+    """Check the depth and Unicode validity (no lone surrogates) of a parsed body, iteratively."""
     stack: list[tuple[Any, int, Crumb]] = [(body, 0, None)]
     while stack:
         container, depth, crumb = stack.pop()
@@ -228,7 +217,6 @@ def _surrogate_error(text: str, crumb: Crumb) -> RequestError:
     )
 
 
-# --------------------------------------------------------------------------------- fields
 def encode_text(tokenizer: ByteTokenizer, text: object, *, field: str) -> list[int]:
     """A prompt string -> token ids (``RequestError`` naming ``field`` if it is not a string)."""
     if not isinstance(text, str):
@@ -253,8 +241,7 @@ def sampling_params(raw: Any, *, field: str = "sampling_params", names: Optional
 
 
 def request_seed(args: ServerArgs, rid: str, params: SamplingParams) -> int:
-    """The request's sampling seed: ``sampling_seed`` if given, else derived from the server
-    seed and the request id (so every TP rank draws the same numbers)."""
+    """``sampling_seed`` if given, else derived from ``--random-seed`` and the request id."""
     if params.sampling_seed is not None:
         return params.sampling_seed
     return zlib.crc32(f"{args.random_seed}:{rid}".encode())
@@ -289,19 +276,15 @@ def output_text(tokenizer: ByteTokenizer, state: RequestState) -> str:
     return text
 
 
-# --------------------------------------------------------------------------------- streams
 async def stream_response(
     request: web.Request,
     client: EngineClient,
     states: RequestState | Sequence[RequestState],
     events: AsyncGenerator[bytes, None],
 ) -> web.StreamResponse:
-    """Answer submitted requests (one, or a batch's items) as server-sent ``events``, then
-    ``data: [DONE]``.
+    """Answer submitted requests as server-sent ``events``, then ``data: [DONE]``.
 
-    A client that goes away, before the headers are out or mid-stream, is a normal event and
-    not an error: its requests are aborted in the engine (and counted as aborted) and a debug
-    line says so. A cancelled handler (aiohttp's handler cancellation) aborts them the same way.
+    If the client goes away or the handler is cancelled, the requests are aborted in the engine.
     """
     submitted = [states] if isinstance(states, RequestState) else list(states)
     rids = ", ".join(s.rid for s in submitted)
@@ -334,12 +317,9 @@ async def merged_updates(
     snapshot: Optional[Callable[[int, RequestState, tuple[int, ...], bool], Any]] = None,
 ) -> AsyncGenerator[tuple[int, Any, tuple[int, ...], bool], None]:
     """``client.updates`` of several requests as one stream of (item index, state, new ids,
-    is_last), in the order the engine produced them: SGLang's batched streaming, which yields
-    each item's chunk as it comes (``_handle_batch_request``). Closing it aborts what is left.
-
-    A state is live: by the time a queued update is read, its request may have grown or finished.
-    ``snapshot(index, state, new_ids, is_last)``, where given, renders the update as it arrives,
-    and its result takes the state's place in the stream."""
+    is_last), in the order produced (SGLang's ``_handle_batch_request``). Closing it aborts what
+    is left. ``snapshot(index, state, new_ids, is_last)``, where given, renders each update as it
+    arrives (a state is live) and takes the state's place."""
     queue: asyncio.Queue[tuple[int, Any, tuple[int, ...], bool]] = asyncio.Queue()
 
     async def pump(index: int, state: RequestState) -> None:
@@ -365,12 +345,8 @@ async def merged_updates(
 
 
 class StreamInterval:
-    """The per-request ``stream_interval`` rule of earlier SGLang (``scheduler_output_processor_mixin``):
-    a chunk goes out when the output length ``% interval == 1`` (every iteration for 1), and
-    always at the end. SGLang applies it in the scheduler; here the HTTP side drops the updates in
-    between, which a client cannot tell apart. SGLang 0.5.23 (``OutputStreamer.accept`` in
-    ``srt/managers/scheduler_components/output_streamer.py``) sends the first token at once and
-    then whenever at least ``interval`` tokens are unsent; not followed here yet."""
+    """The per-request ``stream_interval`` rule: a chunk when the output length ``% interval == 1``,
+    and at the end (docs/reference-engine.md, "SGLang compatibility: requests")."""
 
     def __init__(self, interval: Optional[int]) -> None:
         self.interval = interval or 1

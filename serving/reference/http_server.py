@@ -1,10 +1,5 @@
-"""The HTTP API (aiohttp): the app factory, above the two route families.
-
-``native_api`` registers SGLang's native endpoints (``/generate``, ``/health_generate``,
-``/server_info``, ...), ``openai_api`` the OpenAI-compatible ones (``/v1/...``); both build on
-``http_common`` (state, body reading, errors, streams) and neither imports the other. Each family
-answers refusals in its own error shape: ``{"error": {"message": ...}}`` for the native routes,
-SGLang's OpenAI error object for ``/v1``. See docs/reference-engine.md for every endpoint.
+"""The HTTP API (aiohttp): the app factory, with SGLang's native routes (``native_api``) and the
+OpenAI-compatible ones (``openai_api``). See docs/reference-engine.md ("HTTP API").
 """
 
 from __future__ import annotations

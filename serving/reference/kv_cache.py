@@ -1,15 +1,8 @@
 """The KV cache: one ``[rows, cols, heads, head_dim]`` tensor per layer for keys and for values.
 
-A *row* holds one running request; a *column* is a token position. The scheduler keeps running
-requests in rows ``0..B-1`` (compacting when one finishes), so batched attention reads the view
-``cache[:B, :L]`` with no gather. Columns past a request's committed length are scratch space for
-speculative draft and verify tokens.
-
-The draft is an early exit of the target, so its KV for layers ``< draft_layers`` *is* the
-target's: the draft reads and writes the same tensors, and nothing needs keeping in sync.
-
-Memory grows on demand (rows and columns double, up to the configured maximum) instead of being
-reserved up front, so an idle CPU server with a large ``--max-running-requests`` stays small.
+A row holds one running request, a column a token position; columns past a request's committed
+length are speculative scratch. The draft shares the target's tensors. Memory grows on demand
+(doubling, up to the maximum) unless allocated whole for CUDA graphs.
 """
 
 from __future__ import annotations
@@ -87,8 +80,7 @@ class KVCache:
         new_rows = _grow(self.rows, rows, minimum=4, maximum=self.max_rows)
         new_cols = _grow(self.cols, cols, minimum=128, maximum=self.max_cols)
         shape = (new_rows, new_cols, self.num_heads, self.head_dim)
-        # zeros, not empty: masked-out positions are multiplied by 0 in attention, and 0 * NaN of
-        # uninitialised memory would poison the result.
+        # zeros, not empty: attention multiplies masked positions by 0, and 0 * NaN is NaN.
         new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         if self.rows and self.cols:
@@ -99,8 +91,7 @@ class KVCache:
         self.rows, self.cols = new_rows, new_cols
 
     def allocate_whole(self) -> None:
-        """Allocate every row and column now and never again: captured CUDA graphs keep the
-        tensors' addresses, so the cache must not move after capture."""
+        """Allocate every row and column now, so the tensors never move (CUDA graphs)."""
         self.reserve(rows=self.max_rows, cols=self.max_cols)
 
     def write(self, layer: int, rows: torch.Tensor, cols: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

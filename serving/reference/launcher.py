@@ -1,14 +1,7 @@
 """Starting and stopping the TP worker processes (multiprocessing *spawn*, one per rank).
 
-Each node's engine process spawns the ranks of its own node only (``ServerArgs.node_tp_ranks``:
-all of them on one node, ``tp_size / nnodes`` of them with ``--nnodes``), with their global rank
-numbers; every rank of every node meets at ``tcp://{--dist-init-addr}``, so a node's engine
-process is the parent of exactly its own ranks, as each SGLang node's engine is of its schedulers.
-
-The workers' environment is whatever ``os.environ`` holds at ``start()``: that is the whole
-env-propagation story, as with SGLang's scheduler processes. The ``late_env`` fault switch
-reproduces the classic bug of setting variables too late: they are popped before the spawn and
-put back afterwards, so this process has them and the workers do not.
+A node's engine process spawns its own node's ranks (``ServerArgs.node_tp_ranks``) with their
+global rank numbers; they inherit ``os.environ`` as it is at ``start()``.
 """
 
 from __future__ import annotations
@@ -62,11 +55,7 @@ class RankExit:
 
 
 class WorkerGroup:
-    """The worker processes of this node: all ``tp_size`` ranks on one node, ``tp_size / nnodes``
-    of them on each of ``--nnodes`` nodes.
-
-    Lists (``processes``, ``conns``) are in rank order, index i holding global rank
-    ``ranks[i]``; on node 0 that is rank i.
+    """The worker processes of this node's TP ranks (``processes``, ``conns`` in rank order).
 
     Args:
         args: Resolved server arguments.
@@ -124,8 +113,7 @@ class WorkerGroup:
         """Spawn one process per rank of this node (returns at once; see ``wait_ready``)."""
         args = self.args
         ctx = multiprocessing.get_context("spawn")
-        # Without --dist-init-addr each node meets at a port of its own: one node works; several
-        # never meet (as in SGLang, which meets at --host:a free port; server_args warns).
+        # Without --dist-init-addr each node meets at a free port of its own, as in SGLang.
         addr = args.dist_init_addr or f"127.0.0.1:{free_port()}"
         hidden = {name: os.environ.pop(name) for name in self.hide_env if name in os.environ}
         if hidden:
@@ -198,12 +186,7 @@ class WorkerGroup:
         return [r for r, p in zip(self.ranks, self.processes) if p.exitcode is not None]
 
     def wait_first_exit(self) -> RankExit:
-        """Block until one of this node's ranks exits; how it ended (with what it reported).
-
-        What a node of rank >= 1 waits on: its ranks end together with rank 0's shutdown
-        broadcast (exit 0), or one by one when a collective fails (exit 1, after a
-        ``WorkerFailed`` naming the error).
-        """
+        """Block until one of this node's ranks exits; how it ended (with what it reported)."""
         by_sentinel = {p.sentinel: (r, p) for r, p in zip(self.ranks, self.processes)}
         open_conns = dict(zip(self.conns, self.ranks))
         said: dict[int, str] = {}
@@ -238,9 +221,7 @@ class WorkerGroup:
                 return RankExit(rank=rank, exit_code=proc.exitcode, message=said.get(rank))
 
     def stop(self, *, grace_s: float = 5.0) -> None:
-        """Ask rank 0 to shut everyone down (on node 0), then kill what is left after ``grace_s``
-        (workers ignore SIGTERM). On another node the ranks stop with rank 0's broadcast only,
-        so what is left after the grace is killed."""
+        """Ask rank 0 to shut everyone down (on node 0), then kill what is left after ``grace_s``."""
         if not self.processes:
             return
         if self.has_rank0:

@@ -1,22 +1,8 @@
 """``/metrics``: SGLang's Prometheus families, names, types, labels and buckets, via ``prometheus_client``.
 
-SGLang builds its exposition with ``prometheus_client`` (``srt/observability/metrics_collector.py``,
-formerly ``srt/metrics/collector.py``); so does this module, so that the text format (escaping,
-``_created`` samples, ``+Inf`` buckets, ``# HELP``/``# TYPE`` lines) is the library's and not a
-hand-written imitation. Every engine gets its own ``CollectorRegistry``: the process-global default
-registry would make a second engine in one process (the in-process test servers) fail with
-"Duplicated timeseries".
-
-Two collectors, as in SGLang:
-
-* request side (SGLang's ``TokenizerMetricsCollector``, observed in the HTTP process): labels
-  ``model_name``, ``engine_type`` and ``is_streaming`` (one label set per request, as SGLang's
-  ``collect_metrics`` passes them); ``cached_tokens_total`` adds ``cache_source``;
-* scheduler side (``SchedulerMetricsCollector``): labels ``model_name``, ``engine_type``,
-  ``tp_rank``, ``pp_rank``, ``moe_ep_rank``. The gauges are set from the scheduler's reports, which,
-  as in SGLang, come every decode-log interval (running/queued requests: every iteration).
-
-Health checks and the warm-up request are not observed (SGLang skips its HEALTH_CHECK requests).
+Mirrors SGLang's ``TokenizerMetricsCollector`` and ``SchedulerMetricsCollector``
+(``srt/observability/metrics_collector.py``); the families are listed in docs/reference-engine.md
+("Metrics").
 """
 
 from __future__ import annotations
@@ -50,8 +36,7 @@ QUEUE_TIME_BUCKETS = (0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2
                       30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000,
                       1200, 1400, 1600, 1800, 2000, 2500, 3000)
 TPOT_BUCKETS = ITL_BUCKETS
-"""``request_time_per_output_token_seconds``: the stored SGLang sources show the family and how it
-is observed (once per finished request) but not its bucket list; the inter-token buckets are used."""
+"""``request_time_per_output_token_seconds``: SGLang's list is not known; the inter-token buckets."""
 
 REQUEST_LABELS = ("model_name", "engine_type", "is_streaming")
 SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
@@ -62,9 +47,8 @@ class ReferenceMetrics:
 
     Args:
         model_name: ``--served-model-name`` (the ``model_name`` label).
-        engine_type: SGLang's ``DisaggregationMode.to_engine_type``: ``unified`` without PD
-            disaggregation (the only mode here).
-        tp_rank: Rank whose scheduler reports the gauges (SGLang logs them from attention-TP rank 0).
+        engine_type: SGLang's ``engine_type`` label (``unified``: no PD disaggregation).
+        tp_rank: Rank whose scheduler reports the gauges.
     """
 
     def __init__(self, *, model_name: str, engine_type: str = "unified", tp_rank: int = 0) -> None:
@@ -84,8 +68,7 @@ class ReferenceMetrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labelnames=SCHEDULER_LABELS, registry=r)
 
-        # ---- request side (TokenizerMetricsCollector). prometheus_client adds the `_total` suffix
-        # of a counter itself, so "sglang:prompt_tokens" exposes "sglang:prompt_tokens_total".
+        # Request side (TokenizerMetricsCollector); prometheus_client adds counters' `_total`.
         self.prompt_tokens_total = counter("sglang:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens_total = counter("sglang:generation_tokens", "Number of generation tokens processed.")
         self.spec_verify_calls_total = counter(
@@ -111,7 +94,7 @@ class ReferenceMetrics:
             TPOT_BUCKETS,
         )
 
-        # ---- scheduler side (SchedulerMetricsCollector)
+        # Scheduler side (SchedulerMetricsCollector).
         self.num_running_reqs = gauge("sglang:num_running_reqs", "The number of running requests.")
         self.num_queue_reqs = gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
         self.num_used_tokens = gauge("sglang:num_used_tokens", "The number of used tokens.")
@@ -132,13 +115,11 @@ class ReferenceMetrics:
         self.queue_time = histogram(
             "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", QUEUE_TIME_BUCKETS, SCHEDULER_LABELS
         )
-        # SGLang emits the scheduler gauges from its first stats log on; here they exist from the
-        # start (0), so a scrape before the first decode-log interval already sees every family.
+        # Every gauge exists from the start (0), before the first decode-log interval.
         for g in (self.num_running_reqs, self.num_queue_reqs, self.num_used_tokens, self.token_usage,
                   self.gen_throughput, self.cache_hit_rate, self.max_total_num_tokens, self.num_retracted_reqs):
             g.labels(**self._sched).set(0)
 
-    # ----------------------------------------------------------------------------- request side
     def _req(self, is_streaming: bool) -> dict[str, str]:
         return {"model_name": self.model_name, "engine_type": self.engine_type,
                 "is_streaming": "true" if is_streaming else "false"}
@@ -147,10 +128,8 @@ class ReferenceMetrics:
         self.time_to_first_token.labels(**self._req(is_streaming)).observe(seconds)
 
     def observe_inter_token_latency(self, interval: float, num_new_tokens: int, *, is_streaming: bool) -> None:
-        """SGLang's ``observe_inter_token_latency``: a chunk of ``num_new_tokens`` tokens that came
-        ``interval`` seconds after the previous one counts ``num_new_tokens`` observations of
-        ``interval / num_new_tokens`` each, so the sum grows by ``interval`` (speculation sends
-        several tokens per chunk)."""
+        """SGLang's ``observe_inter_token_latency``: ``num_new_tokens`` observations of
+        ``interval / num_new_tokens``."""
         if num_new_tokens <= 0:
             return
         hist = self.inter_token_latency.labels(**self._req(is_streaming))
@@ -169,13 +148,7 @@ class ReferenceMetrics:
         decode_seconds: Optional[float],
         is_streaming: bool,
     ) -> None:
-        """SGLang's ``observe_one_finished_request`` (+ the per-request TPOT and the abort count).
-
-        ``cached_tokens_total`` and ``spec_verify_calls_total`` are only incremented when positive
-        (as SGLang), so without a prefix cache ``cached_tokens_total`` has no sample. TPOT is
-        observed for a request that finished by ``stop``/``length`` with more than one token:
-        ``decode_seconds / generation_tokens`` = 1 / SGLang's ``decode_throughput``.
-        """
+        """SGLang's ``observe_one_finished_request``, plus the per-request TPOT and the abort count."""
         labels = self._req(is_streaming)
         self.prompt_tokens_total.labels(**labels).inc(prompt_tokens)
         self.generation_tokens_total.labels(**labels).inc(generation_tokens)
@@ -196,7 +169,6 @@ class ReferenceMetrics:
         ):
             self.request_time_per_output_token.labels(**labels).observe(decode_seconds / generation_tokens)
 
-    # ----------------------------------------------------------------------------- scheduler side
     def set_queue_sizes(self, *, running: int, queued: int) -> None:
         self.num_running_reqs.labels(**self._sched).set(running)
         self.num_queue_reqs.labels(**self._sched).set(queued)

@@ -1,16 +1,9 @@
 """The reference transformer: Llama-shaped, weights generated from a seed, sharded for TP.
 
-Pre-norm blocks (RMSNorm, rotary attention, SwiGLU MLP). Tensor parallelism is Megatron-style:
-QKV and gate/up are split by output columns (heads / intermediate units), the attention output
-and down projections by input rows, and their partial sums are all-reduced: two all-reduces per
-layer, as in SGLang's Llama. Embedding and output layer are replicated (the vocabulary is tiny).
-
-Weights are generated per matrix from ``(seed, layer, name)`` at full size and then sliced, so the
-model is the same function for every TP size; only summation order differs.
-
-``forward`` runs any mix of requests' tokens through the first ``num_layers`` layers: the target
-uses all of them, the draft (an early exit) the first ``draft_layers``, then both read out through
-the same final norm and output layer.
+Pre-norm blocks (RMSNorm, rotary attention, SwiGLU MLP), Megatron-style TP with two all-reduces
+per layer. Weights are generated per matrix at full size and sliced, so the model is the same
+function at every TP size. ``forward`` runs the first ``num_layers`` layers: all for the target,
+``draft_layers`` for the draft (early exit); both share the final norm and output layer.
 """
 
 from __future__ import annotations
@@ -118,12 +111,7 @@ class Attention:
 
 
 def output_bias(vocab_size: int, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A fixed output-layer bias that keeps generated text printable.
-
-    Random weights would otherwise emit arbitrary bytes (mostly invalid UTF-8). Printable ASCII
-    and newline get 0, EOS a penalty that makes it rare but possible when sampling, everything
-    else a penalty that rules it out in practice.
-    """
+    """A fixed output-layer bias that keeps generated text to printable ASCII and newline (EOS rare)."""
     from serving.reference.tokenizer import EOS_ID
 
     bias = torch.full((vocab_size,), -30.0, dtype=torch.float64)
@@ -269,12 +257,8 @@ class Model:
         num_layers: int,
         logits_at: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """Run tokens through the first ``num_layers`` layers; return logits at ``logits_at``.
-
-        Logits are in the model dtype, for the tokens selected by ``logits_at`` (all if None).
-
-        Each token's K/V is written to ``cache`` at ``(kv_rows, kv_cols)`` before attention, so
-        tokens of the same forward can see each other as the attention plan allows.
+        """Run tokens through the first ``num_layers`` layers; logits (model dtype) at ``logits_at``
+        (all if None). Each token's K/V is written to ``cache`` at ``(kv_rows, kv_cols)`` first.
         """
         h = self.embed[input_ids]
         freqs = self._freqs[positions][:, None, None, :]

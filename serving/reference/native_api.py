@@ -1,24 +1,7 @@
-"""SGLang's native endpoints (``sglang/srt/entrypoints/http_server.py``), registered by ``register``.
+"""SGLang's native endpoints (``srt/entrypoints/http_server.py``), registered by ``register``.
 
-* ``GET /health``: 200 once the server is ready and its workers are alive, else 503.
-* ``GET /health_generate``: 200 after a 1-token generation completes, or once the engine is seen
-  emitting tokens for anyone (a full batch is healthy, as in SGLang); 503 after 20 s. This is the
-  readiness signal to poll.
-* ``GET /server_info`` (alias ``/get_server_info``): the resolved server args, scheduler info,
-  ``internal_states: [{"avg_spec_accept_length": ..., ...}]`` and ``version``.
-* ``POST /generate``: ``text`` or ``input_ids`` (one prompt or a batch), ``sampling_params``
-  (incl. ``stream_interval``), ``stream`` (SSE chunks ``data: {...}`` with the cumulative text,
-  a batch's with their ``index``, then ``data: [DONE]``), ``rid``, ``return_logprob``,
-  ``top_logprobs_num``, ``logprob_start_len``; the response has ``text``, ``output_ids`` and
-  ``meta_info`` (a list of such for a batch).
-* ``GET|POST /flush_cache``: resets the speculative counters; 400 while requests are in flight.
-* ``GET /metrics``: Prometheus text (only with ``--enable-metrics``).
-* ``GET /get_model_info`` (alias ``/model_info``), ``POST /abort_request``.
-
-Bad input is answered with ``{"error": {"message": ...}}`` (400, or 413 for a body over the
-limit, 503 before ready) and the server keeps serving. One deliberate difference: SGLang reports
-a validation error of a *streaming* ``/generate`` as an SSE event after a 200; here validation
-happens before the stream starts, so it is a plain 400.
+The routes and their behaviour are listed in docs/reference-engine.md ("HTTP API"); errors are
+``{"error": {"message": ...}}``.
 """
 
 from __future__ import annotations
@@ -81,20 +64,17 @@ def native_error(message: str, status: int) -> dict[str, Any]:
 
 
 MAX_BATCH_SIZE = 4096
-"""Most items in one batched ``/generate`` or ``/v1/completions`` (SGLang sets none; the body
-limit would be the only one). Larger batches are a 400 that says so."""
+"""Most items in one batched ``/generate`` or ``/v1/completions`` (SGLang sets none)."""
 
 
 def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[list[GenerateReq], bool, bool]:
-    """Validate a ``/generate`` body into its requests, whether it is a single request (not a
-    batch), and its ``stream`` flag.
+    """Validate a ``/generate`` body, as SGLang's ``GenerateReqInput.normalize_batch_and_arguments``.
 
-    Follows SGLang's ``GenerateReqInput.normalize_batch_and_arguments``: ``text`` as a string or
-    ``input_ids`` as a list of ids is one request; ``text`` as a list of strings or ``input_ids``
-    as a list of id lists is a batch (even of one), answered with one result per item.
-    ``sampling_params``, ``return_logprob``, ``top_logprobs_num`` and ``logprob_start_len`` may be
-    one value for all items or a list with one per item; ``rid`` may be a list, or a string that
-    becomes ``<rid>_<i>`` per item.
+    Returns:
+        The requests, whether the body is a single request (not a batch), and its ``stream`` flag.
+
+    Raises:
+        RequestError: the body is invalid; the message names the field.
     """
     tok = state.tokenizer
     text, input_ids = body.get("text"), body.get("input_ids")
@@ -167,9 +147,7 @@ def parse_generate(state: AppState, body: Mapping[str, Any]) -> tuple[list[Gener
 
 
 def requested_lora_adapter(lora_path: Any) -> Any:
-    """The first adapter a ``lora_path`` extension names (a string, or a list with one per batch
-    item; empty entries name none), else None. Types other than those name none either: the
-    native route refuses them before asking, the OpenAI routes ignore them."""
+    """The first adapter a ``lora_path`` (a string or a list) names, else None."""
     if isinstance(lora_path, str):
         return lora_path or None
     if isinstance(lora_path, list):
@@ -178,8 +156,8 @@ def requested_lora_adapter(lora_path: Any) -> Any:
 
 
 def lora_not_enabled(adapter: Any) -> str:
-    """SGLang's message (``tokenizer_manager._validate_and_resolve_lora``) for a LoRA adapter
-    asked of a server without ``--enable-lora``; the reference engine has no LoRA support."""
+    """SGLang's message for a LoRA adapter asked of a server without ``--enable-lora``
+    (``tokenizer_manager._validate_and_resolve_lora``)."""
     return (
         f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "
         "Please launch the server with --enable-lora flag and preload adapters "
@@ -198,8 +176,8 @@ def logprob_options(
 ) -> dict[str, Any]:
     """Checked logprob fields of one request, as ``GenerateReq`` keywords (None: the default).
 
-    ``top_logprobs_num`` is bounded by the vocabulary; ``logprob_start_len`` is -1 (output
-    logprobs only) or a prompt position.
+    Raises:
+        RequestError: a field has the wrong type or is out of range.
     """
     flag_name, top_name, start_name = names
     if return_logprob is None:
@@ -227,7 +205,7 @@ def _check_batch_size(n: int, *, field: str) -> None:
 
 
 def _per_item(value: Any, n: int, *, field: str, single: bool = False) -> list[Any]:
-    """One value per item: a list must have one entry per item (only in a batch)."""
+    """One value per item; a list needs a batch and one entry per item."""
     if not isinstance(value, list):
         return [value] * n
     if single:
@@ -256,14 +234,12 @@ def _rids(rid: Any, n: int, *, single: bool) -> list[str]:
     raise RequestError(f"'rid' must be a non-empty string{'' if single else ' or a list of them'}, got {show(rid)}")
 
 
-# --------------------------------------------------------------------------------- handlers
 async def health(request: web.Request) -> web.Response:
     return web.Response(status=200 if state_of(request).healthy else 503)
 
 
 async def health_generate(request: web.Request) -> web.Response:
-    """200 once a 1-token generation completes, or, as in SGLang, as soon as the engine is seen
-    producing tokens for anyone (a busy server is healthy even if the check waits in its queue)."""
+    """200 once a 1-token generation completes or the engine is seen producing tokens, as SGLang."""
     state = state_of(request)
     client = state.client
     if not state.healthy or client is None:
@@ -318,9 +294,7 @@ async def model_info(request: web.Request) -> web.Response:
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    """SGLang's ``/generate``: one result, or for a batch a JSON list of per-item results; a
-    streamed batch interleaves its items' chunks, each carrying its ``index`` (SGLang's
-    ``_handle_batch_request``). Chunks follow each item's ``stream_interval``."""
+    """SGLang's ``/generate``: one result, or a list of per-item results for a batch."""
     state = state_of(request)
     client = state.ready_client()
     body = await read_json(request)
@@ -368,7 +342,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 def _decoder(state: AppState) -> Any:
-    """Token id -> its text (special tokens kept), as SGLang's per-token ``batch_decode``."""
+    """Token id -> its text, special tokens kept."""
     tok = state.tokenizer
     return lambda token: tok.decode([token], skip_special_tokens=False)
 

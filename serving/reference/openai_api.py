@@ -1,18 +1,8 @@
 """OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``
 and ``/v1/models/{model}``.
 
-Shapes follow SGLang's ``entrypoints/openai`` (``choices[].matched_stop``, ``usage``, streaming
-chunks, the final usage chunk when ``stream_options.include_usage`` is true, ``data: [DONE]``).
-Errors use SGLang's OpenAI error body ``{"object": "error", "message", "type", "param", "code"}``
-(``GET /v1/models/{model}`` answers an unknown id with SGLang's nested ``{"error": {...}}`` 404).
-Unknown top-level fields are ignored, as SGLang's pydantic models do. As in SGLang:
-``/v1/completions`` takes a batch of prompts (one choice per prompt, each with its ``index``);
-``logprobs`` (completions: an int; chat: ``logprobs`` + ``top_logprobs``) are served; chat's
-``return_meta_info`` adds ``choices[i].meta_info`` (refused with ``stream``); a ``model`` of
-``<base>:<adapter>`` asks for a LoRA adapter, which this engine (no ``--enable-lora``) refuses
-with SGLang's message, while any other ``model`` is served by the one model. Parameters the
-reference engine cannot honour (``n > 1``, ``echo``, ``suffix``, tools, ``response_format``,
-``logit_bias``) are a 400 that says so.
+Shapes and errors follow SGLang's ``entrypoints/openai``; what is supported and refused is in
+docs/reference-engine.md ("SGLang compatibility: requests").
 """
 
 from __future__ import annotations
@@ -83,8 +73,7 @@ def openai_error(message: str, status: int) -> dict[str, Any]:
 
 
 def _sampling(body: Mapping[str, Any], *, max_tokens_keys: tuple[str, ...], default_max_tokens: int) -> SamplingParams:
-    """OpenAI fields (plus SGLang's extensions top_k, min_p, ignore_eos...) -> SamplingParams,
-    through the same validation as ``/generate``'s ``sampling_params`` (errors name the OpenAI field)."""
+    """OpenAI fields (plus SGLang's extensions) -> SamplingParams; errors name the OpenAI field."""
     n = body.get("n")
     if n is not None:
         if isinstance(n, bool) or not isinstance(n, int):
@@ -129,10 +118,8 @@ def _usage(states: list[RequestState]) -> dict[str, int]:
 
 
 def _check_model(body: Mapping[str, Any]) -> None:
-    """SGLang's ``model`` handling (``serving_base._parse_model_parameter`` and
-    ``_resolve_lora_path``): ``<base>:<adapter>`` (or the ``lora_path`` extension) names a LoRA
-    adapter, refused without ``--enable-lora`` as SGLang refuses it; the base name itself is not
-    checked (SGLang serves any ``model`` with its one model)."""
+    """Refuse a LoRA adapter named by ``model`` (``<base>:<adapter>``) or ``lora_path``, as SGLang
+    does without ``--enable-lora`` (``serving_base._parse_model_parameter``)."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError(f"'model' must be a string, got {show(model)}")
@@ -411,10 +398,7 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
-    """SGLang's ``GET /v1/models/{model:path}``: the card of the served model, else SGLang's 404
-    ``{"error": {"message": "The model '<id>' does not exist", "type": "invalid_request_error",
-    "param": "model", "code": "model_not_found"}}`` (OpenAI's own error shape, unlike SGLang's
-    other OpenAI errors)."""
+    """SGLang's ``GET /v1/models/{model:path}``: the served model's card, else SGLang's 404."""
     state = state_of(request)
     model = request.match_info["model"]
     if model != state.args.served_model_name:

@@ -1,10 +1,7 @@
 """Tensor-parallel plumbing: the all-reduce the model calls, and the control-message broadcast.
 
-The model only needs ``all_reduce(tensor)``; which transport does it is this module's business:
-nothing for one rank, ``torch.distributed`` (gloo on CPU, NCCL on CUDA) for worker processes.
-Control messages (new requests, aborts, flushes) travel from rank 0 to the other ranks over a
-separate gloo group, as in SGLang (``broadcast_pyobj`` on its CPU group), so every rank runs the
-same scheduler on the same inputs and makes the same decisions.
+Tensors go through ``torch.distributed`` (gloo on CPU, NCCL on CUDA); control messages go from
+rank 0 over a separate gloo group, as SGLang's ``broadcast_pyobj`` on its CPU group.
 """
 
 from __future__ import annotations
@@ -56,8 +53,7 @@ class TorchDistributed:
         init_method: Rendezvous URL (``tcp://127.0.0.1:PORT``).
         backend: "gloo" (CPU) or "nccl" (CUDA).
         device: Device of this rank's tensors.
-        timeout_s: Collective timeout. Generous: an idle server's ranks wait in the control
-            broadcast, which rank 0 feeds with a heartbeat well inside this.
+        timeout_s: Collective timeout (rank 0's idle heartbeat stays well inside it).
     """
 
     def __init__(
@@ -107,7 +103,6 @@ class TorchDistributed:
         size = int(self._size[0])
         if size == 0:
             return None
-        # The tensor shares memory with the bytearray, so no numpy is needed to read it back.
         raw = bytearray(payload) if self.rank == 0 else bytearray(size)
         buf = torch.frombuffer(raw, dtype=torch.uint8)
         self._dist.broadcast(buf, src=0, group=group)

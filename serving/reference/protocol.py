@@ -40,11 +40,9 @@ class GenerateReq:
         seed: Seed of the request's random stream (sampling only).
         extra_stop_ids: Stop tokens the endpoint adds (e.g. chat's end-of-turn).
         is_health_check: Excluded from metrics, like SGLang's HEALTH_CHECK requests.
-        return_logprob: Report the log-probability of every output token (SGLang's
-            ``return_logprob``); the workers compute it only for requests that ask.
+        return_logprob: Report the log-probability of every output token.
         top_logprobs_num: Also report this many most likely tokens per position.
-        logprob_start_len: First prompt position with an input log-probability (-1: none,
-            SGLang's default of output logprobs only).
+        logprob_start_len: First prompt position with an input log-probability (-1: none).
     """
 
     rid: str
@@ -79,23 +77,17 @@ class TokenOut:
 
     Attributes:
         rid: Request id.
-        token_ids: Tokens emitted this iteration (1 for prefill/decode, up to N under speculation).
-        finish: SGLang's finish_reason once done (``{"type": "length", "length": n}``,
-            ``{"type": "stop", "matched": token_or_str}``, ``{"type": "abort", ...}``), else None.
-        spec_verify_ct: Verify cycles this request has gone through so far.
-        spec_accepted_drafts: Draft tokens accepted so far (bonus tokens excluded): SGLang's
-            ``spec_num_correct_drafts``.
-        spec_correct_drafts_histogram: ``[k]`` = verify cycles that accepted k drafts (sent with
-            the final output only, as SGLang reports it at the end).
-        logprobs: Log-probability of each of ``token_ids`` under the target model (only for a
-            request with ``return_logprob``).
-        top_logprobs: Per token of ``token_ids``, the ``top_logprobs_num`` most likely
-            ``(logprob, token_id)`` pairs of the same distribution.
-        input_logprobs: Prefill only: log-probability of each prompt token from
-            ``logprob_start_len`` on (None for position 0, which nothing predicts).
-        input_top_logprobs: Prefill only: the top pairs per prompt position (None at position 0).
-        queue_time_s: Prefill only: seconds the request waited in the scheduler's queue before
-            its prefill began (SGLang's ``sglang:queue_time_seconds``); None otherwise.
+        token_ids: Tokens emitted this iteration (up to N under speculation).
+        finish: SGLang's ``finish_reason`` once done, else None.
+        spec_verify_ct: Verify cycles so far.
+        spec_accepted_drafts: Draft tokens accepted so far, bonus tokens excluded.
+        spec_correct_drafts_histogram: ``[k]`` = verify cycles that accepted k drafts (final
+            output only).
+        logprobs: Log-probability of each of ``token_ids`` (``return_logprob`` only).
+        top_logprobs: Per token, the ``top_logprobs_num`` most likely pairs.
+        input_logprobs: Prefill only: prompt logprobs from ``logprob_start_len`` on (None at 0).
+        input_top_logprobs: Prefill only: the top pairs per prompt position (None at 0).
+        queue_time_s: Prefill only: seconds the request waited in the queue.
     """
 
     rid: str
@@ -122,8 +114,7 @@ class TokenBatch:
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """The scheduler's internal state (``/server_info`` ``internal_states[0]``), pushed when the
-    decode-log window is folded into the lifetime counters."""
+    """The scheduler's internal state (``internal_states[0]``), pushed when counters are folded."""
 
     internal_state: dict[str, Any]
 

@@ -1,9 +1,7 @@
 """Sampling parameters (SGLang's names and checks) and the target distribution they define.
 
-``SamplingParams.from_request`` validates a client's ``sampling_params`` object in the HTTP
-process; the same frozen dataclass is pickled to the TP workers, which turn logits into the
-distribution to sample from with ``target_probs``. Greedy (temperature 0 or top_k 1) is argmax,
-never a sample, so greedy speculative decoding can be exact.
+The HTTP process validates them (``SamplingParams.from_request``); the TP workers turn logits into
+the distribution to sample from (``target_probs``). Greedy (temperature 0 or top_k 1) is argmax.
 """
 
 from __future__ import annotations
@@ -30,15 +28,14 @@ class SamplingParams:
         top_p: Nucleus mass in (0, 1].
         top_k: -1 (off) or >= 1.
         min_p: In [0, 1].
-        stop: Stop strings; generation ends when the text contains one (trimmed from the text).
+        stop: Stop strings (trimmed from the text).
         stop_token_ids: Extra stop tokens.
         ignore_eos: Keep going past EOS.
         skip_special_tokens: Leave special tokens out of the text.
         no_stop_trim: Keep the matched stop string in the text.
-        sampling_seed: Seed of this request's random stream (sampling only). Without it the
-            stream is seeded from ``--random-seed`` and the request id.
-        stream_interval: Tokens between streamed chunks (SGLang's per-request override of
-            ``--stream-interval``; None: every iteration). The HTTP process applies it.
+        sampling_seed: Seed of this request's random stream; None: from ``--random-seed`` and the
+            request id.
+        stream_interval: Tokens between streamed chunks; None: every iteration.
     """
 
     max_new_tokens: int = 128
@@ -68,11 +65,8 @@ class SamplingParams:
     ) -> "SamplingParams":
         """Build and check from a client's JSON object: the one validation path of every route.
 
-        ``/generate`` passes its ``sampling_params``; the OpenAI routes map their top-level fields
-        to SGLang's names and pass ``names`` so that errors name the field as the client spelled
-        it (``seed``, ``max_tokens``). Unknown keys are rejected, as SGLang's
-        ``SamplingParams(**sampling_params)`` does; accepted-but-ignored SGLang keys (penalties at
-        their neutral values, ``n == 1``...) pass.
+        Unknown keys are rejected, as SGLang does; SGLang keys this engine ignores pass only at
+        their neutral value.
 
         Args:
             raw: The client's object (None: all defaults).
@@ -147,9 +141,9 @@ class SamplingParams:
 MAX_TOP_K = 1 << 30
 """Largest ``top_k`` accepted (SGLang's own stand-in for "off" is ``1 << 30``)."""
 MAX_STREAM_INTERVAL = 1 << 30
-"""Largest ``stream_interval`` accepted (larger means: one chunk at the end, as this does)."""
+"""Largest ``stream_interval`` accepted."""
 MAX_TOKEN_ID = 2**31 - 1
-"""Largest stop token id accepted (ids past the vocabulary never match, but stay int32)."""
+"""Largest stop token id accepted (int32)."""
 
 _FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 # SGLang keys the reference engine accepts only at their "off" value.
@@ -239,9 +233,8 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def output_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Log-probabilities SGLang reports for output tokens (``return_logprob``), float64 on CPU.
 
-    SGLang's sampler returns ``log_softmax(logits)`` for greedy requests and the log of the
-    temperature-scaled distribution (before top-k/top-p/min-p filtering) for sampled ones,
-    unless ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is set; this follows the default.
+    As SGLang's sampler by default: ``log_softmax`` of the logits, temperature-scaled for sampled
+    requests (before top-k/top-p/min-p).
 
     Args:
         logits: ``[..., vocab]`` raw target logits.

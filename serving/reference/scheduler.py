@@ -1,19 +1,8 @@
 """The batching scheduler: admits requests, runs prefill, decode or speculative cycles, and
 keeps the counters behind ``/server_info`` and ``/metrics``.
 
-Every TP rank runs one identical ``Scheduler`` on identical inputs (rank 0 broadcasts the events),
-so all ranks take the same decisions without further coordination; only rank 0 reports.
-
-One iteration (``step``) is either a prefill of newly admitted requests (like SGLang, prefill and
-decode are separate batches) or one decode step / speculative cycle over all running requests.
-Running requests occupy KV-cache rows ``0..B-1`` in order; a finished request's row is filled by
-the last one (compaction), so batched attention needs no gather.
-
-Counters (SGLang's semantics, one documented difference): each verify cycle adds, per request,
-the tokens it emitted (bonus included, after truncation at a stop) and 1 cycle to a window; the
-window is folded into the lifetime totals every ``decode_log_interval`` iterations *and* whenever
-the batch runs empty, so an idle server's ``avg_spec_accept_length`` is exact. SGLang folds only at
-the interval. ``flush`` resets the totals.
+Every TP rank runs an identical ``Scheduler`` on identical inputs; only rank 0 reports. Batching
+and counters are described in docs/reference-engine.md ("Decoding", "Accept length").
 """
 
 from __future__ import annotations
@@ -61,7 +50,6 @@ class Request:
     correct_drafts_histogram: list[int] = dataclasses.field(default_factory=list)
     finish: Optional[dict[str, Any]] = None
     _stop_tail_len: int = 0
-    # When the request joined the queue, and (once, for its first output) how long it waited there.
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     queue_time_s: Optional[float] = None
 
@@ -139,11 +127,9 @@ class Scheduler:
         decode_log_interval: Iterations between folds of the counter window (and log lines).
         log_stats: Whether this rank logs the decode lines (rank 0).
         on_stats: Called with the internal state after each fold.
-        clock: Time source for throughput figures (never for decisions).
-        decode_graphs: Decode CUDA graphs to capture (``ServerArgs.decode_graph_plan``), or None
-            to decode eagerly.
-        use_cuda_graphs: With ``decode_graphs``: capture real CUDA graphs (False runs the same
-            static-buffer path eagerly, for CPU tests).
+        clock: Time source for throughput figures.
+        decode_graphs: Decode CUDA graphs to capture, or None to decode eagerly.
+        use_cuda_graphs: With ``decode_graphs``: capture real CUDA graphs (False: CPU tests).
     """
 
     def __init__(
@@ -190,14 +176,8 @@ class Scheduler:
             )
             self.graphs.capture()
 
-    # ----------------------------------------------------------------------------- requests
     def submit(self, req: GenerateReq) -> list[TokenOut]:
-        """Queue a request (validated by the HTTP process); returns its final output if refused.
-
-        A request this rank still cannot take (a seed its generator rejects: a check missed
-        upstream) is finished at once as an abort. Every rank refuses it alike, so they stay in
-        lockstep, and the server keeps serving everyone else instead of losing its workers.
-        """
+        """Queue a request; returns its final output (an abort) if this rank cannot take it."""
         try:
             request = Request.from_req(req)
         except (ValueError, OverflowError, RuntimeError) as exc:
@@ -245,7 +225,6 @@ class Scheduler:
         self._reset_counters()
         return True, "Cache flushed."
 
-    # ----------------------------------------------------------------------------- iteration
     def step(self) -> list[TokenOut]:
         """One iteration: prefill new requests if any fit, else decode / verify the batch."""
         if self._idle:  # throughput windows measure busy time only
@@ -403,8 +382,7 @@ class Scheduler:
             self._win_accept_tokens += len(emitted)
             self._win_accepted_drafts += min(len(path), len(emitted))
             self._gen_tokens += len(emitted)
-            # Each emitted token was predicted by the target at the node before it (the root, then
-            # the accepted nodes): those verify rows are its logprobs, never the draft's.
+            # Logprobs come from the target's verify rows that predicted each token.
             predicted_at = [0, *path][: len(emitted)]
             outs.append(self._out(req, emitted, logits[b, predicted_at] if req.return_logprob else None))
         if move_rows:
@@ -445,8 +423,7 @@ class Scheduler:
         *,
         inputs: Optional[tuple[tuple[Optional[float], ...], tuple[Optional[TopLogprobs], ...]]] = None,
     ) -> TokenOut:
-        """The request's output of this iteration; ``logits`` are the target's rows that
-        predicted ``emitted`` (read only when the request asked for logprobs)."""
+        """The request's output of this iteration; ``logits`` are the rows that predicted ``emitted``."""
         logprobs: tuple[float, ...] = ()
         top: tuple[TopLogprobs, ...] = ()
         if req.return_logprob and emitted and logits is not None:
@@ -475,8 +452,7 @@ class Scheduler:
     def _input_logprobs(
         self, req: Request, logits: torch.Tensor, first: Optional[tuple[int, int]]
     ) -> Optional[tuple[tuple[Optional[float], ...], tuple[Optional[TopLogprobs], ...]]]:
-        """Prompt logprobs from ``logprob_start_len`` on: token p's is read from the row of
-        position p - 1 (raw logits, as SGLang's input logprobs); position 0 has none."""
+        """Prompt logprobs from ``logprob_start_len`` on (raw logits; none at position 0)."""
         start = req.input_logprob_start
         if first is None or start is None:
             return None
@@ -493,7 +469,6 @@ class Scheduler:
             tops.extend(top if top else [()] * len(got))
         return tuple(values), (tuple(tops) if req.top_logprobs_num else ())
 
-    # ----------------------------------------------------------------------------- counters
     def _reset_counters(self) -> None:
         self._win_verify_ct = 0
         self._win_accept_tokens = 0
@@ -550,7 +525,7 @@ class Scheduler:
             "decode_cuda_graph_bs": self.decode_cuda_graph_bs,
         }
         if self.graphs is not None:
-            # The modes of SGLang's sglang:cuda_graph_passes_total, counted since start.
+            # SGLang's sglang:cuda_graph_passes_total modes.
             state["cuda_graph_passes"] = {"decode_cuda_graph": self.graphs.counts.graph,
                                           "decode_none": self.graphs.counts.eager}
         if self.spec is not None:

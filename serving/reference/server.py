@@ -1,21 +1,9 @@
-"""Server lifecycle: bind the port, spawn the TP workers, warm up, serve, shut down cleanly.
+"""Server lifecycle of node rank 0: bind the port, spawn the TP workers, warm up, serve, shut down.
 
-This is node rank 0's engine process (the only one with ``--nnodes`` 1); a node of rank >= 1
-runs ``serving.reference.follower`` instead. Order of events (and what a launcher can observe):
-
-1. The HTTP port is bound at once; ``/health`` and ``/health_generate`` answer 503 until ready.
-2. The environment is prepared as SGLang's ``_set_envs_and_config`` does (NCCL_CUMEM_ENABLE and
-   NCCL_NVLS_ENABLE from the flags where ``--enable-symm-mem`` / ``--enable-nccl-nvls`` ask for 1
-   or the launching environment does not have them, else kept; CUDA_DEVICE_MAX_CONNECTIONS=8)
-   and the workers are
-   spawned: they inherit ``os.environ`` as it is at that moment, and nothing later.
-3. When every rank has loaded its shard, one warm-up request runs and the log says
-   "The server is fired up and ready to roll!"; from then on ``/health_generate`` answers 200.
-   A worker that fails before that line (at start or during the warm-up) is never followed by
-   it: the server exits 1 instead.
-4. SIGTERM or SIGINT: in-flight requests are ended (finish_reason abort), the workers are asked to
-   exit (and killed after a grace period), the port is released, and the process exits 0. A worker
-   that dies on its own takes the server down with exit status 1, as in SGLang.
+The port is bound at once (health routes 503 until ready); the workers are spawned after the
+environment is set as SGLang sets it; after one warm-up request the log says "The server is fired
+up and ready to roll!". Exit status: 0 after SIGTERM/SIGINT, 1 when a worker fails or dies. See
+docs/reference-engine.md ("Processes").
 """
 
 from __future__ import annotations
@@ -52,13 +40,7 @@ SHUTDOWN_TIMEOUT_S = 2.0
 def prepare_environment(args: ServerArgs) -> dict[str, str]:
     """Set what SGLang sets before spawning its schedulers; return the values set.
 
-    SGLang 0.5.23's rule (``sglang/srt/entrypoints/engine.py`` ``_set_envs_and_config``), copied
-    on its own rather than shared with the audit's expectation (``engine_managed_env``), so that
-    the audit passing against this engine is evidence. Every node's engine process runs it, as
-    every SGLang node does. The flags that widen SGLang's rule for NCCL_CUMEM_ENABLE
-    (``--moe-a2a-backend``, ``--enable-kv-cache-sharding``) are not taken by this engine, and
-    ``--nnodes`` > 1 widens it only on an MNNVL fabric (GB200/GB300: NCCL_CUMEM_ENABLE and
-    NCCL_MNNVL_ENABLE default to 1), which no node of this engine is; so this is all of it here.
+    Follows SGLang 0.5.23's ``_set_envs_and_config`` (``srt/entrypoints/engine.py``).
     """
     changed: dict[str, str] = {}
     if "NCCL_CUMEM_ENABLE" not in os.environ or args.enable_symm_mem:
@@ -81,8 +63,7 @@ def new_state(args: ServerArgs) -> AppState:
 
 
 def runner(app: web.Application) -> web.AppRunner:
-    """An app runner that shuts down fast and cancels a handler whose client went away (its
-    request is then aborted in the engine, as SGLang does)."""
+    """An app runner that shuts down fast and cancels a handler whose client went away."""
     return web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True)
 
 

@@ -1,23 +1,9 @@
-"""Command-line arguments: SGLang's flag names, SGLang's speculative rules, resolved once.
+"""Command-line arguments: SGLang's flag names and speculative rules, resolved once.
 
-``parse_args`` turns argv into a frozen ``ServerArgs`` whose every field is final: the auto choices
-(speculative triple, max running requests, device, dtype, context length) are made here and each
-automatic change is logged once as a warning naming the field, as SGLang does. Bad flags and bad
-values exit with status 2 and a message naming the flag (argparse's convention, on stderr).
-
-Every number has bounds (``INT_FLAG_BOUNDS``, the speculative rules of
-``serving.speculative_rules``, the preset's longest context): a value the command line accepts
-must not fail later inside a TP worker, far from its cause, after the server has bound its port.
-
-Flags SGLang has that mean nothing here (memory fraction, CUDA graphs, attention backend, ...)
-are accepted so the same command line works for both engines; they are recorded in
-``/server_info`` and logged as having no effect.
-
-Every option string registered here is one SGLang 0.5.23's own parser registers (the list in
-``serving/data/sglang_server_flags.json``, read by ``serving.sglang_flags``), or one of the
-reference engine's own flags named in ``REFERENCE_ONLY_FLAGS``; tests/unit/test_sglang_flags.py
-holds that. So a command line the reference engine takes, SGLang takes too: no alias SGLang lacks
-(it no longer takes ``--tp`` or ``--speculative-algo``), and no abbreviation (``allow_abbrev=False``).
+``parse_args`` turns argv into a frozen ``ServerArgs`` whose every field is final; each automatic
+choice is logged as a warning, as SGLang does. Bad flags and out-of-range values exit 2 with a
+message naming the flag. Which flags exist and their bounds: docs/reference-engine.md
+("Command line").
 """
 
 from __future__ import annotations
@@ -46,19 +32,12 @@ DEFAULT_MAX_RUNNING_WITH_SPEC = 48
 REFERENCE_ONLY_FLAGS: dict[str, str] = {
     "--reference-gpu-kind": "the node whose all-reduce rule to follow and log (SGLang reads its node itself)",
 }
-"""The reference engine's own flags (option string -> why it exists), the only ones SGLang lacks.
-
-An engine command with one of these runs on the reference engine only; everything else it
-registers is an SGLang flag. (Fault injection is not a flag: ``serving.reference.faults`` reads
-it from the environment, so the command line stays SGLang's.)"""
+"""The reference engine's own flags (option string -> why it exists), the only ones SGLang lacks."""
 
 DEFAULT_MEM_FRACTION_STATIC = 0.85
-"""The reference engine's share of a GPU's memory for weights and a static KV cache when it
-captures decode CUDA graphs. SGLang derives its own default from the GPU's memory, the chunked
-prefill size and the graph sizes (``srt/arg_groups/memory_hook.py``); this one is a plain fraction."""
+"""Share of a GPU's memory for weights and the static KV cache that decode CUDA graphs need."""
 
-# SGLang's decode CUDA-graph flags, with its help text: they take effect on CUDA at --tp-size 1
-# (serving.reference.cuda_graphs); elsewhere decode runs eagerly and the engine says so.
+# SGLang's decode CUDA-graph flags, with its help text (effective on CUDA at --tp-size 1).
 GRAPH_FLAGS: dict[str, dict[str, Any]] = {
     "cuda_graph_bs_decode": {"type": int, "nargs": "+",
                              "help": "Explicit list of batch sizes to capture for the decode cuda graph."},
@@ -109,19 +88,14 @@ INT_FLAG_BOUNDS: dict[str, tuple[int, int]] = {
     "chunked_prefill_size": (-1, 1 << 30),
     "page_size": (1, 65536),
 }
-"""Integer flags (by ``ServerArgs`` name) and their inclusive bounds; ``--context-length`` is
-bounded by the preset (``ModelPreset.max_context_length``), the speculative numbers by
-``serving.speculative_rules``."""
+"""Integer flags (by ``ServerArgs`` name) and their inclusive bounds."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerArgs:
     """The resolved server configuration (field names are SGLang's ``ServerArgs`` names).
 
-    Built once by ``parse_args`` and handed down whole: to the HTTP side (``AppState.args``), to
-    the launcher (``WorkerGroup(args=...)``) and through it to every TP rank
-    (``WorkerConfig.args``), so a new flag is a field here and nothing is copied on the way. It
-    crosses a *spawn*, so it must stay picklable (plain values only).
+    Handed whole to the HTTP side and every TP rank; it crosses a spawn, so it holds plain values.
     """
 
     model_path: str
@@ -161,8 +135,7 @@ class ServerArgs:
     gpu_memory_mib: Optional[float] = None
 
     def decode_graph_plan(self) -> DecodeGraphPlan:
-        """SGLang's decode-graph plan for these flags on this GPU (``serving.cuda_graph_rules``),
-        cut at the request pool (the resolved ``max_running_requests``)."""
+        """SGLang's decode-graph plan for these flags on this GPU, cut at the request pool."""
         from serving.cuda_graph_rules import plan_decode_graphs
 
         flags = self.graph_flags
@@ -179,8 +152,7 @@ class ServerArgs:
 
     @property
     def eager_decode_reason(self) -> Optional[str]:
-        """Why decode runs eagerly although SGLang would capture graphs here (None: it captures,
-        or the flags turned graphs off)."""
+        """Why decode runs eagerly although SGLang would capture graphs here, else None."""
         if not self.decode_graph_plan().enabled:
             return None
         if self.device != "cuda":
@@ -216,9 +188,7 @@ class ServerArgs:
 
     @property
     def node_tp_ranks(self) -> range:
-        """The global TP ranks this node runs, as SGLang 0.5.23's ``_calculate_rank_ranges``
-        (``srt/entrypoints/engine.py``) assigns them without PP: node r holds
-        ``[tp/N * r, tp/N * (r + 1))``; rank r's device is ``r % ranks_per_node`` on its node."""
+        """The global TP ranks this node runs (SGLang's ``_calculate_rank_ranges``, no PP)."""
         per_node = self.ranks_per_node
         return range(per_node * self.node_rank, per_node * (self.node_rank + 1))
 
@@ -276,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-symm-mem", action="store_true", help="Sets NCCL_CUMEM_ENABLE=1 as SGLang does.")
     p.add_argument("--enable-nccl-nvls", action="store_true", help="Sets NCCL_NVLS_ENABLE=1 as SGLang does.")
     p.add_argument("--decode-log-interval", type=int, default=40)
-    # SGLang 0.5.23's three multi-node flags, with its defaults and help (srt/arg_groups/fields/parallel.py).
+    # SGLang's multi-node flags, defaults and help (srt/arg_groups/fields/parallel.py).
     p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None,
                    help="The host address for initializing distributed backend (e.g., `192.168.0.2:25000`).")
     p.add_argument("--nnodes", type=int, default=1, help="The number of nodes.")
@@ -410,7 +380,7 @@ def resolve(
     no_effect = {name: getattr(ns, name) for name in NO_EFFECT_FLAGS}
     graph_flags = {name: getattr(ns, name) for name in GRAPH_FLAGS}
     if ns.disable_cuda_graph:
-        # SGLang's DeprecatedStoreTrueAction (srt/arg_groups/argparse_actions.py), word for word.
+        # SGLang's DeprecatedStoreTrueAction (srt/arg_groups/argparse_actions.py).
         logger.warning("'--disable-cuda-graph' is deprecated and will be removed in a future release. "
                        "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.")
     gpu_memory_mib = _gpu_memory_mib() if device == "cuda" else None
@@ -455,10 +425,11 @@ def resolve(
 
 
 def _fit_static_cache(args: ServerArgs, *, preset: Any) -> ServerArgs:
-    """With decode CUDA graphs the KV cache is allocated whole at start (a captured graph keeps
-    its tensors' addresses): ``max_running_requests`` rows of the full context. Where that does not
-    fit ``--mem-fraction-static`` of the GPU, the request pool shrinks to what fits, as SGLang's
-    pool follows its memory; one row not fitting is an error naming what to change."""
+    """Shrink ``max_running_requests`` so a whole KV cache fits ``--mem-fraction-static``.
+
+    Raises:
+        ValueError: not even one request fits.
+    """
     if not args.captures_decode_graphs or args.gpu_memory_mib is None:
         return args
     from serving.reference.kv_cache import cache_cols
@@ -488,7 +459,7 @@ def _fit_static_cache(args: ServerArgs, *, preset: Any) -> ServerArgs:
 
 
 def _gpu_memory_mib() -> float:
-    """The GPU's memory in MiB (SGLang reads ``nvidia-smi --query-gpu=memory.total``, the same figure)."""
+    """The GPU's total memory in MiB."""
     import torch
 
     return torch.cuda.get_device_properties(0).total_memory / 2**20
@@ -499,8 +470,7 @@ def _flag(name: str) -> str:
 
 
 def _architecture(overrides: str, *, default: str) -> str:
-    """``architectures[0]`` from ``--json-model-override-args`` (SGLang's way to override what the
-    model's config.json says), else the preset's."""
+    """``architectures[0]`` from ``--json-model-override-args``, else ``default``."""
     try:
         data = json.loads(overrides or "{}")
     except ValueError as exc:
@@ -516,8 +486,7 @@ def _architecture(overrides: str, *, default: str) -> str:
 
 
 def _gpu_kind(declared: Optional[str], *, device: str) -> str:
-    """The node whose all-reduce rule this engine follows: the declared ``--reference-gpu-kind``,
-    else ``cpu`` on the CPU and, on CUDA, the device's sm with PCIe (NVLink is not probed)."""
+    """``--reference-gpu-kind``, else ``cpu`` on the CPU and the device's sm with PCIe on CUDA."""
     if declared is not None:
         return GpuKind.parse(declared).name  # ValueError names the kinds allowed
     if device == "cpu":
@@ -529,16 +498,10 @@ def _gpu_kind(declared: Optional[str], *, device: str) -> str:
 
 
 def _check_nodes(ns: argparse.Namespace) -> None:
-    """``--nnodes`` / ``--node-rank`` / ``--dist-init-addr``, as SGLang 0.5.23 takes them.
+    """Check ``--nnodes`` / ``--node-rank`` / ``--dist-init-addr`` (SGLang's rules, plus the node rank).
 
-    SGLang asserts "tp_size must be divisible by number of nodes" (``arg_groups/validation_hook.py``).
-    It does not check ``--node-rank`` at all: a rank outside ``[0, nnodes)`` gets TP ranks outside
-    the world and its schedulers fail or wait in the rendezvous; here it is refused up front, with
-    the other bounds. Nor does it require ``--dist-init-addr`` with ``--nnodes`` > 1: without it
-    every node meets at ``tcp://{--host}:{a free local port}`` (``distributed/bootstrap.py``
-    ``_resolve_dist_init_method``), so the nodes never meet and the engine never becomes healthy.
-    The reference engine does the same (each node at ``127.0.0.1:<a free port>``) and says why in
-    a warning; spectune's own command builder never renders that.
+    Raises:
+        ValueError: a rule is broken; the message names the flag.
     """
     if ns.tp_size % ns.nnodes:
         raise ValueError(
@@ -561,7 +524,7 @@ def _check_nodes(ns: argparse.Namespace) -> None:
 
 
 def _check_address(addr: str) -> None:
-    """``--dist-init-addr`` must be ``host:port``: a bad one would fail in every worker's rendezvous."""
+    """``--dist-init-addr`` must be ``host:port``."""
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError(f"--dist-init-addr must be host:port with a port in [1, 65535], got {addr!r}")
@@ -570,8 +533,7 @@ def _check_address(addr: str) -> None:
 def _speculative_numbers(
     steps: Optional[int], topk: Optional[int], draft_tokens: Optional[int], *, preset: Any
 ) -> tuple[int, int, int]:
-    """SGLang's speculative rules (``serving.speculative_rules``): all three numbers or none (the
-    preset's auto choice), and for top-k 1 the chain length forced with SGLang's warning."""
+    """Apply SGLang's speculative rules (``serving.speculative_rules``); ``ValueError`` on a conflict."""
     if steps is None and topk is None and draft_tokens is None:
         steps, topk, draft_tokens = preset.auto_speculative
         logger.warning(

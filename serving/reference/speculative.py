@@ -1,23 +1,8 @@
 """EAGLE-style speculative decoding: draft a token tree with the early exit, verify it in one pass.
 
-Drafting follows SGLang's EAGLE tree (``--speculative-num-steps`` S, ``--speculative-eagle-topk``
-K, ``--speculative-num-draft-tokens`` N):
-
-1. Step 1 runs the root (the last committed token, not yet in the KV cache) through the draft and
-   takes its K most likely next tokens.
-2. Each further step runs the K current leaves (in parallel, each seeing only its own ancestors)
-   and expands each by its K best children; of those K*K the K best by cumulative log-probability
-   become the next leaves. The tree so holds K + (S-1)*K^2 candidates.
-3. The N-1 candidates with the highest cumulative log-probability, plus the root, form the tree
-   the target verifies. A child never scores above its parent, so the set is ancestor-closed.
-
-Verification runs all N nodes through the target at once, each attending to the committed prefix
-and its own ancestors (tree attention). Acceptance walks down from the root (see ``walk_greedy``
-and ``walk_sampled``). With K == 1 the tree is a chain and N == S + 1.
-
-Scratch KV: drafted tokens write their (draft-layer) KV into columns past the committed prefix;
-verification overwrites those columns for all layers, and the scheduler then moves the accepted
-nodes' columns down next to the prefix.
+The tree follows SGLang's EAGLE tree (S steps, top-K per step, N verified nodes); see
+docs/reference-engine.md ("Decoding"). Drafted tokens write scratch KV past the committed prefix;
+verification overwrites it for all layers.
 """
 
 from __future__ import annotations
@@ -34,8 +19,7 @@ from serving.reference.sampling import SamplingParams, target_probs
 
 __all__ = ["SpecConfig", "VerifyTree", "draft_tree", "verify_tree", "walk_greedy", "walk_sampled"]
 
-# Tie-break for candidates of equal cumulative score: prefer the shallower one, so a child can
-# never be selected without its parent even when its own log-probability rounds to 0.
+# Tie-break towards the shallower candidate, so a child is never chosen without its parent.
 _DEPTH_EPS = 1e-9
 
 
@@ -105,7 +89,7 @@ def _draft_general(
     *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig,
     key_len: Optional[int] = None,
 ) -> VerifyTree:
-    """Any topk: SGLang's EAGLE tree (module docstring)."""
+    """Any topk: SGLang's EAGLE tree."""
     device = roots.device
     batch = roots.shape[0]
     k, steps, n = config.topk, config.num_steps, config.num_draft_tokens
@@ -132,8 +116,7 @@ def _draft_general(
     leaf_anc = torch.zeros(batch, k, scratch, dtype=torch.bool, device=device)
     leaf_anc[:, :, 0] = True
     ar_k = torch.arange(k, device=device)
-    # A device-side True: assigning the Python scalar would copy a CPU tensor to the GPU, which a
-    # CUDA graph capture refuses (serving.reference.cuda_graphs captures this loop).
+    # Device-side: a CUDA graph capture refuses the CPU-to-GPU copy a Python scalar would need.
     true = torch.ones((), dtype=torch.bool, device=device)
     if steps > 1:
         leaf_anc[:, ar_k, 1 + ar_k] = true
@@ -188,11 +171,7 @@ def _draft_chain(
     *, model: Model, cache: KVCache, roots: torch.Tensor, prefix: torch.Tensor, config: SpecConfig,
     key_len: Optional[int] = None,
 ) -> VerifyTree:
-    """topk == 1: the tree is a chain, so drafting is S greedy early-exit steps.
-
-    Same result as the general path with K = 1 (top-1 of the log-softmax is the argmax), without
-    its candidate bookkeeping, which costs as much as a draft step on a small CPU model.
-    """
+    """topk == 1: a chain of S greedy early-exit steps; same tokens as the general path."""
     device = roots.device
     batch = roots.shape[0]
     steps = config.num_steps
@@ -292,12 +271,9 @@ def walk_sampled(
 ) -> tuple[list[int], int]:
     """Lossless acceptance for a sampled request (drafts are deterministic top-k picks).
 
-    At each node, the children's tokens are tried in turn: child token t is accepted with
-    probability p(t) under the current distribution p (the target's, filtered by the request's
-    temperature/top-k/top-p); if rejected, t is removed from p and p renormalised. If no child is
-    accepted, the bonus token is drawn from what is left of p. This draws each token exactly from
-    the target distribution, whatever the draft proposed (SpecInfer's multi-candidate rule with
-    point-mass drafts).
+    At each node each child's token t is accepted with probability p(t) under the filtered target
+    distribution p, else removed from p and p renormalised; the bonus is drawn from what is left
+    (SpecInfer's multi-candidate rule with point-mass drafts).
 
     Args:
         logits: ``[N, vocab]`` target logits at each node.

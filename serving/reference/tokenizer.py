@@ -1,8 +1,6 @@
 """Byte-level tokenizer and the trivial chat template of the reference engine.
 
-Token ids 0..255 are the bytes of the UTF-8 text, so any string round-trips and no vocabulary
-file is needed. A handful of special tokens follow the bytes. One token per byte makes prompts
-long in tokens (a 500-character prompt is 500 tokens); the presets' context lengths allow for it.
+Token ids 0..255 are the bytes of the UTF-8 text; a few special tokens follow the bytes.
 """
 
 from __future__ import annotations
@@ -83,12 +81,7 @@ class ByteTokenizer:
 
 
 class IncrementalDecoder:
-    """Turns a growing list of ids into text deltas without splitting multi-byte characters.
-
-    Streaming clients must never see a half character (U+FFFD) that later turns into a real one;
-    bytes of an unfinished UTF-8 sequence are held back until the sequence completes or the
-    request finishes.
-    """
+    """Turns a growing list of ids into text deltas, holding back unfinished UTF-8 sequences."""
 
     def __init__(self) -> None:
         self._pending = bytearray()

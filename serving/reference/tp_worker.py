@@ -1,22 +1,8 @@
-"""One TP rank: a process started with multiprocessing *spawn* that owns a model shard.
+"""One TP rank: a spawned process that owns a model shard and runs the scheduler.
 
-A spawned worker inherits exactly the environment ``os.environ`` held when it was started, and
-nothing set later (the same env-propagation behaviour as SGLang's scheduler processes). At start
-it names itself (``ref::tp<rank>`` in /proc/<pid>/comm, like SGLang's ``sglang::scheduler_TP0``)
-and logs the NCCL_* / CUDA_* / torch.distributed variables it sees, its rank and world size, so an
-audit can tell the roles apart and read what each rank was given.
-
-Values of secret-looking variables (``serving.redaction``: ``SPECTUNE_API_TOKEN``,
-``NCCL_IB_SECRET_KEY``, ...) are logged and reported as a placeholder, never verbatim.
-
-Rank 0 receives requests from the HTTP process over a pipe and broadcasts them to the other ranks
-each iteration; every rank then runs the same scheduler step. Ranks are numbered globally: across
-``--nnodes`` nodes, node r's engine process starts ranks ``[tp/N * r, tp/N * (r + 1))`` and rank
-k uses device ``k % (tp/N)`` of its node, as SGLang does. Workers exit on a Shutdown message (rank
-0 broadcasts it to every rank of every node), when their node's engine process dies
-(PR_SET_PDEATHSIG with SIGKILL, plus a parent-pid check), or when a peer dies (the collective
-fails). They ignore SIGINT and SIGTERM: a signal to the whole process group is handled by the
-node's engine process, which then shuts the workers down in order.
+It names itself ``ref::tp<rank>`` and logs the communication variables it sees (secrets
+redacted). Rank 0 takes requests from the HTTP process over a pipe and broadcasts them, so every
+rank runs the same scheduler step. See docs/reference-engine.md ("Processes").
 """
 
 from __future__ import annotations
@@ -50,23 +36,16 @@ IDLE_HEARTBEAT_S = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """Everything a rank needs, picklable for spawn: the server's settings whole, plus what is
-    this rank's own.
-
-    The settings are the ``ServerArgs`` the command line resolved to, passed through unchanged, so
-    a new flag reaches the workers without being copied here or in the launcher.
+    """Everything a rank needs, picklable for spawn: the server's settings and this rank's own.
 
     Attributes:
-        args: The resolved server settings (``--model-path``, ``--dtype``, the speculative
-            numbers, ...); ``args.tp_size`` is the world size.
-        rank: This worker's rank.
+        args: The resolved server settings; ``args.tp_size`` is the world size.
+        rank: This worker's global rank.
         init_method: torch.distributed rendezvous (``tcp://host:port``).
         parent_pid: This node's engine process; the worker exits if it goes away.
         torch_threads: Intra-op threads (CPU); 0 = auto.
-        corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, checked
-            against this worker's own environment; None without the fault.
-        die_after_steps: The ``die_after_steps`` fault's N on the rank that carries it out
-            (its node's first), else None.
+        corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, or None.
+        die_after_steps: The ``die_after_steps`` fault's N on the rank that carries it out, else None.
     """
 
     args: ServerArgs
@@ -83,7 +62,7 @@ class WorkerConfig:
 
     @property
     def local_rank(self) -> int:
-        """The rank's index on its node: its CUDA device (SGLang's ``tp_rank % tp_size_per_node``)."""
+        """The rank's index on its node, which is its CUDA device."""
         return self.rank % self.args.ranks_per_node
 
     @property
@@ -106,7 +85,7 @@ def _die_with_parent(parent_pid: int) -> None:
         logger.debug("prctl(PR_SET_PDEATHSIG) unavailable; relying on the parent-pid watch")
 
     def watch() -> None:
-        # Belt and braces where PDEATHSIG does not exist (non-Linux) or was lost.
+        # For where PDEATHSIG does not exist or was lost.
         while True:
             time.sleep(1.0)
             if os.getppid() != parent_pid:
@@ -129,10 +108,7 @@ def env_line(env: dict[str, str]) -> str:
 
 
 def _log_custom_all_reduce(cfg: WorkerConfig) -> None:
-    """What SGLang's every rank logs when its custom all-reduce turns itself off on this node
-    (``serving.all_reduce_rules``), word for word, so the sweep reads the reference engine's log
-    the way it reads SGLang's. There is no custom all-reduce kernel here: the collective is
-    torch.distributed's either way."""
+    """Log SGLang's per-rank line where its custom all-reduce turns itself off on this node."""
     from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_line
 
     args = cfg.args
@@ -157,8 +133,7 @@ def run_worker(cfg: WorkerConfig, conn: Connection) -> None:
     """Process entry point (the target of ``spawn``)."""
     set_process_name(cfg.process_name)
     _die_with_parent(cfg.parent_pid)
-    # Ctrl-C and a SIGTERM to the whole process group reach the workers too; the HTTP process
-    # decides and shuts them down in order (a rank dying first would look like a crash).
+    # The engine process handles signals and shuts the workers down in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _configure_logging(cfg)
@@ -210,8 +185,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     from serving.reference.scheduler import Scheduler
     from serving.reference.speculative import SpecConfig
 
-    # One intra-op thread: the reference models' kernels are tiny, and on a 2-core VM two OpenMP
-    # threads per worker made decoding ~10x slower than one (measured); TP ranks add cores.
+    # One intra-op thread by default (docs/reference-engine.md, "Processes").
     args = cfg.args
     threads = cfg.torch_threads or ENV.SPECTUNE_REFERENCE_TORCH_THREADS.get() or 1
     torch.set_num_threads(threads)
@@ -242,8 +216,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     preset = get_preset(args.model_path)
     model = Model(preset=preset, seed=args.random_seed, comm=comm, device=device, dtype=dtype_from_name(args.dtype))
     if cfg.world_size > 1 and backend == "nccl":
-        # First NCCL collective: communicator init happens here, where NCCL_DEBUG=INFO logs the
-        # NCCL_* values this rank read.
+        # First NCCL collective: NCCL_DEBUG=INFO logs the NCCL_* values read here.
         probe = torch.ones(1, device=device)
         comm.all_reduce(probe)
         torch.cuda.synchronize(device)
@@ -338,8 +311,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
 
 
 def _kill_node(cfg: WorkerConfig, steps: int) -> None:
-    """The ``die_after_steps`` fault: this node's engine process and its ranks vanish at once
-    (SIGKILL to the engine process; its ranks follow through PR_SET_PDEATHSIG), as a crashed node."""
+    """The ``die_after_steps`` fault: SIGKILL this node's engine process (its ranks follow)."""
     logger.error(
         "fault die_after_steps:%d: node_rank %d's ranks have run %d steps; killing this node's engine process "
         "(pid %d) and its ranks %s with SIGKILL", cfg.die_after_steps, cfg.args.node_rank, steps, cfg.parent_pid,

@@ -1,20 +1,10 @@
 """The Ray Serve application that serves one tuned engine configuration.
 
-One deployment, ``SpectuneEngine``: each replica owns one engine (its GPUs in a STRICT_PACK
-placement group bundle, the configuration's NCCL variables in its runtime_env), proves the env
-at start-up, and is itself the OpenAI-compatible ingress for that engine
-(``serving.serve.ingress``). Requests are spread over the replicas by Serve's ingress — HAProxy
-with direct ingress, or the plain Serve proxy — so a request crosses one proxy hop and one local
-HTTP hop to the engine, and streamed tokens are never re-encoded on the way.
-
-Why one deployment and not an ingress deployment in front of an engine deployment: a second
-deployment puts a Ray actor call (and its serialisation) on every streamed chunk, which on a
-small machine costs more than the speculative-decoding gain being served. The replica that owns
-the engine is the only place that can talk to it over the local loopback, so it is the ingress.
-
-``build_app`` makes the application for ``serve.run``; ``app_builder`` is the same for a Serve
-config file (``import_path: serving.serve.app:app_builder``, written by ``serve_config_file`` for
-``serve deploy`` / ``ray job submit``).
+One deployment, ``SpectuneEngine``: each replica owns one engine (its GPUs in a placement-group
+bundle, the configuration's variables in its runtime_env), proves the env at start-up, and is
+itself the OpenAI-compatible ingress for that engine (``serving.serve.ingress``). ``build_app``
+makes the application for ``serve.run``; ``app_builder`` does the same from a Serve config file
+(``import_path: serving.serve.app:app_builder``, written by ``serve_config_file``).
 """
 
 from __future__ import annotations
@@ -43,15 +33,7 @@ __all__ = [
 DEPLOYMENT_NAME = "SpectuneEngine"
 
 REPLICA_SERVE_ENV: dict[str, str] = {
-    # A replica that is being replaced (its engine died) or removed stays reachable this long so
-    # that HAProxy takes it out of rotation first; Serve's default of 30 s makes every Ctrl-C and
-    # every replacement wait half a minute. HAProxy health-checks replicas every few seconds and
-    # retries refused connections on another replica, so a few seconds suffice.
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "5",
-    # Run the ingress on the replica's own event loop: by default Serve runs user code on a second
-    # thread and hands every ASGI message across threads, which on a streamed response is a
-    # cross-thread wake-up per chunk. The ingress never blocks its loop (blocking work goes to
-    # threads), so nothing is lost.
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
 }
 """Ray Serve settings read inside each replica process (delivered in its runtime_env)."""
@@ -60,9 +42,8 @@ REPLICA_SERVE_ENV: dict[str, str] = {
 def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str, Any]:
     """The ``serve.deployment(...).options(...)`` of the engine deployment.
 
-    The replica's resources are all in bundle 0 of its placement group (Serve runs the replica
-    there and captures its children), so the engine's GPUs are reserved together, on one node,
-    and released together when the replica goes.
+    One node: every resource of a replica is in bundle 0 of its placement group, which Serve's
+    replica and its children share. Across nodes: a bundle per node (``serving.engine.placement``).
     """
     gpus = options.gpus_for(config)
     cpus = options.cpus_per_replica
@@ -83,10 +64,7 @@ def deployment_options(config: EngineConfig, options: ServeOptions) -> dict[str,
         "max_ongoing_requests": options.max_ongoing_requests,
         "health_check_period_s": options.health_check_period_s,
         "health_check_timeout_s": options.health_check_timeout_s,
-        # engine.stop(): SIGTERM, a grace period, SIGKILL, then proof; Serve must not cut it short
         "graceful_shutdown_timeout_s": 60.0,
-        # An engine that failed its launch or its env audit three times will fail again; Serve's
-        # default of 20 attempts would take 20 engine starts (an hour for a large model) to say so.
         "max_constructor_retry_count": 3,
         "ray_actor_options": {
             "num_cpus": cpus,

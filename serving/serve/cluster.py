@@ -1,14 +1,8 @@
 """The Ray cluster ``spectune serve`` runs on: start a local one with the right ingress, or join one.
 
-Ray Serve reads its ingress switch from the environment of the Ray processes, when they start:
-``RAY_SERVE_ENABLE_HA_PROXY=1`` (HAProxy in front, each replica its own HTTP server: "direct
-ingress") must be in the environment of every node's ``ray start``. So:
-
-* a local Ray started here gets the switch from ``ServeOptions.ingress`` (default ``haproxy``, the
-  measured faster path) set before it starts, and free ports for what HAProxy mode otherwise takes
-  at fixed numbers, so two clusters on one machine (a test, a colleague's) do not collide;
-* a joined cluster keeps the ingress it was started with; which one it is, is read from a task
-  running on it (tasks start with the same environment as Serve's processes).
+A local Ray started here gets ``RAY_SERVE_ENABLE_HA_PROXY`` from ``ServeOptions.ingress`` before it
+starts, and free ports for what HAProxy mode takes at fixed numbers. A joined cluster keeps the
+ingress it was started with, read from a task running on it.
 """
 
 from __future__ import annotations
@@ -85,9 +79,9 @@ def start_or_join(options: ServeOptions, *, address: str | None) -> ClusterSessi
         for name in HAPROXY_FIXED_PORTS:
             if not os.environ.get(name):
                 os.environ[name] = str(free_port())
-        # HAProxy runs 4 threads by default; not more threads than cores on a small machine
+        # not more HAProxy threads (default 4) than cores
         os.environ.setdefault("RAY_SERVE_HAPROXY_NBTHREAD", str(max(1, min(4, os.cpu_count() or 1))))
-    choose_local_auth_mode()  # Ray's token auth, chosen rather than defaulted: no warning (serving.ray_auth)
+    choose_local_auth_mode()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     logger.info("started a local Ray (%s ingress)", options.ingress)
     return ClusterSession(started_here=True, ingress=options.ingress)
@@ -135,11 +129,8 @@ def check_serve_address(options: ServeOptions) -> None:
 
 
 def own_processes() -> list[psutil.Process]:
-    """Every live descendant of this process: with a Ray started here, that is all of it (GCS,
-    raylet, agents, workers, the Serve actors' HAProxy and the replicas' engines with their TP
-    workers, which are in sessions of their own but still descendants). Taken before Ray shuts
-    down, while none has been re-parented yet; ``psutil.Process`` refuses to signal a pid reused
-    since."""
+    """Every live descendant of this process (with a Ray started here, all of it, engines included);
+    take it before Ray shuts down, while none has been re-parented."""
     try:
         return psutil.Process().children(recursive=True)
     except psutil.Error:
@@ -156,8 +147,7 @@ def _running(proc: psutil.Process) -> bool:
 def stop_leftovers(processes: list[psutil.Process], *, exit_s: float = LEFTOVER_EXIT_S,
                    kill_s: float = LEFTOVER_KILL_S) -> list[str]:
     """After ``ray.shutdown`` of a Ray started here: give ``processes`` ``exit_s`` to exit, then
-    SIGTERM the survivors, SIGKILL them after ``kill_s``; returns a description of each that had
-    to be stopped (logged as a warning: it means some part did not stop itself)."""
+    SIGTERM the survivors, SIGKILL them after ``kill_s``; returns a description of each stopped."""
     def survivors() -> list[psutil.Process]:
         return [proc for proc in processes if _running(proc)]
 

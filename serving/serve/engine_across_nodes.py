@@ -1,12 +1,8 @@
 """A Serve replica's engine when it spans nodes: an EngineGroup with the face of an EngineProcess.
 
-A replica of a one-node engine runs its engine as its own subprocess (``EngineProcess``). An engine
-across ``nnodes`` nodes cannot be one subprocess: each node needs its own launch, in its own
-bundle of the replica's placement group (``serving.engine.placement``: bundle 0 the replica and
-node rank 0, a node per bundle). So the replica drives one EngineHost per node
-(``serving.engine.group.EngineGroup``; they are the replica's child actors, and die with it), and
-this class gives the replica what it uses of an EngineProcess: ``url`` (node rank 0's API),
-``pid``, ``log_path``, ``check_healthy`` (every node's engine), ``stop`` and an audit of every node.
+The replica drives one EngineHost per node (its child actors, in its placement group's bundles);
+this class gives it what it uses of an EngineProcess: ``url`` (node rank 0's API), ``pid``,
+``log_path``, ``check_healthy`` (every node's engine), ``stop`` and an audit of every node.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The OpenAI-compatible ingress of one replica: a plain ASGI app in front of its engine.
 
-Why a plain ASGI app and not FastAPI: the whole point of serving the tuned configuration is not to
-eat the gain it was tuned for, and every streamed chunk passes through here. The engine already
-speaks OpenAI (SGLang and the reference engine alike), so the ingress does only what the engine
-cannot: it checks the API key, refuses malformed requests with OpenAI's error shape before they
-reach the engine, names the replica that answered (``x-spectune-replica``), and then passes the
-engine's response through byte for byte — no parsing, no re-encoding, no batching: each read from
-the engine socket is sent to the client as it arrives. One pooled ``aiohttp`` session per replica
-(created in the loop that serves the requests) keeps the connections to the engine warm.
-
-Routes: ``GET /health`` (no key: for load balancers), ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /spectune/audit`` (the env audit
-of this replica's engine), ``GET /spectune/info`` (which sweep, trial and MLflow run the served
-configuration came from, since when this replica serves it, how many replicas; the same key as the
-audit). An engine that cannot be reached is a fast 503, never a hang: the
-replica is about to be replaced (Serve's health check), and the client should retry.
+It checks the API key, refuses malformed requests in OpenAI's error shape, names the replica that
+answered (``x-spectune-replica``) and passes the engine's response through byte for byte over one
+pooled ``aiohttp`` session. Routes: ``GET /health`` (no key), ``GET /v1/models``,
+``GET /v1/models/{id}``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /spectune/audit``, ``GET /spectune/info``. An unreachable engine is a fast 503, never a hang.
 """
 
 from __future__ import annotations
@@ -48,8 +38,7 @@ _KNOWN = ("GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/completion
 
 
 def key_digest(key: str) -> str:
-    """SHA-256 of an API key, hex: what replicas are given instead of the key itself, so the key
-    never travels in a deployment's arguments, a Serve config file or a log."""
+    """SHA-256 of an API key, hex: what replicas are given instead of the key itself."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -89,9 +78,8 @@ def _check_messages(messages: Any) -> None:
 def check_request(route: str, body: bytes, *, model_ids: frozenset[str]) -> bool:
     """Refuse what the engine should never see; return whether the client asked for a stream.
 
-    Only the shape OpenAI requires is checked here (a JSON object, ``prompt`` / ``messages``, a
-    known ``model``, a boolean ``stream``); sampling parameters are the engine's to judge, and its
-    refusals come back rewritten in OpenAI's shape.
+    Only the shape OpenAI requires is checked (a JSON object, ``prompt`` / ``messages``, a known
+    ``model``, a boolean ``stream``); sampling parameters are the engine's to judge.
 
     Raises:
         IngressRefusal: 400 (malformed), 404 (``model`` is not the one served).
@@ -162,8 +150,7 @@ class EngineEndpoint:
 
     Attributes:
         url: Base URL of the engine's HTTP API (on the replica's own node).
-        models_body: The engine's ``/v1/models`` answer, read once at start-up (the served model
-            does not change while the engine lives).
+        models_body: The engine's ``/v1/models`` answer, read once at start-up.
     """
 
     url: str
@@ -177,7 +164,7 @@ class EngineEndpoint:
 
 
 class OpenAIIngress:
-    """The ASGI app of one replica (see the module docstring for the routes)."""
+    """The ASGI app of one replica (routes: see the module docstring)."""
 
     def __init__(
         self,
@@ -213,8 +200,6 @@ class OpenAIIngress:
         self._models = {card["id"]: json.dumps(card).encode() for card in cards}
         self._model_ids = frozenset(self._models)
 
-    # --- the pooled client -------------------------------------------------------------------
-
     def _client(self) -> aiohttp.ClientSession:
         """The replica's one session to its engine, made in the loop that serves requests."""
         if self._session is None or self._session.closed:
@@ -231,8 +216,6 @@ class OpenAIIngress:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    # --- ASGI ----------------------------------------------------------------------------------
 
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[[dict], Awaitable[None]]) -> None:
         if scope["type"] == "lifespan":
@@ -279,8 +262,6 @@ class OpenAIIngress:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    # --- responses ---------------------------------------------------------------------------
-
     async def _respond(self, send: Callable[[dict], Awaitable[None]], status: int, body: bytes,
                        content_type: bytes = _JSON) -> None:
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), self._replica_header]
@@ -321,8 +302,6 @@ class OpenAIIngress:
             raise IngressRefusal(503, f"the engine's /health answered HTTP {status}", code="engine_unavailable")
         await self._respond(send, 200, b'{"status":"ok"}')
 
-    # --- generation: check, then pass through ---------------------------------------------------
-
     async def _generate(self, route: str, receive: Callable[[], Awaitable[dict]], send: Callable[[dict], Awaitable[None]]) -> None:
         body = await _read_body(receive)
         if body is None:
@@ -339,8 +318,7 @@ class OpenAIIngress:
         try:
             complete = await self._pass_through(resp, receive, send)
         finally:
-            # A response read to its end goes back to the pool; anything else closes the
-            # connection, which is how the engine learns that the client left (it aborts).
+            # closing (not releasing) an unfinished response tells the engine the client left
             if complete:
                 resp.release()
             else:

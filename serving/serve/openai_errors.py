@@ -1,10 +1,8 @@
 """The OpenAI error body, the one shape every refusal of the Serve ingress takes.
 
-OpenAI's API (and therefore the official ``openai`` client, which raises ``AuthenticationError``,
-``BadRequestError``, ``NotFoundError``... from the status and reads ``error.message``) answers
-``{"error": {"message", "type", "param", "code"}}``. SGLang (and the reference engine) answer
-``{"object": "error", "message", "type", "param", "code"}`` instead; ``from_engine_body``
-rewrites those so a client sees one shape whichever layer refused.
+OpenAI answers ``{"error": {"message", "type", "param", "code"}}`` (what the ``openai`` client
+reads); SGLang and the reference engine answer ``{"object": "error", "message", ...}``, which
+``from_engine_body`` rewrites.
 """
 
 from __future__ import annotations

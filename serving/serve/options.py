@@ -1,13 +1,9 @@
 """How a configuration is served: ``ServeOptions``, and reading a best-config file.
 
-The file ``spectune serve`` takes is an ``EngineConfig`` YAML — exactly what a sweep writes as
-``best.yaml``, comment lines included — optionally with a ``serve:`` block of ``ServeOptions``
-(``num_replicas``, ``autoscaling_config``, ``port`` ...), and a sweep's ``provenance:`` block (which
-sweep, trial and MLflow run it came from: ``serving.serve.provenance``). Both blocks are taken off
-before the engine part is validated, so ``best.yaml`` is accepted unchanged and the engine part
-stays exactly the configuration that was measured; the provenance never reaches the engine. Options given on the command line win over the block. The API
-key is never read from the file: secrets do not belong in a config that is copied around
-(``--api-key`` or ``SPECTUNE_API_KEY``).
+The file is an ``EngineConfig`` YAML (a sweep's ``best.yaml``), optionally with a ``serve:`` block
+of ``ServeOptions`` and a ``provenance:`` block; both are taken off before the engine part is
+validated. Options given on the command line win over the block. The API key is never read from
+the file.
 """
 
 from __future__ import annotations
@@ -167,9 +163,8 @@ class ServeOptions(BaseModel):
         return bundle
 
     def replica_placement(self, config: EngineConfig) -> EnginePlacement:
-        """The placement group of a replica of an engine across ``config.nnodes`` > 1 nodes: a bundle
-        per node, spread (``serving.engine.placement``; bundle 0 holds the replica's CPUs and node
-        rank 0's GPUs). One node: :meth:`replica_bundle`, packed."""
+        """The placement group of a replica: a bundle per node, spread, for ``config.nnodes`` > 1
+        (``serving.engine.placement``); one node: :meth:`replica_bundle`, packed."""
         return engine_placement(gpus=self.gpus_for(config), cpus=self.cpus_per_replica, nnodes=config.nnodes)
 
     def replicas_at_start(self) -> int:

@@ -1,22 +1,10 @@
 """``spectune serve``'s preflight: what the application needs, checked in seconds before it is deployed.
 
-Without it a configuration that cannot run here is found out the slow way: Serve waits, silently
-and for ever, for a node with the replica's GPUs (Ray's "needs GPU" only reaches the Serve
-controller's log), and an engine whose model is missing fails its launch three times (Serve's
-constructor retries) before ``spectune serve`` exits 1. Each check raises
-:class:`ServePreflightError` (the CLI exits 2) naming the field, the value and the fix:
-
-* **engine**: the engine can start where a replica will run it (``serving.engine.preflight``:
-  SGLang importable, local model and draft paths existing, a hub id accepted with a note, a
-  reference preset known). For a local cluster that is this machine, checked before Ray starts;
-  on a joined cluster, in a Ray task placed like a replica (its one STRICT_PACK bundle).
-* **resources**: the cluster's nodes can hold the replicas Serve starts with, each on one node
-  (a replica's CPUs and GPUs are one bundle). With ``--wait-for-resources S`` (an autoscaling
-  cluster, nodes still joining) it waits up to S seconds, saying every 30 s what for.
-* **network**: ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA`` and ``NCCL_IB_GID_INDEX`` in the engine's env
-  name an interface, an active HCA port or a GID on every node that can run a replica's engine
-  rank (``serving.engine.preflight.network_problems``), instead of a replica failing (or falling
-  back to TCP) once its engine starts.
+Each check raises :class:`ServePreflightError` (the CLI exits 2) naming the field, the value and
+the fix: **engine** (it can start where a replica will run it: here for a local cluster, in a Ray
+task placed like a replica on a joined one), **resources** (the nodes hold the replicas Serve
+starts with, optionally waiting for them) and **network** (NCCL's node-checked variables name
+something on every node that can run a replica's engine rank).
 """
 
 from __future__ import annotations
@@ -71,8 +59,8 @@ def check_engine_here(config: EngineConfig) -> list[str]:
 
 def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait_s: float = 0.0,
                             say: Callable[[str], None]) -> list[str]:
-    """The engine can start where a replica will run (a Ray task in a placement group shaped like
-    one replica's: the same node, the same Python); returns notes.
+    """The engine can start where a replica will run (a Ray task in a placement group shaped like one
+    replica's); returns notes.
 
     Raises:
         ServePreflightError: every problem found, one per line, or no node freed a replica's
@@ -126,8 +114,7 @@ def check_resources(config: EngineConfig, options: ServeOptions, *, wait_s: floa
     """The connected cluster's nodes can hold the replicas Serve starts with; returns a note.
 
     Args:
-        wait_s: Keep looking this long (nodes joining, an autoscaler adding them), saying every
-            30 s what is missing; 0 decides at once.
+        wait_s: Keep looking this long, saying every 30 s what is missing; 0 decides at once.
         say: Where the waiting lines go.
         nodes: The cluster's nodes (a test passes its own).
 
@@ -158,8 +145,7 @@ def check_resources(config: EngineConfig, options: ServeOptions, *, wait_s: floa
 
 def check_network(config: EngineConfig, options: ServeOptions) -> str | None:
     """NCCL's node-checked variables in ``env``, and each node's own, hold on every node that can run
-    a replica's engine rank; returns a note, or None when the env sets none and the engine stays on
-    one node.
+    a replica's engine rank; returns a note, or None when there is nothing to check.
 
     Raises:
         ServePreflightError: one line per value and node where it cannot work.

@@ -1,11 +1,7 @@
 """Where a served configuration came from: the ``provenance:`` block of a best-config file.
 
-A sweep writes it into ``best.yaml`` next to the engine configuration (``orchestrator.sweep.finish``),
-``spectune serve --mlflow-run`` builds it from the run it reads, and ``GET /spectune/info`` of every
-replica answers with it. It is metadata only: ``serving.serve.options`` takes the block off before
-the engine part is validated, so it never reaches the engine and the engine configuration stays
-exactly the one that was measured. A hand-written config has none; then every field of
-``/spectune/info`` that comes from it is null.
+Metadata only: ``serving.serve.options`` takes it off before the engine part is validated, so it
+never reaches the engine. ``GET /spectune/info`` answers with it (nulls for a config without one).
 """
 
 from __future__ import annotations

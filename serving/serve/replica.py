@@ -1,30 +1,9 @@
 """The Serve deployment whose replica owns one engine: its GPUs, its process, its env audit.
 
-Why not Ray Serve LLM's SGLang server: it runs SGLang in-process (RayEngine), whose scheduler
-actors get no runtime_env and set no NCCL variables themselves, so SGLang's own settings
-(``NCCL_CUMEM_ENABLE``, ``NCCL_NVLS_ENABLE``, ``CUDA_DEVICE_MAX_CONNECTIONS``) stay behind in the
-engine process (read from SGLang's source). Here the replica runs the same ``EngineProcess`` as
-the sweep — the engine is a subprocess of the replica, which Serve creates with the
-configuration's NCCL variables in its ``runtime_env`` and, for a GPU engine, inside a placement
-group bundle holding the engine's GPUs (Ray sets CUDA_VISIBLE_DEVICES; the engine and its TP
-workers inherit both). The replica does not add the variables to the launch itself
-(``apply_env=False``), so a variable that did not arrive through Ray fails the audit instead of
-being papered over — and a failed audit fails the replica's start: Serve never routes a request
-to an engine that is not the one measured.
-
-Serve calls ``check_health`` every ``health_check_period_s``: the engine process must be alive
-and answer its health check (``EngineProcess.check_healthy``: ``/health_generate``, which proves
-the engine still generates, not only that its HTTP server is up). Three failures in a row make
-Serve replace the replica. Until then the ingress answers a dead engine with a fast 503.
-
-An engine across nodes (``nnodes`` > 1) is one launch per node: the replica drives an EngineHost
-per node in the bundles of its placement group (``serving.serve.engine_across_nodes``), audits
-every node's processes and proxies to node rank 0's API; ``check_health`` checks every node, and
-``/spectune/info`` lists them.
-
-The engine is launched from the thread that runs the replica's constructor (the replica's event
-loop, alive as long as the replica), never from a worker thread, because ``die_with_parent``
-(PR_SET_PDEATHSIG) follows the thread that forked: a replica killed outright takes its engine with it.
+Each replica launches its engine (``EngineProcess``, or ``EngineAcrossNodes`` for ``nnodes`` > 1)
+with the configuration's variables delivered only through the replica's ``runtime_env``, audits
+the engine's processes before serving (a failed audit fails the replica's start), and serves it
+through ``OpenAIIngress``. ``check_health`` is Serve's health hook.
 """
 
 from __future__ import annotations
@@ -65,9 +44,7 @@ def default_log_dir() -> str:
 
 
 def _log_through_serve() -> None:
-    """Send spectune's records in this replica process (loggers ``serving.*``) where Serve sends its
-    own: the replica's log file under the Ray session's ``logs/serve/`` (and stderr). The replica is
-    the top of its process, as the CLI is of its own; without this its records would be dropped."""
+    """Send ``serving.*`` records to Serve's own handlers (the replica's log file and stderr)."""
     ours, serve_logger = logging.getLogger("serving"), logging.getLogger("ray.serve")
     if ours.handlers or not serve_logger.handlers:
         return
@@ -85,11 +62,7 @@ def _replica_id() -> str:
 
 
 class _EngineReplica:
-    """One replica: start the engine, prove its env, serve it through ``OpenAIIngress``.
-
-    Serve wraps this class (``serve.ingress()`` below); ``__serve_build_asgi_app__`` hands Serve the
-    ingress once the engine is up.
-    """
+    """One replica: start the engine, prove its env, serve it through ``OpenAIIngress``."""
 
     async def __init__(self, *, config: dict[str, Any], settings: dict[str, Any]) -> None:
         """Launch the engine, wait until healthy, audit it; raise (failing the replica) otherwise.
@@ -122,10 +95,10 @@ class _EngineReplica:
             self._engine = EngineProcess.from_config(
                 self.config, log_dir=log_dir, start_timeout_s=start_timeout_s, apply_env=False, die_with_parent=True,
             )
-            self._engine.start()  # on this (long-lived) thread: see the module docstring
+            self._engine.start()  # on this thread: die_with_parent follows the thread that forked
         try:
             if isinstance(self._engine, EngineAcrossNodes):
-                await asyncio.to_thread(self._engine.start)  # every node's host; each waits for its node
+                await asyncio.to_thread(self._engine.start)
             await asyncio.to_thread(self._engine.wait_healthy)
             self._startup_audit = await asyncio.to_thread(self._audit_now)
             if not self._startup_audit.ok:
@@ -170,8 +143,7 @@ class _EngineReplica:
             return response.read()
 
     async def audit_report(self) -> dict[str, Any]:
-        """What ``GET /spectune/audit`` answers: who this replica is, its engine, and the audit
-        at start-up and now (the engine's processes re-read: a worker restarted since shows here)."""
+        """What ``GET /spectune/audit`` answers: this replica, its engine, the audit at start-up and now."""
         now = await asyncio.to_thread(self._audit_now)
         return {
             "replica": self.replica_id,
@@ -186,8 +158,7 @@ class _EngineReplica:
         }
 
     def info(self) -> dict[str, Any]:
-        """What ``GET /spectune/info`` answers: the run the served configuration came from (null
-        fields for a config without provenance), since when this replica serves, the replicas."""
+        """What ``GET /spectune/info`` answers: provenance, since when this replica serves, the replicas."""
         return {**info_body(self._provenance, served_since=self._served_since, replicas=self._replicas,
                             replica=self.replica_id), "engine_nodes": self._nodes()}
 
@@ -208,13 +179,8 @@ class _EngineReplica:
         await asyncio.to_thread(self._engine.check_healthy, timeout_s=self._health_timeout_s)
 
     def __del__(self) -> None:
-        """Stop the engine and prove nothing of it is left: at Serve's graceful shutdown (after the
-        ASGI lifespan shutdown, which closes the pooled client) and, for an instance that never
-        finished starting, when Python collects it (``stop()`` of a stopped engine does nothing).
-
-        Synchronous on purpose: an ``async`` destructor would only be awaited by Serve, never by
-        the garbage collector. It runs once, at the very end, so blocking the loop costs nothing.
-        """
+        """Stop the engine: at Serve's graceful shutdown, or when an instance that never finished
+        starting is collected. Synchronous: the garbage collector never awaits an async destructor."""
         engine = getattr(self, "_engine", None)
         if engine is None:
             return

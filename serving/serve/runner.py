@@ -1,12 +1,8 @@
 """``spectune serve`` in the foreground: the application, one readiness line, a clean stop.
 
-Ready means: the application is RUNNING (so every replica's engine is healthy and passed its env
-audit — a replica whose audit fails never starts) and the endpoint answers through the ingress.
-Before deploying, the preflight (``serving.serve.preflight``) refuses what cannot run here (no
-node for a replica's GPUs, a missing model path). On Ctrl-C or SIGTERM the application is
-deleted (each replica stops its engine and proves its process tree gone) and the Serve and Ray
-started here (``serving.serve.cluster``) are shut down, then anything of that Ray still alive is
-stopped; a second Ctrl-C does not cut that short.
+Ready means the application is RUNNING (every replica's engine healthy and audited) and the
+endpoint answers through the ingress. On Ctrl-C or SIGTERM the application is deleted, a Serve
+and Ray started here are shut down, and anything of that Ray still alive is stopped.
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ READY_TIMEOUT_S = 120.0
 
 
 REFERENCE_TEXT_NOTE = "note: the reference engine's weights are random, so its text is gibberish by design (its speed is real)"
-"""Said under the readiness line when the engine is the reference engine: a newcomer's first
-completion from it reads as a broken server otherwise."""
+"""Said under the readiness line when the engine is the reference engine."""
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Died|Timeout|NotReady)\b.*:")
 
@@ -119,8 +114,7 @@ def _get(url: str, *, key: str | None, timeout_s: float = 10.0) -> tuple[int, by
 
 
 def _deployment_messages(name: str) -> str:
-    """Why the application's deployments are not running (a failed replica's exception, with its
-    message: e.g. the env audit that failed), as Serve recorded it."""
+    """Why the application's deployments are not running, as Serve recorded it (e.g. a failed env audit)."""
     app = serve.status().applications.get(name)
     if app is None:
         return ""
@@ -129,8 +123,7 @@ def _deployment_messages(name: str) -> str:
 
 
 def _without_traceback(message: str) -> str:
-    """Serve's message with the replica's traceback cut down to its first line and the exception
-    that ended it (e.g. ``serving.serve.replica.EnvAuditFailed: ...`` and the lines it names)."""
+    """Serve's message with the replica's traceback cut to its first line and the exception that ended it."""
     lines = message.splitlines()
     last_traceback = max((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), default=-1)
     if last_traceback < 0:
@@ -146,8 +139,7 @@ def _application_status(name: str) -> tuple[str, str]:
 
 
 def _report_status_changes(name: str, *, every_s: float) -> None:
-    """Until interrupted: log each change of the application's status (a replica being replaced
-    shows as UNHEALTHY, then RUNNING again)."""
+    """Until interrupted: log each change of the application's status."""
     last = ("RUNNING", "")
     ticker = threading.Event()  # never set: its wait() is a sleep that Ctrl-C interrupts
     while not ticker.wait(every_s):
@@ -160,9 +152,7 @@ def _report_status_changes(name: str, *, every_s: float) -> None:
 
 @contextlib.contextmanager
 def _on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
-    """``handler`` for SIGINT and SIGTERM while the block runs, the previous handlers after it.
-
-    Only the main thread may install handlers; elsewhere the block runs with them unchanged."""
+    """``handler`` for SIGINT and SIGTERM while the block runs (main thread only), the previous ones after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -177,14 +167,11 @@ def _on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
 def _signals_stop() -> contextlib.AbstractContextManager[None]:
     """While serving, Ctrl-C and SIGTERM stop it (KeyboardInterrupt); restored afterwards.
 
-    SIGINT gets the handler explicitly too: a process started from a non-interactive shell's
-    background job inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt.
+    SIGINT gets the handler explicitly: a background job of a non-interactive shell inherits it ignored.
     """
 
     def interrupt(signum: int, frame: object) -> None:
-        # From the first signal on, another one only says to wait: two Ctrl-C in quick succession
-        # (or a signal sent to both `timeout` and spectune) used to raise a second
-        # KeyboardInterrupt before _uninterruptible took over, ending in a traceback.
+        # from the first signal on, another one only says to wait
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _still_stopping)
         raise KeyboardInterrupt
@@ -237,8 +224,7 @@ def run_foreground(
 ) -> None:
     """Serve ``config`` until Ctrl-C / SIGTERM, then stop everything this call started.
 
-    Before anything is deployed, the preflight (``serving.serve.preflight``) checks that the
-    engine can start where a replica will run it and that the cluster can hold the replicas.
+    The preflight (``serving.serve.preflight``) runs before anything is deployed.
 
     Args:
         config: The engine configuration (a sweep's best.yaml).
@@ -248,21 +234,17 @@ def run_foreground(
         on_ready: Called once with the readiness facts (the CLI prints the line).
         status_every_s: How often the application's status is checked (changes are logged).
         provenance: Where ``config`` came from (``GET /spectune/info``, the readiness line).
-        wait_for_resources_s: How long the preflight waits for nodes that can hold the replicas
-            (an autoscaling cluster); 0 refuses at once.
+        wait_for_resources_s: How long the preflight waits for nodes that can hold the replicas; 0
+            refuses at once.
 
     Raises:
-        ServePreflightError: the engine cannot start here, or the cluster cannot hold the replicas
-            (nothing was deployed).
+        ServePreflightError: the engine cannot start here, or the cluster cannot hold the replicas.
         ServeStartError: the application failed to deploy or never answered.
     """
     with _signals_stop():
-        # A local cluster's only node is this machine: check the engine before Ray starts.
         notes = check_engine_here(config) if address is None else []
         cluster = start_or_join(options, address=address)
-        # ray.init replaced our SIGTERM handler with its own (sys.exit; for a Ray started here it
-        # kills Ray's processes first and exits 1, leaving the HAProxy that a Serve actor spawned):
-        # ours again, so SIGTERM stops everything as Ctrl-C does.
+        # ray.init replaced our SIGTERM handler with its own: ours again
         with _signals_stop():
             _serve_started_cluster(config, options, cluster=cluster, api_key=api_key, address=address,
                                    on_ready=on_ready, status_every_s=status_every_s, provenance=provenance,
@@ -308,15 +290,7 @@ def _serve_started_cluster(config: EngineConfig, options: ServeOptions, *, clust
 
 def _teardown(options: ServeOptions, *, deployed: bool, serve_started: bool, cluster: ClusterSession) -> None:
     """Delete the application (each replica stops its engine), then a Serve and Ray started here,
-    then whatever of that Ray outlived its shutdown.
-
-    Each step runs even if the one before failed: an application that does not go (Serve's
-    delete gives up after 60 s, e.g. with a replica still waiting for resources) must not keep
-    Serve's shutdown from stopping its proxies. HAProxy is a child of Serve's ``HAProxyManager``
-    actor, which kills it only in its ``shutdown`` (called by Serve's); a Ray stopped without that
-    (as Ray's own SIGTERM handler stops it) can leave HAProxy running, so whatever of the Ray
-    started here is still alive after ``ray.shutdown`` is stopped too (``stop_leftovers``).
-    """
+    then whatever of that Ray outlived its shutdown; each step runs even if the one before failed."""
     began = time.monotonic()
     try:
         if deployed:

@@ -56,6 +56,14 @@ def reference_engine(*, tp_size: int, marker: str, **env: str) -> dict[str, Any]
             "speculative_algorithm": "EAGLE3", "tp_size": tp_size, "env": {"SPECTUNE_TEST_MARKER": marker, **env}}
 
 
+def trial_records(results: Path) -> list[dict[str, Any]]:
+    """The sweep's ``trials.jsonl`` as dicts (``results.read_records``: the last record of a trial
+    wins, a torn line is skipped); ``[]`` before the file exists."""
+    from orchestrator.sweep.results import read_records
+
+    return [record.model_dump(mode="json") for record in read_records(results / "trials.jsonl")]
+
+
 def engine_marker() -> str:
     """A value for SPECTUNE_TEST_MARKER in a spec's engine.env: the sweep's engines (and their TP
     workers) carry it, so a test finds exactly its own leftovers."""

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from orchestrator.space import (
     AUTO,
-    MAX_CONFIGURATIONS,
     Candidate,
     SearchSpace,
     SpeculativeList,

@@ -95,16 +95,19 @@ def test_sigkill_mid_run_is_reported_dead_and_orphans_are_reaped(tmp_path: Path)
     assert set(w.pid for w in workers) <= set(report.stopped_pids)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_twenty_start_stop_cycles_leave_nothing_behind(tmp_path: Path) -> None:
+CYCLES = 5
+
+
+@pytest.mark.timeout(600)
+def test_repeated_start_stop_cycles_leave_nothing_behind(tmp_path: Path) -> None:
     # Every process of these engines carries a marker in its environment, so the count is exact
-    # even while other engines (other tests, other users) run on the machine.
+    # even while other engines (other tests, other users) run on the machine. Five cycles: a leak
+    # of one process or port a cycle shows in the first; the sweep tests start ~40 engines more.
     marker = uuid.uuid4().hex
     config = reference_config(env={"SPECTUNE_TEST_MARKER": marker})
     ports, seen = [], 0
     stopped_at: dict[int, float] = {}
-    for cycle in range(20):
+    for cycle in range(CYCLES):
         engine = EngineProcess.from_config(config, log_dir=tmp_path / str(cycle), start_timeout_s=120)
         with engine:
             ports.append(engine.command.port)
@@ -112,7 +115,7 @@ def test_twenty_start_stop_cycles_leave_nothing_behind(tmp_path: Path) -> None:
             seen += len(processes_with_marker(marker))
         assert engine.stop().stopped_pids == ()  # a second stop is a no-op
         stopped_at[engine.command.port] = time.time()
-    assert seen >= 40, "each cycle should have had a server and a TP worker"
+    assert seen >= 2 * CYCLES, "each cycle should have had a server and a TP worker"
     leftover = processes_with_marker(marker)
     assert leftover == [], f"processes left behind: {leftover}"
     # A freed port may be taken again by a process started since (a Ray worker of the session's

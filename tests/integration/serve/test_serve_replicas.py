@@ -1,5 +1,5 @@
-"""``spectune serve --address`` with ``num_replicas: 2`` of a tp-1 reference config on a cluster of
-4 logical GPUs started with ``RAY_SERVE_ENABLE_HA_PROXY=1`` (as the README says to): each replica
+"""``spectune serve --address`` with ``num_replicas: 2`` of a tp-1 reference config on the session's cluster
+(8 logical GPUs) started with ``RAY_SERVE_ENABLE_HA_PROXY=1`` (as the README says to): each replica
 its own engine and GPU, both answering, and one replica's engine killed while the other serves on.
 The configuration comes from a trial's MLflow run (``--mlflow-run RUN_ID --tracking-uri``, a real
 SQLite store written by the sweep's coordinator), so every replica must answer with that run.
@@ -33,22 +33,14 @@ ENGINE = {
     "speculative_num_draft_tokens": 3,
 }
 REQUEST = {"model": "ref-tiny", "prompt": "hello", "max_tokens": 2}
-HAPROXY_ENV = {
-    "RAY_SERVE_ENABLE_HA_PROXY": "1",
-    # Ports HAProxy mode otherwise takes at fixed numbers: never fixed ports in tests.
-    **{name: str(free_port()) for name in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT",
-                                           "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT", "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT")},
-}
-
-
 @pytest.fixture(scope="module")
-def two_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def two_replicas(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     work = tmp_path_factory.mktemp("serve-replicas")
     marker = new_marker()
     engine = {**ENGINE, "env": {"NCCL_ALGO": "Tree", "SPECTUNE_TEST_MARKER": marker}}
     run = record_trial_run(work, engine=engine)
-    cluster = RayCluster.start(num_cpus=4, num_gpus=4, env=HAPROXY_ENV)
-    server = None
+    cluster = ray_head  # started with RAY_SERVE_ENABLE_HA_PROXY=1 (tests/conftest.py)
+    server: ServeProcess | None = None
     try:
         server = ServeProcess.start(None, port=free_port(), log_dir=work, args=[
             "--mlflow-run", run["run_id"], "--tracking-uri", run["tracking_uri"], "--num-replicas", "2",
@@ -61,7 +53,6 @@ def two_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             if server.proc.poll() is None:
                 server.kill()
             shutil.rmtree(server.ray_tmp, ignore_errors=True)
-        cluster.stop()
 
 
 def _replicas_seen(url: str, *, want: int, tries: int = 40) -> dict[str, dict]:

@@ -25,7 +25,7 @@ from serving.ports import free_port
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
 from helpers.serve import ServeProcess, http, new_marker, write_config
-from helpers.sweep import REPO, engine_marker, write_spec
+from helpers.sweep import REPO, engine_marker, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -33,14 +33,9 @@ FAULT = "die_after_steps:12@node_rank=1@NCCL_ALGO=Tree"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RayCluster]:
-    """Two nodes of one CPU and one logical GPU each: a trial's two bundles can only be spread."""
-    started = RayCluster.start(num_cpus=1, num_gpus=1)
-    try:
-        started.add_node(num_cpus=1, num_gpus=1)
-        yield started
-    finally:
-        started.stop()
+def cluster(two_nodes: RayCluster) -> RayCluster:
+    """The session's two nodes (one CPU, four logical GPUs each): an engine of ``nnodes: 2`` spreads."""
+    return two_nodes
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +65,7 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _records(results: Path) -> dict[str, dict]:
-    lines = (results / "trials.jsonl").read_text().splitlines()
-    return {r["label"]: r for r in (json.loads(line) for line in lines if line.strip())}
+    return {r["label"]: r for r in trial_records(results)}
 
 
 def test_every_trial_engine_spans_both_nodes_and_is_audited_on_each(sweep_run: dict) -> None:

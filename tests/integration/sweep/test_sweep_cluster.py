@@ -10,76 +10,63 @@ from pathlib import Path
 
 import pytest
 
-from helpers.engine import processes_with_marker
+from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import REPO, engine_marker, write_spec
+from helpers.sweep import REPO, engine_marker, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-def _records(results: Path) -> list[dict]:
-    return [json.loads(line) for line in (results / "trials.jsonl").read_text().splitlines() if line.strip()]
 
 
 def _spans(record: dict) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(record["started_at"]), datetime.fromisoformat(record["ended_at"])
 
 
-def test_two_nodes_run_trials_at_once(tmp_path: Path) -> None:
+def test_two_nodes_run_trials_at_once(two_nodes: RayCluster, tmp_path: Path) -> None:
     marker = engine_marker()
-    cluster = RayCluster.start(num_cpus=1, num_gpus=4)
-    try:
-        cluster.add_node(num_cpus=1, num_gpus=4)
-        spec = write_spec(
-            tmp_path / "spec.yaml",
-            engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                    "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
-            search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
-                    "early_stopping": {"enabled": False}},
-            budget={"num_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 300,
-                    "engine_start_timeout_s": 120},
-            resources={"gpus_per_trial": 4, "cpus_per_trial": 1},
-        )
-        results = tmp_path / "results"
-        proc = cluster.submit([sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)],
-                              working_dir=REPO)
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    finally:
-        cluster.stop()
-    records = _records(results)
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
+                "early_stopping": {"enabled": False}},
+        budget={"num_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 300,
+                "engine_start_timeout_s": 120},
+        resources={"gpus_per_trial": 4, "cpus_per_trial": 1},
+    )
+    results = tmp_path / "results"
+    proc = two_nodes.submit([sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)],
+                            working_dir=REPO)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of this sweep alive")
+    records = trial_records(results)
     assert len(records) == 2 and all(r["status"] == "ok" for r in records), records
     nodes = {r["node_id"] for r in records}
     assert len(nodes) == 2, "each node (4 logical GPUs, one CPU) holds one trial: both must be used"
     (a_start, a_end), (b_start, b_end) = (_spans(r) for r in records)
     assert a_start <= b_end and b_start <= a_end, "the two trials ran at the same time"
     assert all(r["cuda_visible_devices"] and len(r["cuda_visible_devices"].split(",")) == 4 for r in records)
-    assert processes_with_marker(marker) == []
 
 
-def test_a_variable_only_in_the_drivers_shell_fails_the_audit(tmp_path: Path) -> None:
+def test_a_variable_only_in_the_drivers_shell_fails_the_audit(ray_head: RayCluster, tmp_path: Path) -> None:
     marker = engine_marker()
-    cluster = RayCluster.start(num_cpus=2, num_gpus=8)
-    try:
-        spec = write_spec(
-            tmp_path / "spec.yaml",
-            engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                    "speculative_algorithm": "EAGLE3", "tp_size": 2,
-                    "env": {"NCCL_DEBUG": "WARN", "SPECTUNE_TEST_MARKER": marker}},
-            search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "seed": 1,
-                    "early_stopping": {"enabled": False}},
-            budget={"num_trials": 1, "max_concurrent_trials": 1, "trial_timeout_s": 300,
-                    "engine_start_timeout_s": 120},
-        )
-        results = tmp_path / "results"
-        proc = cluster.submit(
-            [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
-            runtime_env_json=json.dumps({"env_vars": {"SPECTUNE_SWEEP_FAULT": "env_in_driver_only:NCCL_DEBUG"}}),
-        )
-    finally:
-        cluster.stop()
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                "speculative_algorithm": "EAGLE3", "tp_size": 2,
+                "env": {"NCCL_DEBUG": "WARN", "SPECTUNE_TEST_MARKER": marker}},
+        search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "seed": 1,
+                "early_stopping": {"enabled": False}},
+        budget={"num_trials": 1, "max_concurrent_trials": 1, "trial_timeout_s": 300,
+                "engine_start_timeout_s": 120},
+    )
+    results = tmp_path / "results"
+    proc = ray_head.submit(
+        [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
+        runtime_env_json=json.dumps({"env_vars": {"SPECTUNE_SWEEP_FAULT": "env_in_driver_only:NCCL_DEBUG"}}),
+    )
+    wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of this sweep alive")
     assert proc.returncode == 1, "no trial passed, so there is no best configuration"
-    (record,) = _records(results)
+    (record,) = trial_records(results)
     assert (record["status"], record["reason"]) == ("failed", "env_audit"), record
     assert "NCCL_DEBUG" in record["message"]
     assert record["audit_ok"] is False
-    assert processes_with_marker(marker) == []

@@ -15,16 +15,11 @@ from pathlib import Path
 import pytest
 
 from helpers.engine import processes_with_marker, wait_until
-from helpers.sweep import all_runs_ended, engine_marker, reference_engine, write_spec
+from helpers.sweep import all_runs_ended, engine_marker, reference_engine, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
-
-
-def _records(results: Path) -> list[dict]:
-    path = results / "trials.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _has_trial_run(results: Path, number: int) -> bool:
@@ -66,7 +61,7 @@ def test_listed_triples_and_nccl_presets_run_ok_trials(ray_cluster: dict, tmp_pa
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
-    records = _records(results)
+    records = trial_records(results)
     searched = [r for r in records if r["kind"] == "search"]
     assert len(records) == 4 and len(searched) == 2, [(r["label"], r["status"]) for r in records]
     for record in records:
@@ -146,7 +141,7 @@ def test_a_sweep_stopped_by_sigterm_ends_every_mlflow_run(ray_cluster: dict, tmp
     runs = client.search_runs([client.get_experiment_by_name("ci-sweep").experiment_id], max_results=100)
     (parent,) = [r for r in runs if r.data.tags.get("spectune.role") == "sweep"]
     assert parent.info.status == "KILLED"
-    interrupted = [r for r in _records(results) if r["status"] == "interrupted"]
-    assert interrupted and interrupted[0]["number"] == 2, _records(results)
+    interrupted = [r for r in trial_records(results) if r["status"] == "interrupted"]
+    assert interrupted and interrupted[0]["number"] == 2, trial_records(results)
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
 

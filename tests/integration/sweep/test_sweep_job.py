@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from helpers.engine import processes_with_marker
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import REPO, engine_marker, write_spec
+from helpers.sweep import REPO, engine_marker, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -24,16 +23,7 @@ FAULTS = "die_after_tokens:420@NCCL_ALGO=Tree;corrupt_allreduce_when:NCCL_PROTO=
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    started = RayCluster.start(num_cpus=2, num_gpus=8)
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture(scope="module")
-def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("sweep-job")
     marker = engine_marker()
     spec = write_spec(
@@ -50,14 +40,10 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                       "max_host_cpu_steal": None},  # the round's flow, whatever the VM's steal (unit-tested)
     )
     results = work / "results"
-    proc = cluster.submit(
+    proc = ray_head.submit(
         [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
     )
     return {"proc": proc, "results": results, "log": proc.stdout + proc.stderr, "marker": marker}
-
-
-def _records(results: Path) -> list[dict]:
-    return [json.loads(line) for line in (results / "trials.jsonl").read_text().splitlines() if line.strip()]
 
 
 def test_job_completes_and_names_where_results_are(sweep_run: dict) -> None:
@@ -68,7 +54,7 @@ def test_job_completes_and_names_where_results_are(sweep_run: dict) -> None:
 
 
 def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
-    records = {r["label"]: r for r in _records(sweep_run["results"])}
+    records = {r["label"]: r for r in trial_records(sweep_run["results"])}
     assert len(records) == 6, sorted(records)
     assert records["no speculation"]["status"] == "ok"
     assert records["SGLang auto (= steps 3 topk 1 draft 4)"]["status"] == "ok"
@@ -116,7 +102,7 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     verdict = summary["verdict"]["vs_sglang_default"]
     assert verdict["kind"] == "undecided" and verdict["visits"] == 2, "two visits give no interval: no verdict"
     assert summary["best_trial"] == confirmation["chosen"] and "verdict:" in text
-    chosen = next(r for r in _records(sweep_run["results"]) if r["number"] == summary["best_trial"])
+    chosen = next(r for r in trial_records(sweep_run["results"]) if r["number"] == summary["best_trial"])
     assert (provenance.sweep, provenance.trial, provenance.mlflow_run_id) == ("ci-sweep", chosen["number"],
                                                                             chosen["mlflow_run_id"])
     assert provenance.verdict == "undecided"

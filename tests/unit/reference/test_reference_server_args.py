@@ -122,10 +122,10 @@ def test_out_of_range_numbers_exit_2_naming_the_flag_and_range(argv, needle, cap
 
 def test_bounds_themselves_are_accepted() -> None:
     args = parse("--context-length", "4096", "--port", "65535", "--random-seed", str(2**64 - 1),
-                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "16", "--speculative-eagle-topk", "2",
+                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "16", "--speculative-eagle-topk", "16",
                  "--speculative-num-draft-tokens", "64", "--dist-init-addr", "127.0.0.1:29500")
     assert (args.context_length, args.port, args.random_seed) == (4096, 65535, 2**64 - 1)
-    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (16, 2, 64)
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (16, 16, 64)
 
 
 def test_unknown_model_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,9 +13,8 @@ import pytest
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import Ratio
 from orchestrator.sweep.confirm import Confirmation, Contender
-from orchestrator.sweep.figures import sweep_figures
 from orchestrator.sweep.finish import summary_report, summary_text
-from orchestrator.sweep.per_load import NOISE_RESOLUTION, by_concurrency, describe
+from orchestrator.sweep.per_load import NOISE_RESOLUTION, describe
 from orchestrator.sweep.report import BEST_MARK
 from orchestrator.sweep.results import Objective, TrialRecord
 
