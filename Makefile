@@ -11,6 +11,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 SPEC ?= experiments/reference-cpu.yaml
 PYTEST_ARGS ?=
+UNIT_WORKERS ?= 2
 
 .PHONY: install demo test clean
 
@@ -30,8 +31,11 @@ demo: install
 	$(BIN)/spectune validate $(SPEC)
 	$(BIN)/spectune sweep $(SPEC)
 
+# Unit tests in UNIT_WORKERS processes (pytest-xdist: no servers, no Ray), then the integration
+# tests in one process (they share one Ray cluster, tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -69,10 +69,12 @@ def test_visits_to_decide_grow_with_the_spread_and_vanish_on_the_margin() -> Non
 @pytest.mark.parametrize(("cv", "contenders"), [(0.05, 3), (0.10, 1)])
 def test_false_claims_stay_within_alpha_plus_the_monte_carlo_error(cv: float, contenders: int) -> None:
     """At a true ratio on each claim's boundary (its hardest null), with the leader picked among
-    ``contenders`` equally fast ones: each false rate <= 2.5% + 3 standard errors of 600 runs (the
-    benchmark's own simulator and the product's run_confirmation, seed fixed)."""
+    ``contenders`` equally fast ones: each false rate <= 2.5% + 3 standard errors of 300 runs, 5.2%
+    (the benchmark's own simulator and the product's run_confirmation, seed fixed). A nominal 95%
+    interval tested at every look gives 6-9% here; benchmarks/verdict_operating_characteristic.py
+    measures the rates to a tighter error."""
     oc = _oc()
-    runs, margin = 600, 0.01
+    runs, margin = 300, 0.01
     tolerance = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / runs)
     settings = oc.spec(margin=margin, top_k=contenders)
     for ratio, claim in ((1 + margin, "better"), (1 / (1 + margin), "worse"), (1.03, "equivalent")):
