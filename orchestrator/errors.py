@@ -1,40 +1,15 @@
 """spectune's error hierarchy: few classes, messages that name the field, the value and the fix.
 
-Engine errors are defined in ``serving.errors`` (the lower layer) and re-exported here.
+The root, ``SpectuneError``, and the engine errors are ``serving.errors``' (the lower layer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serving.errors import (
-    ENGINE_ERROR_REASONS,
-    EngineAlreadyStarted,
-    EngineConfigError,
-    EngineDied,
-    EngineError,
-    EngineLaunchError,
-    EngineNotReady,
-    EngineStartTimeout,
-    EngineStopError,
-    SpectuneError,
-)
+from serving.errors import SpectuneError
 
-__all__ = [
-    "BenchmarkError",
-    "ENGINE_ERROR_REASONS",
-    "EngineAlreadyStarted",
-    "EngineConfigError",
-    "EngineDied",
-    "EngineError",
-    "EngineLaunchError",
-    "EngineNotReady",
-    "EngineStartTimeout",
-    "EngineStopError",
-    "SpecError",
-    "SpecProblem",
-    "SpectuneError",
-]
+__all__ = ["BenchmarkError", "SpecError", "SpecProblem", "SpectuneError"]
 
 
 @dataclass(frozen=True)

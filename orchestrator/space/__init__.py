@@ -1,6 +1,6 @@
 """The search space of a sweep: which configurations are candidates, how many, and how a sampler walks them.
 
-* ``points``: the valid points, counted without listing, and ``space_problems``.
+* ``points``: the valid points, their count, and ``space_problems``.
 * ``plan``: what one trial runs (``TrialPlan``), and one key per configuration.
 * ``define_by_run``: the space as Optuna samples it (``DefineByRunSpace``; not re-exported here,
   since it imports Optuna).
@@ -10,51 +10,9 @@
 Nothing here imports the spec or the sweep.
 """
 
+from orchestrator.space import plan, points
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
-from orchestrator.space.points import (
-    AUTO,
-    ALL_REDUCE_ARMS,
-    AUTO_ONLY,
-    MAX_CONFIGURATIONS,
-    Candidate,
-    NcclPreset,
-    arm_flags,
-    canonical_arm,
-    SearchSpace,
-    SpeculativeList,
-    SpeculativeSpace,
-    SpeculativeTriple,
-    count_candidates,
-    iter_candidates,
-    preset_label,
-    space_problems,
-    speculative_triples,
-    triple_problem,
-)
+from orchestrator.space.points import *  # noqa: F403 - the package re-exports points.__all__
 from orchestrator.space.settings import candidate_from_settings
 
-__all__ = [
-    "ALL_REDUCE_ARMS",
-    "AUTO",
-    "AUTO_ONLY",
-    "BASELINE_AUTO",
-    "BASELINE_PLAIN",
-    "Candidate",
-    "MAX_CONFIGURATIONS",
-    "NcclPreset",
-    "SearchSpace",
-    "SpeculativeList",
-    "SpeculativeSpace",
-    "SpeculativeTriple",
-    "TrialPlan",
-    "arm_flags",
-    "canonical_arm",
-    "candidate_from_settings",
-    "candidate_key",
-    "count_candidates",
-    "iter_candidates",
-    "preset_label",
-    "space_problems",
-    "speculative_triples",
-    "triple_problem",
-]
+__all__ = [*plan.__all__, *points.__all__, "candidate_from_settings"]

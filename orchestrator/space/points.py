@@ -24,6 +24,7 @@ from serving.speculative_rules import (
 )
 
 __all__ = [
+    "ALL_REDUCE_ARMS",
     "AUTO",
     "AUTO_ONLY",
     "Candidate",
@@ -33,6 +34,8 @@ __all__ = [
     "SpeculativeList",
     "SpeculativeSpace",
     "SpeculativeTriple",
+    "arm_flags",
+    "canonical_arm",
     "count_candidates",
     "iter_candidates",
     "preset_label",

@@ -155,6 +155,12 @@ class FakeServer:
 
         self._loop.call_soon_threadsafe(release)
 
+    def __enter__(self) -> "FakeServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self._release_hangs()
         if self._runner is not None and not self._dead:

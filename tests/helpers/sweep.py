@@ -50,10 +50,16 @@ def write_spec(path: Path, **overrides: Any) -> Path:
     return path
 
 
-def reference_engine(*, tp_size: int, marker: str, **env: str) -> dict[str, Any]:
+def reference_engine(*, tp_size: int, marker: str, extra_args: dict[str, Any] | None = None, nnodes: int = 1,
+                     **env: str) -> dict[str, Any]:
     """A spec's ``engine`` section: the CPU reference preset, speculative, its processes marked."""
-    return {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-            "speculative_algorithm": "EAGLE3", "tp_size": tp_size, "env": {"SPECTUNE_TEST_MARKER": marker, **env}}
+    engine = {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+              "speculative_algorithm": "EAGLE3", "tp_size": tp_size, "env": {"SPECTUNE_TEST_MARKER": marker, **env}}
+    if extra_args:
+        engine["extra_args"] = extra_args
+    if nnodes > 1:
+        engine["nnodes"] = nnodes
+    return engine
 
 
 def trial_records(results: Path) -> list[dict[str, Any]]:

@@ -20,11 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @pytest.fixture(scope="session")
 def _fake_server_instance() -> Iterator[FakeServer]:
-    server = FakeServer().start()
-    try:
+    with FakeServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture()
@@ -38,11 +35,8 @@ def fake_server(_fake_server_instance: FakeServer) -> Iterator[FakeServer]:
 @pytest.fixture()
 def dying_server() -> Iterator[FakeServer]:
     """A fake server of its own, for tests that kill it."""
-    server = FakeServer().start()
-    try:
+    with FakeServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture()

@@ -25,7 +25,7 @@ from serving.ports import free_port
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
 from helpers.serve import ServeProcess, http, new_marker, write_config
-from helpers.sweep import REPO, engine_marker, trial_records, write_spec
+from helpers.sweep import REPO, engine_marker, reference_engine, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -44,12 +44,10 @@ def sweep_run(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     marker = engine_marker()
     spec = write_spec(
         work / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 2, "nnodes": 2,
-                "extra_args": {"context_length": 2048},
-                # NCCL_SOCKET_IFNAME: a network variable in its fixed form, checked on both nodes by the
-                # preflight and audited on every rank (gloo ignores it)
-                "env": {"SPECTUNE_REFERENCE_FAULT": FAULT, "SPECTUNE_TEST_MARKER": marker, "NCCL_SOCKET_IFNAME": "lo"}},
+        # NCCL_SOCKET_IFNAME: a network variable in its fixed form, checked on both nodes by the
+        # preflight and audited on every rank (gloo ignores it)
+        engine=reference_engine(tp_size=2, nnodes=2, marker=marker, extra_args={"context_length": 2048},
+                                SPECTUNE_REFERENCE_FAULT=FAULT, NCCL_SOCKET_IFNAME="lo"),
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {"NCCL_ALGO": ["default", "Tree"]},
                 "seed": 1, "early_stopping": {"enabled": False}},
         budget={"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 150},

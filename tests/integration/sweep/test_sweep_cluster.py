@@ -12,7 +12,7 @@ import pytest
 
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import REPO, engine_marker, trial_records, write_spec
+from helpers.sweep import REPO, engine_marker, reference_engine, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -25,8 +25,7 @@ def test_two_nodes_run_trials_at_once(two_nodes: RayCluster, tmp_path: Path) -> 
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 1, "env": {"SPECTUNE_TEST_MARKER": marker}},
+        engine=reference_engine(tp_size=1, marker=marker),
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "nccl_env": {}, "seed": 1,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 300,
@@ -51,9 +50,7 @@ def test_a_variable_only_in_the_drivers_shell_fails_the_audit(ray_head: RayClust
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 2,
-                "env": {"NCCL_DEBUG": "WARN", "SPECTUNE_TEST_MARKER": marker}},
+        engine=reference_engine(tp_size=2, marker=marker, NCCL_DEBUG="WARN"),
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]}, "seed": 1,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": 1, "max_concurrent_trials": 1, "trial_timeout_s": 300,

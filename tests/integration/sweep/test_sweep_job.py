@@ -15,7 +15,7 @@ import pytest
 
 from helpers.engine import processes_with_marker
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import REPO, engine_marker, trial_records, write_spec
+from helpers.sweep import REPO, engine_marker, reference_engine, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -28,10 +28,8 @@ def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) ->
     marker = engine_marker()
     spec = write_spec(
         work / "spec.yaml",
-        engine={"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
-                "speculative_algorithm": "EAGLE3", "tp_size": 2,
-                "extra_args": {"enable_metrics": True, "context_length": 2048},
-                "env": {"SPECTUNE_REFERENCE_FAULT": FAULTS, "SPECTUNE_TEST_MARKER": marker}},
+        engine=reference_engine(tp_size=2, marker=marker, extra_args={"enable_metrics": True, "context_length": 2048},
+                                SPECTUNE_REFERENCE_FAULT=FAULTS),
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]},
                 "nccl_env": {"NCCL_ALGO": ["default", "Tree"], "NCCL_PROTO": ["default", "LL128"]},
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
