@@ -27,9 +27,11 @@ BASE_SPEC: dict[str, Any] = {
         "early_stopping": {"enabled": False},
     },
     "objective": {"metric": "output_tok_per_s", "concurrency": 2},
-    "benchmark": {"dataset": "builtin", "num_prompts": 4, "output_len": 24, "concurrency": [2],
-                  "warmup_requests": 2, "repetitions": 2,
+    # the flow, not the figures: the smallest benchmark and probe that still measure (the logic has unit tests)
+    "benchmark": {"dataset": "builtin", "num_prompts": 4, "output_len": 16, "concurrency": [2],
+                  "warmup_requests": 1, "repetitions": 2,
                   "warmup": {"tolerance": None}, "min_repetition_s": 0},
+    "probe": {"num_prompts": 2, "max_new_tokens": 12},
     "budget": {"num_trials": 4, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
     "resources": {"cpus_per_trial": 1},
     "confirmation": {"enabled": False},

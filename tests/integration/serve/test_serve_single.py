@@ -5,8 +5,9 @@ best.yaml with provenance (a real MLflow SQLite store), refusals, and the engine
 One served application is shared by every test of the module (Ray + Serve + an engine cost tens
 of seconds on two cores). The kill test leaves it serving from a new, audited replica, so the
 tests pass in any order; it is last only so that a replacement that never comes fails it alone.
-The fixture's teardown is itself the Ctrl-C test: clean exit, no process of the test left, the
-key in no log.
+The fixture's teardown is itself the SIGTERM test (what a service manager or ``ray job stop``
+sends; Ctrl-C, the same handler, stops the other serve tests): exit 0, and no process of this
+serve left, engine, TP workers, HAProxy and its own Ray included; the key in no log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from typing import Iterator
 
 import openai
+import psutil
 import pytest
 
 from datetime import datetime
@@ -53,6 +55,17 @@ ENGINE = {
 }
 
 
+def _described(pids: list[int]) -> dict[int, str]:
+    found = {}
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found[pid] = f"{proc.name()}: {' '.join(proc.cmdline())[:160]}"
+        except psutil.Error:
+            continue
+    return found
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     work = tmp_path_factory.mktemp("serve-single")
@@ -64,16 +77,27 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         serve={"health_check_period_s": 1, "health_check_timeout_s": 20, "log_dir": str(work / "engines")},
     )
     # The key through the environment variable (the other way is --api-key): never on a command line.
-    server = ServeProcess.start(config, port=free_port(), env={"SPECTUNE_API_KEY": KEY}, log_dir=work)
+    # The marker in serve's own environment too: its Ray and HAProxy carry it, so "nothing left" covers them.
+    server = ServeProcess.start(config, port=free_port(), env={"SPECTUNE_API_KEY": KEY, "SPECTUNE_TEST_MARKER": marker},
+                                log_dir=work)
     stopped = False
     try:
         yield {"server": server, "marker": marker, "url": server.url, "work": work, "run": run}
-        code = server.stop()
+        before = _described(processes_with_marker(marker))
+        kinds = {"haproxy": [d for d in before.values() if d.startswith("haproxy")],
+                 "engine": [d for d in before.values() if "serving.reference" in d and "ref::tp" not in d],
+                 "tp worker": [d for d in before.values() if d.startswith("ref::tp")]}
+        # What must go is there to begin with, and carries the marker (else the check below proves nothing).
+        assert len(kinds["haproxy"]) >= 1 and len(kinds["engine"]) == 1 and len(kinds["tp worker"]) == 2, before
+        code = server.stop(signal.SIGTERM)
         stopped = True
         assert code == 0, server.log_tail()
-        # Ctrl-C left nothing: no replica, no engine server, no TP worker of this test (Ray reaps
+        assert "stopped in" in server.log_tail(), server.log_tail()
+        # Nothing left: no replica, engine, TP worker, HAProxy or Ray process of this serve (Ray reaps
         # the replica's process a moment after `spectune serve` has exited: wait, bounded).
-        wait_until(lambda: not processes_with_marker(marker), timeout_s=120, what="no replica or engine of this test")
+        wait_until(lambda: not processes_with_marker(marker), timeout_s=120, poll_s=0.5,
+                   what="no process of this serve (engine, TP workers, HAProxy, Ray) left after SIGTERM",
+                   detail=lambda: f"left: {_described(processes_with_marker(marker))}\n{server.log_tail()}")
         assert server.logs_contain(KEY) == [], "the API key was written to a log"
         assert not any(p.is_file() and KEY.encode() in p.read_bytes() for p in (work / "engines").rglob("*"))
     finally:
@@ -86,7 +110,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 def test_readiness_line_names_url_model_and_audit(served: dict) -> None:
     line = served["server"].ready_line
     assert f"{served['url']}/v1" in line and "ref-tiny" in line and "env audit passed" in line, line
-    assert "NCCL_ALGO" in line and "API key required" in line, line
+    assert "NCCL_ALGO" in line and "API key required" in line and "haproxy ingress" in line, line
 
 
 @pytest.mark.timeout(120)
