@@ -13,13 +13,18 @@ from typing import Mapping
 
 from serving.reference.tokenizer import END_OF_TURN_ID
 
-__all__ = ["DTYPE_BYTES", "PRESETS", "ROPE_MARGIN", "ModelPreset", "get_preset", "resolve_draft_layers", "scratch_columns"]
+__all__ = ["DTYPE_BYTES", "DTYPE_NAMES", "PRESETS", "ROPE_MARGIN", "ModelPreset", "get_preset", "resolve_draft_layers", "scratch_columns"]
 
 ROPE_MARGIN = 1024
 """Rotary positions past ``max_context_length`` (a draft tree is at most 64 steps deep)."""
 
 DTYPE_BYTES: Mapping[str, int] = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of each resolved ``--dtype``: what weights and KV cache take in memory."""
+
+DTYPE_NAMES: Mapping[str, str] = {"float64": "float64", "double": "float64", "float32": "float32",
+                                  "float": "float32", "bfloat16": "bfloat16", "float16": "float16",
+                                  "half": "float16"}
+"""``--dtype`` values and the dtype each names (``model.dtype_from_name`` maps them to torch's)."""
 
 
 def scratch_columns(*, num_steps: int, eagle_topk: int, num_draft_tokens: int) -> int:

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from serving.reference.config import ROPE_MARGIN, ModelPreset
+from serving.reference.config import DTYPE_NAMES, ROPE_MARGIN, ModelPreset
 from serving.reference.kv_cache import KVCache
 from serving.reference.parallel import Comm
 
@@ -24,15 +24,7 @@ __all__ = ["Attention", "Model", "PrefillSpan", "dtype_from_name"]
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {
-    "float64": torch.float64,
-    "double": torch.float64,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "half": torch.float16,
-}
+_DTYPES = {name: getattr(torch, resolved) for name, resolved in DTYPE_NAMES.items()}
 
 
 def dtype_from_name(name: str) -> torch.dtype:

@@ -7,11 +7,12 @@ the distribution to sample from (``target_probs``). Greedy (temperature 0 or top
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int, show
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MAX_STREAM_INTERVAL", "MAX_TOKEN_ID", "MAX_TOP_K", "SamplingParams", "output_logprobs", "target_probs"]
 
@@ -214,6 +215,8 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     Returns:
         Probabilities (float64, normalised) of the same shape.
     """
+    import torch  # the TP workers only: the HTTP process never loads torch
+
     probs = torch.softmax(logits.double() / params.temperature, dim=-1)
     vocab = probs.shape[-1]
     if 0 < params.top_k < vocab:
@@ -240,5 +243,7 @@ def output_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
         logits: ``[..., vocab]`` raw target logits.
         params: The request's parameters.
     """
+    import torch  # the TP workers only: the HTTP process never loads torch
+
     scaled = logits.double() if params.greedy else logits.double() / params.temperature
     return torch.log_softmax(scaled, dim=-1).cpu()

@@ -13,10 +13,11 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 from typing import Any, Optional, Sequence
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
-from serving.reference.config import DTYPE_BYTES, PRESETS, get_preset, resolve_draft_layers, scratch_columns
+from serving.reference.config import DTYPE_BYTES, DTYPE_NAMES, PRESETS, get_preset, resolve_draft_layers, scratch_columns
 from serving.all_reduce_rules import GpuKind, predict
 from serving.cuda_graph_rules import DecodeGraphPlan
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
@@ -282,6 +283,10 @@ def parse_args(argv: Optional[Sequence[str]] = None, *, cuda_available: Optional
 
 
 def _cuda_info() -> tuple[bool, int]:
+    """Whether CUDA is usable, and how many devices: without a GPU driver's device node, no (and
+    torch, seconds to import, stays out of the HTTP process)."""
+    if not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")):
+        return False, 0
     import torch
 
     available = torch.cuda.is_available()
@@ -321,9 +326,8 @@ def resolve(
             )
 
     dtype = preset.dtype if ns.dtype == "auto" else ns.dtype
-    from serving.reference.model import dtype_from_name  # torch import deferred to here
-
-    dtype_from_name(dtype)
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"--dtype {dtype!r} is not supported; use one of {sorted(DTYPE_NAMES)}")
 
     context_length = ns.context_length if ns.context_length is not None else preset.context_length
     check_int(context_length, name="--context-length", low=2, high=preset.max_context_length)
