@@ -187,7 +187,6 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
     """``a`` against ``b`` at this look, by the sequential design (``orchestrator.sequential``): the
     claim and its interval, 95% over all looks; a search contender (picked as leader from the same
     visits) is judged at alpha / the number of search contenders."""
-    diffs = _diffs(confirmation, a.number, b.number)
     comparisons = _comparisons(confirmation, a)
     first, last = _looks(confirmation)
     look = _look(confirmation, a, b)
@@ -201,14 +200,14 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
                                       last=last, comparisons=comparisons) for m in (mean + se, max(mean - se, 0.0))]
         known = [n for n in estimates if n is not None]
         needed = min(known) if known else None
-    if not diffs:
+    if not look.pairs:
         text = "not measured"
     elif look.low is None:
         text = f"x{look.ratio:.2f} (no decision possible yet at {look.pairs} visits)"
     else:
         text = f"x{look.ratio:.2f} [{look.low:.2f}, {look.high:.2f}]"
     return {
-        "kind": look.claim, "ratio": look.ratio if diffs else None, "ci95_low": look.low, "ci95_high": look.high,
+        "kind": look.claim, "ratio": look.ratio if look.pairs else None, "ci95_low": look.low, "ci95_high": look.high,
         "visits": look.pairs, "margin": confirmation.margin, "comparisons": comparisons,
         "critical": look.critical if math.isfinite(look.critical) else None,
         "log_sd": look.log_sd, "between_visit_cv": look.log_sd / math.sqrt(2) if look.log_sd else None,
