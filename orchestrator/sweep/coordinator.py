@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator.bench.files import write_atomic
 from orchestrator.mlflow_schema import (
     ENGINE_CONFIG_ARTIFACT,
+    ROLE_TRIAL,
     TAG_EARLY_STOPPED,
     TAG_AUDIT_OK,
     TAG_CUDA_VISIBLE_DEVICES,
@@ -32,8 +33,10 @@ from orchestrator.mlflow_schema import (
     TAG_OBJECTIVE_METRIC,
     TAG_REASON,
     TAG_RESULTS_DIR,
+    TAG_ROLE,
     TAG_START_FLAGS,
     TAG_STATUS,
+    TAG_TRIAL_ID,
     engine_nodes_from_tag,
     engine_nodes_tag,
 )
@@ -196,6 +199,8 @@ class SweepCoordinator:
         done = self._records.get(trial_id)
         if done is not None and done.status not in ("interrupted",):
             return {"number": done.number, "run_id": done.mlflow_run_id, "finished": done.model_dump()}
+        if done is None:
+            self._adopt_lost_run(trial_id=trial_id, kind=kind, params=params)
         number = done.number if done is not None else self.reserve_number(trial_id=trial_id)
         run = self.tracker.trial_run(
             parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=trial_id,
@@ -215,6 +220,22 @@ class SweepCoordinator:
             "start_flags": dict(start_flags or {}),
         }
         return {"number": number, "run_id": run["run_id"], "finished": None}
+
+    def _adopt_lost_run(self, *, trial_id: str, kind: str, params: dict[str, Any]) -> None:
+        """A killed driver's trial that Tune's saved state never held (Tune saves it at most every
+        10 s; SIGKILL leaves no last save) is started again under a new trial id: it continues that
+        trial's MLflow run, left RUNNING with the same kind and parameters, instead of a second one."""
+        wanted = {"trial_kind": kind, **{k: "default" if v is None else str(v) for k, v in params.items()}}
+        for run_id in self.tracker.running_children(self.parent_run_id):
+            run = self.tracker.client.get_run(run_id)
+            lost = run.data.tags.get(TAG_TRIAL_ID)
+            if lost in self._records or lost in self._registered or run.data.tags.get(TAG_ROLE) != ROLE_TRIAL:
+                continue
+            if {k: run.data.params.get(k) for k in wanted} == wanted:
+                logger.info("trial %s runs again as %s (the stopped driver's Tune never saved it): continuing its "
+                            "MLflow run %s", lost, trial_id, run_id)
+                self.tracker.set_tags(run_id, {TAG_TRIAL_ID: trial_id})
+                return
 
     def note_resolved(self, *, trial_id: str, resolved: dict[str, int]) -> None:
         """The speculative numbers a trial's engine reported: MLflow params ``resolved.*`` and part of

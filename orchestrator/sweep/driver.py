@@ -131,10 +131,17 @@ def run_sweep(
     tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
-    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    stop = _StopSignal()
+    previous_sigterm = signal.signal(signal.SIGTERM, stop) if in_main else None
     try:
         with QuietWatch(display, needs=spec.trial_placement.describe()):
-            tuner.fit()
+            stop.in_tune = True
+            try:
+                tuner.fit()
+            finally:
+                stop.in_tune = False
+            if stop.received:
+                raise _Interrupted(f"signal {stop.received}")
             records = final_records(coordinator)
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator,
                                                     display=display) if spec.confirmation.enabled else None
@@ -226,7 +233,9 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=spec.budget.num_trials,
             max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
-            reuse_actors=False,
+            # one trainable actor (its worker process and imports) serves trial after trial; not under
+            # ASHA, whose stopped trial measures on until its next report, past Tune's 2 s reset wait
+            reuse_actors=not early.enabled,
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
@@ -247,5 +256,22 @@ class _Interrupted(KeyboardInterrupt):
     """SIGTERM (``ray job stop``, a scheduler ending the job) turned into the Ctrl-C path."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Interrupted(f"signal {signal.Signals(signum).name}")
+class _StopSignal:
+    """The SIGTERM handler (``ray job stop``). While Tune's loop runs, the stop goes to Tune's own
+    stop (its SIGUSR1 handler): the loop ends and Tune saves its experiment state once more, so a
+    resumed sweep finds every trial that had started (Tune otherwise saves it at most every 10 s,
+    and a trial started since would be lost to Tune and run again under a new number). Elsewhere,
+    or at a second signal, it raises :class:`_Interrupted` (the Ctrl-C path)."""
+
+    def __init__(self) -> None:
+        self.in_tune = False
+        self.received: str | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        tune_stop = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
+        if self.in_tune and self.received is None and callable(tune_stop):
+            self.received = name
+            tune_stop(signum, frame)
+            return
+        raise _Interrupted(f"signal {name}")

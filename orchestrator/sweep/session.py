@@ -238,16 +238,28 @@ class EngineSession:
         pg = ray.util.get_current_placement_group()
         delivered = dict(self.engine_config.env)
         fault = ENV.SPECTUNE_SWEEP_FAULT.get()
+        shell: dict[str, str] = {}
         if fault.startswith("env_in_driver_only:"):
-            # Test switch: the variable goes to this process's environment only, not the runtime_env.
+            # Test switch: the variable is set in this process's environment only (as in the shell
+            # that started a driver), not in the runtime_env; it is taken out again once the hosts
+            # exist, since this process (a reused Tune actor) runs the next trial too.
             name = fault.partition(":")[2]
             if name in delivered:
-                os.environ[name] = delivered.pop(name)
+                shell[name] = delivered.pop(name)
+        saved = {name: os.environ.get(name) for name in shell}
+        os.environ.update(shell)
         log_dir = Path(tempfile.gettempdir()) / "spectune-engines" / self.sweep_name / self.session_id
-        return EngineGroup(
-            self.engine_config, placement=self.placement, placement_group=pg, log_dir=str(log_dir),
-            start_timeout_s=self.start_timeout_s, label=self.label, runtime_env_vars=delivered,
-        )
+        try:
+            return EngineGroup(
+                self.engine_config, placement=self.placement, placement_group=pg, log_dir=str(log_dir),
+                start_timeout_s=self.start_timeout_s, label=self.label, runtime_env_vars=delivered,
+            )
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def _on_time_limit(self) -> None:
         self._timed_out.set()

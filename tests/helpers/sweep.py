@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,14 @@ def trial_records(results: Path) -> list[dict[str, Any]]:
     from orchestrator.sweep.results import read_records
 
     return [record.model_dump(mode="json") for record in read_records(results / "trials.jsonl")]
+
+
+def seed_results(results: Path, template: Path) -> Path:
+    """``results`` created, holding a copy of the migrated empty MLflow store ``template`` as
+    ``mlflow.db`` (a sweep keeps an existing store: ``results_dir.archive_previous``)."""
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, results / "mlflow.db")
+    return results
 
 
 def engine_marker() -> str:

@@ -2,8 +2,11 @@
 
 One small sweep on the reference engine (TP 2, two workers over gloo) with the fault switches on
 for chosen NCCL settings: ``NCCL_ALGO=Tree`` makes the engine die mid-benchmark, ``NCCL_PROTO=LL128``
-corrupts the all-reduce in the workers (greedy outputs change, the server stays healthy). The
-space holds exactly three points (NCCL presets), so with the two baselines five trials cover each.
+corrupts the all-reduce in the workers (greedy outputs change, the server stays healthy), and
+``NCCL_MIN_NCHANNELS`` is set only in the trainable's own environment, as a variable exported in
+the driver's shell instead of the runtime_env is (the job's ``SPECTUNE_SWEEP_FAULT``): it never
+reaches the engine and the env audit fails that trial. The space holds exactly four points (NCCL
+presets), so with the two baselines six trials cover each.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import pytest
 
 from helpers.engine import processes_with_marker
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import REPO, engine_marker, reference_engine, trial_records, write_spec
+from helpers.sweep import REPO, engine_marker, reference_engine, seed_results, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 # 90 tokens: past the probe and the warm-up (40), within the benchmark's 128
 FAULTS = "die_after_tokens:90@NCCL_ALGO=Tree;corrupt_allreduce_when:NCCL_PROTO=LL128"
+DRIVER_SHELL_ONLY = "env_in_driver_only:NCCL_MIN_NCHANNELS"
 
 
 @pytest.fixture(scope="module")
-def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory, mlflow_store_template) -> dict:
     work = tmp_path_factory.mktemp("sweep-job")
     marker = engine_marker()
     spec = write_spec(
@@ -32,16 +36,18 @@ def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) ->
         engine=reference_engine(tp_size=2, marker=marker, extra_args={"enable_metrics": True, "context_length": 2048},
                                 SPECTUNE_REFERENCE_FAULT=FAULTS),
         search={"speculative": {"num_steps": [2], "eagle_topk": [1]},
-                "nccl_env": {}, "nccl_presets": [{}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"}],
+                "nccl_env": {}, "nccl_presets": [{}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"},
+                                                 {"NCCL_MIN_NCHANNELS": "4"}],
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
-        budget={"num_trials": 5, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
-        # the round's flow (its logic is unit-tested): the best and SGLang's default, twice each, whatever the VM's steal
-        confirmation={"enabled": True, "top_k": 1, "min_visits": 2, "max_visits": 2, "repetitions_per_visit": 1,
+        budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        # the round's flow (its logic is unit-tested): the best and SGLang's default, once each, whatever the VM's steal
+        confirmation={"enabled": True, "top_k": 1, "min_visits": 1, "max_visits": 1, "repetitions_per_visit": 1,
                       "no_speculation": False, "max_host_cpu_steal": None},
     )
-    results = work / "results"
+    results = seed_results(work / "results", mlflow_store_template)
     proc = ray_head.submit(
         [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
+        runtime_env_json=json.dumps({"env_vars": {"SPECTUNE_SWEEP_FAULT": DRIVER_SHELL_ONLY}}),
     )
     return {"proc": proc, "results": results, "log": proc.stdout + proc.stderr, "marker": marker}
 
@@ -49,13 +55,13 @@ def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory) ->
 def test_job_completes_and_names_where_results_are(sweep_run: dict) -> None:
     assert sweep_run["proc"].returncode == 0, sweep_run["log"][-6000:]
     assert str(sweep_run["results"]) in sweep_run["log"]
-    assert "[trial 5/5]" in sweep_run["log"]
+    assert "[trial 6/6]" in sweep_run["log"]
     assert "mlflow ui --backend-store-uri" in sweep_run["log"]
 
 
 def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
     records = {r["label"]: r for r in trial_records(sweep_run["results"])}
-    assert len(records) == 5, sorted(records)
+    assert len(records) == 6, sorted(records)
     assert records["no speculation"]["status"] == "ok"
     assert records["SGLang auto (= steps 3 topk 1 draft 4)"]["status"] == "ok"
     assert records["steps=2 topk=1 draft=3"]["status"] == "ok"
@@ -63,6 +69,9 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
     assert (died["status"], died["reason"]) == ("failed", "engine_died"), died["message"]
     corrupt = records["steps=2 topk=1 draft=3 NCCL_PROTO=LL128"]
     assert (corrupt["status"], corrupt["reason"]) == ("failed", "probe_mismatch"), corrupt["message"]
+    shell_only = records.pop("steps=2 topk=1 draft=3 NCCL_MIN_NCHANNELS=4")
+    assert (shell_only["status"], shell_only["reason"]) == ("failed", "env_audit"), shell_only["message"]
+    assert "NCCL_MIN_NCHANNELS" in shell_only["message"] and shell_only["audit_ok"] is False
     for record in records.values():
         assert record["audit_ok"] is True, record
         assert record["node_id"], record
@@ -83,22 +92,22 @@ def test_best_yaml_is_a_measured_speculative_engine_config(sweep_run: dict) -> N
     assert config.kind == "reference" and config.tp_size == 2
     assert "NCCL_PROTO" not in config.env or config.env["NCCL_PROTO"] != "LL128"
     summary = json.loads((sweep_run["results"] / "summary.json").read_text())
-    assert summary["best_trial"] is not None and summary["counts"]["failed"] == 2
+    assert summary["best_trial"] is not None and summary["counts"]["failed"] == 3
     text = (sweep_run["results"] / "best.yaml").read_text()
     assert text.startswith("# spectune sweep ci-sweep") and "no speculation" in text
     assert "skip_server_warmup" not in text and "cuda_graph_bs_decode" not in text, "served without the sweep's flags"
     assert set(config.extra_args) == {"enable_metrics", "context_length"}, config.extra_args
     assert "cost: " in sweep_run["log"] and "engine starts" in sweep_run["log"]
-    assert "confirmation cost: up to 4 engine starts (2 contenders x 2 visits)" in sweep_run["log"]
+    assert "confirmation cost: up to 2 engine starts (2 contenders x 1 visits)" in sweep_run["log"]
     confirmation = summary["confirmation"]
-    # the one ok search trial and SGLang's default, each visited twice on a fresh engine
+    # the one ok search trial and SGLang's default, each visited once on a fresh engine
     roles = [c["role"] for c in confirmation["contenders"]]
     assert roles == ["best", "default"], confirmation["contenders"]
     visits = sorted((v["trial"], v["round"]) for v in confirmation["visits"])
-    assert visits == sorted((c["trial"], r) for c in confirmation["contenders"] for r in (0, 1)), visits
+    assert visits == sorted((c["trial"], 0) for c in confirmation["contenders"]), visits
     assert all(len(v["values"]) == 1 for v in confirmation["visits"] if v["status"] == "ok")
     verdict = summary["verdict"]["vs_sglang_default"]
-    assert verdict["kind"] == "undecided" and verdict["visits"] == 2, "two visits give no interval: no verdict"
+    assert verdict["kind"] == "undecided" and verdict["visits"] == 1, "one visit gives no interval: no verdict"
     assert summary["best_trial"] == confirmation["chosen"] and "verdict:" in text
     chosen = next(r for r in trial_records(sweep_run["results"]) if r["number"] == summary["best_trial"])
     assert (provenance.sweep, provenance.trial, provenance.mlflow_run_id) == ("ci-sweep", chosen["number"],
@@ -116,7 +125,7 @@ def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -
     assert len(parents) == 1
     parent = parents[0]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 5
+    assert len(children) == 6
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"spec.yaml", "best.yaml", "summary.json", "trials.jsonl"} <= artifacts, artifacts
     assert parent.data.metrics["best.output_tok_per_s"] > 0

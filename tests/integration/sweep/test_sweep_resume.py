@@ -1,10 +1,14 @@
-"""A sweep stopped as ``ray job stop`` stops it (SIGTERM) ends every MLflow run and says how to
-resume; resumed, then SIGKILLed (no cleanup at all), then resumed again, it ends at exactly its
-plan: no finished trial re-runs, one MLflow run per trial, the interrupted trials re-run, no engine
-left behind. One sweep carries both stops (each stop costs a driver start, not a sweep)."""
+"""The spec form the README shows (listed triples, NCCL presets, every all-reduce arm, two load
+levels) run end to end by ``spectune sweep --address``, stopped as ``ray job stop`` stops it
+(SIGTERM: every MLflow run ends, the log says how to resume), resumed, SIGKILLed (no cleanup at
+all), resumed again: it ends at exactly its plan (no finished trial re-runs, one MLflow run per
+trial, the interrupted trials re-run, no engine left behind), with SGLang's auto choice resolved and
+never measured twice, and the per-load results. One sweep carries the form and both stops (each
+stop costs a driver start, not a sweep)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
-from helpers.sweep import all_runs_ended, engine_marker, reference_engine, trial_records, write_spec
+from helpers.sweep import all_runs_ended, engine_marker, reference_engine, seed_results, trial_records, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -60,23 +64,33 @@ def _run_until(argv: list[str], log: Path, *, env: dict[str, str], until: Callab
     return log.read_text()
 
 
-def test_a_stopped_then_killed_sweep_resumes_to_exactly_its_plan(ray_head: RayCluster, tmp_path: Path) -> None:
+def test_the_readme_form_stopped_then_killed_resumes_to_exactly_its_plan(
+        ray_head: RayCluster, tmp_path: Path, mlflow_store_template: Path) -> None:
+    """Four trials: the two baselines and two of the three listed points; (3, 1, 4) with NCCL's
+    defaults is where the reference engine's auto choice resolves, so it is answered from the auto
+    baseline and never run under its own name. All three all-reduce arms are asked for, on the CPU
+    node the preflight finds (gpu_kind auto): gloo carries every arm there, so one arm is measured,
+    and each trial records the kernel its engine ran."""
     marker = engine_marker()
     spec = write_spec(
         tmp_path / "spec.yaml",
-        engine=reference_engine(tp_size=1, marker=marker),
-        search={"speculative": {"num_steps": [1, 2, 3], "eagle_topk": [1]}, "nccl_env": {}, "seed": 2,
+        engine=reference_engine(tp_size=2, marker=marker),
+        search={"speculative": {"triples": [[2, 1, 3], [3, 1, 4]]}, "nccl_env": {},
+                "all_reduce": ["default", "no_fusion", "nccl"],
+                "nccl_presets": [{}, {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}], "seed": 5,
                 "early_stopping": {"enabled": False}},
         budget={"num_trials": PLANNED, "max_concurrent_trials": 1, "trial_timeout_s": 300,
                 "engine_start_timeout_s": 120},
+        benchmark={"concurrency": [1, 2]},  # the objective's level (2) and one more: per-load results
     )
-    results = tmp_path / "results"
+    results = seed_results(tmp_path / "results", mlflow_store_template)
     first = [SPECTUNE, "sweep", str(spec), "--results-dir", str(results), "--address", ray_head.address]
     resume = [SPECTUNE, "sweep", "--resume", str(results), "--address", ray_head.address]
+    env = {**ray_head.env, "SPECTUNE_QUIET_LIMIT_S": "1"}
     client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
 
     # 1. SIGTERM once trial 2 is open (its MLflow run exists): every run ends, trial 2 is interrupted.
-    text = _run_until(first, tmp_path / "first.log", env=ray_head.env, stop=signal.SIGTERM,
+    text = _run_until(first, tmp_path / "first.log", env=env, stop=signal.SIGTERM,
                       until=lambda: "[trial 2/4] start" in (tmp_path / "first.log").read_text()
                       and _has_trial_run(results, 2))
     assert "spectune sweep --resume" in text, text[-4000:]
@@ -89,14 +103,16 @@ def test_a_stopped_then_killed_sweep_resumes_to_exactly_its_plan(ray_head: RayCl
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
 
     # 2. Resumed, then SIGKILLed once three trials are finished: no cleanup runs.
-    _run_until(resume, tmp_path / "second.log", env=ray_head.env, stop=signal.SIGKILL,
-               until=lambda: sum(r["status"] == "ok" for r in trial_records(results)) >= 3)
+    text += _run_until(resume, tmp_path / "second.log", env=env, stop=signal.SIGKILL,
+                       until=lambda: sum(r["status"] == "ok" for r in trial_records(results)) >= 3)
     before = {r["trial_id"]: r for r in trial_records(results) if r["status"] == "ok"}
     assert len(before) >= 3
 
     # 3. Resumed again: it ends at exactly its plan.
-    resumed = subprocess.run(resume, env=ray_head.env, capture_output=True, text=True, timeout=900)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-6000:]
+    resumed = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=900)
+    final_log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, final_log[-6000:]
+    log = text + final_log
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of this sweep alive")
     final = {r["trial_id"]: r for r in trial_records(results)}
     assert len(final) == PLANNED, sorted((r["number"], r["label"], r["status"]) for r in final.values())
@@ -112,3 +128,38 @@ def test_a_stopped_then_killed_sweep_resumes_to_exactly_its_plan(ray_head: RayCl
     assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == sorted(final), "one MLflow run per trial"
     assert all(r.info.status == "FINISHED" for r in trials)
     assert (results / "best.yaml").exists()
+
+    # The form: listed triples, presets, arms, the auto choice, two load levels.
+    records = list(final.values())
+    searched = [r for r in records if r["kind"] == "search"]
+    assert len(searched) == 2, [(r["label"], r["kind"]) for r in records]
+    for record in searched:
+        point = [record["params"][k] for k in ("num_steps", "eagle_topk", "num_draft_tokens")]
+        assert point in ([2, 1, 3], [3, 1, 4]) and record["resolved_params"] == dict(
+            zip(("num_steps", "eagle_topk", "num_draft_tokens"), point))
+        assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(record["params"])
+        assert record["label"] != "steps=3 topk=1 draft=4", "SGLang's auto choice, measured twice under two names"
+    assert "preflight: all-reduce arm no_fusion:" in log and "measured once, as 'default'" in log, log[-6000:]
+    for record in records:  # one arm stands for the three; the kernel is read from the engine, not assumed
+        assert record["params"]["all_reduce"] == "default" and record["all_reduce_kernel"] == "nccl"
+        assert "--enforce-disable-flashinfer-allreduce-fusion" not in record["engine_command"]
+        assert set(record["level_values"]) == {"1", "2"} and record["level_values"]["2"] == record["objective"]["values"]
+    auto = next(r for r in records if r["kind"] == "baseline_auto")
+    assert auto["resolved_params"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert auto["label"] == "SGLang auto (= steps 3 topk 1 draft 4)" and auto["label"] in log
+    run = client.get_run(auto["mlflow_run_id"])
+    assert run.data.params["resolved.num_steps"] == "3" and run.data.params["resolved.num_draft_tokens"] == "4"
+    assert run.data.params["resolved.all_reduce_kernel"] == "nccl" and run.data.tags["spectune.all_reduce_kernel"] == "nccl"
+    assert run.data.tags["mlflow.runName"].endswith("SGLang auto (= steps 3 topk 1 draft 4)")
+    assert "all-reduce" in final_log, "the summary table has the all-reduce column"
+    summary = json.loads((results / "summary.json").read_text())
+    assert [e["concurrency"] for e in summary["by_concurrency"]] == [1, 2], summary["by_concurrency"]
+    for entry in summary["by_concurrency"]:
+        assert f"  at concurrency {entry['concurrency']}: best {entry['best_label']} " in final_log, final_log[-4000:]
+        assert f"at concurrency {entry['concurrency']}: best " in (results / "summary.txt").read_text()
+    # chain configurations only, two repetitions (no interval: never "decidedly" no speculation)
+    schedule = json.loads((results / "sglang_adaptive_spec.json").read_text())
+    assert [k for k in schedule if k.isdigit()] == ["1", "2"] and all(schedule[k]["candidate_steps"][0] in (2, 3)
+                                                                    for k in ("1", "2"))
+    assert "SGLang adaptive schedule" in final_log and "--speculative-adaptive-config" in final_log
+    assert "[still waiting]" in log, "a quiet stretch longer than SPECTUNE_QUIET_LIMIT_S says what it waits for"

@@ -40,8 +40,8 @@ def _sweep(results: Path) -> tuple[SweepCoordinator, str, str]:
     return coordinator, uri, got["run_id"]
 
 
-def test_a_trial_run_gives_back_its_engine_config_and_provenance(tmp_path: Path) -> None:
-    _, uri, run_id = _sweep(tmp_path / "results")
+def test_a_trial_run_gives_back_its_engine_config_and_provenance(results_dir: Path) -> None:
+    _, uri, run_id = _sweep(results_dir)
     recorded = recorded_config(tracking_uri=uri, run_id=run_id)
     engine, _, _ = parse_served(recorded.text, source=recorded.source)
     assert engine.model_dump() == ENGINE
@@ -56,8 +56,8 @@ def test_a_trial_run_gives_back_its_engine_config_and_provenance(tmp_path: Path)
     assert MlflowClient(tracking_uri=uri).get_run(run_id).data.tags["spectune.served_by"] == "host:1"
 
 
-def test_a_sweep_run_gives_back_its_best_yaml(tmp_path: Path) -> None:
-    results = tmp_path / "results"
+def test_a_sweep_run_gives_back_its_best_yaml(results_dir: Path) -> None:
+    results = results_dir
     coordinator, uri, run_id = _sweep(results)
     record = TrialRecord.model_validate(coordinator.records()[0])
     best = write_best_yaml(results / "best.yaml", engine_config=ENGINE, header_lines=["best"], provenance=(
@@ -71,8 +71,8 @@ def test_a_sweep_run_gives_back_its_best_yaml(tmp_path: Path) -> None:
     assert recorded.provenance["parent_run_id"] == coordinator.parent_run_id
 
 
-def test_unknown_run_no_config_and_unreachable_store_are_clear_errors(tmp_path: Path) -> None:
-    coordinator, uri, _ = _sweep(tmp_path / "results")
+def test_unknown_run_no_config_and_unreachable_store_are_clear_errors(tmp_path: Path, results_dir: Path) -> None:
+    coordinator, uri, _ = _sweep(results_dir)
     with pytest.raises(RunConfigError, match=r"run 0123abcd not found at sqlite:///"):
         recorded_config(tracking_uri=uri, run_id="0123abcd")
     # The sweep's run before its best.yaml exists: no configuration recorded on it.

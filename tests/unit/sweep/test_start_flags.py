@@ -115,10 +115,10 @@ def test_the_switch_turns_them_all_off() -> None:
     assert with_start_flags(_config(spec), {}) == _config(spec)
 
 
-def test_mlflow_tags_them_and_serves_the_config_without_them(tmp_path: Path) -> None:
+def test_mlflow_tags_them_and_serves_the_config_without_them(results_dir: Path) -> None:
     """What ``spectune serve --mlflow-run`` reads (the trial's engine_config.yaml) is the config the
     trial registered, without its start flags; the flags are a tag and part of the record."""
-    results = tmp_path / "results"
+    results = results_dir
     uri = f"sqlite:///{results / 'mlflow.db'}"
     coordinator = SweepCoordinator(results_dir=str(results), tracking_uri=uri, experiment_name="unit",
                                    sweep_name="unit", spec_text="name: unit\n", resume=False)

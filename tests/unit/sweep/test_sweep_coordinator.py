@@ -17,8 +17,8 @@ from helpers.spec_cases import BASE
 
 
 @pytest.fixture
-def results(tmp_path: Path) -> Path:
-    return tmp_path / "results"
+def results(results_dir: Path) -> Path:
+    return results_dir
 
 
 def _coordinator(results: Path, *, resume: bool = False) -> SweepCoordinator:
@@ -163,3 +163,20 @@ def test_ending_the_sweep_ends_every_run_it_left_open(results: Path) -> None:
     assert (record.status, record.reason) == ("interrupted", "interrupted")
     assert record.resolved_params == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
     assert record.engine_config == {"kind": "reference"}, "an interrupted trial's record is what ran"
+
+
+def test_a_trial_the_killed_drivers_tune_never_saved_continues_its_mlflow_run(results: Path) -> None:
+    """SIGKILL: trial "a" had its MLflow run, but Tune's saved state never held it, so the resumed
+    sweep starts the same configuration as trial "b": one run, continued, never a second."""
+    first = _coordinator(results)
+    got = first.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3,
+                               "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
+    del first  # killed: nothing ended, nothing recorded
+    resumed = _coordinator(results, resume=True)
+    other = resumed.register_trial(trial_id="c", kind="search", label="steps=2", params={"num_steps": 2,
+                                   "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
+    again = resumed.register_trial(trial_id="b", kind="search", label="steps=3", params={"num_steps": 3,
+                                   "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
+    assert again["run_id"] == got["run_id"] and other["run_id"] != got["run_id"]
+    trials = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
+    assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == ["b", "c"]
