@@ -16,13 +16,14 @@ from orchestrator.tracking_server import health_status
 from serving.ports import free_port
 
 from helpers.engine import wait_until
+from helpers.sweep import seed_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    work = tmp_path_factory.mktemp("mlflow-server")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory, mlflow_store_template: Path) -> Iterator[dict]:
+    work = seed_results(tmp_path_factory.mktemp("mlflow-server"), mlflow_store_template)
     port = free_port()
     log = (work / "server.log").open("w")
     proc = subprocess.Popen(
