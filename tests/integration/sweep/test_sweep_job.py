@@ -1,4 +1,6 @@
-"""The sweep as a user runs it: ``ray job submit`` against a ``ray start`` cluster, then MLflow.
+"""The sweep as a user runs it: ``ray job submit`` against a ``ray start`` cluster of two nodes
+(one CPU and four logical GPUs each: a trial of four GPUs fits one node, so two trials run at once,
+one on each node), then MLflow.
 
 One small sweep on the reference engine (TP 2, two workers over gloo) with the fault switches on
 for chosen NCCL settings: ``NCCL_ALGO=Tree`` makes the engine die mid-benchmark, ``NCCL_PROTO=LL128``
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 
 import pytest
 
@@ -28,7 +31,7 @@ DRIVER_SHELL_ONLY = "env_in_driver_only:NCCL_MIN_NCHANNELS"
 
 
 @pytest.fixture(scope="module")
-def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory, mlflow_store_template) -> dict:
+def sweep_run(two_nodes: RayCluster, tmp_path_factory: pytest.TempPathFactory, mlflow_store_template) -> dict:
     work = tmp_path_factory.mktemp("sweep-job")
     marker = engine_marker()
     spec = write_spec(
@@ -39,13 +42,14 @@ def sweep_run(ray_head: RayCluster, tmp_path_factory: pytest.TempPathFactory, ml
                 "nccl_env": {}, "nccl_presets": [{}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"},
                                                  {"NCCL_MIN_NCHANNELS": "4"}],
                 "allow_dangerous": ["NCCL_PROTO=LL128"], "seed": 3, "early_stopping": {"enabled": False}},
-        budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        budget={"num_trials": 6, "max_concurrent_trials": 2, "trial_timeout_s": 300, "engine_start_timeout_s": 120},
+        resources={"gpus_per_trial": 4, "cpus_per_trial": 1},
         # the round's flow (its logic is unit-tested): the best and SGLang's default, once each, whatever the VM's steal
         confirmation={"enabled": True, "top_k": 1, "min_visits": 1, "max_visits": 1, "repetitions_per_visit": 1,
                       "no_speculation": False, "max_host_cpu_steal": None},
     )
     results = seed_results(work / "results", mlflow_store_template)
-    proc = ray_head.submit(
+    proc = two_nodes.submit(
         [sys.executable, "-m", "orchestrator.sweep", str(spec), "--results-dir", str(results)], working_dir=REPO,
         runtime_env_json=json.dumps({"env_vars": {"SPECTUNE_SWEEP_FAULT": DRIVER_SHELL_ONLY}}),
     )
@@ -57,6 +61,15 @@ def test_job_completes_and_names_where_results_are(sweep_run: dict) -> None:
     assert str(sweep_run["results"]) in sweep_run["log"]
     assert "[trial 6/6]" in sweep_run["log"]
     assert "mlflow ui --backend-store-uri" in sweep_run["log"]
+
+
+def test_two_nodes_run_trials_at_once(sweep_run: dict) -> None:
+    records = trial_records(sweep_run["results"])
+    assert len({r["node_id"] for r in records}) == 2, "each node (4 logical GPUs, one CPU) holds a trial: both used"
+    spans = [(datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"])) for r in records]
+    assert any(a_start <= b_end and b_start <= a_end for i, (a_start, a_end) in enumerate(spans)
+               for (b_start, b_end) in spans[i + 1:]), "two trials ran at the same time"
+    assert all(r["cuda_visible_devices"] and len(r["cuda_visible_devices"].split(",")) == 4 for r in records)
 
 
 def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
