@@ -13,7 +13,7 @@ SPEC ?= experiments/reference-cpu.yaml
 PYTEST_ARGS ?=
 UNIT_WORKERS ?= 2
 
-.PHONY: install demo test clean
+.PHONY: install compiled demo test clean
 
 # uv installs the packages (pip installs uv itself; seconds instead of minutes on two cores).
 # pip's, uv's and setuptools' chatter goes to $(VENV)/install.log; it is shown only if the install fails.
@@ -22,19 +22,24 @@ $(VENV)/.installed: pyproject.toml
 	@echo "spectune: installing into $(VENV) (first run or pyproject.toml changed; log: $(VENV)/install.log)"
 	@{ $(BIN)/python -m pip install --quiet uv \
 	   && scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION) \
-	   && $(BIN)/python -m uv pip install --quiet --python $(BIN)/python -e ".[test]"; } > $(VENV)/install.log 2>&1 \
+	   && $(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[test]"; } > $(VENV)/install.log 2>&1 \
 	 || { tail -n 40 $(VENV)/install.log; echo "spectune: install failed; full log: $(VENV)/install.log"; exit 1; }
 	@touch $@
 
 install: $(VENV)/.installed
 
-demo: install
+# Bytecode for the project's own modules (what changed since the last run): every Ray worker and
+# engine process imports them, and with PYTHONDONTWRITEBYTECODE set (as on CI) none is ever cached.
+compiled: install
+	@$(BIN)/python -m compileall -q orchestrator serving tests > /dev/null
+
+demo: install compiled
 	$(BIN)/spectune validate $(SPEC)
 	$(BIN)/spectune sweep $(SPEC)
 
 # Unit tests in UNIT_WORKERS processes (pytest-xdist: no servers, no Ray), then the integration
 # tests in one process (they share one Ray cluster, tests/conftest.py).
-test: install
+test: install compiled
 	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 

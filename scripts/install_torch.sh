@@ -18,7 +18,7 @@ if "$python" -m uv --version >/dev/null 2>&1; then
     for link in ${PIP_FIND_LINKS:-$("$python" -m pip config get global.find-links 2>/dev/null || true)}; do
         links+=(--find-links "$link")
     done
-    if "$python" -m uv pip install --quiet --python "$python" "${links[@]}" "${extra[@]}" "torch==${version}+cpu" 2>/dev/null; then
+    if "$python" -m uv pip install --quiet --compile-bytecode --python "$python" "${links[@]}" "${extra[@]}" "torch==${version}+cpu" 2>/dev/null; then
         exit 0
     fi
 fi
