@@ -33,13 +33,13 @@ install: $(VENV)/.installed
 compiled: install
 	@$(BIN)/python -m compileall -q orchestrator serving tests > /dev/null
 
-demo: install compiled
+demo: compiled
 	$(BIN)/spectune validate $(SPEC)
 	$(BIN)/spectune sweep $(SPEC)
 
 # Unit tests in UNIT_WORKERS processes (pytest-xdist: no servers, no Ray), then the integration
 # tests in one process (they share one Ray cluster, tests/conftest.py).
-test: install compiled
+test: compiled
 	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 

@@ -47,6 +47,7 @@ __all__ = [
     "Tracker",
     "TrialRunInfo",
     "open_tracker",
+    "param_text",
     "recorded_config",
     "tag_served",
 ]
@@ -57,6 +58,11 @@ PARENT_TAG = "mlflow.parentRunId"
 BEST_ARTIFACT = "best.yaml"
 """The sweep run's best configuration (the sweep's best.yaml, provenance block included)."""
 _MAX_PARAM = 6000  # MLflow's limit on a parameter value
+
+
+def param_text(value: Any) -> str:
+    """A parameter value as it is stored in MLflow: ``None`` as ``default``, cut at MLflow's limit."""
+    return ("default" if value is None else str(value))[:_MAX_PARAM]
 
 
 class TrialRunInfo(dict):
@@ -142,10 +148,9 @@ class Tracker:
         current = self.client.get_run(run_id).data.params
         batch = []
         for key, value in params.items():
-            text = "default" if value is None else str(value)
             if key in current:  # parameters are immutable in MLflow; a resumed trial logs the same ones
                 continue
-            batch.append(Param(key, text[:_MAX_PARAM]))
+            batch.append(Param(key, param_text(value)))
         for start in range(0, len(batch), 100):
             self.client.log_batch(run_id, params=batch[start : start + 100])
 

@@ -52,7 +52,7 @@ from orchestrator.sweep.results import (
     write_json_file,
 )
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.tracking import open_tracker
+from orchestrator.tracking import open_tracker, param_text
 from serving.engine.command import render_flags
 
 __all__ = [
@@ -131,6 +131,7 @@ class SweepCoordinator:
         self._registered: dict[str, dict[str, Any]] = {}
         self._numbers: dict[str, int] = {}
         self._number = max((r.number for r in self._records.values()), default=0)
+        self._left_running = self._trial_runs_left_running() if state.get("parent_run_id") else {}
         self._baseline_failure: str | None = None
 
     # --- the sweep ------------------------------------------------------------------------------
@@ -221,20 +222,30 @@ class SweepCoordinator:
         }
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
+    def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
+        """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was
+        killed): trial id -> (run id, the run's params)."""
+        found = {}
+        for run_id in self.tracker.running_children(self.parent_run_id):
+            run = self.tracker.client.get_run(run_id)
+            trial_id = run.data.tags.get(TAG_TRIAL_ID)
+            if run.data.tags.get(TAG_ROLE) == ROLE_TRIAL and trial_id and trial_id not in self._records:
+                found[trial_id] = (run_id, dict(run.data.params))
+        return found
+
     def _adopt_lost_run(self, *, trial_id: str, kind: str, params: dict[str, Any]) -> None:
         """A killed driver's trial that Tune's saved state never held (Tune saves it at most every
         10 s; SIGKILL leaves no last save) is started again under a new trial id: it continues that
         trial's MLflow run, left RUNNING with the same kind and parameters, instead of a second one."""
-        wanted = {"trial_kind": kind, **{k: "default" if v is None else str(v) for k, v in params.items()}}
-        for run_id in self.tracker.running_children(self.parent_run_id):
-            run = self.tracker.client.get_run(run_id)
-            lost = run.data.tags.get(TAG_TRIAL_ID)
-            if lost in self._records or lost in self._registered or run.data.tags.get(TAG_ROLE) != ROLE_TRIAL:
-                continue
-            if {k: run.data.params.get(k) for k in wanted} == wanted:
+        if self._left_running.pop(trial_id, None) is not None:
+            return  # Tune saved it: it runs again under its own id and finds its run
+        wanted = {"trial_kind": kind, **{k: param_text(v) for k, v in params.items()}}
+        for lost, (run_id, logged) in self._left_running.items():
+            if {k: logged.get(k) for k in wanted} == wanted:
                 logger.info("trial %s runs again as %s (the stopped driver's Tune never saved it): continuing its "
                             "MLflow run %s", lost, trial_id, run_id)
                 self.tracker.set_tags(run_id, {TAG_TRIAL_ID: trial_id})
+                del self._left_running[lost]
                 return
 
     def note_resolved(self, *, trial_id: str, resolved: dict[str, int]) -> None:
