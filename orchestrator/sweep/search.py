@@ -1,21 +1,23 @@
-"""The searcher: Ray Tune's OptunaSearch over the space's define-by-run function, the baselines first.
+"""The searcher: a Ray Tune ``Searcher`` over an Optuna study of its own, the baselines first.
 
 :class:`SweepSearcher` serves the baselines before the sampler, stages the search, answers a
 repeated proposal from its measurement, and tells Optuna FAIL, PRUNED or an SLO constraint rather
-than a fake number. docs/design/sweep.md says why the search is staged.
+than a fake number. It uses Ray Tune's and Optuna's public API only (``Study.ask``, ``tell``,
+``enqueue_trial``, ``add_trial``, ``Trial.set_constraint``): no private state of ``OptunaSearch`` or
+Optuna. docs/design/sweep.md says why the search is staged.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import pickle
 import warnings
 from typing import Any, Optional
 
 import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
@@ -26,8 +28,9 @@ __all__ = ["SweepSearcher"]
 logger = logging.getLogger(__name__)
 
 
-class SweepSearcher(OptunaSearch):
-    """Ray Tune's OptunaSearch over :class:`DefineByRunSpace`, with baselines first, a staged search and honest tells.
+class SweepSearcher(Searcher):
+    """A Ray Tune searcher over :class:`DefineByRunSpace` and one Optuna study (``study``), with
+    baselines first, a staged search and honest tells.
 
     Proposals, in order: the baselines; SGLang's rule-of-thumb points
     (``DefineByRunSpace.starting_points``); the speculative stage (TPE on the speculative numbers,
@@ -36,7 +39,9 @@ class SweepSearcher(OptunaSearch):
     middle stages apply only where the space varies more than the speculative numbers; a space the
     budget mostly covers is enumerated instead (``ENUMERATE_COVERAGE``).
 
-    Its whole state is in ``__dict__``, which ``OptunaSearch.save`` pickles, so ``Tuner.restore``
+    A proposal is asked of the study (``Study.ask``); an exact point or a partial one (the pinned
+    settings) is enqueued first (``Study.enqueue_trial``), so Optuna records every proposal as its
+    own trial. Its whole state is in ``__dict__``, which :meth:`save` pickles, so ``Tuner.restore``
     brings it back.
     """
 
@@ -67,8 +72,11 @@ class SweepSearcher(OptunaSearch):
         budget: int | None = None,
         staged: bool = True,
     ) -> None:
-        super().__init__(space=space, metric=OBJECTIVE_KEY, mode=mode, sampler=sampler or default_sampler(seed))
+        super().__init__(metric=OBJECTIVE_KEY, mode=mode)
+        self.study = optuna.create_study(
+            direction="maximize" if mode == "max" else "minimize", sampler=sampler or default_sampler(seed))
         self.search_space = space
+        self._asked: dict[str, optuna.Trial] = {}  # trial id -> its Optuna trial, until told
         self.use_constraints = slo
         self._pending_baselines = list(space.baselines())
         self._baseline_trials: dict[str, TrialPlan] = {}
@@ -109,17 +117,12 @@ class SweepSearcher(OptunaSearch):
             return self._propose(trial_id, plan)
         pins = self._pins()
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
-            if pins:  # a partial trial: the sampler picks the rest
-                self._ot_study.enqueue_trial(pins)
-            config = super().suggest(trial_id)
-            if config is None:
-                return None
-            plan = TrialPlan.from_config(config)
+            plan = self._ask(trial_id, pins)  # pins: a partial trial, the sampler picks the rest
             key = candidate_key(plan)
             known = self._measured.get(key)
             if known is None and key not in self._in_flight.values():
                 self._accept(trial_id, plan)
-                return config
+                return {"plan": plan.to_config()}
             # Already measured (or running): answer the sampler from memory, ask again.
             self._tell_known(trial_id, known)
         left = self._unmeasured()
@@ -154,14 +157,21 @@ class SweepSearcher(OptunaSearch):
         distance = self.search_space.distance
         return max(left, key=lambda plan: min(distance(plan.candidate, c) for c in seen))
 
+    def _ask(self, trial_id: str, fixed: dict[str, Any]) -> TrialPlan:
+        """Ask the study for a trial (``fixed``: its params enqueued first) and sample the space with it."""
+        if fixed:
+            self.study.enqueue_trial(fixed)
+        ot_trial = self.study.ask()
+        self._asked[trial_id] = ot_trial
+        return self.search_space.sample(ot_trial)
+
     def _propose(self, trial_id: str, plan: TrialPlan) -> dict:
-        """Propose exactly ``plan`` through the sampler's study (so Optuna records it as a trial)."""
+        """Propose exactly ``plan`` through the study (so Optuna records it as a trial)."""
         replayed = self.search_space.replay(plan)
         assert replayed is not None, plan
-        self._ot_study.enqueue_trial(replayed[0])
-        config = super().suggest(trial_id)
-        self._accept(trial_id, TrialPlan.from_config(config))
-        return config
+        asked = self._ask(trial_id, replayed[0])
+        self._accept(trial_id, asked)
+        return {"plan": asked.to_config()}
 
     def _accept(self, trial_id: str, plan: TrialPlan) -> None:
         key = candidate_key(plan)
@@ -220,17 +230,26 @@ class SweepSearcher(OptunaSearch):
         return None if best is None else TrialPlan("search", self._plans[best[1]].candidate)
 
     def _tell_known(self, trial_id: str, known: tuple[TrialState, float | None, float | None] | None) -> None:
-        ot_trial = self._ot_trials.pop(trial_id)
-        if known is None:  # in flight: constant liar already covers it; do not count it twice
-            self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+        """Answer a repeated proposal: from its measurement, or (still running) as FAIL, which the
+        constant liar already covers, so it is not counted twice."""
+        if known is None:
+            self._tell(trial_id, TrialState.FAIL, None, None)
             return
         state, value, violation = known
-        if self.use_constraints and violation is not None and state == TrialState.COMPLETE:
-            ot_trial.set_constraint("slo", violation)
-        if state == TrialState.COMPLETE and value is not None:
-            self._ot_study.tell(ot_trial, value)
+        self._tell(trial_id, state if value is not None or state != TrialState.COMPLETE else TrialState.FAIL,
+                   value, violation)
+
+    def _tell(self, trial_id: str, state: TrialState, value: float | None, violation: float | None) -> None:
+        """Tell the study how trial ``trial_id``'s Optuna trial ended (nothing if none was asked for it)."""
+        ot_trial = self._asked.pop(trial_id, None)
+        if ot_trial is None:
+            return
+        if state == TrialState.COMPLETE:
+            if self.use_constraints and violation is not None:
+                ot_trial.set_constraint("slo", violation)
+            self.study.tell(ot_trial, value)
         else:
-            self._ot_study.tell(ot_trial, state=state if state != TrialState.COMPLETE else TrialState.FAIL)
+            self.study.tell(ot_trial, state=state)
 
     def _busy(self) -> set[str]:
         """Keys of the configurations measured or running."""
@@ -243,9 +262,12 @@ class SweepSearcher(OptunaSearch):
     # --- results ----------------------------------------------------------------------------
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id in self._baseline_trials or not isinstance(result.get(OBJECTIVE_KEY), (int, float)):
+        """A repetition's result: its objective is the Optuna trial's intermediate value at that step."""
+        ot_trial = self._asked.get(trial_id)
+        value = result.get(OBJECTIVE_KEY)
+        if ot_trial is None or not isinstance(value, (int, float)):
             return
-        super().on_trial_result(trial_id, result)
+        ot_trial.report(float(value), step=result.get("training_iteration", 1))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)
@@ -265,16 +287,7 @@ class SweepSearcher(OptunaSearch):
                 self._plans[key] = resolved
                 self._add_baseline(resolved, state, value, violation)
             return
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
-            return
-        ot_trial = self._ot_trials[trial_id]
-        if self.use_constraints and violation is not None and state == TrialState.COMPLETE:
-            ot_trial.set_constraint("slo", violation)
-        if state == TrialState.COMPLETE:
-            self._ot_study.tell(ot_trial, value)
-        else:
-            self._ot_study.tell(ot_trial, state=state)
-        self._completed_trials.add(trial_id)
+        self._tell(trial_id, state, value, violation)
 
     def _add_baseline(self, plan: TrialPlan, state: TrialState, value: float | None, violation: float | None) -> None:
         """A baseline that is also a point of the space (SGLang's auto choice) informs the sampler."""
@@ -282,12 +295,24 @@ class SweepSearcher(OptunaSearch):
         if replayed is None or state != TrialState.COMPLETE or value is None:
             return
         params, distributions = replayed
-        attrs = {"constraints": [violation]} if self.use_constraints and violation is not None else {}
-        self._ot_study.add_trial(
-            optuna.trial.create_trial(
-                params=params, distributions=distributions, value=value, system_attrs=attrs,
-            )
-        )
+        constraints = {"slo": violation} if self.use_constraints and violation is not None else None
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=distributions, value=value, constraints=constraints))
+
+    # --- Ray Tune's searcher interface --------------------------------------------------------
+
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str], config: dict, **spec: Any) -> bool:
+        """The objective and the space are the searcher's own (Tune's ``param_space`` is empty)."""
+        return True
+
+    def save(self, checkpoint_path: str) -> None:
+        """Pickle the whole state (the study included) for ``Tuner.restore``."""
+        with open(checkpoint_path, "wb") as out:
+            pickle.dump(self.__dict__.copy(), out)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as saved:
+            self.__dict__.update(pickle.load(saved))
 
 
 def _resolved_plan(plan: TrialPlan, result: dict) -> TrialPlan | None:
