@@ -202,9 +202,18 @@ def _configure_tune() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+TUNE_STATE_PERIOD_S = "1"
+"""How often Tune saves its experiment state (``TUNE_GLOBAL_CHECKPOINT_S``; Tune's own default is at
+least 10 s): sooner than any trial can start and finish, so a killed driver never leaves a finished
+trial that Tune does not know it started (the searcher would propose it again). A value the user
+set is kept."""
+
+
 def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: CoordinatorRef, resume: bool) -> Any:
     """The Tuner: each trial ``trial.run_trial`` in a placement group shaped by
-    ``spec.trial_placement``; a resumed sweep restores Tune's experiment."""
+    ``spec.trial_placement``; a resumed sweep restores Tune's experiment. Sets
+    ``TUNE_GLOBAL_CHECKPOINT_S`` (:data:`TUNE_STATE_PERIOD_S`) unless it is set."""
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", TUNE_STATE_PERIOD_S)
     placement = spec.trial_placement
     from ray import tune
     from ray.tune import PlacementGroupFactory
