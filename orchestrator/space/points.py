@@ -388,7 +388,7 @@ class EngineTemplate(Protocol):
         self,
         *,
         num_steps: int | None,
-        topk: int | None,
+        eagle_topk: int | None,
         num_draft_tokens: int | None,
         all_reduce: AllReduce = "default",
         nccl_env: dict[str, str] | None = None,

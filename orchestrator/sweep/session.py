@@ -24,7 +24,7 @@ from serving.engine.placement import EnginePlacement
 from serving.environ import ENV
 from serving.waiting import wait_until
 
-__all__ = ["EngineSession", "TrialFailure", "step_failure"]
+__all__ = ["EngineSession", "TrialFailure", "launch_failure_reason", "step_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ class EngineSession:
         sweep_name: str,
         placement: EnginePlacement,
         start_timeout_s: float,
-        launch_reason: Callable[[BaseException], str],
         time_limit_s: float | None = None,
         timings: dict[str, float] | None = None,
         ship_log: Callable[[str], None] | None = None,
@@ -80,8 +79,6 @@ class EngineSession:
             placement: The bundles of this task's placement group and which one each node's host
                 takes (``serving.engine.placement.engine_placement``).
             start_timeout_s: How long the engine may take to become healthy.
-            launch_reason: The failure's reason tag for an engine that never served, from the
-                exception ``EngineHost.start`` raised (unwrapped from Ray's wrapper).
             time_limit_s: Kill the host actor this long after it was created, and call the
                 failure ``timeout`` (see ``timed_out``); None: no limit.
             timings: Where ``engine_start`` and ``teardown`` (seconds) are written: the trial's.
@@ -94,7 +91,6 @@ class EngineSession:
         self.sweep_name = sweep_name
         self.placement = placement
         self.start_timeout_s = start_timeout_s
-        self.launch_reason = launch_reason
         self.time_limit_s = time_limit_s
         self.timings = {} if timings is None else timings
         self.ship_log = ship_log
@@ -170,7 +166,7 @@ class EngineSession:
 
         Raises:
             TrialFailure: the engine never served (``timeout`` once the time limit passed, else
-                ``launch_reason`` of the error). Call ``close()`` either way.
+                :func:`launch_failure_reason` of the error). Call ``close()`` either way.
         """
         self.group = self._create_hosts()
         if self.time_limit_s is not None:
@@ -182,11 +178,11 @@ class EngineSession:
             self.info = self.group.start()
         except NodeFailed as failed:  # an engine across nodes: the node is named in the message
             cause = failed.cause if failed.cause is not None else failed
-            reason = "timeout" if self.timed_out else self.launch_reason(cause)
+            reason = "timeout" if self.timed_out else launch_failure_reason(cause)
             raise TrialFailure(reason, str(failed)) from None
         except Exception as exc:  # noqa: BLE001 - every launch failure is a recorded result
             cause = _cause(exc)
-            reason = "timeout" if self.timed_out else self.launch_reason(cause)
+            reason = "timeout" if self.timed_out else launch_failure_reason(cause)
             raise TrialFailure(reason, str(cause)) from None
         finally:
             self.timings["engine_start"] = time.monotonic() - tic
@@ -283,6 +279,14 @@ class EngineSession:
 ENGINE_EXIT_SETTLE_S = 15.0
 """How long an engine that is alive but does not answer may take to exit or answer before a failed
 step is blamed on the step (a dying engine closes its port before its exit is visible)."""
+
+
+def launch_failure_reason(cause: BaseException) -> str:
+    """The trial's (or visit's) reason for an engine that never served, from the error
+    ``EngineHost.start`` raised: ``not_healthy`` where it was not healthy by its start deadline
+    (``EngineStartTimeout``, ``EngineNotReady``), else ``launch_failed``. ``timeout`` is kept for the
+    trial's own time limit (``results.FAILURE_REASONS``)."""
+    return "not_healthy" if getattr(cause, "reason", None) in ("not_healthy", "timeout") else "launch_failed"
 
 
 def step_failure(session: EngineSession, reason: str, exc: BaseException, *,

@@ -207,7 +207,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     session = EngineSession(
         with_start_flags(engine_config, state.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
         sweep_name=ctx.sweep_name,
-        placement=spec.trial_placement, start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_launch_reason,
+        placement=spec.trial_placement, start_timeout_s=spec.budget.engine_start_timeout_s,
         time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
     )
     try:
@@ -300,12 +300,6 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
     else:
         logger.info("trial %d (%s): decode all-reduce on %s (%s)", state.number, state.trial_id, observed.kernel,
                     observed.evidence)
-
-
-def _launch_reason(cause: BaseException) -> str:
-    """The reason for an engine that never served: ``not_healthy`` by its start deadline, else
-    ``launch_failed``."""
-    return "not_healthy" if getattr(cause, "reason", None) in ("not_healthy", "timeout") else "launch_failed"
 
 
 def _has_baseline(coordinator: Any) -> bool:

@@ -39,7 +39,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     session = EngineSession(  # started as a trial is, with the sweep-only flags
         with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
         sweep_name=ctx.sweep_name, placement=spec.trial_placement,
-        start_timeout_s=spec.budget.engine_start_timeout_s, launch_reason=_visit_launch_reason, timings=timings,
+        start_timeout_s=spec.budget.engine_start_timeout_s, timings=timings,
     )
     try:
         with session:
@@ -75,8 +75,3 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
             "timings": {k: round(v, 3) for k, v in timings.items()},
             "host_cpu_steal": round(max(steals), 4) if steals else None, "engine_nodes": session.nodes}
 
-
-def _visit_launch_reason(cause: BaseException) -> str:
-    """A visit's reason for an engine that never served: the engine error's own (``timeout`` for
-    one not healthy by its start deadline), else ``launch_failed``."""
-    return getattr(cause, "reason", None) or "launch_failed"

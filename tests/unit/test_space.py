@@ -235,3 +235,17 @@ def test_spec_triples_build_the_listed_space() -> None:
     assert isinstance(search.space(), SpeculativeList)
     labels = [t.label() for t in speculative_triples(search)]
     assert labels == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+
+
+def test_the_spec_is_the_engine_template_the_space_calls() -> None:
+    """``Candidate.engine_config`` calls ``spec.engine_config`` through the ``EngineTemplate`` protocol
+    with keyword arguments: the protocol, the spec and the call must name the same parameters."""
+    import inspect
+
+    from orchestrator.space.points import EngineTemplate
+    from orchestrator.spec import SweepSpec
+
+    def names(function) -> list[str]:
+        return [p for p in inspect.signature(function).parameters if p != "self"]
+
+    assert names(EngineTemplate.engine_config) == names(SweepSpec.engine_config)

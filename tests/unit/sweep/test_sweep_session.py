@@ -5,17 +5,33 @@ from __future__ import annotations
 import pytest
 import ray
 
-from orchestrator.sweep.session import EngineSession, TrialFailure
+from orchestrator.sweep.results import FAILURE_REASONS
+from orchestrator.sweep.session import EngineSession, TrialFailure, launch_failure_reason
 from serving.engine.config import EngineConfig
 from serving.engine.placement import engine_placement
-from serving.errors import EngineStopError
+from serving.errors import (
+    EngineDied, EngineLaunchError, EngineNotReady, EngineStartTimeout, EngineStopError,
+)
 
 
 def _session(timings: dict[str, float] | None = None) -> EngineSession:
     return EngineSession(
         EngineConfig(kind="reference", model_path="tiny"), session_id="t1", label="trial 1", sweep_name="s",
-        placement=engine_placement(gpus=0, cpus=1), start_timeout_s=10.0, launch_reason=lambda cause: "launch_failed", timings=timings,
+        placement=engine_placement(gpus=0, cpus=1), start_timeout_s=10.0, timings=timings,
     )
+
+
+@pytest.mark.parametrize(("error", "reason"), [
+    (EngineStartTimeout("not healthy after 600 s"), "not_healthy"),
+    (EngineNotReady("503"), "not_healthy"),
+    (EngineLaunchError("exit 1"), "launch_failed"),
+    (EngineDied("gone"), "launch_failed"),
+    (RuntimeError("placement group removed"), "launch_failed"),
+])
+def test_an_engine_that_never_served_has_one_reason_for_trials_and_visits(error: Exception, reason: str) -> None:
+    """``timeout`` means the trial's own time limit (FAILURE_REASONS): an engine's start deadline is
+    ``not_healthy``, for a trial and a confirmation visit alike (both go through EngineSession.open)."""
+    assert launch_failure_reason(error) == reason and reason in FAILURE_REASONS
 
 
 def test_a_failed_audit_is_env_audit_with_its_summary() -> None:
