@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import run_confirmation  # noqa: E402
+from orchestrator.sweep.confirm_margin import confirmation_margin  # noqa: E402
 from orchestrator.sweep.results import read_records  # noqa: E402
 
 
@@ -43,11 +44,11 @@ def replay(spec: SweepSpec, results: Path) -> dict[str, Any]:
     try:
         result = run_confirmation(spec, records, visit=visit, say=lines.append, done=visits)
     except MissingVisit:
-        return {"margin": spec.confirmation_margin, "recorded_visits": len(visits),
+        return {"margin": confirmation_margin(spec), "recorded_visits": len(visits),
                 "verdict": None, "why": "the record ends before the next round: no verdict from what was measured",
                 "progress": lines}
     assert result is not None
-    return {"margin": spec.confirmation_margin, "recorded_visits": len(visits), "verdict": result.lines,
+    return {"margin": confirmation_margin(spec), "recorded_visits": len(visits), "verdict": result.lines,
             "vs_sglang_default": result.vs_sglang_default, "infeasible": result.infeasible, "progress": lines}
 
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.spec import SweepSpec  # noqa: E402
 from orchestrator.sweep.confirm import run_confirmation  # noqa: E402
+from orchestrator.sweep.confirm_margin import confirmation_margin  # noqa: E402
 from orchestrator.sweep.results import Objective, TrialRecord  # noqa: E402
 
 RATIOS = (0.97, 0.99, 1.0, 1.01, 1.03, 1.05, 1.08, 1.15)
@@ -140,7 +141,7 @@ def operating_characteristic(*, runs: int, seed: int, margin: float | None, rati
         "decision": "orchestrator.sweep.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
                     "O'Brien-Fleming spending, one-sided 2.5% per claim, the leader Bonferroni-corrected over the "
                     "search contenders, TOST for equivalent)",
-        "margin": settings.confirmation_margin, "min_visits": settings.confirmation.min_visits,
+        "margin": confirmation_margin(settings), "min_visits": settings.confirmation.min_visits,
         "max_visits": settings.confirmation.max_visits, "repetitions_per_visit": 1, "round_drift_cv": 0.02,
         "seed": seed, "wall_s": round(time.monotonic() - started, 1), "cells": cells,
     }

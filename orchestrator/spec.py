@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
@@ -88,15 +87,6 @@ DANGEROUS_FLAGS: dict[str, str] = {
 
 MAX_CHOICES = 1024
 """The most values one list in a spec may hold (a speculative dimension, an NCCL variable's choices)."""
-
-MEASURED_VISIT_CV: dict[str, float] = {
-    "reference": 0.045,
-    "reference-gpu": 0.01,
-    "reference-gpu-eager": 0.117,
-    "sglang": 0.003,
-}
-"""Between-visit CV (sd of a fresh engine's log level) per engine, as measured (sources in
-docs/design/bench-and-spec.md): what ``confirmation.margin: auto`` is derived from."""
 
 MAX_DURATION_S = 30 * 24 * 3600.0
 """The longest time limit or timeout a spec may set (30 days)."""
@@ -703,7 +693,7 @@ class ConfirmationSpec(_Model):
         "'better' is one at a true ratio <= 1 + margin), 'worse' below 1 / (1 + margin), 'equivalent' (TOST) the "
         "whole interval within them; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
         "smallest margin the engine kind's measured between-visit noise can call equivalent within max_visits "
-        "(SweepSpec.confirmation_margin).")
+        "(orchestrator.sweep.confirm_margin).")
     max_host_cpu_steal: float | None = Field(
         default=0.05, ge=0, le=1, description="A visit during which the hypervisor gave more than this share of "
         "the host's CPU to other guests (/proc/stat steal) is recorded as discarded and not counted: it measured "
@@ -893,25 +883,6 @@ class SweepSpec(_Model):
             data["engine"]["architecture"] = architecture
         return type(self).model_validate(data)
 
-    @property
-    def confirmation_margin(self) -> float:
-        """``confirmation.margin``, or for ``auto`` the smallest margin (in 0.5% steps, at least 1%)
-        within which "equivalent" is reachable by the last look at the engine kind's measured
-        between-visit CV: ``c_last * sqrt(2) * cv / sqrt(max_visits)``, ``c_last`` the last look's
-        boundary with the leader's correction for ``top_k`` (``orchestrator.sequential``)."""
-        margin = self.confirmation.margin
-        if margin != "auto":
-            return float(margin)
-        from orchestrator.sequential import critical_value
-
-        settings = self.confirmation
-        last = max(MIN_VALUES, settings.max_visits)
-        first = min(max(MIN_VALUES, settings.min_visits), last)
-        c_last = critical_value(last, first=first, last=last, comparisons=settings.top_k)
-        cv = MEASURED_VISIT_CV[self.visit_noise_key]
-        reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
-        return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)
-
     def bench_settings(self, levels: list[int]) -> BenchSettings:
         """The harness's settings for measuring ``levels`` as this sweep does (a trial, a
         confirmation visit): the benchmark section, with the objective deciding when a level has
@@ -919,21 +890,6 @@ class SweepSpec(_Model):
         noise = list(dict.fromkeys([self.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"]))
         return BenchSettings.from_spec(self.benchmark, concurrency=levels, noise_metrics=noise,
                                        target_metric=self.objective.metric)
-
-    @property
-    def visit_noise_key(self) -> str:
-        """Which ``MEASURED_VISIT_CV`` entry this spec's engine follows (the reference engine on the
-        CPU, on a GPU with decode CUDA graphs, or on a GPU decoding eagerly)."""
-        if self.engine.kind != "reference":
-            return self.engine.kind
-        extra = self.engine.extra_args
-        device = extra.get("device")
-        on_gpu = device == "cuda" or (device is None and self.gpus_per_trial > 0)
-        if not on_gpu:
-            return "reference"
-        eager = (extra.get("disable_decode_cuda_graph") or extra.get("disable_cuda_graph")
-                 or extra.get("cuda_graph_backend_decode") == "disabled" or self.engine.tp_size > 1)
-        return "reference-gpu-eager" if eager else "reference-gpu"
 
     @property
     def objective_concurrency(self) -> int:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.space import SpeculativeList, preset_label
 from orchestrator.spec import SweepSpec
+from orchestrator.sweep.confirm_margin import confirmation_margin
 from serving.redaction import REDACTED, redact
 
 __all__ = ["describe_spec", "sweep_params"]
@@ -118,7 +119,7 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             f"the search's best {spec.confirmation.top_k}, SGLang's default"
             + (" and no speculation, " if spec.confirmation.no_speculation else " (no speculation not visited), ")
             + f"{spec.confirmation.min_visits}-{spec.confirmation.max_visits} interleaved visits each "
-            f"({spec.confirmation.repetitions_per_visit} repetition(s) a visit), margin {spec.confirmation_margin:.1%}"
+            f"({spec.confirmation.repetitions_per_visit} repetition(s) a visit), margin {confirmation_margin(spec):.1%}"
             if spec.confirmation.enabled else "off"
         ),
         "budget": (

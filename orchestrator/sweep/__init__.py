@@ -8,7 +8,8 @@ Modules, in the order one sweep uses them:
 * ``trial``, ``session``: one trial as a Tune trainable; one engine's life, shared with a visit.
 * ``callbacks``, ``display``: Ray Tune's callbacks and the console.
 * ``results``: trial records (``trials.jsonl``).
-* ``visit``, ``visit_worker``, ``confirm``: the confirmation on fresh engines, and its verdict.
+* ``visit``, ``visit_worker``, ``confirm``, ``confirm_margin``: the confirmation on fresh engines, its verdict, and
+  its margin (from the measured between-visit noise).
 * ``figures``, ``finish``, ``report``, ``per_load``, ``adaptive_schedule``, ``plots``: the verdict's
   numbers and files.
 * ``preview``: ``dry_run``, the first proposals and their engine commands, no cluster.

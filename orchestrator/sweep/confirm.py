@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 from orchestrator.sequential import LookDecision, judge, pairs_to_clear, visits_to_decide
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
+from orchestrator.sweep.confirm_margin import confirmation_margin
 from orchestrator.sweep.economy import VisitEconomy, visit_economy
 from orchestrator.sweep.results import TrialRecord
 
@@ -473,7 +474,7 @@ def run_confirmation(
     if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
     started = clock()
-    confirmation = Confirmation(contenders=contenders, margin=spec.confirmation_margin, direction=spec.objective.direction,
+    confirmation = Confirmation(contenders=contenders, margin=confirmation_margin(spec), direction=spec.objective.direction,
                                 max_visits=settings.max_visits, min_visits=settings.min_visits,
                                 searched=sum(1 for c in contenders if c.role not in ("default", "no_speculation")))
     numbers = {c.record.number for c in contenders}
@@ -483,7 +484,7 @@ def run_confirmation(
     confirmation.repetitions = confirmation.economy.repetitions_per_visit
     say(f"confirmation: {', '.join(f'{c.role} = trial {c.record.number} {c.record.label}' for c in contenders)}; "
         f"{settings.min_visits}-{settings.max_visits} fresh-engine visits each, interleaved, until the verdict against "
-        f"SGLang's default is decided (margin {spec.confirmation_margin:.1%}; 95% over all looks, alpha spent by "
+        f"SGLang's default is decided (margin {confirmation_margin(spec):.1%}; 95% over all looks, alpha spent by "
         f"O'Brien-Fleming, the leader's tests at 2.5%/{max(1, confirmation.searched)} one-sided)"
         + (f"; {len(seen)} visits resumed" if seen else ""))
     say(confirmation.economy.line())

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.sequential import ALPHA, boundaries, judge, obrien_fleming_spent, visits_to_decide
 from orchestrator.spec import SweepSpec
+from orchestrator.sweep.confirm_margin import confirmation_margin, visit_noise_key
 from orchestrator.sweep.economy import choose_repetitions, visit_economy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,8 +130,8 @@ def test_the_auto_margin_is_the_one_the_measured_noise_can_reach() -> None:
     def margin(kind: str, **confirmation) -> float:
         engine = {"kind": kind, "model_path": "ref-tiny" if kind == "reference" else "org/m",
                   "draft_model_path": "ref-tiny-draft" if kind == "reference" else "org/d"}
-        return SweepSpec.from_dict({"name": "m", "engine": engine, "benchmark": {"concurrency": [1]},
-                                    "confirmation": confirmation}).confirmation_margin
+        return confirmation_margin(SweepSpec.from_dict({"name": "m", "engine": engine, "benchmark": {"concurrency": [1]},
+                                                        "confirmation": confirmation}))
 
     assert margin("sglang") == 0.01, "SGLang's 0.3% visits reach 1%: the floor"
     assert margin("reference") == pytest.approx(0.05), "4.5% CPU visits, 16 of them, three contenders: 4.6% -> 5%"
@@ -147,11 +148,11 @@ def test_the_reference_engine_on_a_gpu_takes_its_own_measured_noise() -> None:
         return SweepSpec.from_dict({"name": "m", "engine": engine, "benchmark": {"concurrency": [2]},
                                     "resources": resources or {}, "confirmation": {"max_visits": 5, "top_k": 1}})
 
-    assert spec().visit_noise_key == "reference"
-    assert spec({"gpus_per_trial": 1}).visit_noise_key == "reference-gpu"
-    assert spec(device="cuda").visit_noise_key == "reference-gpu"
-    assert spec({"gpus_per_trial": 1}, device="cpu").visit_noise_key == "reference"
-    assert spec({"gpus_per_trial": 1}, disable_decode_cuda_graph=True).visit_noise_key == "reference-gpu-eager"
-    assert spec({"gpus_per_trial": 1}, cuda_graph_backend_decode="disabled").visit_noise_key == "reference-gpu-eager"
-    graphs, cpu = spec({"gpus_per_trial": 1}).confirmation_margin, spec().confirmation_margin
+    assert visit_noise_key(spec()) == "reference"
+    assert visit_noise_key(spec({"gpus_per_trial": 1})) == "reference-gpu"
+    assert visit_noise_key(spec(device="cuda")) == "reference-gpu"
+    assert visit_noise_key(spec({"gpus_per_trial": 1}, device="cpu")) == "reference"
+    assert visit_noise_key(spec({"gpus_per_trial": 1}, disable_decode_cuda_graph=True)) == "reference-gpu-eager"
+    assert visit_noise_key(spec({"gpus_per_trial": 1}, cuda_graph_backend_decode="disabled")) == "reference-gpu-eager"
+    graphs, cpu = confirmation_margin(spec({"gpus_per_trial": 1})), confirmation_margin(spec())
     assert graphs == pytest.approx(0.02) and cpu > 3 * graphs
