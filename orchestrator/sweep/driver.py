@@ -34,7 +34,7 @@ from orchestrator.sweep.preflight import PreflightError, check_engine, check_net
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.results import TrialRecord
 from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
-from orchestrator.sweep.scheduler import BaselineAwareASHA
+from orchestrator.sweep.scheduler import early_stopping_scheduler
 from orchestrator.sweep.search import SweepSearcher
 from orchestrator.sweep.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
@@ -235,7 +235,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
                                   restart_errored=False)
     _, searcher = sweep_search(spec, slo=bool(spec.objective.slo.limits()))
     early = spec.search.early_stopping
-    scheduler = BaselineAwareASHA.create(early=early, direction=spec.objective.direction,
+    scheduler = early_stopping_scheduler(early=early, direction=spec.objective.direction,
                                          repetitions=spec.benchmark.repetitions) if early.enabled else None
     return tune.Tuner(
         trainable,

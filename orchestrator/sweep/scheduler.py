@@ -4,32 +4,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
 from orchestrator.spec import EarlyStoppingSpec
 from orchestrator.space import TrialPlan
 from orchestrator.sweep.results import OBJECTIVE_KEY
 
-__all__ = ["BaselineAwareASHA"]
+__all__ = ["BaselineSparingASHA", "early_stopping_scheduler"]
 
 
-class BaselineAwareASHA:
-    """Factory for an ASHAScheduler that never stops a baseline: every result is stated against both."""
+class BaselineSparingASHA(ASHAScheduler):
+    """Ray Tune's ASHA that never stops a baseline: every result is stated against both."""
 
-    @staticmethod
-    def create(*, early: EarlyStoppingSpec, direction: str, repetitions: int) -> Any:
-        """ASHA over a trial's reports (``repetitions`` of the objective, then a final one), in the
-        objective's ``direction``, with ``search.early_stopping``'s grace and reduction factor."""
-        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
+            return TrialScheduler.CONTINUE
+        return decision
 
-        class SweepASHA(ASHAScheduler):
-            def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-                decision = super().on_trial_result(tune_controller, trial, result)
-                if decision == TrialScheduler.STOP and TrialPlan.from_config(trial.config).kind != "search":
-                    return TrialScheduler.CONTINUE
-                return decision
 
-        return SweepASHA(
-            time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=direction,
-            # Above the repetitions and the final report: never a stop for reaching the last one.
-            max_t=repetitions + 2,
-            grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
-        )
+def early_stopping_scheduler(*, early: EarlyStoppingSpec, direction: str, repetitions: int) -> BaselineSparingASHA:
+    """ASHA over a trial's reports (``repetitions`` of the objective, then a final one), in the
+    objective's ``direction``, with ``search.early_stopping``'s grace and reduction factor."""
+    return BaselineSparingASHA(
+        time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=direction,
+        # Above the repetitions and the final report: never a stop for reaching the last one.
+        max_t=repetitions + 2,
+        grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
+    )
