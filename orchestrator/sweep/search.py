@@ -232,24 +232,20 @@ class SweepSearcher(Searcher):
     def _tell_known(self, trial_id: str, known: tuple[TrialState, float | None, float | None] | None) -> None:
         """Answer a repeated proposal: from its measurement, or (still running) as FAIL, which the
         constant liar already covers, so it is not counted twice."""
-        if known is None:
-            self._tell(trial_id, TrialState.FAIL, None, None)
-            return
-        state, value, violation = known
-        self._tell(trial_id, state if value is not None or state != TrialState.COMPLETE else TrialState.FAIL,
-                   value, violation)
+        self._tell(trial_id, *(known or (TrialState.FAIL, None, None)))
 
     def _tell(self, trial_id: str, state: TrialState, value: float | None, violation: float | None) -> None:
-        """Tell the study how trial ``trial_id``'s Optuna trial ended (nothing if none was asked for it)."""
+        """Tell the study how trial ``trial_id``'s Optuna trial ended (nothing if none was asked for it);
+        COMPLETE without a value is told as FAIL."""
         ot_trial = self._asked.pop(trial_id, None)
         if ot_trial is None:
             return
-        if state == TrialState.COMPLETE:
+        if state == TrialState.COMPLETE and value is not None:
             if self.use_constraints and violation is not None:
                 ot_trial.set_constraint("slo", violation)
             self.study.tell(ot_trial, value)
         else:
-            self.study.tell(ot_trial, state=state)
+            self.study.tell(ot_trial, state=TrialState.FAIL if state == TrialState.COMPLETE else state)
 
     def _busy(self) -> set[str]:
         """Keys of the configurations measured or running."""
