@@ -38,10 +38,11 @@ demo: compiled
 	$(BIN)/spectune sweep $(SPEC)
 
 # Unit tests in UNIT_WORKERS processes (pytest-xdist: no servers, no Ray), then the integration
-# tests in one process (they share one Ray cluster, tests/conftest.py).
+# tests as two pytest processes at once, one per shared Ray cluster (tests/conftest.py,
+# scripts/test_integration.sh).
 test: compiled
 	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	scripts/test_integration.sh $(BIN)/python $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
