@@ -27,7 +27,7 @@ input: parsing 256 KB of YAML takes a fraction of a second."""
 
 MAX_SPEC_VALUES = 5_000
 """The most values (scalars, lists and mappings, aliases expanded) a spec may hold. The shipped specs
-hold about 100; this leaves room for a list at ``orchestrator.spec.MAX_CHOICES`` and more, stops an
+hold about 100; this leaves room for a list at ``orchestrator.spec_search.MAX_CHOICES`` and more, stops an
 alias bomb after this many steps, and bounds the work (and the problems) a generated file can cause."""
 
 MAX_SPEC_DEPTH = 32

@@ -6,7 +6,7 @@ from typing import Any
 
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from orchestrator.spec import EarlyStoppingSpec
+from orchestrator.spec_search import EarlyStoppingSpec
 from orchestrator.space import TrialPlan
 from orchestrator.sweep.results import OBJECTIVE_KEY
 

@@ -18,7 +18,8 @@ from orchestrator.space import (
     space_problems,
     speculative_triples,
 )
-from orchestrator.spec import SpeculativeSpec, SweepSpec
+from orchestrator.spec import SweepSpec
+from orchestrator.spec_search import SpeculativeSpec
 from serving.speculative_rules import speculative_problem
 
 

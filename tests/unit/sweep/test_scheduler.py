@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from ray.tune.schedulers import TrialScheduler
 
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan
-from orchestrator.spec import EarlyStoppingSpec
+from orchestrator.spec_search import EarlyStoppingSpec
 from orchestrator.sweep.results import OBJECTIVE_KEY
 from orchestrator.sweep.scheduler import early_stopping_scheduler
 
