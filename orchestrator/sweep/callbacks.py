@@ -1,9 +1,12 @@
-"""What Ray Tune calls back into during the search: progress lines, and the records of trials that
-could not record themselves (ASHA stopped them, their worker died), via ``finalize_trial``.
+"""What Ray Tune calls back into during the search, on the driver: progress lines, and the
+trials' records, handed from each result to the sweep's writer (the coordinator): the record a
+result carries updates the trial's MLflow run, the final one is its line in ``trials.jsonl``, and
+a trial that ended without one (ASHA stopped it, its worker died) is recorded from its last.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from orchestrator.sweep.coordinator import CoordinatorRef
@@ -20,7 +23,7 @@ def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
     from ray.tune import Callback
 
     class SweepCallback(Callback):
-        """Progress lines, and the record of trials that could not record themselves."""
+        """Progress lines, and each result's record to the writer."""
 
         def __init__(self) -> None:
             self.numbers: dict[str, int] = {}
@@ -34,18 +37,27 @@ def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
             display.started_trial(self._number(trial), TrialPlan.from_config(trial.config))
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            if not result.get("final"):
-                display.repetition(self._number(trial), result)
+            record = result.get("record")
+            if record is None:
+                return
+            writer = ref.get()
+            if result.get("final"):
+                ray.get(writer.finish_trial.remote(json.loads(record)))
+                display.ended(TrialRecord.model_validate_json(record), self._number(trial), fallback="")
+                return
+            ray.get(writer.update_trial.remote(json.loads(record), step=result.get("repetition"),
+                                               metrics=result.get("repetition_metrics")))
+            display.repetition(self._number(trial), result)
 
         def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
-            number = self._number(trial)
-            coordinator = ref.get()
-            ray.get(coordinator.finalize_trial.remote(
-                trial_id=trial.trial_id, status=status, reason=reason, message=message,
-                last_result=dict(trial.last_result or {}),
-            ))
-            found = ray.get(coordinator.record_of.remote(trial_id=trial.trial_id))
-            display.ended(TrialRecord.model_validate(found) if found else None, number, fallback=f"{status} ({reason})")
+            """A trial that ended without its final report: recorded from its last report."""
+            writer = ref.get()
+            if not ray.get(writer.end_running.remote(trial_id=trial.trial_id, status=status, reason=reason,
+                                                     message=message)):
+                return  # it recorded itself (its final report), or never started
+            found = ray.get(writer.record_of.remote(trial_id=trial.trial_id))
+            display.ended(TrialRecord.model_validate(found) if found else None, self._number(trial),
+                          fallback=f"{status} ({reason})")
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._ended(trial, status="early_stopped", reason="early_stopped",

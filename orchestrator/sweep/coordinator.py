@@ -1,8 +1,11 @@
-"""The sweep's single writer: a Ray actor on the driver's node that owns the results directory.
+"""The sweep's single writer: a Ray actor on the driver's node that owns the results directory
+(MLflow runs, ``trials.jsonl``, ``confirmation.jsonl``, the correctness baseline, trial numbers).
 
-Every trial writes through it: MLflow runs, ``trials.jsonl``, the correctness baseline and the
-trial numbering. A synchronous actor runs its methods one at a time, the serialisation SQLite and
-an append-only file need. The class also works without Ray (the dry run, the unit tests).
+A trial's record reaches it one way, through Ray Tune: the trial reports its
+:class:`~orchestrator.sweep.results.TrialRecord` with every ``tune.report`` and the driver's
+callback (``callbacks.py``) hands each one over. A synchronous actor runs its methods one at a
+time, the serialisation SQLite and an append-only file need. The class also works without Ray
+(the dry run, the unit tests).
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from orchestrator.mlflow_schema import (
     ENGINE_CONFIG_ARTIFACT,
     ROLE_TRIAL,
     TAG_EARLY_STOPPED,
+    TAG_ALL_REDUCE_KERNEL,
     TAG_AUDIT_OK,
     TAG_CUDA_VISIBLE_DEVICES,
     TAG_ENGINE_COMMAND,
     TAG_ENGINE_NODES,
+    TAG_ENGINE_PID,
     TAG_KIND,
     TAG_LABEL,
     TAG_MESSAGE,
+    TAG_NCCL_LOG,
     TAG_NODE_ID,
     TAG_NUMBER,
     TAG_OBJECTIVE_CONCURRENCY,
@@ -37,20 +43,9 @@ from orchestrator.mlflow_schema import (
     TAG_START_FLAGS,
     TAG_STATUS,
     TAG_TRIAL_ID,
-    engine_nodes_from_tag,
     engine_nodes_tag,
 )
-from orchestrator.sweep.results import (
-    Objective,
-    TrialObservations,
-    TrialRecord,
-    TrialStart,
-    append_record,
-    auto_label,
-    end_record,
-    read_records,
-    write_json_file,
-)
+from orchestrator.sweep.results import TrialRecord, append_record, read_records, write_json_file
 from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import open_tracker, param_text
 from serving.engine.command import render_flags
@@ -128,7 +123,8 @@ class SweepCoordinator:
             write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name,
                                          "tracking_uri": tracking_uri, "created_at": utc_timestamp()})
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
-        self._registered: dict[str, dict[str, Any]] = {}
+        self._running: dict[str, TrialRecord] = {}
+        self._told: dict[str, dict[str, Any]] = {}
         self._numbers: dict[str, int] = {}
         self._number = max((r.number for r in self._records.values()), default=0)
         self._left_running = self._trial_runs_left_running() if state.get("parent_run_id") else {}
@@ -158,8 +154,8 @@ class SweepCoordinator:
     def end_sweep(self, *, status: str) -> None:
         """End every MLflow run of the sweep: open trials recorded as interrupted, trial runs an
         earlier driver left RUNNING ended KILLED, then the parent run with ``status``."""
-        for trial_id in sorted(self._registered):
-            self.finalize_trial(trial_id=trial_id, status="interrupted", reason="interrupted",
+        for trial_id in sorted(self._running):
+            self.end_running(trial_id=trial_id, status="interrupted", reason="interrupted",
                                 message="the sweep ended while the trial ran (Ctrl-C, ray job stop or an error); "
                                 "spectune sweep --resume runs it again")
         for run_id in self.tracker.running_children(self.parent_run_id):
@@ -169,6 +165,9 @@ class SweepCoordinator:
         self.tracker.end_run(self.parent_run_id, status=status)
 
     # --- trials ---------------------------------------------------------------------------------
+    # A trial's record flows one way: the trial builds it and reports it with every ``tune.report``;
+    # the driver's Tune callback (``callbacks.py``) hands each report here. The trial itself calls
+    # only ``start_trial`` (its number and MLflow run), ``log_artifacts`` and the baseline's three.
 
     def reserve_number(self, *, trial_id: str) -> int:
         """The trial's 1-based number in start order (the same on every call for one trial)."""
@@ -180,46 +179,39 @@ class SweepCoordinator:
         return self._numbers[trial_id]
 
     def record_of(self, *, trial_id: str) -> dict[str, Any] | None:
-        """The trial's record, once it has one."""
+        """The trial's record once it has ended, else None."""
         record = self._records.get(trial_id)
-        return record.model_dump() if record is not None else None
+        return record.model_dump() if record is not None and trial_id not in self._running else None
 
-    def register_trial(
-        self, *, trial_id: str, kind: str, label: str, params: dict[str, Any], engine_command: str,
-        engine_config: dict[str, Any] | None = None, start_flags: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Number a starting trial and give it its MLflow run (the existing one when it is re-run).
-
-        ``engine_config`` is the trial's configuration without ``start_flags``, which are tagged
-        ``spectune.start_flags``.
+    def start_trial(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Number a starting trial (``record``: its :class:`TrialRecord`, status ``running``) and give
+        it its MLflow run (the existing one when it is re-run). ``engine_config`` goes to the run as
+        the artifact ``spectune serve --mlflow-run`` serves; ``start_flags`` as a tag.
 
         Returns:
             ``{"number", "run_id", "finished"}``; ``finished`` is the trial's record if it already
             ended (then the trial must not run again), else None.
         """
-        done = self._records.get(trial_id)
-        if done is not None and done.status not in ("interrupted",):
+        rec = TrialRecord.model_validate(record)
+        done = self._records.get(rec.trial_id)
+        if done is not None and done.status != "interrupted":
             return {"number": done.number, "run_id": done.mlflow_run_id, "finished": done.model_dump()}
         if done is None:
-            self._adopt_lost_run(trial_id=trial_id, kind=kind, params=params)
-        number = done.number if done is not None else self.reserve_number(trial_id=trial_id)
+            self._adopt_lost_run(rec)
+        number = done.number if done is not None else self.reserve_number(trial_id=rec.trial_id)
         run = self.tracker.trial_run(
-            parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=trial_id,
-            run_name=f"trial {number:03d} {label}", params={"trial_kind": kind, **params},
-            tags={TAG_KIND: kind, TAG_LABEL: label},
+            parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=rec.trial_id,
+            run_name=f"trial {number:03d} {rec.label}", params={"trial_kind": rec.kind, **rec.params},
+            tags={TAG_KIND: rec.kind, TAG_LABEL: rec.label},
         )
         if run["existing"]:
-            logger.info("trial %s (%d) runs again; continuing its MLflow run %s", trial_id, number, run["run_id"])
-        self.tracker.set_tags(run["run_id"], {TAG_ENGINE_COMMAND: engine_command, TAG_STATUS: "running",
-                                              TAG_NUMBER: number,
-                                              TAG_START_FLAGS: " ".join(render_flags(start_flags or {}))})
-        if engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
-            self.tracker.log_dict(run["run_id"], engine_config, ENGINE_CONFIG_ARTIFACT)
-        self._registered[trial_id] = {
-            "number": number, "run_id": run["run_id"], "kind": kind, "label": label, "params": params,
-            "engine_command": engine_command, "engine_config": engine_config or {}, "started_at": utc_timestamp(),
-            "start_flags": dict(start_flags or {}),
-        }
+            logger.info("trial %s (%d) runs again; continuing its MLflow run %s", rec.trial_id, number, run["run_id"])
+        self.tracker.set_tags(run["run_id"], {TAG_ENGINE_COMMAND: rec.engine_command, TAG_STATUS: "running",
+                                              TAG_NUMBER: number, TAG_START_FLAGS: " ".join(render_flags(rec.start_flags))})
+        if rec.engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
+            self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
+        self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
+        self._told[rec.trial_id] = {TAG_LABEL: rec.label}
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
@@ -233,62 +225,76 @@ class SweepCoordinator:
                 found[trial_id] = (run_id, dict(run.data.params))
         return found
 
-    def _adopt_lost_run(self, *, trial_id: str, kind: str, params: dict[str, Any]) -> None:
+    def _adopt_lost_run(self, rec: TrialRecord) -> None:
         """A killed driver's trial that Tune's saved state never held (Tune saves it at most every
         10 s; SIGKILL leaves no last save) is started again under a new trial id: it continues that
         trial's MLflow run, left RUNNING with the same kind and parameters, instead of a second one."""
-        if self._left_running.pop(trial_id, None) is not None:
+        if self._left_running.pop(rec.trial_id, None) is not None:
             return  # Tune saved it: it runs again under its own id and finds its run
-        wanted = {"trial_kind": kind, **{k: param_text(v) for k, v in params.items()}}
+        wanted = {"trial_kind": rec.kind, **{k: param_text(v) for k, v in rec.params.items()}}
         for lost, (run_id, logged) in self._left_running.items():
             if {k: logged.get(k) for k in wanted} == wanted:
                 logger.info("trial %s runs again as %s (the stopped driver's Tune never saved it): continuing its "
-                            "MLflow run %s", lost, trial_id, run_id)
-                self.tracker.set_tags(run_id, {TAG_TRIAL_ID: trial_id})
+                            "MLflow run %s", lost, rec.trial_id, run_id)
+                self.tracker.set_tags(run_id, {TAG_TRIAL_ID: rec.trial_id})
                 del self._left_running[lost]
                 return
 
-    def note_resolved(self, *, trial_id: str, resolved: dict[str, int]) -> None:
-        """The speculative numbers a trial's engine reported: MLflow params ``resolved.*`` and part of
-        its record even if it is stopped before it records itself."""
-        registered = self._registered[trial_id]
-        registered["resolved"] = dict(resolved)
-        self.tracker.log_params(registered["run_id"], {f"resolved.{k}": v for k, v in resolved.items()})
-        if registered["kind"] == "baseline_auto":
-            label = auto_label(registered["label"], resolved)
-            registered["label"] = label
-            self.tracker.set_tags(registered["run_id"], {TAG_LABEL: label,
-                                                         "mlflow.runName": f"trial {registered['number']:03d} {label}"})
-
-    def note_all_reduce(self, *, trial_id: str, kernel: str) -> None:
-        """The kernel a trial's engine ran decode's all-reduce on: the MLflow param
-        ``resolved.all_reduce_kernel`` and part of its record even if it is stopped early."""
-        registered = self._registered[trial_id]
-        registered["all_reduce_kernel"] = kernel
-        self.tracker.log_params(registered["run_id"], {"resolved.all_reduce_kernel": kernel})
-
-    def log_repetition(self, *, trial_id: str, step: int, metrics: dict[str, float | None]) -> None:
-        """One repetition's metrics, at ``step`` = repetition (per concurrency level in the names)."""
-        self.tracker.log_metrics(self._registered[trial_id]["run_id"], metrics, step=step)
-
-    def log_trial(self, *, trial_id: str, tags: dict[str, Any] | None = None,
-                  texts: dict[str, str] | None = None) -> None:
-        """Tags (node, devices, engine pid) and text artifacts (audit, benchmark JSON, engine log)."""
-        registered = self._registered[trial_id]
-        if tags:
-            self.tracker.set_tags(registered["run_id"], tags)
-            registered.setdefault("tags", {}).update({k: v for k, v in tags.items() if v is not None})
-        run_id = registered["run_id"]
-        for name, text in (texts or {}).items():
+    def log_artifacts(self, *, trial_id: str, texts: dict[str, str]) -> None:
+        """Text artifacts of a running trial (audit, probe, benchmark JSON, engine log)."""
+        run_id = self._run_id(trial_id)
+        for name, text in texts.items():
             self.tracker.log_text(run_id, text, name)
 
-    def finish_trial(self, record: dict[str, Any]) -> None:
-        """Record a trial's end: its MLflow run's final tags/metrics/status and one line of trials.jsonl."""
+    def update_trial(self, record: dict[str, Any], *, step: int | None = None,
+                     metrics: dict[str, float | None] | None = None) -> None:
+        """A running trial's record as it last reported it (Tune's result): what is new goes to its
+        MLflow run (node facts and checks as tags, the engine's resolved numbers as params), and one
+        repetition's ``metrics`` at ``step`` = repetition (per concurrency level in the names)."""
         rec = TrialRecord.model_validate(record)
-        registered = self._registered.get(rec.trial_id, {})
-        rec = rec.model_copy(update={"mlflow_run_id": rec.mlflow_run_id or registered.get("run_id"),
-                                     "ended_at": rec.ended_at or utc_timestamp()})
+        if rec.trial_id not in self._running:
+            return  # ended already (a late result): the record written stays
+        held = self._running[rec.trial_id]
+        rec = rec.model_copy(update={"number": held.number, "mlflow_run_id": held.mlflow_run_id})
+        self._running[rec.trial_id] = rec
+        self._tell_run(rec)
+        if metrics:
+            self.tracker.log_metrics(held.mlflow_run_id, metrics, step=step)
+
+    def _tell_run(self, rec: TrialRecord) -> None:
+        """Tags and params of ``rec`` its MLflow run does not have yet (each set once per value)."""
+        run_id = rec.mlflow_run_id
+        told = self._told.setdefault(rec.trial_id, {})
+        tags = {k: v for k, v in _record_tags(rec).items() if v is not None and told.get(k) != v}
+        if TAG_LABEL in tags:  # SGLang's auto choice resolved: the label says what it chose
+            tags["mlflow.runName"] = f"trial {rec.number:03d} {rec.label}"
+        params = {}
+        if rec.resolved_params and not told.get("resolved"):
+            params.update({f"resolved.{k}": v for k, v in rec.resolved_params.items()})
+            told["resolved"] = True
+        if rec.all_reduce_kernel and not told.get("resolved.all_reduce_kernel"):
+            params["resolved.all_reduce_kernel"] = rec.all_reduce_kernel
+            told["resolved.all_reduce_kernel"] = True
+        if tags and run_id:
+            self.tracker.set_tags(run_id, tags)
+            told.update(tags)
+        if params and run_id:
+            self.tracker.log_params(run_id, params)
+
+    def finish_trial(self, record: dict[str, Any]) -> None:
+        """Record a trial's end (its last report): its MLflow run's final tags, metrics and status,
+        and one line of trials.jsonl. A trial recorded already (a resumed sweep's finished trial
+        reports its record again) is left as it is."""
+        rec = TrialRecord.model_validate(record)
+        if rec.trial_id in self._records and rec.trial_id not in self._running:
+            return
+        held = self._running.pop(rec.trial_id, None)
+        rec = rec.model_copy(update={
+            "number": held.number if held is not None else rec.number,
+            "mlflow_run_id": rec.mlflow_run_id or (held.mlflow_run_id if held is not None else None),
+            "ended_at": rec.ended_at or utc_timestamp()})
         if rec.mlflow_run_id:
+            self._tell_run(rec)
             summary: dict[str, float | None] = {f"final.{k}": v for k, v in rec.metrics.items()}
             if rec.objective is not None:
                 summary.update({
@@ -298,59 +304,37 @@ class SweepCoordinator:
                 })
             summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
-            facts = {TAG_NODE_ID: rec.node_id, TAG_CUDA_VISIBLE_DEVICES: rec.cuda_visible_devices,
-                     TAG_ENGINE_NODES: engine_nodes_tag(rec.engine_nodes) if rec.engine_nodes else None}
             self.tracker.set_tags(rec.mlflow_run_id, {
                 TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
-                TAG_MESSAGE: rec.message[:5000], **{k: v for k, v in facts.items() if v is not None},
-                TAG_EARLY_STOPPED: str(rec.status == "early_stopped").lower(),
+                TAG_MESSAGE: rec.message[:5000], TAG_EARLY_STOPPED: str(rec.status == "early_stopped").lower(),
                 **({TAG_OBJECTIVE_METRIC: rec.objective.metric,
                     TAG_OBJECTIVE_CONCURRENCY: rec.objective.concurrency} if rec.objective else {}),
             })
             self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
         append_record(self.results_dir / TRIALS_FILE, rec)
         self._records[rec.trial_id] = rec
-        self._registered.pop(rec.trial_id, None)
+        self._told.pop(rec.trial_id, None)
         logger.info("trial %d (%s) recorded: %s%s", rec.number, rec.label, rec.status,
                     f" ({rec.reason})" if rec.reason else "")
 
-    def finalize_trial(self, *, trial_id: str, status: str, reason: str, message: str,
-                       last_result: dict[str, Any] | None = None) -> bool:
-        """Record a trial that ended without recording itself (ASHA stopped it, its worker died).
+    def end_running(self, *, trial_id: str, status: str, reason: str, message: str) -> bool:
+        """Record a trial that ended without its final report (ASHA stopped it, its worker died, the
+        sweep ended): its last reported record, with this outcome.
 
-        Returns whether a record was written (False: the trial had recorded itself).
+        Returns whether a record was written (False: the trial had recorded itself, or never started).
         """
-        if trial_id in self._records and trial_id not in self._registered:
+        held = self._running.get(trial_id)
+        if held is None:
             return False
-        registered = self._registered.get(trial_id)
-        if registered is None:
-            return False  # never started: nothing ran, nothing to record
-        last = last_result or {}
-        seen = registered.get("tags", {})
-        values = [float(v) for v in last.get("objective_values", []) if isinstance(v, (int, float))]
-        objective = None
-        if values and last.get("objective_metric"):
-            objective = {"metric": last["objective_metric"], "concurrency": int(last.get("objective_concurrency", 0)),
-                         "direction": last.get("objective_direction", "max"), "values": values}
-        start = TrialStart(
-            trial_id=trial_id, number=registered["number"], kind=registered["kind"], label=registered["label"],
-            params=registered["params"], engine_command=registered["engine_command"],
-            engine_config=registered.get("engine_config", {}), start_flags=registered.get("start_flags", {}),
-            mlflow_run_id=registered["run_id"], started_at=registered["started_at"],
-        )
-        observed = TrialObservations(
-            node_id=seen.get(TAG_NODE_ID) or last.get("node_id") or None,
-            cuda_visible_devices=seen.get(TAG_CUDA_VISIBLE_DEVICES), audit_ok=seen.get(TAG_AUDIT_OK),
-            engine_nodes=engine_nodes_from_tag(seen.get(TAG_ENGINE_NODES)),
-            resolved_params=registered.get("resolved"), all_reduce_kernel=registered.get("all_reduce_kernel"),
-        )
-        self.finish_trial(end_record(
-            start, observed, status=status, reason=reason or None, message=message,  # type: ignore[arg-type]
-            objective=Objective.model_validate(objective) if objective else None,
-            level_values={str(objective["concurrency"]): values} if objective else {},
-            repetitions_planned=int(last.get("repetitions_planned", 0)), ended_at=utc_timestamp(),
-        ).model_dump())
+        self.finish_trial(held.ended(status=status, reason=reason or None, message=message,  # type: ignore[arg-type]
+                                     ended_at=utc_timestamp()).model_dump())
         return True
+
+    def _run_id(self, trial_id: str) -> str:
+        held = self._running.get(trial_id) or self._records.get(trial_id)
+        if held is None or held.mlflow_run_id is None:
+            raise KeyError(f"trial {trial_id} has not started (start_trial)")
+        return held.mlflow_run_id
 
     def records(self) -> list[dict[str, Any]]:
         """Every finished trial's record, in start order."""
@@ -358,7 +342,7 @@ class SweepCoordinator:
 
     def open_trials(self) -> list[str]:
         """Trials that started and have not recorded an end."""
-        return sorted(self._registered)
+        return sorted(self._running)
 
     # --- the confirmation round ------------------------------------------------------------------
 
@@ -401,3 +385,14 @@ class SweepCoordinator:
         if self._baseline_failure:
             return {"failed": self._baseline_failure}
         return {}
+
+
+def _record_tags(rec: TrialRecord) -> dict[str, Any]:
+    """The MLflow tags a running trial's record sets as it learns them (None: not known yet)."""
+    first = rec.engine_nodes[0] if rec.engine_nodes else {}
+    return {
+        TAG_LABEL: rec.label, TAG_NODE_ID: rec.node_id, TAG_CUDA_VISIBLE_DEVICES: rec.cuda_visible_devices,
+        TAG_ENGINE_PID: first.get("pid"), TAG_AUDIT_OK: rec.audit_ok,
+        TAG_ENGINE_NODES: engine_nodes_tag(rec.engine_nodes) if rec.engine_nodes else None,
+        TAG_ALL_REDUCE_KERNEL: rec.all_reduce_kernel, TAG_NCCL_LOG: rec.nccl_log,
+    }

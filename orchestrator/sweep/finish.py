@@ -135,7 +135,7 @@ def final_records(coordinator: Any) -> list[TrialRecord]:
     import ray
 
     for trial_id in ray.get(coordinator.open_trials.remote()):
-        ray.get(coordinator.finalize_trial.remote(
+        ray.get(coordinator.end_running.remote(
             trial_id=trial_id, status="interrupted", reason="interrupted",
             message="the trial had not recorded an end when the sweep finished",
         ))

@@ -22,16 +22,13 @@ from serving.serve.provenance import Provenance, ProvenanceObjective
 __all__ = [
     "FAILURE_REASONS",
     "OBJECTIVE_KEY",
-    "END_FIELDS",
+    "OBJECTIVE_REPETITION_KEY",
     "TrialKind",
-    "TrialObservations",
     "TrialRecord",
-    "TrialStart",
     "TrialStatus",
     "append_record",
     "auto_label",
     "best_record",
-    "end_record",
     "read_records",
     "trial_provenance",
     "write_best_yaml",
@@ -42,7 +39,11 @@ logger = logging.getLogger(__name__)
 OBJECTIVE_KEY = "objective"
 """The metric name every trial reports to Ray Tune, ASHA and Optuna (here so a worker needs no Optuna)."""
 
-TrialStatus = Literal["ok", "failed", "infeasible", "early_stopped", "interrupted"]
+OBJECTIVE_REPETITION_KEY = "objective_repetition"
+"""In a report at the objective's level: the repetition's 1-based number (ASHA's time, Optuna's step)."""
+
+TrialStatus = Literal["running", "ok", "failed", "infeasible", "early_stopped", "interrupted"]
+"""``running``: the record of a trial that has not ended (in Tune's results, never in trials.jsonl)."""
 TrialKind = Literal["baseline_plain", "baseline_auto", "search"]
 
 FAILURE_REASONS: dict[str, str] = {
@@ -80,7 +81,9 @@ class Objective(BaseModel):
 
 
 class TrialRecord(BaseModel):
-    """One trial, as ``trials.jsonl`` stores it and the summary reads it."""
+    """One trial: the one record of it. The trial builds it as it runs and reports it with every
+    ``tune.report`` (status ``running`` until its end); the sweep's writer keeps the last one it
+    was told, writes MLflow from it and, at the end, one line of ``trials.jsonl``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -122,6 +125,9 @@ class TrialRecord(BaseModel):
         default=None, description="The kernel the running engine's decode all-reduce was on, read from its "
         "/server_info and log (serving.engine.all_reduce_observed): flashinfer_fusion, custom_all_reduce, nccl, "
         "none (TP 1), mixed or unknown; None in records written before it was read.")
+    nccl_log: str | None = Field(
+        default=None, description="The per-rank NCCL_DEBUG=INFO check (serving.engine.nccl_log): ok, mismatch, "
+        "not_applicable; None before the probe.")
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
     start_flags: dict[str, Any] = Field(
         default_factory=dict, description="Engine flags the sweep added to this trial's engine to start it sooner "
@@ -130,6 +136,13 @@ class TrialRecord(BaseModel):
     mlflow_run_id: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
+
+    def ended(self, *, status: TrialStatus, reason: str | None, message: str, ended_at: str) -> "TrialRecord":
+        """This record at the trial's end: what it had measured so far, with its outcome."""
+        return self.model_copy(update={
+            "status": status, "reason": reason, "message": message, "ended_at": ended_at,
+            "repetitions_done": len(self.objective.values) if self.objective is not None else 0,
+        })
 
     @property
     def complete(self) -> bool:
@@ -162,60 +175,6 @@ class TrialRecord(BaseModel):
         if self.all_reduce_kernel not in (None, "unknown", "mixed"):
             params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"
         return json.dumps(params, sort_keys=True, default=str)
-
-
-class TrialStart(BaseModel):
-    """A trial's identity and configuration, known once it starts; part one of :func:`end_record`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    trial_id: str
-    number: int
-    kind: TrialKind
-    label: str
-    params: dict[str, Any]
-    engine_command: str = ""
-    engine_config: dict[str, Any] = Field(default_factory=dict)
-    start_flags: dict[str, Any] = Field(default_factory=dict)
-    mlflow_run_id: str | None = None
-    started_at: str | None = None
-
-
-class TrialObservations(BaseModel):
-    """What a trial saw while it ran, each field empty until seen; part two of :func:`end_record`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    metrics: dict[str, float] = Field(default_factory=dict)
-    slo_violation: float | None = None
-    measured_in_full: bool = False
-    timings_s: dict[str, float] = Field(default_factory=dict)
-    node_id: str | None = None
-    node_ip: str | None = None
-    cuda_visible_devices: str | None = None
-    engine_nodes: list[dict[str, Any]] = Field(default_factory=list)
-    audit_ok: bool | None = None
-    resolved_params: dict[str, int] | None = None
-    all_reduce_kernel: str | None = None
-
-
-END_FIELDS = ("status", "reason", "message", "objective", "level_values", "repetitions_done", "repetitions_planned",
-              "ended_at")
-"""The fields of a record that only its end sets; with :class:`TrialStart` and
-:class:`TrialObservations` they are every field of :class:`TrialRecord` (a test holds that)."""
-
-
-def end_record(start: TrialStart, observed: TrialObservations, *, status: TrialStatus, reason: str | None,
-               message: str, objective: Objective | None, level_values: dict[str, list[float]],
-               repetitions_planned: int, ended_at: str) -> TrialRecord:
-    """A trial's record at its end: the one constructor of both writers, the trial and the
-    coordinator (for a trial that could not record itself)."""
-    return TrialRecord(
-        **start.model_dump(), **observed.model_dump(), status=status, reason=reason, message=message,
-        objective=objective, level_values=level_values,
-        repetitions_done=len(objective.values) if objective is not None else 0,
-        repetitions_planned=repetitions_planned, ended_at=ended_at,
-    )
 
 
 def auto_label(label: str, resolved: dict[str, int] | None) -> str:

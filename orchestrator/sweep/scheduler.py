@@ -8,7 +8,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from orchestrator.spec_search import EarlyStoppingSpec
 from orchestrator.space import TrialPlan
-from orchestrator.sweep.results import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["BaselineSparingASHA", "early_stopping_scheduler"]
 
@@ -24,11 +24,12 @@ class BaselineSparingASHA(ASHAScheduler):
 
 
 def early_stopping_scheduler(*, early: EarlyStoppingSpec, direction: str, repetitions: int) -> BaselineSparingASHA:
-    """ASHA over a trial's reports (``repetitions`` of the objective, then a final one), in the
-    objective's ``direction``, with ``search.early_stopping``'s grace and reduction factor."""
+    """ASHA over a trial's ``repetitions`` at the objective's level (its time: the repetition's
+    number; other reports carry none), in the objective's ``direction``, with
+    ``search.early_stopping``'s grace and reduction factor."""
     return BaselineSparingASHA(
-        time_attr="training_iteration", metric=OBJECTIVE_KEY, mode=direction,
-        # Above the repetitions and the final report: never a stop for reaching the last one.
-        max_t=repetitions + 2,
+        time_attr=OBJECTIVE_REPETITION_KEY, metric=OBJECTIVE_KEY, mode=direction,
+        # Above the last repetition: never a stop for reaching it.
+        max_t=repetitions + 1,
         grace_period=early.grace_repetitions, reduction_factor=early.reduction_factor,
     )

@@ -21,7 +21,7 @@ from ray.tune.search import Searcher
 
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
-from orchestrator.sweep.results import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["SweepSearcher"]
 
@@ -260,10 +260,10 @@ class SweepSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """A repetition's result: its objective is the Optuna trial's intermediate value at that step."""
         ot_trial = self._asked.get(trial_id)
-        value = result.get(OBJECTIVE_KEY)
-        if ot_trial is None or not isinstance(value, (int, float)):
+        value, step = result.get(OBJECTIVE_KEY), result.get(OBJECTIVE_REPETITION_KEY)
+        if ot_trial is None or not isinstance(value, (int, float)) or step is None:
             return
-        ot_trial.report(float(value), step=result.get("training_iteration", 1))
+        ot_trial.report(float(value), step=int(step))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)

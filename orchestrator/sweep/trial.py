@@ -3,9 +3,12 @@
 :func:`run_trial` is the Ray Tune function trainable, run in the trial's placement group; the
 engine's life is an ``orchestrator.sweep.session.EngineSession``. Every failure ends as a recorded
 result with a reason tag (``results.FAILURE_REASONS``) and a final report (``final: True``) the
-searcher reads; nothing is retried. Each repetition at the objective's level is one
-``tune.report``, so ASHA can stop a trial early. docs/design/sweep.md says how the variables reach
-the engine and what an ASHA stop leaves behind.
+searcher reads; nothing is retried. The trial's one record (:class:`TrialRecord`) travels with
+every ``tune.report``: once the engine is up, once per benchmark repetition (those at the
+objective's level are what ASHA stops on), and at the end; the driver's callback hands it to the
+writer. The trial itself sends the writer only its start, its artifacts and the correctness
+baseline. docs/design/sweep.md says how the variables reach the engine and what an ASHA stop
+leaves behind.
 """
 
 from __future__ import annotations
@@ -28,27 +31,15 @@ from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.errors import BenchmarkError
-from orchestrator.mlflow_schema import (
-    TAG_ALL_REDUCE_KERNEL,
-    TAG_AUDIT_OK,
-    TAG_CUDA_VISIBLE_DEVICES,
-    TAG_ENGINE_NODES,
-    TAG_ENGINE_PID,
-    TAG_NCCL_LOG,
-    TAG_NODE_ID,
-    engine_nodes_tag,
-)
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.timestamps import utc_timestamp
 from orchestrator.sweep.results import (
     OBJECTIVE_KEY,
+    OBJECTIVE_REPETITION_KEY,
     Objective,
-    TrialObservations,
     TrialRecord,
-    TrialStart,
     auto_label,
-    end_record,
 )
 from orchestrator.sweep.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
@@ -92,24 +83,33 @@ def engine_config_for(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
 
 @dataclass
 class _TrialState:
-    """What a trial has learned so far; becomes its record whatever happens."""
+    """What a trial has learned so far: its record (reported with every ``tune.report``) and the
+    benchmark results its figures come from; becomes its final record whatever happens."""
 
     plan: TrialPlan
-    trial_id: str
-    engine_command: str
-    number: int = 0
-    run_id: str | None = None
+    record: TrialRecord
     timings: dict[str, float] = field(default_factory=dict)
     objective_values: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     bench: BenchResult | None = None
     other_levels: BenchResult | None = None
-    audit_ok: bool | None = None
-    resolved: dict[str, int] | None = None
-    all_reduce_kernel: str | None = None
     measured_in_full: bool = False
-    started_at: str = field(default_factory=utc_timestamp)
-    start_flags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trial_id(self) -> str:
+        return self.record.trial_id
+
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    def learn(self, **fields: Any) -> None:
+        """Set fields of the record (what the next report carries)."""
+        self.record = self.record.model_copy(update=fields)
+
+    def report(self, **result: Any) -> None:
+        """One ``tune.report``: ``result`` and the record so far."""
+        tune.report({**result, "record": self.record.model_dump_json()})
 
 
 def _objective_of(spec: SweepSpec, values: list[float]) -> Objective:
@@ -154,21 +154,20 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     # port 0 stands for the free port the host picks; the record keeps this form (secrets redacted)
     engine_command = build_command(with_start_flags(engine_config, start_flags), host="127.0.0.1",
                                    port=0).shell(redacted=True)
-    coordinator = ctx.coordinator.get()
-    registration = ray.get(coordinator.register_trial.remote(
-        trial_id=trial_id, kind=plan.kind, label=plan.label(), params=_params(plan, spec),
-        engine_command=engine_command, engine_config=engine_config.model_dump(), start_flags=start_flags,
-    ))
-    if registration["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
-        done = TrialRecord.model_validate(registration["finished"])
-        tune.report(_final_report(spec, done))
+    writer = ctx.coordinator.get()
+    record = TrialRecord(
+        trial_id=trial_id, number=0, kind=plan.kind, label=plan.label(), params=_params(plan, spec),  # type: ignore[arg-type]
+        status="running", engine_command=engine_command, engine_config=engine_config.model_dump(),
+        start_flags=start_flags, repetitions_planned=spec.benchmark.repetitions, started_at=utc_timestamp(),
+    )
+    started = ray.get(writer.start_trial.remote(record.model_dump()))
+    if started["finished"] is not None:  # a resumed sweep re-ran a trial that had ended: report, don't re-run
+        tune.report(_final_report(spec, TrialRecord.model_validate(started["finished"])))
         return
-    state = _TrialState(plan=plan, trial_id=trial_id, engine_command=engine_command, number=registration["number"],
-                        run_id=registration["run_id"], start_flags=start_flags)
+    state = _TrialState(plan=plan, record=record.model_copy(update={"number": started["number"],
+                                                                   "mlflow_run_id": started["run_id"]}))
     logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
-    record = _run_steps(spec, ctx, state, engine_config)
-    ray.get(coordinator.finish_trial.remote(record.model_dump()))
-    tune.report(_final_report(spec, record))
+    tune.report(_final_report(spec, _run_steps(spec, ctx, state, engine_config)))
 
 
 def _params(plan: TrialPlan, spec: SweepSpec) -> dict[str, Any]:
@@ -182,8 +181,9 @@ def _params(plan: TrialPlan, spec: SweepSpec) -> dict[str, Any]:
 
 
 def _final_report(spec: SweepSpec, record: TrialRecord) -> dict[str, Any]:
+    """The trial's last ``tune.report``: its record, and what the searcher and ASHA read."""
     report: dict[str, Any] = {
-        "final": True, "status": record.status, "reason": record.reason or "",
+        "final": True, "record": record.model_dump_json(), "status": record.status, "reason": record.reason or "",
         "repetitions_planned": record.repetitions_planned, "node_id": record.node_id or "",
     }
     if record.status in ("ok", "infeasible") and record.value is not None:
@@ -202,10 +202,10 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     status, reason, message = "ok", None, ""
 
     def ship_engine_log(text: str) -> None:
-        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts={"engine.log": text}))
+        _artifacts(coordinator, state, {"engine.log": text})
 
     session = EngineSession(
-        with_start_flags(engine_config, state.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
+        with_start_flags(engine_config, state.record.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
         sweep_name=ctx.sweep_name,
         placement=spec.trial_placement, start_timeout_s=spec.budget.engine_start_timeout_s,
         time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
@@ -215,14 +215,13 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
             baseline = _wait_for_baseline(coordinator, timeout_s=spec.budget.trial_timeout_s)
         session.open()
         state.info = session.info
-        state.audit_ok = session.audit_ok
-        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={
-            TAG_NODE_ID: state.info.get("node_id"), TAG_CUDA_VISIBLE_DEVICES: state.info.get(
-                "cuda_visible_devices"), TAG_ENGINE_PID: state.info.get("pid"), TAG_AUDIT_OK: state.audit_ok,
-            TAG_ENGINE_NODES: engine_nodes_tag(session.nodes),
-        }, texts={"env_audit.json": _json(session.audit)}))
+        state.learn(node_id=state.info.get("node_id"), node_ip=state.info.get("node_ip"),
+                    cuda_visible_devices=state.info.get("cuda_visible_devices"), engine_nodes=list(session.nodes),
+                    audit_ok=session.audit_ok)
+        _artifacts(coordinator, state, {"env_audit.json": _json(session.audit)})
         session.check_audit()
         _resolve(spec, state, session, coordinator, engine_config)
+        state.report()  # the engine is up: where it runs, its audit and what it resolved reach the run
         tic = time.monotonic()
         _probe(spec, state, session, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
@@ -253,7 +252,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         if session.teardown_problem and status == "ok":
             status, reason, message = "failed", "stop_failed", session.teardown_problem
     state.timings["total"] = time.monotonic() - started
-    return _record(spec, state, status=status, reason=reason, message=message, engine_config=engine_config)
+    return _final_record(spec, state, status=status, reason=reason, message=message)
 
 
 def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any,
@@ -264,18 +263,19 @@ def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordi
     _all_reduce(spec, state, session, coordinator, info=info, tp_size=engine_config.tp_size)
     if engine_config.speculative_algorithm is None:
         return
-    state.resolved = resolved_speculative(session.url, info=info)
-    if state.resolved is None:
+    resolved = resolved_speculative(session.url, info=info)
+    if resolved is None:
         logger.warning("trial %d (%s): /server_info reports no speculative numbers; the record keeps the requested "
                        "ones", state.number, state.trial_id)
         return
     requested = {"num_steps": engine_config.speculative_num_steps, "eagle_topk": engine_config.speculative_eagle_topk,
                  "num_draft_tokens": engine_config.speculative_num_draft_tokens}
-    changed = {k: (v, state.resolved[k]) for k, v in requested.items() if v is not None and v != state.resolved[k]}
+    changed = {k: (v, resolved[k]) for k, v in requested.items() if v is not None and v != resolved[k]}
     if changed:
         logger.warning("trial %d (%s): the engine rewrote %s; recorded as run", state.number, state.trial_id,
                        ", ".join(f"{SPECULATIVE_FIELDS[k]} {a} -> {b}" for k, (a, b) in changed.items()))
-    ray.get(coordinator.note_resolved.remote(trial_id=state.trial_id, resolved=state.resolved))
+    label = auto_label(state.record.label, resolved) if state.plan.kind == BASELINE_AUTO else state.record.label
+    state.learn(resolved_params=dict(resolved), label=label)
 
 
 def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,
@@ -284,15 +284,13 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
     never taken from the flags; warn where it is not the kernel the plan predicted for the arm."""
     log_text = session.log_text() if tp_size > 1 else ""
     observed = observe_all_reduce(server_info=info, log_text=log_text, tp_size=tp_size)
-    state.all_reduce_kernel = observed.kernel
+    state.learn(all_reduce_kernel=observed.kernel)
     arm = state.plan.candidate.all_reduce
     plan = spec.arm_plan()
     predicted = plan.paths.get(arm)
     report = {**observed.to_dict(), "arm": arm, "gpu_kind": plan.gpu_kind,
               "predicted": None if predicted is None else predicted.kernel}
-    ray.get(coordinator.note_all_reduce.remote(trial_id=state.trial_id, kernel=observed.kernel))
-    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_ALL_REDUCE_KERNEL: observed.kernel},
-                                         texts={"all_reduce.json": _json(report)}))
+    _artifacts(coordinator, state, {"all_reduce.json": _json(report)})
     if predicted is not None and observed.kernel not in ("unknown", predicted.kernel):
         logger.warning("trial %d (%s): all-reduce arm %r was planned as %s on %s, but the engine ran %s (%s); "
                        "recorded as run: check engine.gpu_kind and engine.architecture", state.number, state.trial_id,
@@ -338,8 +336,7 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
             raise step_failure(session, "probe_failed", exc) from None
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
-        texts = {"probe.json": result.model_dump_json(indent=2)}
-        ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts=texts))
+        _artifacts(coordinator, state, {"probe.json": result.model_dump_json(indent=2)})
     if not result.passed:
         raise TrialFailure("probe_mismatch", result.message)
 
@@ -355,8 +352,8 @@ def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any
     expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
     log_text = session.log_text() if nccl_debug_enabled(expected) and tp_size > 1 else ""
     check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
-    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, tags={TAG_NCCL_LOG: check.status},
-                                         texts={"nccl_log.json": _json(check.to_dict())}))
+    state.learn(nccl_log=check.status)
+    _artifacts(coordinator, state, {"nccl_log.json": _json(check.to_dict())})
     if check.status != "not_applicable":
         (logger.info if check.ok else logger.warning)("trial %d (%s): %s", state.number, state.trial_id, check.summary())
     if not check.ok:
@@ -364,26 +361,24 @@ def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any
 
 
 def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: EngineSession) -> None:
-    """The objective's level first (one ``tune.report`` per repetition), then the other levels."""
+    """The objective's level first, then the other levels; one ``tune.report`` per repetition
+    (with the repetition's metrics; at the objective's level also its value, what ASHA reads)."""
     coordinator = ctx.coordinator.get()
     objective_level = spec.objective_concurrency
     metric = spec.objective.metric
     planned = spec.benchmark.repetitions
 
     def on_repetition(metrics: RepetitionMetrics) -> None:
-        flat = _rep_metrics(metrics)
-        ray.get(coordinator.log_repetition.remote(trial_id=state.trial_id, step=metrics.repetition, metrics=flat))
-        value = metrics.flat().get(metric)
-        if metrics.concurrency != objective_level:
-            return
-        if isinstance(value, (int, float)):
-            state.objective_values.append(float(value))
-        tune.report({
-            OBJECTIVE_KEY: value, "repetition": metrics.repetition, "objective_values": list(state.objective_values),
-            "objective_metric": metric, "objective_concurrency": objective_level,
-            "objective_direction": spec.objective.direction, "repetitions_planned": planned,
-            "node_id": state.info.get("node_id", ""),
-        })
+        result: dict[str, Any] = {"repetition": metrics.repetition, "repetition_metrics": _rep_metrics(metrics)}
+        if metrics.concurrency == objective_level:
+            value = metrics.flat().get(metric)
+            if isinstance(value, (int, float)):
+                state.objective_values.append(float(value))
+                state.learn(objective=_objective_of(spec, state.objective_values),
+                            level_values=_level_values(spec, state))
+            result.update({OBJECTIVE_KEY: value, OBJECTIVE_REPETITION_KEY: metrics.repetition + 1,
+                           "repetitions_planned": planned})
+        state.report(**result)
 
     levels = [objective_level] + [c for c in spec.benchmark.concurrency if c != objective_level]
     for group in ([levels[0]], levels[1:]):
@@ -402,7 +397,7 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
     texts = {"benchmark.json": state.bench.model_dump_json(indent=2)} if state.bench else {}
     if state.other_levels is not None:
         texts["benchmark-other-levels.json"] = state.other_levels.model_dump_json(indent=2)
-    ray.get(coordinator.log_trial.remote(trial_id=state.trial_id, texts=texts))
+    _artifacts(coordinator, state, texts)
 
 
 def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) -> None:
@@ -427,31 +422,26 @@ def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]
     return out
 
 
-def _record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None, message: str,
-            engine_config: EngineConfig) -> TrialRecord:
+def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None,
+                  message: str) -> TrialRecord:
+    """The trial's record at its end: what it measured and ran on, with its outcome."""
     metrics: dict[str, float] = {}
     for result in (state.bench, state.other_levels):
         if result is not None:
             metrics.update(result.flat())
-    objective = _objective_of(spec, state.objective_values) if state.objective_values else None
-    label = state.plan.label()
-    if state.plan.kind == BASELINE_AUTO:
-        label = auto_label(label, state.resolved)
-    start = TrialStart(
-        trial_id=state.trial_id, number=state.number, kind=state.plan.kind, label=label,  # type: ignore[arg-type]
-        params=_params(state.plan, spec), engine_command=state.engine_command,
-        engine_config=engine_config.model_dump(), start_flags=state.start_flags, mlflow_run_id=state.run_id,
-        started_at=state.started_at,
+    state.learn(
+        objective=_objective_of(spec, state.objective_values) if state.objective_values else None,
+        level_values=_level_values(spec, state), metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
+        measured_in_full=state.measured_in_full, timings_s={k: round(v, 3) for k, v in state.timings.items()},
     )
-    observed = TrialObservations(
-        metrics=metrics, slo_violation=_slo_violation(spec, state.bench), measured_in_full=state.measured_in_full,
-        timings_s={k: round(v, 3) for k, v in state.timings.items()}, node_id=state.info.get("node_id"),
-        node_ip=state.info.get("node_ip"), cuda_visible_devices=state.info.get("cuda_visible_devices"),
-        engine_nodes=list(state.info.get("nodes") or []), audit_ok=state.audit_ok, resolved_params=state.resolved, all_reduce_kernel=state.all_reduce_kernel,
-    )
-    return end_record(start, observed, status=status, reason=reason, message=message,  # type: ignore[arg-type]
-                      objective=objective, level_values=_level_values(spec, state),
-                      repetitions_planned=spec.benchmark.repetitions, ended_at=utc_timestamp())
+    return state.record.ended(status=status, reason=reason, message=message,  # type: ignore[arg-type]
+                              ended_at=utc_timestamp())
+
+
+def _artifacts(coordinator: Any, state: _TrialState, texts: dict[str, str]) -> None:
+    """Text artifacts of the trial's MLflow run, through the writer."""
+    if texts:
+        ray.get(coordinator.log_artifacts.remote(trial_id=state.trial_id, texts=texts))
 
 
 def _json(data: Any) -> str:

@@ -206,8 +206,9 @@ def record_trial_run(work: Path, *, engine: dict[str, Any], sweep: str = "serve-
     uri = f"sqlite:///{work / 'results' / 'mlflow.db'}"
     coordinator = SweepCoordinator(results_dir=str(work / "results"), tracking_uri=uri, experiment_name="serve-test",
                                    sweep_name=sweep, spec_text=f"name: {sweep}\n")
-    got = coordinator.register_trial(trial_id="t1", kind="search", label="steps 2 topk 1 draft 3", params={},
-                                     engine_command="python -m serving.reference ...", engine_config=config)
+    got = coordinator.start_trial({"trial_id": "t1", "number": 0, "kind": "search", "label": "steps 2 topk 1 draft 3",
+                                   "params": {}, "status": "running", "engine_config": config,
+                                   "engine_command": "python -m serving.reference ..."})
     coordinator.finish_trial({
         "trial_id": "t1", "number": got["number"], "kind": "search", "label": "steps 2 topk 1 draft 3", "params": {},
         "status": "ok", "objective": {"metric": "output_tok_per_s", "concurrency": 8, "direction": "max",

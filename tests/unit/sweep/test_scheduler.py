@@ -8,7 +8,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan
 from orchestrator.spec_search import EarlyStoppingSpec
-from orchestrator.sweep.results import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 from orchestrator.sweep.scheduler import early_stopping_scheduler
 
 
@@ -25,8 +25,10 @@ def test_a_baseline_behind_at_a_rung_goes_on_a_search_trial_stops() -> None:
     for trial in [*ahead, *behind.values()]:
         scheduler.on_trial_add(None, trial)
     for trial in ahead:  # the rung's record: three trials well ahead
-        assert scheduler.on_trial_result(None, trial, {"training_iteration": 1, OBJECTIVE_KEY: 200.0}) == "CONTINUE"
-    decisions = {kind: scheduler.on_trial_result(None, trial, {"training_iteration": 1, OBJECTIVE_KEY: 10.0})
+        assert scheduler.on_trial_result(None, trial, {OBJECTIVE_REPETITION_KEY: 1, OBJECTIVE_KEY: 200.0}) == "CONTINUE"
+    # a report without a repetition number (the engine is up, another level, the final one) is no rung
+    assert scheduler.on_trial_result(None, behind["search"], {"training_iteration": 1, OBJECTIVE_KEY: 1.0}) == "CONTINUE"
+    decisions = {kind: scheduler.on_trial_result(None, trial, {OBJECTIVE_REPETITION_KEY: 1, OBJECTIVE_KEY: 10.0})
                  for kind, trial in behind.items()}
     assert decisions == {"search": TrialScheduler.STOP, BASELINE_PLAIN: TrialScheduler.CONTINUE,
                          BASELINE_AUTO: TrialScheduler.CONTINUE}

@@ -28,8 +28,9 @@ def _sweep(results: Path) -> tuple[SweepCoordinator, str, str]:
     uri = f"sqlite:///{results / 'mlflow.db'}"
     coordinator = SweepCoordinator(results_dir=str(results), tracking_uri=uri, experiment_name="unit",
                                    sweep_name="unit-sweep", spec_text="name: unit-sweep\n")
-    got = coordinator.register_trial(trial_id="a", kind="search", label="steps=2", params={"num_steps": 2},
-                                     engine_command="python -m serving.reference ...", engine_config=ENGINE)
+    got = coordinator.start_trial({"trial_id": "a", "number": 0, "kind": "search", "label": "steps=2",
+                                   "params": {"num_steps": 2}, "status": "running", "engine_config": ENGINE,
+                                   "engine_command": "python -m serving.reference ..."})
     coordinator.finish_trial({
         "trial_id": "a", "number": got["number"], "kind": "search", "label": "steps=2", "params": {"num_steps": 2},
         "status": "ok", "objective": {"metric": "output_tok_per_s", "concurrency": 4, "direction": "max",

@@ -126,8 +126,9 @@ def test_mlflow_tags_them_and_serves_the_config_without_them(results_dir: Path) 
     config = _config(spec)
     flags = sweep_start_flags(spec, config)
     command = build_command(with_start_flags(config, flags), port=0).shell()
-    run = coordinator.register_trial(trial_id="a", kind="search", label="x", params={}, engine_command=command,
-                                     engine_config=config.model_dump(), start_flags=flags)
+    run = coordinator.start_trial({"trial_id": "a", "number": 0, "kind": "search", "label": "x", "params": {},
+                                   "status": "running", "engine_command": command,
+                                   "engine_config": config.model_dump(), "start_flags": flags})
     served = yaml.safe_load(recorded_config(tracking_uri=uri, run_id=run["run_id"]).text)
     assert "skip_server_warmup" not in served["extra_args"] and "cuda_graph_bs_decode" not in served["extra_args"]
     from mlflow.tracking import MlflowClient
@@ -135,7 +136,7 @@ def test_mlflow_tags_them_and_serves_the_config_without_them(results_dir: Path) 
     tags = MlflowClient(tracking_uri=uri).get_run(run["run_id"]).data.tags
     assert tags["spectune.start_flags"] == ("--skip-server-warmup --cuda-graph-bs-decode 1 2 "
                                            "--cuda-graph-max-bs-decode 2")
-    assert coordinator.finalize_trial(trial_id="a", status="failed", reason="error", message="stopped")
+    assert coordinator.end_running(trial_id="a", status="failed", reason="error", message="stopped")
     (record,) = read_records(results / "trials.jsonl")
     assert record.start_flags == flags and "--skip-server-warmup" in record.engine_command
     assert "skip_server_warmup" not in record.engine_config["extra_args"]

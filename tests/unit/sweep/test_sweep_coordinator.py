@@ -1,4 +1,9 @@
-"""The sweep's single writer, without Ray: MLflow runs, trials.jsonl, the baseline, resume."""
+"""The sweep's single writer, without Ray: MLflow runs, trials.jsonl, the baseline, resume.
+
+A trial's record reaches the writer one way: ``start_trial`` with the record it starts with, then
+each report's record (``update_trial``, from Tune's results) and the last one (``finish_trial``);
+``end_running`` records a trial that ended without its last report from the one it reported before.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,14 @@ def _runs(results: Path) -> list:
     return client.search_runs([experiment.experiment_id], max_results=100)
 
 
+def _start(trial_id: str, *, label: str = "steps=3", params: dict | None = None, kind: str = "search",
+           **fields) -> dict:
+    """A trial's record as it starts (status running)."""
+    return {"trial_id": trial_id, "number": 0, "kind": kind, "label": label,
+            "params": {"num_steps": 3} if params is None else params, "status": "running",
+            "engine_command": "python -m serving.reference ...", **fields}
+
+
 def _record(trial_id: str, number: int, run_id: str) -> dict:
     return {"trial_id": trial_id, "number": number, "kind": "search", "label": "steps=3", "params": {"num_steps": 3},
             "status": "ok", "objective": {"metric": "output_tok_per_s", "concurrency": 4, "direction": "max",
@@ -42,11 +55,11 @@ def _record(trial_id: str, number: int, run_id: str) -> dict:
 
 def test_a_trial_is_one_nested_run_and_one_line(results: Path) -> None:
     coordinator = _coordinator(results)
-    got = coordinator.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3,
-                                     "NCCL_ALGO": "default"}, engine_command="python -m serving.reference ...")
+    got = coordinator.start_trial(_start("a", params={"num_steps": 3, "NCCL_ALGO": "default"}))
     assert got["number"] == 1 and got["finished"] is None
-    coordinator.log_repetition(trial_id="a", step=0, metrics={"c4.output_tok_per_s": 10.0, "c4.accept_length": None})
-    coordinator.log_repetition(trial_id="a", step=1, metrics={"c4.output_tok_per_s": 11.0})
+    coordinator.update_trial(_start("a", node_id="n1"), step=0,
+                             metrics={"c4.output_tok_per_s": 10.0, "c4.accept_length": None})
+    coordinator.update_trial(_start("a", node_id="n1"), step=1, metrics={"c4.output_tok_per_s": 11.0})
     coordinator.finish_trial(_record("a", 1, got["run_id"]))
     (parent,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "sweep"]
     (child,) = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
@@ -63,21 +76,28 @@ def test_a_trial_is_one_nested_run_and_one_line(results: Path) -> None:
 
 def test_a_stopped_trial_keeps_what_it_reported(results: Path) -> None:
     coordinator = _coordinator(results)
-    run = coordinator.register_trial(trial_id="b", kind="search", label="steps=1", params={}, engine_command="x")
-    coordinator.log_trial(trial_id="b", tags={"spectune.node_id": "n2", "spectune.cuda_visible_devices": "0",
-                                              "spectune.audit_ok": True})
-    assert coordinator.finalize_trial(trial_id="b", status="early_stopped", reason="early_stopped", message="ASHA",
-                                      last_result={"objective_values": [5.0], "objective_metric": "output_tok_per_s",
-                                                   "repetitions_planned": 3})
+    run = coordinator.start_trial(_start("b", label="steps=1", params={}, repetitions_planned=3))
+    objective = {"metric": "output_tok_per_s", "concurrency": 4, "direction": "max", "values": [5.0], "median": 5.0}
+    coordinator.update_trial(_start("b", label="steps=1", params={}, repetitions_planned=3, node_id="n2",
+                                    cuda_visible_devices="0", audit_ok=True, objective=objective,
+                                    engine_nodes=[{"node_rank": 0, "node_id": "n2", "pid": 4242}]), step=0)
+    (child,) = [r for r in _runs(results) if r.info.run_id == run["run_id"]]
+    assert (child.data.tags["spectune.node_id"], child.data.tags["spectune.engine_pid"]) == ("n2", "4242"), \
+        "a running trial's MLflow run shows where it runs"
+    assert child.info.status == "RUNNING" and not (results / "trials.jsonl").exists()
+    assert coordinator.end_running(trial_id="b", status="early_stopped", reason="early_stopped", message="ASHA")
     (record,) = read_records(results / "trials.jsonl")
     assert (record.status, record.node_id, record.cuda_visible_devices, record.audit_ok) == (
         "early_stopped", "n2", "0", True)
-    assert record.objective.values == [5.0] and not record.complete
+    assert record.objective.values == [5.0] and record.repetitions_done == 1 and not record.complete
+    assert (record.number, record.mlflow_run_id, record.repetitions_planned) == (1, run["run_id"], 3)
     (child,) = [r for r in _runs(results) if r.info.run_id == run["run_id"]]
     assert child.data.tags["spectune.cuda_visible_devices"] == "0"
     assert child.info.status == "FINISHED", "early stopping is not a crash: no red KILLED in the MLflow UI"
     assert (child.data.tags["spectune.early_stopped"], child.data.tags["spectune.status"]) == ("true", "early_stopped")
-    assert not coordinator.finalize_trial(trial_id="b", status="failed", reason="error", message="again")
+    assert not coordinator.end_running(trial_id="b", status="failed", reason="error", message="again")
+    coordinator.finish_trial(record.model_dump())  # its final report, late: the record written stays
+    assert len((results / "trials.jsonl").read_text().splitlines()) == 1
 
 
 def test_the_parent_run_holds_the_specs_settings_and_the_verdict(results: Path) -> None:
@@ -114,13 +134,13 @@ def test_an_undecided_verdict_without_a_ratio_tags_only_its_kind() -> None:
 
 def test_resume_continues_the_parent_and_never_duplicates_a_run(results: Path) -> None:
     first = _coordinator(results)
-    done = first.register_trial(trial_id="a", kind="search", label="x", params={}, engine_command="x")
+    done = first.start_trial(_start("a", label="x", params={}))
     first.finish_trial(_record("a", 1, done["run_id"]))
-    first.register_trial(trial_id="b", kind="search", label="y", params={}, engine_command="y")  # killed mid-trial
+    first.start_trial(_start("b", label="y", params={}))  # killed mid-trial
     again = _coordinator(results, resume=True)
     assert again.parent_run_id == first.parent_run_id
-    assert again.register_trial(trial_id="a", kind="search", label="x", params={}, engine_command="x")["finished"]
-    rerun = again.register_trial(trial_id="b", kind="search", label="y", params={}, engine_command="y")
+    assert again.start_trial(_start("a", label="x", params={}))["finished"]
+    rerun = again.start_trial(_start("b", label="y", params={}))
     assert rerun["number"] == 2
     trials = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
     assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == ["a", "b"]
@@ -149,9 +169,9 @@ def test_confirmation_visits_survive_the_driver_and_a_torn_line(results: Path) -
 
 def test_ending_the_sweep_ends_every_run_it_left_open(results: Path) -> None:
     coordinator = _coordinator(results)
-    coordinator.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3},
-                               engine_command="python -m serving.reference", engine_config={"kind": "reference"})
-    coordinator.note_resolved(trial_id="a", resolved={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4})
+    coordinator.start_trial(_start("a", engine_config={"kind": "reference"}))
+    coordinator.update_trial(_start("a", engine_config={"kind": "reference"},
+                                    resolved_params={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}))
     # an earlier driver's trial run, still RUNNING, that this driver never took over
     stale = coordinator.tracker.trial_run(parent_run_id=coordinator.parent_run_id, sweep="unit", trial_id="old",
                                           run_name="trial old", params={}, tags={})
@@ -169,14 +189,37 @@ def test_a_trial_the_killed_drivers_tune_never_saved_continues_its_mlflow_run(re
     """SIGKILL: trial "a" had its MLflow run, but Tune's saved state never held it, so the resumed
     sweep starts the same configuration as trial "b": one run, continued, never a second."""
     first = _coordinator(results)
-    got = first.register_trial(trial_id="a", kind="search", label="steps=3", params={"num_steps": 3,
-                               "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
+    got = first.start_trial(_start("a", params={"num_steps": 3, "NCCL_ALGO": None}))
     del first  # killed: nothing ended, nothing recorded
     resumed = _coordinator(results, resume=True)
-    other = resumed.register_trial(trial_id="c", kind="search", label="steps=2", params={"num_steps": 2,
-                                   "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
-    again = resumed.register_trial(trial_id="b", kind="search", label="steps=3", params={"num_steps": 3,
-                                   "NCCL_ALGO": None}, engine_command="python -m serving.reference ...")
+    other = resumed.start_trial(_start("c", label="steps=2", params={"num_steps": 2, "NCCL_ALGO": None}))
+    again = resumed.start_trial(_start("b", params={"num_steps": 3, "NCCL_ALGO": None}))
     assert again["run_id"] == got["run_id"] and other["run_id"] != got["run_id"]
     trials = [r for r in _runs(results) if r.data.tags["spectune.role"] == "trial"]
     assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == ["b", "c"]
+
+
+def test_the_auto_baselines_run_is_renamed_for_what_sglang_chose_and_gets_its_resolved_params(results: Path) -> None:
+    coordinator = _coordinator(results)
+    run = coordinator.start_trial(_start("auto", kind="baseline_auto", label="SGLang auto", params={}))
+    resolved = {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    coordinator.update_trial(_start("auto", kind="baseline_auto", label="SGLang auto (= steps 3 topk 1 draft 4)",
+                                    params={}, resolved_params=resolved, all_reduce_kernel="nccl"))
+    (child,) = [r for r in _runs(results) if r.info.run_id == run["run_id"]]
+    assert child.data.tags["mlflow.runName"] == "trial 001 SGLang auto (= steps 3 topk 1 draft 4)"
+    assert child.data.tags["spectune.all_reduce_kernel"] == "nccl"
+    assert {child.data.params[f"resolved.{k}"] for k in resolved} == {"3", "1", "4"}
+    assert child.data.params["resolved.all_reduce_kernel"] == "nccl"
+
+
+def test_a_trial_asks_the_writer_only_for_its_start_its_artifacts_and_the_baseline() -> None:
+    """Results flow one way: a trial's record reaches the writer through Ray Tune's results (the
+    driver's callback), so the trial itself calls no writer method that records or tags it."""
+    import ast
+
+    import orchestrator.sweep.trial as trial
+
+    tree = ast.parse(Path(trial.__file__).read_text(encoding="utf-8"))
+    called = {node.value.attr for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr == "remote" and isinstance(node.value, ast.Attribute)}
+    assert called == {"start_trial", "log_artifacts", "put_baseline", "get_baseline", "baseline_failed"}

@@ -97,16 +97,14 @@ def test_report_states_both_baselines_and_nccl_effects() -> None:
     assert any("over SGLang's default" in line for line in report["lines"])
 
 
-def test_a_record_is_made_of_its_start_what_was_observed_and_its_end() -> None:
-    """The one constructor both writers use (the trial, and the coordinator for a trial that could
-    not record itself): its three parts cover every field of the record, so a new field cannot be
-    written by one and silently missing from the other."""
-    from orchestrator.sweep.results import END_FIELDS, TrialObservations, TrialStart, end_record
-
-    parts = set(TrialStart.model_fields) | set(TrialObservations.model_fields) | set(END_FIELDS)
-    assert parts == set(TrialRecord.model_fields)
-    assert not set(TrialStart.model_fields) & set(TrialObservations.model_fields)
-    start = TrialStart(trial_id="t1", number=3, kind="search", label="steps=3", params={"num_steps": 3})
-    record = end_record(start, TrialObservations(node_id="n1"), status="early_stopped", reason="early_stopped",
-                        message="", objective=None, level_values={}, repetitions_planned=3, ended_at="now")
-    assert (record.number, record.node_id, record.repetitions_done, record.ended_at) == (3, "n1", 0, "now")
+def test_a_record_at_its_end_keeps_what_it_had_and_counts_its_repetitions() -> None:
+    """One record type all the way: the running record a trial last reported becomes its record
+    at the end with only the outcome added (what the writer does for a trial ASHA stopped)."""
+    running = TrialRecord(trial_id="t1", number=3, kind="search", label="steps=3", params={"num_steps": 3},
+                          status="running", node_id="n1", repetitions_planned=3,
+                          objective={"metric": "output_tok_per_s", "concurrency": 4, "direction": "max",
+                                     "values": [5.0, 6.0]})
+    record = running.ended(status="early_stopped", reason="early_stopped", message="ASHA", ended_at="now")
+    assert (record.number, record.node_id, record.repetitions_done, record.ended_at) == (3, "n1", 2, "now")
+    assert (record.status, running.status) == ("early_stopped", "running")
+    assert not record.complete

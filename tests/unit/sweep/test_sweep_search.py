@@ -11,7 +11,7 @@ from ray.tune.search import Searcher
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.results import OBJECTIVE_KEY
+from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 from orchestrator.sweep.search import SweepSearcher
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -134,7 +134,7 @@ def test_what_a_trial_end_tells_the_sampler(result: dict, error: bool, state: Tr
         searcher.suggest(f"b{i}")
     searcher.suggest("t")
     if OBJECTIVE_KEY in result and not result.get("final"):
-        searcher.on_trial_result("t", {**result, "training_iteration": 1})
+        searcher.on_trial_result("t", {**result, OBJECTIVE_REPETITION_KEY: 1})
     searcher.on_trial_complete("t", result, error=error)
     (told,) = _told(searcher)
     assert told.state == state
