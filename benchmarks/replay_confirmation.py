@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.spec import SweepSpec  # noqa: E402
-from orchestrator.sweep.confirm import run_confirmation  # noqa: E402
-from orchestrator.sweep.confirm_margin import confirmation_margin  # noqa: E402
-from orchestrator.sweep.results import read_records  # noqa: E402
+from orchestrator.sweep.confirmation.confirm import run_confirmation  # noqa: E402
+from orchestrator.sweep.confirmation.margin import confirmation_margin  # noqa: E402
+from orchestrator.sweep.records.results import read_records  # noqa: E402
 
 
 class MissingVisit(Exception):

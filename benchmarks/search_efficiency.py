@@ -5,7 +5,7 @@ A sweep of a 1T-parameter model costs 5-15 minutes per engine launch, and what t
 the configuration the sweep *reports*. This script measures both without an engine: each seed
 replays one sweep. The search is the sweep's own searcher (the same ``DefineByRunSpace`` built from a
 ``SweepSpec``, see ``orchestrator.space.define_by_run``, and the same ``SweepSearcher`` of
-``orchestrator.sweep.search`` with its baselines, enumeration and de-duplication, driven exactly
+``orchestrator.sweep.search.searcher`` with its baselines, enumeration and de-duplication, driven exactly
 as Ray Tune drives it — ``suggest(trial_id)``, then ``on_trial_complete(trial_id, final result)``)
 for ``budget`` trials, with the engine replaced by a lookup in the grid; then the sweep's own
 confirmation (``confirm.run_confirmation``) visits the contenders, each visit a fresh draw of
@@ -67,10 +67,10 @@ from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, canonical_arm, candidate_key  # noqa: E402
 from orchestrator.space.define_by_run import DefineByRunSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402
-from orchestrator.sweep.confirm import Confirmation, run_confirmation  # noqa: E402
-from orchestrator.sweep.results import Objective, TrialRecord, best_record  # noqa: E402
-from orchestrator.sweep.results import OBJECTIVE_KEY  # noqa: E402
-from orchestrator.sweep.search import SweepSearcher  # noqa: E402
+from orchestrator.sweep.confirmation.confirm import Confirmation, run_confirmation  # noqa: E402
+from orchestrator.sweep.records.results import Objective, TrialRecord, best_record  # noqa: E402
+from orchestrator.sweep.records.results import OBJECTIVE_KEY  # noqa: E402
+from orchestrator.sweep.search.searcher import SweepSearcher  # noqa: E402
 from serving.engine import nccl  # noqa: E402
 
 __all__ = [

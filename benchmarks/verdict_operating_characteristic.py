@@ -1,6 +1,6 @@
 """The verdict's operating characteristic, from the product's own decision code.
 
-Each simulated confirmation is ``orchestrator.sweep.confirm.run_confirmation`` itself, on records
+Each simulated confirmation is ``orchestrator.sweep.confirmation.confirm.run_confirmation`` itself, on records
 of a search with one search contender or three equally fast ones, SGLang's default and no
 speculation, and a visit function that draws each visit's value as ``true speed x exp(N(0, cv))``
 with a round-level drift shared by every visit of the round (it cancels in the pairs; it is there
@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.spec import SweepSpec  # noqa: E402
-from orchestrator.sweep.confirm import run_confirmation  # noqa: E402
-from orchestrator.sweep.confirm_margin import confirmation_margin  # noqa: E402
-from orchestrator.sweep.results import Objective, TrialRecord  # noqa: E402
+from orchestrator.sweep.confirmation.confirm import run_confirmation  # noqa: E402
+from orchestrator.sweep.confirmation.margin import confirmation_margin  # noqa: E402
+from orchestrator.sweep.records.results import Objective, TrialRecord  # noqa: E402
 
 RATIOS = (0.97, 0.99, 1.0, 1.01, 1.03, 1.05, 1.08, 1.15)
 CVS = (0.02, 0.05, 0.10, 0.16)
@@ -138,7 +138,7 @@ def operating_characteristic(*, runs: int, seed: int, margin: float | None, rati
     settings = spec(margin=margin)
     return {
         "command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
-        "decision": "orchestrator.sweep.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
+        "decision": "orchestrator.sweep.confirmation.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
                     "O'Brien-Fleming spending, one-sided 2.5% per claim, the leader Bonferroni-corrected over the "
                     "search contenders, TOST for equivalent)",
         "margin": confirmation_margin(settings), "min_visits": settings.confirmation.min_visits,

@@ -223,13 +223,13 @@ class BudgetSpec(_Model):
         default=None, gt=0, le=MAX_DURATION_S,
         description="Seconds one engine start (launch to healthy) is expected to take, for the plan's cost (engine "
         "starts x start time) until a trial has measured it; default by engine.kind: "
-        f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_ENGINE_START_S.items())} (orchestrator.sweep.cost).",
+        f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_ENGINE_START_S.items())} (orchestrator.sweep.output.cost).",
     )
     sweep_only_start_flags: bool = Field(
         default=True,
         description="Start every trial's and confirmation visit's engine with --skip-server-warmup (the harness warms "
         "up itself) and decode CUDA graphs only for the batch sizes the benchmark reaches (--cuda-graph-bs-decode, "
-        "--cuda-graph-max-bs-decode; orchestrator.sweep.start_flags). Recorded on each trial, never in best.yaml; "
+        "--cuda-graph-max-bs-decode; orchestrator.sweep.execution.start_flags). Recorded on each trial, never in best.yaml; "
         "flags engine.extra_args sets are kept as given. false: start sweep engines as they would be served.",
     )
 
@@ -256,7 +256,7 @@ class ConfirmationSpec(_Model):
     """After the search: the search's best few, SGLang's default and no speculation re-measured on
     fresh engines in interleaved rounds (A B C D, D C B A, ...), until the search's best is decided
     better than, equivalent to or worse than SGLang's default, or ``max_visits`` rounds ran
-    (``orchestrator.sweep.confirm``). Switch it off for engines that take many minutes to load."""
+    (``orchestrator.sweep.confirmation.confirm``). Switch it off for engines that take many minutes to load."""
 
     enabled: bool = Field(default=True, description="Run the confirmation round.")
     top_k: int = Field(default=3, ge=1, le=10, description="How many of the search's best trials take part "
@@ -273,14 +273,14 @@ class ConfirmationSpec(_Model):
     repetitions_per_visit: Union[Annotated[int, Field(ge=1, le=20)], Literal["auto"]] = Field(
         default="auto", description="Benchmark repetitions of the objective level per visit (their geometric mean "
         "is the visit's value); auto: sqrt((start time / repetition time) x (within-visit / between-visit "
-        "variance)), in [1, 8], from the measured components (orchestrator/sweep/economy.py)."
+        "variance)), in [1, 8], from the measured components (orchestrator/sweep/confirmation/economy.py)."
     )
     margin: Union[Annotated[float, Field(gt=0, lt=0.5)], Literal["auto"]] = Field(
         default="auto", description="Practical margin: 'better' needs the whole interval above 1 + margin (a false "
         "'better' is one at a true ratio <= 1 + margin), 'worse' below 1 / (1 + margin), 'equivalent' (TOST) the "
         "whole interval within them; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
         "smallest margin the engine kind's measured between-visit noise can call equivalent within max_visits "
-        "(orchestrator.sweep.confirm_margin).")
+        "(orchestrator.sweep.confirmation.margin).")
     max_host_cpu_steal: float | None = Field(
         default=0.05, ge=0, le=1, description="A visit during which the hypervisor gave more than this share of "
         "the host's CPU to other guests (/proc/stat steal) is recorded as discarded and not counted: it measured "

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.space import SpeculativeList, preset_label
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm_margin import confirmation_margin
+from orchestrator.sweep.confirmation.margin import confirmation_margin
 from serving.redaction import REDACTED, redact
 
 __all__ = ["describe_spec", "sweep_params"]

@@ -55,7 +55,7 @@ def sweep(
     """
     # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
     from orchestrator.sweep import dry_run as show_dry_run
-    from orchestrator.sweep.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
+    from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 
     if resume is not None:
         if spec is None:

@@ -1,18 +1,13 @@
 """The tuning sweep: Ray Tune + Optuna over the spec's space, every trial proven and recorded.
 
-Modules, in the order one sweep uses them:
+One folder a job, in the order one sweep uses them:
 
-* ``driver``: ``run_sweep``, one sweep top to bottom; ``preflight``: checks before the first trial.
-* ``results_dir``, ``cluster``, ``coordinator``: where results go, and their single writer (a Ray actor).
-* ``search``, ``scheduler``: the Optuna searcher (baselines first) and ASHA that spares the baselines.
-* ``trial``, ``session``: one trial as a Tune trainable; one engine's life, shared with a visit.
-* ``callbacks``, ``display``: Ray Tune's callbacks and the console.
-* ``results``: trial records (``trials.jsonl``).
-* ``visit``, ``visit_worker``, ``confirm``, ``confirm_margin``: the confirmation on fresh engines, its verdict, and
-  its margin (from the measured between-visit noise).
-* ``figures``, ``finish``, ``report``, ``per_load``, ``adaptive_schedule``, ``plots``: the verdict's
-  numbers and files.
-* ``preview``: ``dry_run``, the first proposals and their engine commands, no cluster.
+* ``execution``: the sweep on Ray: the driver, the preflight, the writer actor, Tune's callbacks,
+  a trial and a confirmation visit on the cluster, the end, the dry run.
+* ``search``: the Optuna searcher (baselines first) and early stopping (ASHA sparing the baselines).
+* ``confirmation``: the confirmation's statistics: which contender to visit, the verdict, its margin.
+* ``output``: the figures, the summary in words, the plots, the console.
+* ``records``: the trial record every part reads, and the results directory.
 """
 
 from __future__ import annotations
@@ -21,19 +16,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.sweep.driver import SweepResumeError, run_sweep
-    from orchestrator.sweep.finish import SweepOutcome
-    from orchestrator.sweep.preview import dry_run
-    from orchestrator.sweep.results_dir import resolve_results_dir
+    from orchestrator.sweep.execution.driver import SweepResumeError, run_sweep
+    from orchestrator.sweep.execution.finish import SweepOutcome
+    from orchestrator.sweep.execution.preview import dry_run
+    from orchestrator.sweep.records.results_dir import resolve_results_dir
 
 __all__ = ["SweepOutcome", "SweepResumeError", "dry_run", "resolve_results_dir", "run_sweep"]
 
 _EXPORTS = {
-    "SweepOutcome": "orchestrator.sweep.finish",
-    "SweepResumeError": "orchestrator.sweep.driver",
-    "dry_run": "orchestrator.sweep.preview",
-    "resolve_results_dir": "orchestrator.sweep.results_dir",
-    "run_sweep": "orchestrator.sweep.driver",
+    "SweepOutcome": "orchestrator.sweep.execution.finish",
+    "SweepResumeError": "orchestrator.sweep.execution.driver",
+    "dry_run": "orchestrator.sweep.execution.preview",
+    "resolve_results_dir": "orchestrator.sweep.records.results_dir",
+    "run_sweep": "orchestrator.sweep.execution.driver",
 }
 
 

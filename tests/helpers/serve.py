@@ -198,8 +198,8 @@ def record_trial_run(work: Path, *, engine: dict[str, Any], sweep: str = "serve-
     the sweep's own writer (the coordinator, without Ray): the trial's run carries
     ``engine_config.yaml``. Returns ``{"tracking_uri", "run_id", "parent_run_id", "provenance"}``,
     ``provenance`` being the block a sweep's best.yaml would carry for that trial."""
-    from orchestrator.sweep.coordinator import SweepCoordinator
-    from orchestrator.sweep.results import TrialRecord, trial_provenance
+    from orchestrator.sweep.execution.coordinator import SweepCoordinator
+    from orchestrator.sweep.records.results import TrialRecord, trial_provenance
     from serving.engine.config import EngineConfig
 
     config = EngineConfig.model_validate(engine).model_dump()

@@ -1,5 +1,5 @@
 """The fixed sweeps whose whole summary ``tests/unit/sweep/test_summary_pinned.py`` pins: ten trials at
-concurrency 1, 8 and 32 that reach every figure of the summary (``orchestrator.sweep.figures``)."""
+concurrency 1, 8 and 32 that reach every figure of the summary (``orchestrator.sweep.output.figures``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import statistics
 
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import log_interval
-from orchestrator.sweep.confirm import Confirmation, Contender
-from orchestrator.sweep.results import Objective, TrialRecord
+from orchestrator.sweep.confirmation.confirm import Confirmation, Contender
+from orchestrator.sweep.records.results import Objective, TrialRecord
 
 LEVEL = 8
 LEVELS = [1, LEVEL, 32]

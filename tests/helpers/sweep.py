@@ -68,7 +68,7 @@ def reference_engine(*, tp_size: int, marker: str, extra_args: dict[str, Any] | 
 def trial_records(results: Path) -> list[dict[str, Any]]:
     """The sweep's ``trials.jsonl`` as dicts (``results.read_records``: the last record of a trial
     wins, a torn line is skipped); ``[]`` before the file exists."""
-    from orchestrator.sweep.results import read_records
+    from orchestrator.sweep.records.results import read_records
 
     return [record.model_dump(mode="json") for record in read_records(results / "trials.jsonl")]
 

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.preflight import PreflightError, node_gpu_kind
+from orchestrator.sweep.execution.sweep_preflight import PreflightError, node_gpu_kind
 from serving.all_reduce_rules import GpuKind, predict
 from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.command import build_command
@@ -243,7 +243,7 @@ def test_the_preflight_refuses_a_spec_written_for_another_node_and_resolves_auto
 
 
 def test_the_preflight_reads_a_local_models_architecture_from_its_config(tmp_path) -> None:
-    from orchestrator.sweep.preflight import _local_architecture
+    from orchestrator.sweep.execution.sweep_preflight import _local_architecture
 
     (tmp_path / "config.json").write_text('{"architectures": ["KimiK25ForConditionalGeneration"]}')
     assert _local_architecture(str(tmp_path)) == KIMI

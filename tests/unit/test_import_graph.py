@@ -202,7 +202,7 @@ def test_data_flows_spec_space_search(source: str, target: str) -> None:
 
 def test_the_searcher_imports_its_space() -> None:
     """The other half of spec -> space -> search: the searcher takes the space from orchestrator.space."""
-    assert "orchestrator.space.define_by_run" in _graph()["orchestrator.sweep.search"]
+    assert "orchestrator.space.define_by_run" in _graph()["orchestrator.sweep.search.searcher"]
 
 
 def test_reach_follows_imports_through_others() -> None:
@@ -240,13 +240,13 @@ def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 def test_the_confirmation_rounds_never_reach_ray() -> None:
-    """``sweep.confirm`` decides which contender to visit and what the visits mean; the visits
-    are handed in (``sweep.visit`` places them on the cluster, unit tests pass fakes). Neither it
+    """``sweep.confirmation.confirm`` decides which contender to visit and what the visits mean; the visits
+    are handed in (``sweep.execution.visit`` places them on the cluster, unit tests pass fakes). Neither it
     nor anything it imports, followed through the project, imports Ray."""
     modules = _modules()
-    reached = _reached(_without_package_inits(_graph()), "orchestrator.sweep.confirm")
+    reached = _reached(_without_package_inits(_graph()), "orchestrator.sweep.confirmation.confirm")
     with_ray = sorted(m for m in reached if "ray" in _external_imports(modules[m]))
-    assert not with_ray, f"orchestrator.sweep.confirm reaches Ray through {with_ray}"
+    assert not with_ray, f"orchestrator.sweep.confirmation.confirm reaches Ray through {with_ray}"
 
 
 def test_only_the_driver_builds_a_tuner() -> None:
@@ -260,17 +260,17 @@ def test_only_the_driver_builds_a_tuner() -> None:
                 isinstance(node, ast.ImportFrom) and any(alias.name == "Tuner" for alias in node.names))
             if named:
                 users.add(module)
-    assert users == {"orchestrator.sweep.driver"}
+    assert users == {"orchestrator.sweep.execution.driver"}
 
 
 def test_a_trial_worker_imports_no_optuna() -> None:
-    """A Ray worker that runs a trial or a confirmation visit unpickles ``orchestrator.sweep.trial``
+    """A Ray worker that runs a trial or a confirmation visit unpickles ``orchestrator.sweep.execution.trial``
     (and ``visit_worker``): that must not load Optuna, the searcher or the driver, which only the driver
     process uses. Imported for real in a fresh interpreter, so a lazy import inside a package's
     ``__init__`` counts too."""
-    code = ("import json, sys, orchestrator.sweep.trial, orchestrator.sweep.visit_worker; "
+    code = ("import json, sys, orchestrator.sweep.execution.trial, orchestrator.sweep.execution.visit_worker; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'optuna' "
-            "or m in ('orchestrator.sweep.search', 'orchestrator.sweep.driver', 'orchestrator.space.define_by_run'))))")
+            "or m in ('orchestrator.sweep.search.searcher', 'orchestrator.sweep.execution.driver', 'orchestrator.space.define_by_run'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     loaded = json.loads(out.stdout.strip().splitlines()[-1])

@@ -13,7 +13,7 @@ PACKAGES = ("orchestrator", "serving")
 THIRD_PARTY = ("ray", "optuna", "mlflow")
 
 PRIVATE_IMPORT_EXCEPTIONS = {
-    "ray._private.services": "whether ray.init(address=None) starts a cluster (orchestrator/sweep/cluster.py); "
+    "ray._private.services": "whether ray.init(address=None) starts a cluster (orchestrator/sweep/execution/ray_connection.py); "
                              "without it: treated as joining one",
     "ray._private.authentication.authentication_token_setup": "token auth chosen for a local cluster without "
                                                               "Ray's warning (serving/ray_auth.py); without it: "
@@ -71,7 +71,7 @@ def test_the_searcher_keeps_no_state_of_optuna_search() -> None:
     from ray.tune.search import Searcher
     from ray.tune.search.optuna import OptunaSearch
 
-    from orchestrator.sweep.search import SweepSearcher
+    from orchestrator.sweep.search.searcher import SweepSearcher
 
     assert SweepSearcher.__bases__ == (Searcher,) and not issubclass(SweepSearcher, OptunaSearch)
 

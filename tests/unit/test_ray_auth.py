@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sweep.cluster import starts_local_cluster
+from orchestrator.sweep.execution.ray_connection import starts_local_cluster
 from serving.ray_auth import AUTH_MODE_VARIABLE, choose_local_auth_mode
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """The verdict under repeated looks (orchestrator.sequential) and the visit economy
-(orchestrator.sweep.economy): boundaries, claims, and error rates measured with the product's own
+(orchestrator.sweep.confirmation.economy): boundaries, claims, and error rates measured with the product's own
 confirmation (benchmarks/verdict_operating_characteristic.py's simulator) at a fixed seed."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from orchestrator.sequential import ALPHA, boundaries, judge, obrien_fleming_spent, visits_to_decide
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm_margin import confirmation_margin, visit_noise_key
-from orchestrator.sweep.economy import choose_repetitions, visit_economy
+from orchestrator.sweep.confirmation.margin import confirmation_margin, visit_noise_key
+from orchestrator.sweep.confirmation.economy import choose_repetitions, visit_economy
 
 REPO = Path(__file__).resolve().parents[2]
 

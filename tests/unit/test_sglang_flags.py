@@ -23,7 +23,7 @@ from orchestrator.cli import app
 from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, TrialPlan
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.adaptive_schedule import _capture_note
+from orchestrator.sweep.output.adaptive_schedule import _capture_note
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
 from serving.reference.server_args import REFERENCE_ONLY_FLAGS, build_parser, option_strings
@@ -95,7 +95,7 @@ def _plans(spec: SweepSpec) -> list[TrialPlan]:
 
 
 def _engine_config(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
-    # orchestrator.sweep.trial.engine_config_for, without importing Ray here
+    # orchestrator.sweep.execution.trial.engine_config_for, without importing Ray here
     config = plan.candidate.engine_config(spec)
     if plan.kind == BASELINE_PLAIN:
         off = dict.fromkeys(("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",

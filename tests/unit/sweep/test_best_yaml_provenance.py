@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.sweep.results import Objective, TrialRecord, trial_provenance, write_best_yaml
+from orchestrator.sweep.records.results import Objective, TrialRecord, trial_provenance, write_best_yaml
 from serving.engine.config import EngineConfig
 from serving.serve.options import ServeConfigError, load_serve_file, read_served
 from serving.serve.provenance import info_body

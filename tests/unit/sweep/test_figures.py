@@ -1,4 +1,4 @@
-"""The summary's figures in one pass (``orchestrator.sweep.figures``): each record's values read once
+"""The summary's figures in one pass (``orchestrator.sweep.output.figures``): each record's values read once
 per level, typed results holding Ratio objects, and the words made from them, not recomputed."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from pydantic import PrivateAttr
 
 from orchestrator.statistics import Ratio
-from orchestrator.sweep.figures import sweep_figures
-from orchestrator.sweep.per_load import by_concurrency, crossover_dict, ratio_dict
-from orchestrator.sweep.report import build_report
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.per_load import by_concurrency, crossover_dict, ratio_dict
+from orchestrator.sweep.output.summary_report import build_report
+from orchestrator.sweep.records.results import TrialRecord
 
 from helpers.summary_cases import LEVEL, LEVELS, sweep
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sweep.figures import sweep_figures
-from orchestrator.sweep.per_load import by_concurrency, crossover, per_load_lines
-from orchestrator.sweep.report import build_report
-from orchestrator.sweep.results import Objective, TrialRecord, append_record, read_records
+from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.per_load import by_concurrency, crossover, per_load_lines
+from orchestrator.sweep.output.summary_report import build_report
+from orchestrator.sweep.records.results import Objective, TrialRecord, append_record, read_records
 
 from helpers.flag_tokens import line_problems
 
@@ -128,7 +128,7 @@ def test_fewer_than_three_values_give_no_interval() -> None:
 
 
 def test_the_throughput_by_concurrency_plot_is_drawn(tmp_path: Path) -> None:
-    from orchestrator.sweep.plots import draw_plots
+    from orchestrator.sweep.output.plots import draw_plots
 
     made = draw_plots(speculation_loses_at_high_load(), out_dir=tmp_path, metric="output_tok_per_s",
                       concurrency=OBJECTIVE_LEVEL)
@@ -136,7 +136,7 @@ def test_the_throughput_by_concurrency_plot_is_drawn(tmp_path: Path) -> None:
 
 
 def test_the_adaptive_schedule_pins_the_best_chain_steps_and_0_where_speculation_loses(tmp_path: Path) -> None:
-    from orchestrator.sweep.adaptive_schedule import adaptive_schedule, schedule_summary, write_adaptive_schedule
+    from orchestrator.sweep.output.adaptive_schedule import adaptive_schedule, schedule_summary, write_adaptive_schedule
 
     records = speculation_loses_at_high_load()
     config = adaptive_schedule(sweep_figures(records, levels=[1, 8, 32]).levels)
@@ -157,7 +157,7 @@ def test_the_adaptive_schedule_pins_the_best_chain_steps_and_0_where_speculation
 
 
 def test_the_schedule_uses_the_auto_choice_as_it_ran_and_skips_trees() -> None:
-    from orchestrator.sweep.adaptive_schedule import adaptive_schedule
+    from orchestrator.sweep.output.adaptive_schedule import adaptive_schedule
 
     records = speculation_loses_at_high_load(plain_at_32=[800.0, 650.0, 950.0])
     records[3].level_values["1"] = [500.0, 501.0, 499.0]  # the tree config wins at 1: not expressible
@@ -166,7 +166,7 @@ def test_the_schedule_uses_the_auto_choice_as_it_ran_and_skips_trees() -> None:
 
 
 def test_no_schedule_from_one_level_or_without_chain_configurations() -> None:
-    from orchestrator.sweep.adaptive_schedule import adaptive_schedule
+    from orchestrator.sweep.output.adaptive_schedule import adaptive_schedule
 
     records = speculation_loses_at_high_load()
     assert adaptive_schedule(sweep_figures(records, levels=[8]).levels) is None

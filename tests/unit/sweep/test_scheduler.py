@@ -8,8 +8,8 @@ from ray.tune.schedulers import TrialScheduler
 
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan
 from orchestrator.spec_search import EarlyStoppingSpec
-from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
-from orchestrator.sweep.scheduler import early_stopping_scheduler
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
+from orchestrator.sweep.search.early_stopping import early_stopping_scheduler
 
 
 def _trial(trial_id: str, kind: str) -> SimpleNamespace:

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.sweep.coordinator import SweepCoordinator
-from orchestrator.sweep.results import TrialRecord, trial_provenance, write_best_yaml
+from orchestrator.sweep.execution.coordinator import SweepCoordinator
+from orchestrator.sweep.records.results import TrialRecord, trial_provenance, write_best_yaml
 from orchestrator.tracking import RunConfigError, recorded_config, tag_served
 from serving.engine.config import EngineConfig
 from serving.serve.options import parse_served

@@ -10,14 +10,14 @@ import yaml
 
 from orchestrator.spec import SweepSpec
 from orchestrator.space import BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan
-from orchestrator.sweep.coordinator import SweepCoordinator
-from orchestrator.sweep.results import read_records
-from orchestrator.sweep.start_flags import (
+from orchestrator.sweep.execution.coordinator import SweepCoordinator
+from orchestrator.sweep.records.results import read_records
+from orchestrator.sweep.execution.start_flags import (
     reachable_batch_size,
     sweep_start_flags,
     with_start_flags,
 )
-from orchestrator.sweep.trial import engine_config_for
+from orchestrator.sweep.execution.trial import engine_config_for
 from orchestrator.tracking import recorded_config
 from serving.cuda_graph_rules import decode_batch_sizes
 from serving.engine.command import build_command

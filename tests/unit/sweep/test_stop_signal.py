@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from orchestrator.sweep.driver import _Interrupted, _StopSignal
+from orchestrator.sweep.execution.driver import _Interrupted, _StopSignal
 
 
 @pytest.fixture

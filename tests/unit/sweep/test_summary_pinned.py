@@ -11,7 +11,7 @@ trial never reached, a decided crossover, a schedule with a 0 step and a "which 
 counts and time shares; the third minimises a latency.
 
 The pinned files were written from the code before the summary's figures moved into one module
-(``orchestrator/sweep/figures.py``); the move is a refactor, so nothing in them may change. To
+(``orchestrator/sweep/output/figures.py``); the move is a refactor, so nothing in them may change. To
 re-pin after a change meant to alter the summary:
 ``PYTHONPATH=tests:. python tests/unit/sweep/test_summary_pinned.py`` (then read the diff).
 """
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm import Confirmation
-from orchestrator.sweep.finish import summary_report, summary_text
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.confirmation.confirm import Confirmation
+from orchestrator.sweep.execution.finish import summary_report, summary_text
+from orchestrator.sweep.records.results import TrialRecord
 
 from helpers.summary_cases import cases
 

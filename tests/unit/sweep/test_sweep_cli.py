@@ -18,7 +18,7 @@ KIMI = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
 def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    from orchestrator.sweep import driver
+    from orchestrator.sweep.execution import driver
 
     # Watched where a connection would be made, not by ray.is_initialized(): that is already true
     # whenever the session's Ray cluster is up (the integration tests run first in a full run).

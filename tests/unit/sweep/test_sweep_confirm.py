@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.sequential import judge
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm import choose_contenders, run_confirmation
-from orchestrator.sweep.results import Objective, TrialRecord
+from orchestrator.sweep.confirmation.confirm import choose_contenders, run_confirmation
+from orchestrator.sweep.records.results import Objective, TrialRecord
 
 AUTO_POINT = {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 

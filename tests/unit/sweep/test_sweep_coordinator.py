@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.spec import SweepSpec
 from orchestrator.summary import sweep_params
-from orchestrator.sweep.coordinator import SweepCoordinator
-from orchestrator.sweep.finish import sweep_tags
-from orchestrator.sweep.results import read_records
+from orchestrator.sweep.execution.coordinator import SweepCoordinator
+from orchestrator.sweep.execution.finish import sweep_tags
+from orchestrator.sweep.records.results import read_records
 
 from helpers.spec_cases import BASE
 
@@ -217,7 +217,7 @@ def test_a_trial_asks_the_writer_only_for_its_start_its_artifacts_and_the_baseli
     driver's callback), so the trial itself calls no writer method that records or tags it."""
     import ast
 
-    import orchestrator.sweep.trial as trial
+    import orchestrator.sweep.execution.trial as trial
 
     tree = ast.parse(Path(trial.__file__).read_text(encoding="utf-8"))
     called = {node.value.attr for node in ast.walk(tree)

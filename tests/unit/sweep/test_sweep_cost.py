@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.cost import (
+from orchestrator.sweep.output.cost import (
     cost_line,
     format_duration,
     planned_starts,
     start_time,
     visit_estimate_s,
 )
-from orchestrator.sweep.display import Display
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.output.display import Display
+from orchestrator.sweep.records.results import TrialRecord
 
 
 def _spec(kind: str = "sglang", **sections: Any) -> SweepSpec:

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from orchestrator.sweep.results import Objective, TrialRecord
+from orchestrator.sweep.records.results import Objective, TrialRecord
 
 matplotlib.use("Agg", force=True)
 
@@ -42,7 +42,7 @@ def _sweep() -> list[TrialRecord]:
 def test_the_study_numbers_its_trials_as_the_summary_does() -> None:
     from optuna.trial import TrialState
 
-    from orchestrator.sweep.plots import _study
+    from orchestrator.sweep.output.plots import _study
 
     study = _study(_sweep())
     assert [t.number for t in study.trials] == list(range(8)), "one study trial per number, none renumbered"
@@ -57,7 +57,7 @@ def test_the_study_numbers_its_trials_as_the_summary_does() -> None:
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_the_history_draws_each_trial_at_its_number_on_whole_number_ticks() -> None:
-    from orchestrator.sweep.plots import _history, _study
+    from orchestrator.sweep.output.plots import _history, _study
 
     axes = _history(_study(_sweep()), metric="output_tok_per_s")
     axes.figure.canvas.draw()
@@ -75,7 +75,7 @@ def test_the_history_draws_each_trial_at_its_number_on_whole_number_ticks() -> N
 
 @pytest.mark.parametrize("measured", [0, 1])
 def test_the_history_is_drawn_from_one_measured_trial_on(tmp_path: Path, measured: int) -> None:
-    from orchestrator.sweep.plots import draw_plots
+    from orchestrator.sweep.output.plots import draw_plots
 
     records = [_record(1, [60.0, 59.0, 58.0])][:measured] + [_record(2, [10.0], status="early_stopped")]
     made = draw_plots(records, out_dir=tmp_path, metric="output_tok_per_s", concurrency=4)

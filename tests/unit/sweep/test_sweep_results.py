@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sweep.figures import sweep_figures
-from orchestrator.sweep.report import build_report
+from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.summary_report import build_report
 from orchestrator.bench.files import write_atomic
-from orchestrator.sweep.results import (
+from orchestrator.sweep.records.results import (
     Objective,
     TrialRecord,
     append_record,

@@ -11,8 +11,8 @@ from ray.tune.search import Searcher
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
-from orchestrator.sweep.search import SweepSearcher
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
+from orchestrator.sweep.search.searcher import SweepSearcher
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -299,7 +299,7 @@ def test_after_the_variants_every_other_proposal_keeps_the_best_settings() -> No
 def test_a_preset_trial_records_every_listed_variable_by_name() -> None:
     """MLflow's params and the report's NCCL effects key on the variable names: with
     ``search.nccl_presets`` they must be the presets' variables, 'default' where a preset leaves one unset."""
-    from orchestrator.sweep.trial import _params
+    from orchestrator.sweep.execution.trial import _params
 
     spec = _listed_spec()
     by_env = {tuple(sorted(p.candidate.nccl_env.items())): p for p in DefineByRunSpace(spec).candidates()}

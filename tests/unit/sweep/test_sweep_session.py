@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import ray
 
-from orchestrator.sweep.results import FAILURE_REASONS
-from orchestrator.sweep.session import EngineSession, TrialFailure, launch_failure_reason
+from orchestrator.sweep.records.results import FAILURE_REASONS
+from orchestrator.sweep.execution.session import EngineSession, TrialFailure, launch_failure_reason
 from serving.engine.config import EngineConfig
 from serving.engine.placement import engine_placement
 from serving.errors import (

@@ -12,11 +12,11 @@ import pytest
 
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import Ratio
-from orchestrator.sweep.confirm import Confirmation, Contender
-from orchestrator.sweep.finish import summary_report, summary_text
-from orchestrator.sweep.per_load import NOISE_RESOLUTION, describe
-from orchestrator.sweep.report import BEST_MARK
-from orchestrator.sweep.results import Objective, TrialRecord
+from orchestrator.sweep.confirmation.confirm import Confirmation, Contender
+from orchestrator.sweep.execution.finish import summary_report, summary_text
+from orchestrator.sweep.output.per_load import NOISE_RESOLUTION, describe
+from orchestrator.sweep.output.summary_report import BEST_MARK
+from orchestrator.sweep.records.results import Objective, TrialRecord
 
 LEVEL = 4
 CHAIN = {"speculative": "explicit", "eagle_topk": 1}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.coordinator import STATE_FILE
-from orchestrator.sweep.driver import SweepResumeError, resolve_tracking_uri
+from orchestrator.sweep.records.results import STATE_FILE
+from orchestrator.sweep.execution.driver import SweepResumeError, resolve_tracking_uri
 
 REPO = Path(__file__).resolve().parents[3]
 SERVER = "http://mlflow.spectune.svc:5000"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from orchestrator.spec import DEFAULT_ENGINE_START_S, SweepSpec
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
     "StartPlan",
@@ -114,7 +114,7 @@ def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> fl
     repetition = _repetition_s(spec, records)
     repetitions = spec.confirmation.repetitions_per_visit
     if repetitions == "auto":
-        from orchestrator.sweep.economy import choose_repetitions
+        from orchestrator.sweep.confirmation.economy import choose_repetitions
 
         repetitions = choose_repetitions(within=1.0, between=1.0, start_s=start + teardown, repetition_s=repetition)
     return start + teardown + int(repetitions) * repetition

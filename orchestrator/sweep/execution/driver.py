@@ -20,23 +20,23 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.space.define_by_run import DefineByRunSpace
-from orchestrator.sweep.callbacks import tune_callbacks
-from orchestrator.sweep.cluster import SweepBusyError, connect_ray, create_coordinator
-from orchestrator.sweep.cost import cost_line
-from orchestrator.sweep.coordinator import (
+from orchestrator.sweep.execution.callbacks import tune_callbacks
+from orchestrator.sweep.execution.ray_connection import SweepBusyError, connect_ray, create_coordinator
+from orchestrator.sweep.output.cost import cost_line
+from orchestrator.sweep.execution.coordinator import (
     STATE_FILE,
     CoordinatorRef,
     coordinator_name,
 )
-from orchestrator.sweep.display import Display, QuietWatch, job_console
-from orchestrator.sweep.finish import SweepOutcome, final_records, finish_sweep
-from orchestrator.sweep.preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
+from orchestrator.sweep.output.display import Display, QuietWatch, job_console
+from orchestrator.sweep.execution.finish import SweepOutcome, final_records, finish_sweep
+from orchestrator.sweep.execution.sweep_preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
-from orchestrator.sweep.results import TrialRecord
-from orchestrator.sweep.results_dir import archive_previous, resolve_results_dir
-from orchestrator.sweep.scheduler import early_stopping_scheduler
-from orchestrator.sweep.search import SweepSearcher
-from orchestrator.sweep.visit import run_cluster_confirmation
+from orchestrator.sweep.records.results import TrialRecord
+from orchestrator.sweep.records.results_dir import archive_previous, resolve_results_dir
+from orchestrator.sweep.search.early_stopping import early_stopping_scheduler
+from orchestrator.sweep.search.searcher import SweepSearcher
+from orchestrator.sweep.execution.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
 from orchestrator.summary import sweep_params
@@ -123,7 +123,7 @@ def run_sweep(
     ray.get(coordinator.log_sweep.remote(params=sweep_params(spec)))  # the parent run's params (a resume: the same)
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
                   f"parent run {info['parent_run_id']}; from {tracking_from})", highlight=False)
-    from orchestrator.sweep.trial import TrialContext
+    from orchestrator.sweep.execution.trial import TrialContext
 
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
@@ -164,7 +164,7 @@ def run_sweep(
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
                console: Console) -> SweepSpec:
-    """Everything the first trial needs, checked before it (``orchestrator.sweep.preflight``);
+    """Everything the first trial needs, checked before it (``orchestrator.sweep.execution.sweep_preflight``);
     returns the spec planned for the engine's node (``engine.gpu_kind`` resolved)."""
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -218,7 +218,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
     from ray import tune
     from ray.tune import PlacementGroupFactory
 
-    from orchestrator.sweep.trial import run_trial
+    from orchestrator.sweep.execution.trial import run_trial
 
     bundles = [dict(b) for b in placement.bundles]
     if placement.nnodes > 1:

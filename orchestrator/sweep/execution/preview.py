@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.display import job_console
-from orchestrator.sweep.driver import sweep_search
+from orchestrator.sweep.output.display import job_console
+from orchestrator.sweep.execution.driver import sweep_search
 from orchestrator.space import TrialPlan
 
 __all__ = ["dry_run"]
@@ -52,9 +52,9 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     them), with exact engine commands and env; no Ray, no GPUs."""
     import optuna
 
-    from orchestrator.sweep.cost import cost_line
-    from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
-    from orchestrator.sweep.trial import engine_config_for
+    from orchestrator.sweep.output.cost import cost_line
+    from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
+    from orchestrator.sweep.execution.trial import engine_config_for
     from serving.engine.command import build_command
     from serving.redaction import redacted_env
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.sweep.coordinator import CONFIRMATION_FILE, STATE_FILE, TRIALS_FILE
+from orchestrator.sweep.records.results import CONFIRMATION_FILE, STATE_FILE, TRIALS_FILE
 from serving.environ import ENV
 
 __all__ = ["archive_previous", "resolve_results_dir"]

@@ -20,6 +20,10 @@ from orchestrator.bench.files import write_atomic
 from serving.serve.provenance import Provenance, ProvenanceObjective
 
 __all__ = [
+    "BASELINE_FILE",
+    "CONFIRMATION_FILE",
+    "STATE_FILE",
+    "TRIALS_FILE",
     "FAILURE_REASONS",
     "OBJECTIVE_KEY",
     "OBJECTIVE_REPETITION_KEY",
@@ -35,6 +39,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+TRIALS_FILE = "trials.jsonl"
+CONFIRMATION_FILE = "confirmation.jsonl"
+STATE_FILE = "sweep-state.json"
+BASELINE_FILE = "probe-baseline.json"
+"""The files of a results directory the sweep's writer keeps: records, visits, its state, the probe baseline."""
 
 OBJECTIVE_KEY = "objective"
 """The metric name every trial reports to Ray Tune, ASHA and Optuna (here so a worker needs no Optuna)."""
@@ -131,7 +141,7 @@ class TrialRecord(BaseModel):
     engine_command: str = Field(default="", description="The engine's command line (secrets redacted).")
     start_flags: dict[str, Any] = Field(
         default_factory=dict, description="Engine flags the sweep added to this trial's engine to start it sooner "
-        "(orchestrator.sweep.start_flags: skip_server_warmup, the decode CUDA-graph sizes the benchmark reaches); in "
+        "(orchestrator.sweep.execution.start_flags: skip_server_warmup, the decode CUDA-graph sizes the benchmark reaches); in "
         "engine_command, never in engine_config (best.yaml and spectune serve start without them).")
     mlflow_run_id: str | None = None
     started_at: str | None = None

@@ -1,7 +1,7 @@
 """The sweep's verdict in words and JSON: the best configuration, its gains over both baselines,
 each forced NCCL variable's effect, and the summary table.
 
-Every number comes from ``orchestrator.sweep.figures``; this module words them. The search's
+Every number comes from ``orchestrator.sweep.output.figures``; this module words them. The search's
 comparisons are labelled as estimates; the confirmation's verdict lines are added as given.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from rich.table import Table
 
-from orchestrator.sweep.figures import NcclEffect, SweepFigures
-from orchestrator.sweep.per_load import ESTIMATE, by_concurrency, crossover_dict, describe, per_load_lines, ratio_dict
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.output.figures import NcclEffect, SweepFigures
+from orchestrator.sweep.output.per_load import ESTIMATE, by_concurrency, crossover_dict, describe, per_load_lines, ratio_dict
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["BEST_MARK", "SweepReport", "build_report", "summary_table"]
 
@@ -36,7 +36,7 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
                  best_why: str | None = None) -> SweepReport:
     """``summary.json``'s figures (``figures.sweep_figures``) in words and JSON: the best trial, its
     improvements over both baselines, the NCCL effects, per-status counts, time shares, and the best
-    configuration at each load (``orchestrator.sweep.per_load``).
+    configuration at each load (``orchestrator.sweep.output.per_load``).
 
     Args:
         confirmation_lines: The confirmation's verdict lines, added after the search's best.

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["draw_plots", "pareto_front"]
 

@@ -1,7 +1,7 @@
 """One trial, top to bottom: engine host up -> env audit -> correctness probe -> benchmark -> teardown.
 
 :func:`run_trial` is the Ray Tune function trainable, run in the trial's placement group; the
-engine's life is an ``orchestrator.sweep.session.EngineSession``. Every failure ends as a recorded
+engine's life is an ``orchestrator.sweep.execution.session.EngineSession``. Every failure ends as a recorded
 result with a reason tag (``results.FAILURE_REASONS``) and a final report (``final: True``) the
 searcher reads; nothing is retried. The trial's one record (:class:`TrialRecord`) travels with
 every ``tune.report``: once the engine is up, once per benchmark repetition (those at the
@@ -34,15 +34,15 @@ from orchestrator.errors import BenchmarkError
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.timestamps import utc_timestamp
-from orchestrator.sweep.results import (
+from orchestrator.sweep.records.results import (
     OBJECTIVE_KEY,
     OBJECTIVE_REPETITION_KEY,
     Objective,
     TrialRecord,
     auto_label,
 )
-from orchestrator.sweep.session import EngineSession, TrialFailure, step_failure
-from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
+from orchestrator.sweep.execution.session import EngineSession, TrialFailure, step_failure
+from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.all_reduce_observed import observe_all_reduce
@@ -61,7 +61,7 @@ class TrialContext:
 
     Attributes:
         spec: The sweep's spec, validated.
-        coordinator: The coordinator (:class:`~orchestrator.sweep.coordinator.CoordinatorRef`).
+        coordinator: The coordinator (:class:`~orchestrator.sweep.execution.coordinator.CoordinatorRef`).
         sweep_name: For log lines and the engine log directory.
     """
 

@@ -2,7 +2,7 @@
 (MLflow runs, ``trials.jsonl``, ``confirmation.jsonl``, the correctness baseline, trial numbers).
 
 A trial's record reaches it one way, through Ray Tune: the trial reports its
-:class:`~orchestrator.sweep.results.TrialRecord` with every ``tune.report`` and the driver's
+:class:`~orchestrator.sweep.records.results.TrialRecord` with every ``tune.report`` and the driver's
 callback (``callbacks.py``) hands each one over. A synchronous actor runs its methods one at a
 time, the serialisation SQLite and an append-only file need. The class also works without Ray
 (the dry run, the unit tests).
@@ -45,22 +45,24 @@ from orchestrator.mlflow_schema import (
     TAG_TRIAL_ID,
     engine_nodes_tag,
 )
-from orchestrator.sweep.results import TrialRecord, append_record, read_records, write_json_file
+from orchestrator.sweep.records.results import (
+    BASELINE_FILE,
+    CONFIRMATION_FILE,
+    STATE_FILE,
+    TRIALS_FILE,
+    TrialRecord,
+    append_record,
+    read_records,
+    write_json_file,
+)
 from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import open_tracker, param_text
 from serving.engine.command import render_flags
 
-__all__ = [
-    "BASELINE_FILE", "CONFIRMATION_FILE", "CoordinatorRef", "STATE_FILE", "SweepCoordinator", "TRIALS_FILE",
-    "coordinator_name",
-]
+__all__ = ["CoordinatorRef", "SweepCoordinator", "coordinator_name"]
 
 logger = logging.getLogger(__name__)
 
-TRIALS_FILE = "trials.jsonl"
-CONFIRMATION_FILE = "confirmation.jsonl"
-STATE_FILE = "sweep-state.json"
-BASELINE_FILE = "probe-baseline.json"
 
 NAMESPACE = "spectune"
 """Ray namespace of the coordinator actor: found by name from any job (a resumed sweep is a new job)."""

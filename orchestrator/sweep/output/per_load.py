@@ -1,6 +1,6 @@
 """The best configuration at each load, and where speculation stops paying, in words and JSON.
 
-Puts the per-level figures (``orchestrator.sweep.figures``) into ``summary.json``'s
+Puts the per-level figures (``orchestrator.sweep.output.figures``) into ``summary.json``'s
 ``by_concurrency`` and ``crossover`` and into the console's lines; computes nothing. The ratios are
 search estimates. :func:`describe` words one comparison ("within the noise" only where the
 interval could have shown :data:`NOISE_RESOLUTION`, else "undecided").
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from orchestrator.statistics import Ratio
-from orchestrator.sweep.figures import Crossover, LevelFigures, crossover_index
+from orchestrator.sweep.output.figures import Crossover, LevelFigures, crossover_index
 
 __all__ = ["ESTIMATE", "NOISE_RESOLUTION", "LevelBest", "by_concurrency", "could_distinguish", "crossover",
            "crossover_dict", "describe", "per_load_lines", "ratio_dict", "ratio_from_dict"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import SpectuneError
-from orchestrator.sweep.coordinator import NAMESPACE, CoordinatorRef, SweepCoordinator
+from orchestrator.sweep.execution.coordinator import NAMESPACE, CoordinatorRef, SweepCoordinator
 from serving.ray_auth import choose_local_auth_mode
 from serving.waiting import wait_until
 

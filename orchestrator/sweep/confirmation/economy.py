@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["MAX_REPETITIONS_PER_VISIT", "VisitEconomy", "choose_repetitions", "visit_economy"]
 

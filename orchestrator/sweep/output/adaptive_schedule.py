@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.sweep.figures import LevelFigures, chain_steps, decidedly_above_one
-from orchestrator.sweep.results import TrialRecord, write_json_file
+from orchestrator.sweep.output.figures import LevelFigures, chain_steps, decidedly_above_one
+from orchestrator.sweep.records.results import TrialRecord, write_json_file
 
 __all__ = ["SCHEDULE_FILE", "adaptive_schedule", "launch_advice", "launch_line", "schedule_lines", "schedule_rows",
            "schedule_summary", "write_adaptive_schedule"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.sweep.coordinator import CoordinatorRef
-from orchestrator.sweep.display import Display
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.execution.coordinator import CoordinatorRef
+from orchestrator.sweep.output.display import Display
+from orchestrator.sweep.records.results import TrialRecord
 from orchestrator.space import TrialPlan
 
 __all__ = ["tune_callbacks"]

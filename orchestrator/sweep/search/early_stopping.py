@@ -8,7 +8,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from orchestrator.spec_search import EarlyStoppingSpec
 from orchestrator.space import TrialPlan
-from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["BaselineSparingASHA", "early_stopping_scheduler"]
 

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.confirm import Confirmation, choose_contenders, run_confirmation
-from orchestrator.sweep.display import Display
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.confirmation.confirm import Confirmation, choose_contenders, run_confirmation
+from orchestrator.sweep.output.display import Display
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["run_cluster_confirmation", "run_placed_visit"]
 
@@ -22,7 +22,7 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from orchestrator.sweep.visit_worker import run_visit
+    from orchestrator.sweep.execution.visit_worker import run_visit
 
     placement = ctx.spec.trial_placement
     bundles = [dict(b) for b in placement.bundles]

@@ -10,9 +10,9 @@ from typing import Any
 
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.errors import BenchmarkError
-from orchestrator.sweep.session import EngineSession, TrialFailure, step_failure
-from orchestrator.sweep.start_flags import sweep_start_flags, with_start_flags
-from orchestrator.sweep.trial import TrialContext
+from orchestrator.sweep.execution.session import EngineSession, TrialFailure, step_failure
+from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
+from orchestrator.sweep.execution.trial import TrialContext
 from serving.engine.config import EngineConfig
 
 __all__ = ["run_visit"]

@@ -13,7 +13,7 @@ from typing import Iterable, Literal, Sequence
 
 from orchestrator.space.define_by_run import DEFAULT_WORD
 from orchestrator.statistics import Ratio, unpaired_ratio
-from orchestrator.sweep.results import TrialRecord, best_record
+from orchestrator.sweep.records.results import TrialRecord, best_record
 
 __all__ = ["Crossover", "LevelFigures", "NcclEffect", "SweepFigures", "baseline", "chain_steps", "crossover_index",
            "decidedly_above_one", "decidedly_below_one", "measured_levels", "objective_direction", "sweep_figures"]

@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterable
 from orchestrator.sequential import LookDecision, judge, pairs_to_clear, visits_to_decide
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
-from orchestrator.sweep.confirm_margin import confirmation_margin
-from orchestrator.sweep.economy import VisitEconomy, visit_economy
-from orchestrator.sweep.results import TrialRecord
+from orchestrator.sweep.confirmation.margin import confirmation_margin
+from orchestrator.sweep.confirmation.economy import VisitEconomy, visit_economy
+from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
 

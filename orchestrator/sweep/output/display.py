@@ -13,10 +13,10 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.cost import (
+from orchestrator.sweep.output.cost import (
     cost_line, format_duration, measured_start_times, planned_starts, start_time, visit_estimate_s,
 )
-from orchestrator.sweep.results import OBJECTIVE_KEY, TrialRecord
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, TrialRecord
 from orchestrator.space import TrialPlan
 from serving.environ import ENV
 

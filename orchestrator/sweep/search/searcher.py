@@ -21,7 +21,7 @@ from ray.tune.search import Searcher
 
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
-from orchestrator.sweep.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["SweepSearcher"]
 

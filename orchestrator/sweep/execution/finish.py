@@ -24,7 +24,7 @@ from orchestrator.mlflow_schema import (
 )
 from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.adaptive_schedule import (
+from orchestrator.sweep.output.adaptive_schedule import (
     SCHEDULE_FILE,
     launch_advice,
     launch_line,
@@ -32,12 +32,12 @@ from orchestrator.sweep.adaptive_schedule import (
     schedule_summary,
     write_adaptive_schedule,
 )
-from orchestrator.sweep.confirm import Confirmation
-from orchestrator.sweep.coordinator import CONFIRMATION_FILE, TRIALS_FILE
-from orchestrator.sweep.figures import sweep_figures
-from orchestrator.sweep.report import SweepReport, build_report, summary_table
+from orchestrator.sweep.confirmation.confirm import Confirmation
+from orchestrator.sweep.records.results import CONFIRMATION_FILE, TRIALS_FILE
+from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.summary_report import SweepReport, build_report, summary_table
 from orchestrator.bench.files import write_atomic
-from orchestrator.sweep.results import (
+from orchestrator.sweep.records.results import (
     TrialRecord,
     best_record,
     trial_provenance,
@@ -163,7 +163,7 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     MLflow runs end here (FINISHED with a best configuration, FAILED without)."""
     import ray
 
-    from orchestrator.sweep.plots import draw_plots
+    from orchestrator.sweep.output.plots import draw_plots
 
     metric, level = spec.objective.metric, spec.objective_concurrency
     report = summary_report(spec, records, confirmation)
