@@ -15,7 +15,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypedDict
 
 import yaml
 from mlflow.entities import Metric, Param, RunTag
@@ -65,8 +65,11 @@ def param_text(value: Any) -> str:
     return ("default" if value is None else str(value))[:_MAX_PARAM]
 
 
-class TrialRunInfo(dict):
-    """``{"run_id": ..., "existing": bool}``: the run of a trial, and whether it was found (resume)."""
+class TrialRunInfo(TypedDict):
+    """The run of a trial, and whether it was found (a resumed sweep) rather than created."""
+
+    run_id: str
+    existing: bool
 
 
 class Tracker:

@@ -45,16 +45,8 @@ from orchestrator.mlflow_schema import (
     TAG_TRIAL_ID,
     engine_nodes_tag,
 )
-from orchestrator.sweep.records.results import (
-    BASELINE_FILE,
-    CONFIRMATION_FILE,
-    STATE_FILE,
-    TRIALS_FILE,
-    TrialRecord,
-    append_record,
-    read_records,
-    write_json_file,
-)
+from orchestrator.sweep.records.results import BASELINE_FILE, CONFIRMATION_FILE, STATE_FILE, TRIALS_FILE
+from orchestrator.sweep.records.results import TrialRecord, append_record, read_records, write_json_file
 from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import open_tracker, param_text
 from serving.engine.command import render_flags

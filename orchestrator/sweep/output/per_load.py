@@ -8,7 +8,7 @@ interval could have shown :data:`NOISE_RESOLUTION`, else "undecided").
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from orchestrator.statistics import Ratio
 from orchestrator.sweep.output.figures import Crossover, LevelFigures, crossover_index
@@ -33,8 +33,21 @@ def ratio_from_dict(data: dict[str, Any] | None) -> Ratio | None:
     return None if data is None else Ratio.model_validate(data)
 
 
-class LevelBest(dict):
-    """One entry of ``summary.json``'s ``by_concurrency``."""
+class LevelBest(TypedDict):
+    """One entry of ``summary.json``'s ``by_concurrency`` (JSON as written and read back)."""
+
+    concurrency: int
+    best_trial: int
+    best_kind: str
+    best_label: str
+    best_params: dict[str, Any]
+    value: float
+    repetitions: int
+    vs_sglang_default: dict[str, Any] | None
+    vs_no_speculation: dict[str, Any] | None
+    best_speculative_trial: int | None
+    best_speculative_label: str | None
+    plain_vs_best_speculative: dict[str, Any] | None
 
 
 def by_concurrency(levels: Sequence[LevelFigures]) -> list[LevelBest]:
