@@ -32,7 +32,7 @@ from orchestrator.spec_search import (
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
-from orchestrator.space.arms import ArmPlan, arm_plan
+from orchestrator.space.arms import ArmsOnNode, arms_on_node
 from serving.all_reduce_rules import GpuKind
 from serving.engine.config import EngineConfig, EngineFlagChecks, EngineKind, FlagValue, validated_extra_args
 from serving.engine.placement import EnginePlacement, engine_placement
@@ -396,7 +396,7 @@ class SweepSpec(_Model):
         search = self.search
         if not (search.nccl_env or (search.nccl_presets is not None and len(search.nccl_presets) > 1)):
             return
-        plan = self.arm_plan()
+        plan = self.arms_on_node()
         if plan.gpu_kind is None or plan.nccl_arms or self.engine.tp_size == 1:
             return
         where = "search.nccl_env" if search.nccl_env else "search.nccl_presets"
@@ -422,7 +422,7 @@ class SweepSpec(_Model):
         if confirmation.enabled and confirmation.max_visits < MIN_VALUES:
             out.append(f"confirmation.max_visits: {confirmation.max_visits} can never decide a verdict (an interval "
                        f"needs {MIN_VALUES} visits of each contender); it will end 'undecided'")
-        plan = self.arm_plan()
+        plan = self.arms_on_node()
         merged = {arm: to for arm, to in plan.stands_for.items() if arm != to}
         if merged:
             out.append(f"search.all_reduce: on {plan.gpu_kind} " + ", ".join(
@@ -444,7 +444,7 @@ class SweepSpec(_Model):
             numbers = SpeculativeSpace(include_auto=True)
         else:
             numbers = speculative.space()
-        arms = self.arm_plan()
+        arms = self.arms_on_node()
         return SearchSpace(
             speculative=numbers,
             all_reduce=arms.measured,  # type: ignore[arg-type]
@@ -453,10 +453,10 @@ class SweepSpec(_Model):
             nccl_arms=arms.nccl_arms,  # type: ignore[arg-type]
         )
 
-    def arm_plan(self, *, gpu_kind: str | None = None) -> ArmPlan:
+    def arms_on_node(self, *, gpu_kind: str | None = None) -> ArmsOnNode:
         """The all-reduce arms on the spec's node (or ``gpu_kind``): each arm's kernel, the arms
         measured (one per kernel), where NCCL_* is searched (``orchestrator.space.arms``)."""
-        return arm_plan(self.engine, self.search.all_reduce, gpu_kind=gpu_kind)
+        return arms_on_node(self.engine, self.search.all_reduce, gpu_kind=gpu_kind)
 
     def on_node(self, *, gpu_kind: str | None, architecture: str | None = None) -> "SweepSpec":
         """This spec with ``engine.gpu_kind`` (and ``engine.architecture``) set to what the preflight

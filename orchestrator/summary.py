@@ -80,7 +80,7 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
             steps, topks, drafts = numbers.values_used()
             values = f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}"
         dimensions.append({"name": "speculative (steps, topk, draft)", "values": values + auto, "count": len(numbers)})
-    arms = spec.arm_plan()
+    arms = spec.arms_on_node()
     merged = {arm: to for arm, to in arms.stands_for.items() if arm != to}
     arm_values = ", ".join(arms.measured) + (
         " (" + ", ".join(f"{a} = {to}" for a, to in merged.items()) + " on " + str(arms.gpu_kind) + ")" if merged else "")

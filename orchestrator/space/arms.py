@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 from orchestrator.space.points import ALL_REDUCE_ARMS, arm_flags
 from serving.all_reduce_rules import KERNEL_WORDS, AllReducePath, GpuKind, predict
 
-__all__ = ["ArmPlan", "EngineNode", "arm_plan", "model_architecture"]
+__all__ = ["ArmsOnNode", "EngineNode", "arms_on_node", "model_architecture"]
 
 AUTO_KIND = "auto"
 
@@ -56,7 +56,7 @@ def model_architecture(engine: EngineNode) -> Optional[str]:
 
 
 @dataclass(frozen=True)
-class ArmPlan:
+class ArmsOnNode:
     """The arms of one spec on one node.
 
     Attributes:
@@ -89,7 +89,7 @@ class ArmPlan:
         return out
 
 
-def arm_plan(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str] = None) -> ArmPlan:
+def arms_on_node(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str] = None) -> ArmsOnNode:
     """The arms of ``arms`` on the node ``gpu_kind`` (default: the spec's ``engine.gpu_kind``).
 
     Flags the spec fixes in ``engine.extra_args`` take part as SGLang would read them:
@@ -99,7 +99,7 @@ def arm_plan(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str]
     """
     kind = gpu_kind or engine.gpu_kind
     if kind == AUTO_KIND:
-        return ArmPlan(None, {}, tuple(arms), {arm: arm for arm in arms}, None)
+        return ArmsOnNode(None, {}, tuple(arms), {arm: arm for arm in arms}, None)
     node = GpuKind.parse(kind)
     extra = engine.extra_args
     backend = extra.get("flashinfer_allreduce_fusion_backend")
@@ -120,4 +120,4 @@ def arm_plan(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str]
         stands_for[arm] = first_of_kernel.setdefault(paths[arm].kernel, arm)
     measured = tuple(dict.fromkeys(stands_for.values()))
     nccl_arms = tuple(arm for arm in measured if paths[arm].nccl_carries_decode)
-    return ArmPlan(node.name, paths, measured, stands_for, nccl_arms)
+    return ArmsOnNode(node.name, paths, measured, stands_for, nccl_arms)

@@ -164,7 +164,7 @@ def _spec(gpu_kind: str, *, arms=("default", "no_fusion", "nccl"), tp: int = 8, 
 
 def test_on_a_pcie_node_with_tp8_the_arms_are_one_kernel_and_measured_once() -> None:
     spec = _spec("sm120-pcie")
-    plan = spec.arm_plan()
+    plan = spec.arms_on_node()
     assert plan.measured == ("default",) and plan.stands_for == {"default": "default", "no_fusion": "default",
                                                                   "nccl": "default"}
     space = spec.space()
@@ -216,7 +216,7 @@ def test_nccl_settings_on_a_node_where_no_arm_uses_nccl_are_refused() -> None:
 
 def test_across_nodes_nccl_carries_decode_on_every_arm_so_the_variables_are_searched() -> None:
     spec = _spec("sm90-nvlink", arms=("default", "no_fusion"), tp=16, nnodes=2)  # refused on one node (above)
-    plan = spec.arm_plan()
+    plan = spec.arms_on_node()
     assert {path.kernel for path in plan.paths.values()} == {"nccl"}, plan.lines()
     assert plan.measured == ("default",) and plan.nccl_arms == ("default",)
     assert "spans across nodes" in plan.paths["default"].custom_off_line
@@ -250,5 +250,5 @@ def test_the_preflight_reads_a_local_models_architecture_from_its_config(tmp_pat
     assert _local_architecture(str(tmp_path / "missing")) is None
     assert _local_architecture("moonshotai/Kimi-K2.5") is None  # a hub id: not read
     planned = _spec("auto").on_node(gpu_kind="sm90-nvlink", architecture="LlamaForCausalLM")
-    assert planned.engine.architecture == "LlamaForCausalLM" and planned.arm_plan().paths["default"].kernel == (
+    assert planned.engine.architecture == "LlamaForCausalLM" and planned.arms_on_node().paths["default"].kernel == (
         "custom_all_reduce")

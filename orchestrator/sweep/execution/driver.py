@@ -182,7 +182,7 @@ def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_
     planned = spec.on_node(gpu_kind=node["gpu_kind"], architecture=node["architecture"])
     if planned.engine.gpu_kind == "auto":
         return planned
-    for line in planned.arm_plan().lines():
+    for line in planned.arms_on_node().lines():
         say(f"preflight: all-reduce arm {line}")
     return planned
 

@@ -30,7 +30,7 @@ def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
         console.print("all-reduce: tp_size 1, no tensor-parallel all-reduce", highlight=False)
         return
     kinds = list(dict.fromkeys([*([spec.engine.gpu_kind] if spec.engine.gpu_kind != "auto" else []), *NODE_KINDS_SHOWN]))
-    plans = {kind: spec.arm_plan(gpu_kind=kind) for kind in kinds}
+    plans = {kind: spec.arms_on_node(gpu_kind=kind) for kind in kinds}
     node = "the node (engine.gpu_kind: auto, read by the preflight)" if spec.engine.gpu_kind == "auto" else \
         spec.engine.gpu_kind
     console.print(f"all-reduce arms (SGLang 0.5.23's rule; this sweep runs on {escape(node)}; each trial records the "

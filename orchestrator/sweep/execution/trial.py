@@ -286,7 +286,7 @@ def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coo
     observed = observe_all_reduce(server_info=info, log_text=log_text, tp_size=tp_size)
     state.learn(all_reduce_kernel=observed.kernel)
     arm = state.plan.candidate.all_reduce
-    plan = spec.arm_plan()
+    plan = spec.arms_on_node()
     predicted = plan.paths.get(arm)
     report = {**observed.to_dict(), "arm": arm, "gpu_kind": plan.gpu_kind,
               "predicted": None if predicted is None else predicted.kernel}

@@ -18,7 +18,7 @@ from orchestrator.spec import DEFAULT_ENGINE_START_S, SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
-    "StartPlan",
+    "PlannedStarts",
     "cost_line",
     "format_duration",
     "measured_start_times",
@@ -29,7 +29,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class StartPlan:
+class PlannedStarts:
     """The engine starts a sweep plans: its trials and, at most, its confirmation visits.
 
     Attributes:
@@ -53,7 +53,7 @@ class StartPlan:
         return self.trials + self.visits
 
 
-def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPlan:
+def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> PlannedStarts:
     """The spec's trials and the upper bound of its confirmation visits.
 
     Args:
@@ -70,7 +70,7 @@ def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> StartPl
             contenders = min(confirmation.top_k, max(0, spec.budget.num_trials - baselines)) + visited
     if not confirmation.enabled:
         contenders = 0
-    return StartPlan(trials=spec.budget.num_trials, contenders=contenders, max_visits=confirmation.max_visits)
+    return PlannedStarts(trials=spec.budget.num_trials, contenders=contenders, max_visits=confirmation.max_visits)
 
 
 def measured_start_times(records: Iterable[TrialRecord]) -> list[float]:

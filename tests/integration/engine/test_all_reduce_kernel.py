@@ -53,7 +53,7 @@ def test_a_kimi_like_model_on_a_declared_h200_node_runs_fusion_custom_or_nccl_by
 
 def test_on_a_declared_pcie_node_every_rank_logs_custom_all_reduce_off_and_nccl_carries_decode(tmp_path: Path) -> None:
     spec = _spec("sm120-pcie", tp=4)  # more than two PCIe-only GPUs: the rule of the seed's 8-GPU node
-    assert spec.arm_plan().measured == ("default",)
+    assert spec.arms_on_node().measured == ("default",)
     observed, info, log = _observed(spec, "default", tmp_path)
     assert observed.kernel == "nccl" and observed.ranks_custom_off == [0, 1, 2, 3], observed
     assert info["flashinfer_allreduce_fusion_backend"] is None  # sm120: no fusion
