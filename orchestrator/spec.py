@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
 from orchestrator.bench.settings import BenchmarkSpec, BenchSettings
 from orchestrator.errors import SpecError
-from orchestrator.space import SearchSpace, SpeculativeSpace, arm_flags, space_problems
+from orchestrator.space import Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
     DANGEROUS_FLAGS,
@@ -141,6 +141,25 @@ class EngineSpec(_Model, EngineFlagChecks):
         if self.kind == "sglang" and self.gpu_kind == "cpu":
             raise ValueError("gpu_kind: cpu is only for the reference engine; SGLang runs on GPUs (use auto or smNN-...)")
         return self
+
+    def template(self) -> EngineConfig:
+        """This section as the EngineConfig every point starts from: SGLang's own speculative
+        numbers and all-reduce, the fixed environment (a point applies its settings with
+        ``Candidate.applied_to``). The reference engine is told the node (``gpu_kind``) and the
+        model's architecture (through ``json_model_override_args``, SGLang's way)."""
+        extra_args = dict(self.extra_args)
+        reference_gpu_kind = None
+        if self.kind == "reference":
+            reference_gpu_kind = None if self.gpu_kind == "auto" else self.gpu_kind
+            if self.architecture:
+                overrides = json.loads(str(extra_args.get("json_model_override_args") or "{}"))
+                extra_args["json_model_override_args"] = json.dumps({**overrides, "architectures": [self.architecture]})
+        return EngineConfig(
+            kind=self.kind, model_path=self.model_path, tp_size=self.tp_size, nnodes=self.nnodes,
+            speculative_algorithm=self.speculative_algorithm,
+            speculative_draft_model_path=self.draft_model_path if self.speculative_algorithm else None,
+            reference_gpu_kind=reference_gpu_kind, extra_args=extra_args, env=dict(self.env),
+        )
 
     @model_validator(mode="after")
     def _draft(self) -> "EngineSpec":
@@ -521,31 +540,11 @@ class SweepSpec(_Model):
         all_reduce: str = "default",
         nccl_env: dict[str, str] | None = None,
     ) -> EngineConfig:
-        """The EngineConfig of one point of the space (the template plus this candidate)."""
-        engine = self.engine
-        speculative = engine.speculative_algorithm is not None
-        extra_args = dict(engine.extra_args)
-        reference_gpu_kind = None
-        if engine.kind == "reference":
-            reference_gpu_kind = None if engine.gpu_kind == "auto" else engine.gpu_kind
-            if engine.architecture:  # SGLang's way to say what the model is; the reference engine reads it
-                overrides = json.loads(str(extra_args.get("json_model_override_args") or "{}"))
-                extra_args["json_model_override_args"] = json.dumps({**overrides, "architectures": [engine.architecture]})
-        return EngineConfig(
-            kind=engine.kind,
-            model_path=engine.model_path,
-            tp_size=engine.tp_size,
-            nnodes=engine.nnodes,
-            speculative_algorithm=engine.speculative_algorithm,
-            speculative_draft_model_path=engine.draft_model_path if speculative else None,
-            speculative_num_steps=num_steps,
-            speculative_eagle_topk=eagle_topk,
-            speculative_num_draft_tokens=num_draft_tokens,
-            **arm_flags(all_reduce),
-            reference_gpu_kind=reference_gpu_kind,
-            extra_args=extra_args,
-            env={**engine.env, **(nccl_env or {})},
-        )
+        """The EngineConfig of one point given by its settings: the engine template with them
+        applied (``Candidate.applied_to``)."""
+        point = Candidate(SpeculativeTriple(num_steps, eagle_topk, num_draft_tokens), all_reduce,  # type: ignore[arg-type]
+                          dict(nccl_env or {}))
+        return point.applied_to(self.engine.template())
 
     # --- loading ---------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ def engine_cmd(
     sweep_spec = load_spec(spec)
     try:
         candidate = candidate_from_settings(sweep_spec, parse_pairs(settings or [], option="--set"))
-        config = candidate.engine_config(sweep_spec)
+        config = candidate.applied_to(sweep_spec.engine.template())
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         stderr_console().print(f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None

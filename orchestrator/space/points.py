@@ -249,20 +249,21 @@ class Candidate:
     def __hash__(self) -> int:
         return hash((self.speculative, self.all_reduce, tuple(sorted(self.nccl_env.items()))))
 
-    def engine_config(self, spec: "EngineTemplate") -> EngineConfig:
-        """This point as a full EngineConfig (the spec's engine template plus this candidate).
+    def applied_to(self, template: EngineConfig) -> EngineConfig:
+        """``template`` (the spec's engine, ``EngineSpec.template()``) with this point's settings:
+        its speculative numbers, its all-reduce arm's switches, its NCCL variables over the
+        template's environment. Validated again, so SGLang's rules hold for the result.
 
         Raises:
             pydantic.ValidationError: the point breaks SGLang's rules (only possible for points
                 made by hand, see ``candidate_from_settings``).
         """
-        return spec.engine_config(
-            num_steps=self.speculative.num_steps,
-            eagle_topk=self.speculative.eagle_topk,
-            num_draft_tokens=self.speculative.num_draft_tokens,
-            all_reduce=self.all_reduce,
-            nccl_env=self.nccl_env,
-        )
+        return EngineConfig.model_validate({
+            **template.model_dump(), "speculative_num_steps": self.speculative.num_steps,
+            "speculative_eagle_topk": self.speculative.eagle_topk,
+            "speculative_num_draft_tokens": self.speculative.num_draft_tokens, **arm_flags(self.all_reduce),
+            "env": {**template.env, **self.nccl_env},
+        })
 
 
 @dataclass(frozen=True)
@@ -379,20 +380,6 @@ def space_problems(space: SearchSpace) -> Iterator[str]:
 
 
 # --- what this module needs of a spec (orchestrator.spec.SweepSpec, which imports this module) ---
-
-
-class EngineTemplate(Protocol):
-    """A spec that turns one point into an EngineConfig (``SweepSpec.engine_config``)."""
-
-    def engine_config(
-        self,
-        *,
-        num_steps: int | None,
-        eagle_topk: int | None,
-        num_draft_tokens: int | None,
-        all_reduce: AllReduce = "default",
-        nccl_env: dict[str, str] | None = None,
-    ) -> EngineConfig: ...
 
 
 class HasSearchSpace(Protocol):

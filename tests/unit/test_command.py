@@ -40,7 +40,7 @@ def test_render_flags() -> None:
 
 
 def test_sglang_command_uses_sglang_names() -> None:
-    config = candidate_from_settings(KIMI, {"num_steps": "3", "eagle_topk": "1", "all_reduce": "nccl"}).engine_config(KIMI)
+    config = candidate_from_settings(KIMI, {"num_steps": "3", "eagle_topk": "1", "all_reduce": "nccl"}).applied_to(KIMI.engine.template())
     command = build_command(config, host="0.0.0.0", port=31000, python="python")
     assert command.argv[:3] == ["python", "-m", "sglang.launch_server"]
     flags = flags_of(command.argv)
@@ -58,7 +58,7 @@ def test_sglang_command_uses_sglang_names() -> None:
 
 
 def test_auto_choice_leaves_all_three_unset() -> None:
-    config = candidate_from_settings(KIMI, {}).engine_config(KIMI)  # include_auto: first point is auto
+    config = candidate_from_settings(KIMI, {}).applied_to(KIMI.engine.template())  # include_auto: first point is auto
     flags = flags_of(build_command(config, port=1).argv)
     assert not {"speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"} & set(flags)
     assert "disable-custom-all-reduce" not in flags
@@ -67,7 +67,7 @@ def test_auto_choice_leaves_all_three_unset() -> None:
 def test_tree_capacity_checked_when_reproducing_by_hand() -> None:
     candidate = candidate_from_settings(KIMI, {"num_steps": "2", "eagle_topk": "2", "num_draft_tokens": "8"})
     with pytest.raises(ValueError, match="holds 6"):
-        candidate.engine_config(KIMI)
+        candidate.applied_to(KIMI.engine.template())
 
 
 def test_symm_mem_and_nvls_are_flags_not_env() -> None:

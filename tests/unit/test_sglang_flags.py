@@ -96,7 +96,7 @@ def _plans(spec: SweepSpec) -> list[TrialPlan]:
 
 def _engine_config(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
     # orchestrator.sweep.execution.trial.engine_config_for, without importing Ray here
-    config = plan.candidate.engine_config(spec)
+    config = plan.candidate.applied_to(spec.engine.template())
     if plan.kind == BASELINE_PLAIN:
         off = dict.fromkeys(("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                              "speculative_eagle_topk", "speculative_num_draft_tokens"))

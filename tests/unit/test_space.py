@@ -22,6 +22,8 @@ from orchestrator.spec import SweepSpec
 from orchestrator.spec_search import SpeculativeSpec
 from serving.speculative_rules import speculative_problem
 
+from helpers.spec_cases import BASE
+
 
 def test_triples_follow_sglang_rules() -> None:
     search = SpeculativeSpec(num_steps=[1, 3], eagle_topk=[1, 2], num_draft_tokens=[2, 4, 11, 12])
@@ -238,15 +240,21 @@ def test_spec_triples_build_the_listed_space() -> None:
     assert labels == ["auto", "steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
 
 
-def test_the_spec_is_the_engine_template_the_space_calls() -> None:
-    """``Candidate.engine_config`` calls ``spec.engine_config`` through the ``EngineTemplate`` protocol
-    with keyword arguments: the protocol, the spec and the call must name the same parameters."""
-    import inspect
-
-    from orchestrator.space.points import EngineTemplate
+def test_a_point_is_the_engine_template_with_its_settings_applied() -> None:
+    """The spec's engine section is the template (``EngineSpec.template``: SGLang's own numbers and
+    all-reduce); a point applies its settings to it and leaves the rest as the template has it."""
     from orchestrator.spec import SweepSpec
 
-    def names(function) -> list[str]:
-        return [p for p in inspect.signature(function).parameters if p != "self"]
-
-    assert names(EngineTemplate.engine_config) == names(SweepSpec.engine_config)
+    spec = SweepSpec.model_validate({**BASE, "engine": {**BASE["engine"], "env": {"NCCL_DEBUG": "WARN"}}})
+    template = spec.engine.template()
+    assert (template.speculative_num_steps, template.disable_custom_all_reduce) == (None, False)
+    point = Candidate(SpeculativeTriple(3, 1, 4), "nccl", {"NCCL_ALGO": "Ring"})
+    config = point.applied_to(template)
+    assert (config.speculative_num_steps, config.speculative_eagle_topk, config.speculative_num_draft_tokens) == (3, 1, 4)
+    assert config.disable_custom_all_reduce and config.enforce_disable_flashinfer_allreduce_fusion
+    assert config.env == {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"}
+    applied = {"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+               "disable_custom_all_reduce", "enforce_disable_flashinfer_allreduce_fusion", "env"}
+    assert config.model_dump(exclude=applied) == template.model_dump(exclude=applied)
+    assert spec.engine_config(num_steps=3, eagle_topk=1, num_draft_tokens=4, all_reduce="nccl",
+                              nccl_env={"NCCL_ALGO": "Ring"}) == config

@@ -72,7 +72,7 @@ class TrialContext:
 
 def engine_config_for(spec: SweepSpec, plan: TrialPlan) -> EngineConfig:
     """The engine of ``plan``: the spec's template plus the point (speculation off for the plain baseline)."""
-    config = plan.candidate.engine_config(spec)
+    config = plan.candidate.applied_to(spec.engine.template())
     if plan.kind == BASELINE_PLAIN and config.speculative_algorithm is not None:
         data = config.model_dump()
         data.update(speculative_algorithm=None, speculative_draft_model_path=None, speculative_num_steps=None,
