@@ -33,7 +33,6 @@ from serving.speculative_rules import MAX_EAGLE_TOPK, MAX_NUM_DRAFT_TOKENS, MAX_
 
 __all__ = [
     "DANGEROUS_FLAGS",
-    "DEFAULT_VALUE_WORDS",
     "EarlyStoppingSpec",
     "IntRange",
     "MAX_CHOICES",
@@ -43,8 +42,6 @@ __all__ = [
     "socket_thread_problems",
 ]
 
-DEFAULT_VALUE_WORDS = ("default", "unset")
-"""Spellings (besides YAML null) of "leave this variable unset: NCCL's own choice"."""
 
 DANGEROUS_FLAGS: dict[str, str] = {
     "enable_nccl_nvls": "turns on NVLink multicast (NCCL_NVLS_ENABLE=1); never do this on shared GPU machines",
@@ -254,26 +251,15 @@ def _nccl_choice(value: Any) -> "str | int | None":
     raise ValueError(f"must be a string, an integer or null (NCCL's default), got {short_repr(value)}")
 
 
-def _nccl_setting(name: str, choice: "str | int | None") -> str | None:
-    """One searched NCCL value, checked against NCCL's set and normalised; ``None`` for unset
-    (null, ``default`` or ``unset``)."""
-    if choice is None or str(choice).strip().lower() in DEFAULT_VALUE_WORDS:
-        return None
-    problem = nccl.check_value(name, str(choice))
-    if problem:
-        raise ValueError(f"{name}: {problem}")
-    return nccl.normalise_value(name, str(choice))
-
-
 def _nccl_preset(preset: dict[str, Any]) -> dict[str, str]:
     """One listed set of NCCL variables, each value checked and normalised, unset ones dropped."""
-    settings = {name: _nccl_setting(name, choice) for name, choice in preset.items()}
+    settings = {name: nccl.searched_value(name, choice) for name, choice in preset.items()}
     return {name: value for name, value in settings.items() if value is not None}
 
 
 def socket_thread_problems(env: dict[str, str], search: "SearchSpec") -> Iterator[str]:
-    """NCCL caps NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at 64 (lowering the sockets with a
-    warning): a point above it would run another setting than the one recorded."""
+    """NCCL caps NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at ``nccl.SOCKETS_LIMIT`` (lowering the
+    sockets with a warning): a point above it would run another setting than the one recorded."""
     names = ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
     if search.nccl_presets is not None:
         points = [(f"search.nccl_presets.{i}", dict(p)) for i, p in enumerate(search.nccl_presets)]
@@ -282,11 +268,12 @@ def socket_thread_problems(env: dict[str, str], search: "SearchSpec") -> Iterato
                                        for n in names if any(v is not None for v in search.nccl_env.get(n, ()))})]
     for where, point in points:
         shown = [(point[n], f"{where}.{n}") if n in point else (env.get(n), f"engine.env.{n}") for n in names]
-        if all(value for value, _ in shown) and int(shown[0][0]) * int(shown[1][0]) > 64:
+        if all(value for value, _ in shown) and int(shown[0][0]) * int(shown[1][0]) > nccl.SOCKETS_LIMIT:
             (threads, threads_at), (sockets, sockets_at) = shown
             yield (f"{sockets_at}: NCCL_SOCKET_NTHREADS={threads} ({threads_at}) x NCCL_NSOCKS_PERTHREAD={sockets} "
-                   f"exceeds NCCL's limit of 64 sockets: NCCL lowers the sockets per thread to {64 // int(threads)}, "
-                   "so that trial would measure another setting than it records; keep the product at most 64")
+                   f"exceeds NCCL's limit of {nccl.SOCKETS_LIMIT} sockets: NCCL lowers the sockets per thread to "
+                   f"{nccl.SOCKETS_LIMIT // int(threads)}, so that trial would measure another setting than it "
+                   f"records; keep the product at most {nccl.SOCKETS_LIMIT}")
 
 
 NcclChoice = Annotated[
@@ -369,7 +356,7 @@ class SearchSpec(_Model):
         for name, choices in value.items():
             if not choices:
                 raise ValueError(f"{name}: give at least one value")
-            normalised = [_nccl_setting(name, choice) for choice in choices]
+            normalised = [nccl.searched_value(name, choice) for choice in choices]
             if None not in normalised:
                 raise ValueError(
                     f"{name}: the choices {short_repr(choices)} leave out NCCL's default; add null (or 'default') — "

@@ -18,10 +18,13 @@ __all__ = [
     "NCCL_VARIABLES",
     "ENGINE_MANAGED_VARIABLES",
     "NODE_CHECKED_VARIABLES",
+    "DEFAULT_VALUE_WORDS",
+    "SOCKETS_LIMIT",
     "check_value",
     "danger_of",
     "normalise_value",
     "not_searchable",
+    "searched_value",
     "validated_env",
 ]
 
@@ -201,6 +204,28 @@ def normalise_value(name: str, value: str) -> str:
     prefix = "^" if text.startswith("^") else ""
     tokens = [t.strip() for t in text.lstrip("^").split(",")]
     return prefix + ",".join(canon.get(t.upper(), t) for t in tokens)
+
+
+DEFAULT_VALUE_WORDS = ("default", "unset")
+"""Spellings (besides YAML null) of "leave this variable unset: NCCL's own choice"."""
+
+SOCKETS_LIMIT = 64
+"""NCCL's cap on NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (it lowers the sockets per thread above it)."""
+
+
+def searched_value(name: str, choice: str | int | None) -> str | None:
+    """One value a search may give ``name``, checked against NCCL's set and normalised; ``None``
+    for unset (null, ``default`` or ``unset``: NCCL's own choice).
+
+    Raises:
+        ValueError: NCCL does not document ``name=choice`` (the message says what is allowed).
+    """
+    if choice is None or str(choice).strip().lower() in DEFAULT_VALUE_WORDS:
+        return None
+    problem = check_value(name, str(choice))
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    return normalise_value(name, str(choice))
 
 
 def check_value(name: str, value: str) -> str | None:
