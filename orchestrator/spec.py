@@ -34,7 +34,15 @@ from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
 from orchestrator.space.arms import ArmsOnNode, arms_on_node
 from serving.all_reduce_rules import GpuKind
-from serving.engine.config import EngineConfig, EngineFlagChecks, EngineKind, FlagValue, validated_extra_args
+from serving.engine.config import (
+    EngineConfig,
+    EngineFlagChecks,
+    EngineKind,
+    FlagValue,
+    draft_problem,
+    nodes_problem,
+    validated_extra_args,
+)
 from serving.engine.placement import EnginePlacement, engine_placement
 
 __all__ = [
@@ -163,11 +171,9 @@ class EngineSpec(_Model, EngineFlagChecks):
 
     @model_validator(mode="after")
     def _draft(self) -> "EngineSpec":
-        if self.speculative_algorithm and not self.draft_model_path:
-            raise ValueError(
-                f"speculative_algorithm={self.speculative_algorithm} needs draft_model_path "
-                "(or set speculative_algorithm: null to run without speculation)"
-            )
+        problem = draft_problem(self.speculative_algorithm, self.draft_model_path, draft_field="draft_model_path")
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -398,9 +404,9 @@ class SweepSpec(_Model):
         gpus = self.resources.gpus_per_trial
         if engine.kind == "sglang" and gpus is not None and gpus < engine.tp_size:
             yield f"resources.gpus_per_trial: {gpus} is below engine.tp_size={engine.tp_size}"
-        if engine.tp_size % engine.nnodes:
-            yield (f"engine.nnodes: {engine.nnodes} does not divide engine.tp_size={engine.tp_size} (SGLang: tp_size "
-                   "must be divisible by number of nodes; each node holds tp_size / nnodes ranks)")
+        problem = nodes_problem(engine.tp_size, engine.nnodes, names={"tp_size": "engine.tp_size", "nnodes": "engine.nnodes"})
+        if problem:
+            yield problem
         elif self.gpus_per_trial % engine.nnodes:
             yield (f"resources.gpus_per_trial: {self.gpus_per_trial} GPUs do not split evenly over "
                    f"engine.nnodes={engine.nnodes} (one bundle of gpus_per_trial / nnodes GPUs per node)")

@@ -23,8 +23,10 @@ __all__ = [
     "FlagValue",
     "MANAGED_FLAGS",
     "checked_extra_args",
+    "draft_problem",
     "engine_flag_names",
     "extra_args_problems",
+    "nodes_problem",
     "managed_flag_field",
     "normalise_flag_name",
     "speculative_problem",
@@ -150,6 +152,25 @@ def checked_extra_args(flags: dict[str, FlagValue], info: ValidationInfo) -> dic
     return flags
 
 
+def nodes_problem(tp_size: int, nnodes: int, *, names: Mapping[str, str] | None = None) -> str | None:
+    """SGLang's rule (``arg_groups/validation_hook.py``): ``tp_size`` must be divisible by the number of
+    nodes, each node holding ``tp_size / nnodes`` ranks; the problem in the caller's field ``names``
+    (``{"tp_size": ..., "nnodes": ...}``), or None."""
+    tp, nodes = (names or {}).get("tp_size", "tp_size"), (names or {}).get("nnodes", "nnodes")
+    if tp_size % nnodes:
+        return (f"{nodes}: {nnodes} does not divide {tp}={tp_size} (SGLang: tp_size must be divisible by number of "
+                "nodes; each node holds tp_size / nnodes ranks)")
+    return None
+
+
+def draft_problem(algorithm: str | None, draft_model_path: str | None, *, draft_field: str) -> str | None:
+    """A speculative algorithm needs its draft head: the problem, naming the caller's ``draft_field``, or None."""
+    if algorithm and not draft_model_path:
+        return (f"speculative_algorithm={algorithm} needs {draft_field} (or set speculative_algorithm to null to run "
+                "without speculation)")
+    return None
+
+
 class EngineFlagChecks(BaseModel):
     """The checks of ``extra_args`` (:func:`checked_extra_args`) and ``env`` (``nccl.validated_env``),
     shared by ``orchestrator.spec.EngineSpec`` and ``EngineConfig``; each subclass declares both fields."""
@@ -224,10 +245,9 @@ class EngineConfig(EngineFlagChecks):
     @model_validator(mode="after")
     def _check_speculative(self) -> "EngineConfig":
         """SGLang's speculative rules (``serving.speculative_rules``) and what they need; raises ``EngineConfigError``."""
-        if self.tp_size % self.nnodes:
-            # SGLang's own check (arg_groups/validation_hook.py: "tp_size must be divisible by number of nodes")
-            raise EngineConfigError(f"tp_size={self.tp_size} must be divisible by nnodes={self.nnodes} "
-                                    "(each node holds tp_size / nnodes ranks)")
+        problem = nodes_problem(self.tp_size, self.nnodes)
+        if problem:
+            raise EngineConfigError(problem)
         if self.reference_gpu_kind is not None and self.kind != "reference":
             raise EngineConfigError(f"reference_gpu_kind={self.reference_gpu_kind!r} is the reference engine's own "
                                     "flag; SGLang reads its node itself (remove it for kind sglang)")
@@ -243,10 +263,10 @@ class EngineConfig(EngineFlagChecks):
                     "(or EAGLE) or remove the speculative_* fields"
                 )
             return self
-        if not self.speculative_draft_model_path:
-            raise EngineConfigError(
-                f"speculative_algorithm={self.speculative_algorithm} needs speculative_draft_model_path"
-            )
+        problem = draft_problem(self.speculative_algorithm, self.speculative_draft_model_path,
+                                draft_field="speculative_draft_model_path")
+        if problem:
+            raise EngineConfigError(problem)
         problem = speculative_problem(
             num_steps=self.speculative_num_steps,
             eagle_topk=self.speculative_eagle_topk,

@@ -41,7 +41,7 @@ def test_a_shown_command_says_the_address_is_chosen_at_launch_but_a_launch_needs
 
 
 def test_tp_must_split_over_the_nodes_and_the_launch_flags_are_not_extra_args() -> None:
-    with pytest.raises(ValidationError, match="divisible by nnodes"):
+    with pytest.raises(ValidationError, match="nnodes: 2 does not divide tp_size=3"):
         _config(tp_size=3)
     for flag in ("nnodes", "node_rank", "dist_init_addr", "nccl_init_addr"):
         with pytest.raises(ValidationError, match="set by spectune"):
