@@ -1,17 +1,18 @@
 """What one trial runs: a baseline or a point of the space, as plain data for Ray Tune's config.
 
-``candidate_key`` gives one key per configuration (baselines included), so nothing is measured twice.
+A configuration has one identity, :func:`configuration_key`: ``candidate_key`` (what a plan asks
+for; nothing is measured twice) and ``TrialRecord.ran_as`` (what a trial ran) are both made by it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from orchestrator.space.points import Candidate, SpeculativeTriple, canonical_arm
 
-__all__ = ["BASELINE_AUTO", "BASELINE_PLAIN", "TrialPlan", "candidate_key"]
+__all__ = ["BASELINE_AUTO", "BASELINE_PLAIN", "IDENTITY_PARAMS", "TrialPlan", "candidate_key", "configuration_key"]
 
 BASELINE_PLAIN = "baseline_plain"
 BASELINE_AUTO = "baseline_auto"
@@ -84,11 +85,18 @@ class TrialPlan:
         )
 
 
+IDENTITY_PARAMS = ("speculative", "num_steps", "eagle_topk", "num_draft_tokens", "all_reduce")
+"""The parameters (``TrialPlan.params``) that, with the NCCL variables, make a configuration."""
+
+
+def configuration_key(params: Mapping[str, Any], nccl_env: Mapping[str, str]) -> str:
+    """The one identity of a configuration: its :data:`IDENTITY_PARAMS` (speculation off, auto or
+    explicit, the three numbers, the all-reduce arm, or the kernel it ran) and the NCCL variables
+    it sets (unset ones left out). Equal keys are one configuration."""
+    return json.dumps({**{name: params.get(name) for name in IDENTITY_PARAMS},
+                       "nccl_env": dict(sorted(nccl_env.items()))}, sort_keys=True, default=str)
+
+
 def candidate_key(plan: TrialPlan) -> str:
-    """One string per distinct configuration (baselines included), for de-duplication."""
-    data = plan.to_config()
-    if plan.kind == BASELINE_PLAIN:
-        data.update(num_steps=None, eagle_topk=None, num_draft_tokens=None)
-    data["speculative"] = plan.speculative
-    data.pop("kind")
-    return json.dumps(data, sort_keys=True)
+    """The configuration ``plan`` asks for (baselines included), for de-duplication."""
+    return configuration_key(plan.params(), plan.candidate.nccl_env)

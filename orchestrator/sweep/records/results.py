@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.bench.files import write_atomic
+from orchestrator.space.plan import configuration_key
 from serving.serve.provenance import Provenance, ProvenanceObjective
 
 __all__ = [
@@ -177,14 +178,17 @@ class TrialRecord(BaseModel):
         return self.objective.median if self.objective else None
 
     def ran_as(self) -> str:
-        """One string per configuration *as it ran* (resolved speculative numbers, the all-reduce kernel
-        instead of the arm), so two names for the same engine are one configuration."""
+        """The configuration *as it ran* (``orchestrator.space.configuration_key``, the identity
+        ``candidate_key`` gives a plan): the resolved speculative numbers, the all-reduce kernel
+        instead of the arm, so two names for the same engine are one configuration."""
         params = dict(self.params)
         if self.resolved_params and params.get("speculative") != "off":
             params.update(self.resolved_params, speculative="explicit")
         if self.all_reduce_kernel not in (None, "unknown", "mixed"):
             params["all_reduce"] = f"kernel:{self.all_reduce_kernel}"
-        return json.dumps(params, sort_keys=True, default=str)
+        nccl_env = {name: str(value) for name, value in self.params.items()
+                    if name.startswith("NCCL_") and value not in (None, "default")}
+        return configuration_key(params, nccl_env)
 
 
 def auto_label(label: str, resolved: dict[str, int] | None) -> str:

@@ -108,3 +108,20 @@ def test_a_record_at_its_end_keeps_what_it_had_and_counts_its_repetitions() -> N
     assert (record.number, record.node_id, record.repetitions_done, record.ended_at) == (3, "n1", 2, "now")
     assert (record.status, running.status) == ("early_stopped", "running")
     assert not record.complete
+
+def test_a_plan_and_the_record_of_its_trial_are_one_configuration() -> None:
+    """One identity: ``candidate_key`` (what a plan asks for) and ``TrialRecord.ran_as`` (what its
+    trial ran) come from ``configuration_key``; they differ only where the engine resolved
+    something (SGLang's auto numbers, the kernel an arm ran on)."""
+    from orchestrator.space import Candidate, SpeculativeTriple, TrialPlan, candidate_key
+
+    plan = TrialPlan("search", Candidate(SpeculativeTriple(3, 1, 4), "nccl", {"NCCL_ALGO": "Ring"}))
+    params = {**plan.params(), "NCCL_ALGO": "Ring", "NCCL_PROTO": "default", "env.NCCL_DEBUG": "WARN"}
+    record = TrialRecord(trial_id="t", number=1, kind="search", label=plan.label(), params=params, status="ok")
+    assert record.ran_as() == candidate_key(plan)
+    assert record.model_copy(update={"all_reduce_kernel": "nccl"}).ran_as() != candidate_key(plan)
+    auto = TrialPlan("baseline_auto", Candidate(SpeculativeTriple(None, None, None)))
+    resolved = TrialRecord(trial_id="a", number=2, kind="baseline_auto", label="SGLang auto", params=auto.params(),
+                           status="ok", resolved_params={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4})
+    same = TrialPlan("search", Candidate(SpeculativeTriple(3, 1, 4)))
+    assert resolved.ran_as() == candidate_key(same), "SGLang's auto choice ran as the explicit point it resolved to"
