@@ -1,7 +1,7 @@
 """SGLang's server flags, as SGLang's own parser registers them (data, no sglang import).
 
 Reads ``serving/data/sglang_server_flags.json``, generated from SGLang's parser by
-``scripts/sglang_flags.py``, so a flag SGLang's launcher would refuse or misread is caught when a
+``scripts/write_sglang_flags.py``, so a flag SGLang's launcher would refuse or misread is caught when a
 spec or config is loaded.
 """
 

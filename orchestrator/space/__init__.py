@@ -13,6 +13,6 @@ Nothing here imports the spec or the sweep.
 from orchestrator.space import plan, points
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, IDENTITY_PARAMS, TrialPlan, candidate_key, configuration_key
 from orchestrator.space.points import *  # noqa: F403 - the package re-exports points.__all__
-from orchestrator.space.settings import candidate_from_settings
+from orchestrator.space.point_settings import candidate_from_settings
 
 __all__ = [*plan.__all__, *points.__all__, "candidate_from_settings"]

@@ -29,7 +29,7 @@ from serving.serve.app import build_app
 from serving.serve.cluster import ClusterSession, check_serve_address, own_processes, start_or_join, stop_leftovers
 from serving.serve.ingress import key_digest
 from serving.serve.options import ServeOptions, ServeStartError
-from serving.serve.preflight import (
+from serving.serve.serve_preflight import (
     ServePreflightError,
     check_engine_here,
     check_engine_on_cluster,
@@ -224,7 +224,7 @@ def run_foreground(
 ) -> None:
     """Serve ``config`` until Ctrl-C / SIGTERM, then stop everything this call started.
 
-    The preflight (``serving.serve.preflight``) runs before anything is deployed.
+    The preflight (``serving.serve.serve_preflight``) runs before anything is deployed.
 
     Args:
         config: The engine configuration (a sweep's best.yaml).

@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from serving.engine.config import EngineConfig
-from serving.engine.preflight import engine_problems, units_that_fit
+from serving.engine.node_checks import engine_problems, units_that_fit
 from serving.serve.cluster import stop_leftovers
 from serving.serve.options import ServeOptions
-from serving.serve.preflight import ServePreflightError, check_engine_here, check_resources
+from serving.serve.serve_preflight import ServePreflightError, check_engine_here, check_resources
 
 SGLANG_TP8 = EngineConfig(kind="sglang", model_path="moonshotai/Kimi-K2", tp_size=8)
 REFERENCE = EngineConfig(kind="reference", model_path="ref-tiny", tp_size=2)

@@ -1,6 +1,6 @@
 """Only flags SGLang has: every engine flag spectune renders, accepts, prints or documents is an exact
 SGLang 0.5.23 server flag (serving/data/sglang_server_flags.json, generated from SGLang's own
-parser by scripts/sglang_flags.py), or one of the reference engine's own flags.
+parser by scripts/write_sglang_flags.py), or one of the reference engine's own flags.
 
 SGLang's launcher refuses a name it lacks and an ambiguous prefix (``--cuda-graph-bs``) with exit 2,
 and reads an unambiguous prefix (``--tp``) as the longer flag; none of that shows before a GPU node
@@ -42,8 +42,8 @@ def test_the_list_is_sglang_0_5_23s_parser_with_its_aliases_and_deprecations() -
     table = sglang_flags()
     data = json.loads((ROOT / "serving" / "data" / "sglang_server_flags.json").read_text())
     assert table.version == data["sglang_version"] == "0.5.23"
-    assert data["generated_by"] == "python scripts/sglang_flags.py --version 0.5.23"
-    assert (ROOT / "scripts" / "sglang_flags.py").is_file()
+    assert data["generated_by"] == "python scripts/write_sglang_flags.py --version 0.5.23"
+    assert (ROOT / "scripts" / "write_sglang_flags.py").is_file()
     assert len(table.names) == 561  # 532 argparse actions; docs/reference-engine.md says so
     for alias, canonical in [("--model", "--model-path"), ("--tensor-parallel-size", "--tp-size"),
                              ("--speculative-draft-model", "--speculative-draft-model-path")]:
@@ -197,7 +197,7 @@ def test_the_line_rule_catches_what_sglang_would_refuse() -> None:
     assert line_problems(unwrap("use ``--cuda-graph-\n    bs`` here")) and not line_problems(unwrap(
         "``--enforce-disable-\n    flashinfer-allreduce-fusion``"))
     assert {"--json", "--set", "--results-dir", "--help"} <= spectune_options()
-    assert {"--version", "--src", "--deps"} <= script_options()  # scripts/sglang_flags.py's own
+    assert {"--version", "--src", "--deps"} <= script_options()  # scripts/write_sglang_flags.py's own
     assert set(NOT_FLAGS).isdisjoint(sglang_flags().names)
 
 

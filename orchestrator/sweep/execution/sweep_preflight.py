@@ -21,7 +21,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.tracking_server import health_status
 from serving.engine import nccl
 from serving.engine.placement import placements_that_fit
-from serving.engine.preflight import (
+from serving.engine.node_checks import (
     engine_problems,
     network_problems,
     plural,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write SGLang's server flag list (serving/data/sglang_server_flags.json) from SGLang's own parser.
 
-    python scripts/sglang_flags.py --version 0.5.23
+    python scripts/write_sglang_flags.py --version 0.5.23
 
 spectune checks every engine flag it renders, accepts (``extra_args``) or prints (advice, help,
 docs) against this list, and the reference engine registers no flag SGLang lacks; the list is
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = json.loads(out)
     data = {
         "sglang_version": args.version,
-        "generated_by": f"python scripts/sglang_flags.py --version {args.version}",
+        "generated_by": f"python scripts/write_sglang_flags.py --version {args.version}",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "source": "argparse.ArgumentParser() + sglang.srt.server_args.ServerArgs.add_cli_args(parser), "
                   "every action of parser._actions",

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from serving.engine import nccl
 from serving.engine.config import EngineConfig
 from serving.engine.placement import placements_that_fit
-from serving.engine.preflight import (
+from serving.engine.node_checks import (
     alive_nodes,
     engine_problems,
     network_problems,
