@@ -16,9 +16,9 @@ from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
-from orchestrator.bench.settings import BenchmarkSpec, BenchSettings
 from orchestrator.errors import SpecError
 from orchestrator.space import Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
+from orchestrator.spec_benchmark import BenchmarkSpec
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
     DANGEROUS_FLAGS,
@@ -46,7 +46,6 @@ from serving.engine.config import (
 from serving.engine.placement import EnginePlacement, engine_placement
 
 __all__ = [
-    "BenchmarkSpec",
     "BudgetSpec",
     "DEFAULT_ENGINE_START_S",
     "ConfirmationSpec",
@@ -494,14 +493,6 @@ class SweepSpec(_Model):
         if architecture is not None:
             data["engine"]["architecture"] = architecture
         return type(self).model_validate(data)
-
-    def bench_settings(self, levels: list[int]) -> BenchSettings:
-        """The harness's settings for measuring ``levels`` as this sweep does (a trial, a
-        confirmation visit): the benchmark section, with the objective deciding when a level has
-        been repeated enough and being the metric tested for drift."""
-        noise = list(dict.fromkeys([self.objective.metric, "output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50"]))
-        return BenchSettings.from_spec(self.benchmark, concurrency=levels, noise_metrics=noise,
-                                       target_metric=self.objective.metric)
 
     @property
     def objective_concurrency(self) -> int:

@@ -25,7 +25,6 @@ _WHERE = {
     "ProbeResult": "probe",
     "ProgressUpdate": "runner",
     "RepetitionMetrics": "metrics",
-    "WarmupSpec": "settings",
     "arun_benchmark": "runner",
     "open_benchmark": "runner",
     "read_json": "report",
@@ -63,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
         run_repetition,
         warm_up_level,
     )
-    from orchestrator.bench.settings import BenchSettings, WarmupSpec
+    from orchestrator.bench.settings import BenchSettings
 
 
 def __getattr__(name: str) -> Any:

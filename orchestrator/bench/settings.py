@@ -1,187 +1,25 @@
-"""How a benchmark is configured: the sweep spec's ``benchmark`` section and the settings of a run.
-
-:class:`BenchmarkSpec` is the spec's section (``orchestrator.spec`` imports it); :class:`BenchSettings`
-subclasses it with the knobs only a run needs, so a field added to the spec is a field of the
-settings, with the same validation.
+"""How a benchmark run is configured: :class:`BenchSettings`, the spec's ``benchmark`` section
+(``orchestrator.spec_benchmark.BenchmarkSpec``) plus the knobs only a run needs.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from orchestrator.bench.metrics import OBJECTIVE_METRICS
-from orchestrator.statistics import MIN_VALUES
-from orchestrator.validation import StrictModel
+from orchestrator.spec_benchmark import MAX_TIMEOUT_S, BenchmarkSpec
 
-__all__ = ["ApiChoice", "BenchSettings", "BenchmarkSpec", "DEFAULT_NOISE_METRICS", "WarmupSpec"]
+__all__ = ["ApiChoice", "BenchSettings", "DEFAULT_NOISE_METRICS", "SWEEP_NOISE_METRICS"]
 
 ApiChoice = Literal["auto", "generate", "completions", "chat"]
 
 DEFAULT_NOISE_METRICS = ("output_tok_per_s", "tpot_ms_p50", "ttft_ms_p50")
 """Metrics whose spread across repetitions decides the ``noisy`` flag."""
 
-
-MAX_LEVEL_CONCURRENCY = 10_000
-"""Largest closed-loop concurrency level (as ``objective.concurrency``)."""
-MAX_LEVELS = 64
-"""Most concurrency levels one benchmark measures."""
-MAX_TIMEOUT_S = 30 * 24 * 3600.0
-"""Longest per-request timeout (30 days: anything longer is a typo)."""
-MAX_SEED = 2**63 - 1
-"""Largest seed: what a 64-bit signed integer (SGLang's and torch's seeds) holds."""
-MAX_REPETITIONS = 100
-"""Most repetitions per level."""
-DEFAULT_MIN_REPETITIONS = MIN_VALUES
-"""Fewest repetitions per level by default, and in effect (a smaller ``min_repetitions`` acts as this):
-no interval is stated from fewer than ``orchestrator.statistics.MIN_VALUES`` (3) values."""
-MIN_WINDOW_REQUESTS = 4
-"""Fewest requests in a default warm-up window."""
-
-
-class WarmupSpec(StrictModel):
-    """How each concurrency level is warmed up after its ``warmup_requests``: windows of requests at
-    the level's concurrency, each after ``/flush_cache`` and with the same prompts, until two
-    windows in a row agree on output tok/s (``noise.windows_stable``) or ``max_windows`` ran."""
-
-    window_requests: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description="Requests per stability window; default: twice the level's concurrency, at least "
-        f"{MIN_WINDOW_REQUESTS} (a window shorter than one round of the batch measures its ramp, not its pace).",
-    )
-    tolerance: float | None = Field(
-        default=0.05,
-        gt=0,
-        lt=1,
-        description="Stable when two consecutive windows' tok/s differ by at most this fraction of the larger; "
-        "null = no windows (exactly warmup_requests per level).",
-    )
-    max_windows: int = Field(
-        default=8,
-        ge=2,
-        le=1_000,
-        description="Most stability windows per level; a level still unstable then is measured anyway and its "
-        "warm-up recorded as not converged.",
-    )
-
-    def window_size(self, concurrency: int) -> int:
-        """Requests per window at ``concurrency``: ``window_requests``, or max(4, 2 * concurrency)."""
-        if self.window_requests is not None:
-            return self.window_requests
-        return max(MIN_WINDOW_REQUESTS, 2 * concurrency)
-
-
-class BenchmarkSpec(StrictModel):
-    """How each trial is measured: a sweep spec's ``benchmark`` section (metric definitions in
-    ``orchestrator.bench.metrics``). Strict like every section a user writes: ``num_prompts: true``
-    is refused, not read as 1."""
-
-    dataset: Literal["builtin", "sharegpt", "random"] = Field(
-        default="builtin", description="Prompt source: the shipped prompt set, a ShareGPT JSON file, or random."
-    )
-    dataset_path: str | None = Field(default=None, description="Path of the ShareGPT-format JSON file.")
-    allow_random_prompts: bool = Field(
-        default=False,
-        description="Allow tuning on random prompts (speculation looks better on them than on real text).",
-    )
-    random_input_len: int = Field(default=128, ge=1, le=100_000, description="Prompt length (words) for random prompts.")
-    num_prompts: int = Field(default=32, ge=1, le=100_000, description="Prompts per repetition and concurrency level.")
-    output_len: int = Field(default=128, ge=1, le=65_536, description="max_new_tokens per request.")
-    concurrency: list[int] = Field(default_factory=lambda: [1, 8], description="Closed-loop concurrency levels.")
-    request_rate: float | None = Field(default=None, gt=0, le=1_000_000, description="Open-loop requests/s (instead of closed loop).")
-    warmup_requests: int = Field(
-        default=4,
-        ge=0,
-        le=100_000,
-        description="Requests sent and discarded at each concurrency level, at that level's concurrency, before its "
-        "stability windows (warmup); 0 = no warm-up at all.",
-    )
-    warmup: WarmupSpec = Field(
-        default_factory=WarmupSpec,
-        description="After warmup_requests, keep warming each level until its throughput is stable.",
-    )
-    repetitions: int = Field(
-        default=10,
-        ge=1,
-        le=MAX_REPETITIONS,
-        description="Most measured repetitions per concurrency level (the cap); exactly this many when "
-        "target_ci_rel is null.",
-    )
-    min_repetition_s: float = Field(
-        default=20.0,
-        ge=0,
-        le=MAX_TIMEOUT_S,
-        description="Shortest repetition, in seconds of steady load: after warm-up the level's request count per "
-        "repetition grows (cycling through the prompts) until a repetition lasts at least this long at the "
-        "throughput measured so far; 0 = exactly num_prompts requests. Default 20 s: on an H200, 16 x 128-token "
-        "repetitions lasted 8 s and two of them were 18% apart, while 64 x 256 (about 27 s) had a CV of 1.5%.",
-    )
-    min_repetitions: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_REPETITIONS,
-        description=f"Fewest repetitions per level before its interval is judged; at most repetitions. "
-        f"Default: {DEFAULT_MIN_REPETITIONS}, or repetitions if that is smaller; 1 or 2 act as {MIN_VALUES}, since no "
-        f"interval is stated from fewer than {MIN_VALUES} values.",
-    )
-    target_ci_rel: float | None = Field(
-        default=0.02,
-        gt=0,
-        lt=1,
-        description="Repeat a level until the 95% interval of its target metric's geometric mean (the sweep's "
-        "objective; log scale, from 3 repetitions on) lies within a factor 1 + target_ci_rel of it either way, "
-        "i.e. exp(t(0.975, n-1) * stdev(log x) / sqrt(n)) - 1 <= target_ci_rel, or repetitions is reached; "
-        "null = exactly repetitions per level.",
-    )
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature (0 = greedy).")
-    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Sampling and prompt-selection seed.")
-    request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Per-request timeout.")
-
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("give at least one concurrency level")
-        if len(value) > MAX_LEVELS:
-            raise ValueError(f"at most {MAX_LEVELS} concurrency levels, got {len(value)}")
-        if any(c < 1 or c > MAX_LEVEL_CONCURRENCY for c in value):
-            raise ValueError(f"concurrency levels must lie in [1, {MAX_LEVEL_CONCURRENCY}], got {value}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"repeated concurrency levels in {value}")
-        return sorted(value)
-
-    @model_validator(mode="after")
-    def _repetition_bounds(self) -> "BenchmarkSpec":
-        if self.min_repetitions is not None and self.min_repetitions > self.repetitions:
-            raise ValueError(
-                f"min_repetitions ({self.min_repetitions}) is above repetitions ({self.repetitions}), the most "
-                "repetitions per level; lower min_repetitions or raise repetitions"
-            )
-        return self
-
-    def repetition_bounds(self) -> tuple[int, int]:
-        """(fewest, most) repetitions per level: ``min_repetitions`` raised to ``MIN_VALUES`` and
-        capped at ``repetitions``; and ``repetitions``. (repetitions, repetitions) without a target."""
-        if self.target_ci_rel is None:
-            return self.repetitions, self.repetitions
-        fewest = self.min_repetitions if self.min_repetitions is not None else DEFAULT_MIN_REPETITIONS
-        return min(max(fewest, MIN_VALUES), self.repetitions), self.repetitions
-
-    @model_validator(mode="after")
-    def _dataset(self) -> "BenchmarkSpec":
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset: sharegpt needs dataset_path (a ShareGPT-format JSON file)")
-        if self.dataset != "sharegpt" and self.dataset_path:
-            raise ValueError(f"dataset_path is only used with dataset: sharegpt (dataset is {self.dataset})")
-        if self.dataset == "random" and not self.allow_random_prompts:
-            raise ValueError(
-                "dataset: random is refused for tuning (speculation looks better on random prompts than on "
-                "real text); use builtin or sharegpt, or set allow_random_prompts: true"
-            )
-        return self
+SWEEP_NOISE_METRICS = DEFAULT_NOISE_METRICS
+"""What a sweep tests for drift besides its objective."""
 
 
 class BenchSettings(BenchmarkSpec):
@@ -250,6 +88,14 @@ class BenchSettings(BenchmarkSpec):
         if value not in OBJECTIVE_METRICS:
             raise ValueError(f"unknown metric {value!r}; allowed: {', '.join(OBJECTIVE_METRICS)}")
         return value
+
+    @classmethod
+    def for_sweep(cls, benchmark: BenchmarkSpec, *, objective_metric: str, levels: list[int]) -> "BenchSettings":
+        """The settings for measuring ``levels`` as a sweep does (a trial, a confirmation visit): the
+        spec's ``benchmark`` section, with the objective deciding when a level has been repeated
+        enough and being the metric tested for drift."""
+        noise = list(dict.fromkeys([objective_metric, *SWEEP_NOISE_METRICS]))
+        return cls.from_spec(benchmark, concurrency=levels, noise_metrics=noise, target_metric=objective_metric)
 
     @classmethod
     def from_spec(cls, spec: BenchmarkSpec, **overrides: Any) -> "BenchSettings":

@@ -30,6 +30,7 @@ from orchestrator.bench.probe import run_probe
 from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
+from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
@@ -385,7 +386,8 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
         if not group:
             continue
         try:
-            result = run_benchmark(base_url=session.url, settings=spec.bench_settings(group),
+            result = run_benchmark(base_url=session.url, settings=BenchSettings.for_sweep(
+                spec.benchmark, objective_metric=spec.objective.metric, levels=group),
                                    on_repetition=on_repetition)
         except BenchmarkError as exc:
             partial = getattr(exc, "partial", None)

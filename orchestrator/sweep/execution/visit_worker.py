@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from orchestrator.bench.runner import run_benchmark
+from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
 from orchestrator.sweep.execution.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
@@ -45,7 +46,7 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
         with session:
             session.check_audit()
             level = spec.objective_concurrency
-            settings = spec.bench_settings([level])
+            settings = BenchSettings.for_sweep(spec.benchmark, objective_metric=spec.objective.metric, levels=[level])
             overrides: dict[str, Any] = {"repetitions": repetitions}
             if "min_repetitions" in type(settings).model_fields:
                 overrides["min_repetitions"] = repetitions

@@ -11,7 +11,8 @@ from orchestrator.bench.loadgen import RequestRecord
 from orchestrator.bench.metrics import compute_repetition_metrics
 from orchestrator.bench.noise import ci_rel, detect_drift, relative_difference, repetition_verdict, windows_stable
 from orchestrator.bench.report import summarise_level
-from orchestrator.bench.settings import BenchmarkSpec, BenchSettings, WarmupSpec
+from orchestrator.bench.settings import BenchSettings
+from orchestrator.spec_benchmark import BenchmarkSpec, WarmupSpec
 from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
 
