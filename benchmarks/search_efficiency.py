@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
-from orchestrator.bench.metrics import OBJECTIVE_METRICS  # noqa: E402
+from orchestrator.spec_benchmark import OBJECTIVE_METRICS  # noqa: E402
 from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, SpeculativeTriple, TrialPlan, canonical_arm, candidate_key  # noqa: E402
 from orchestrator.space.define_by_run import DefineByRunSpace  # noqa: E402
 from orchestrator.spec import SweepSpec  # noqa: E402

@@ -15,10 +15,9 @@ from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from orchestrator.bench.metrics import OBJECTIVE_METRICS
 from orchestrator.errors import SpecError
 from orchestrator.space import Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
-from orchestrator.spec_benchmark import BenchmarkSpec
+from orchestrator.spec_benchmark import OBJECTIVE_METRICS, BenchmarkSpec
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
     DANGEROUS_FLAGS,
@@ -60,7 +59,6 @@ __all__ = [
     "SloSpec",
     "SweepSpec",
     "TrackingSpec",
-    "OBJECTIVE_METRICS",
 ]
 
 MAX_DURATION_S = 30 * 24 * 3600.0

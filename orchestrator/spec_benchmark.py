@@ -14,7 +14,15 @@ from pydantic import Field, field_validator, model_validator
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel
 
-__all__ = ["BenchmarkSpec", "MAX_TIMEOUT_S", "WarmupSpec"]
+__all__ = ["BenchmarkSpec", "MAX_TIMEOUT_S", "OBJECTIVE_METRICS", "WarmupSpec"]
+
+OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
+    "output_tok_per_s": "max", "request_per_s": "max", "accept_length": "max",
+    "ttft_ms_p50": "min", "ttft_ms_p99": "min", "tpot_ms_p50": "min", "tpot_ms_p99": "min",
+    "e2e_ms_p50": "min", "e2e_ms_p99": "min", "cycle_ms": "min",
+}
+"""The metrics a sweep may optimise (``objective.metric``), with the direction that means "better";
+the bench's metric table (``orchestrator.bench.metrics.METRICS``) computes each of them."""
 
 MAX_LEVEL_CONCURRENCY = 10_000
 """Largest closed-loop concurrency level (as ``objective.concurrency``)."""

@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "METRICS",
-    "OBJECTIVE_METRICS",
     "Distribution",
     "Metric",
     "RepetitionMetrics",
@@ -431,46 +430,41 @@ class RepetitionMetrics(BaseModel):
 
 @dataclass(frozen=True)
 class Metric:
-    """One scalar metric: how it is read from a repetition, and which way is better.
+    """One scalar metric: how it is read from a repetition.
 
     Attributes:
         read: The repetition's value (None: absent, e.g. no speculation).
-        direction: ``max`` or ``min`` for a metric a sweep can optimise; None for one that is
-            reported only (counts, the server's cross-check figures, percentiles not offered).
     """
 
     read: Callable[[RepetitionMetrics], float | None]
-    direction: Literal["max", "min"] | None = None
 
 
 def _count(value: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _latency(name: str, *, objective: bool = True) -> dict[str, Metric]:
-    """``{name}_mean``, ``_p50``, ``_p90``, ``_p99`` of one per-request distribution. With
-    ``objective``, p50 and p99 can be optimised (lower is better); mean and p90 are reported only."""
-    better: Literal["min"] | None = "min" if objective else None
+def _latency(name: str) -> dict[str, Metric]:
+    """``{name}_mean``, ``_p50``, ``_p90``, ``_p99`` of one per-request distribution."""
 
     def stat(field: str) -> Callable[[RepetitionMetrics], float | None]:
         return lambda rep: getattr(getattr(rep, name), field)
 
     return {
         f"{name}_mean": Metric(stat("mean")),
-        f"{name}_p50": Metric(stat("median"), better),
+        f"{name}_p50": Metric(stat("median")),
         f"{name}_p90": Metric(stat("p90")),
-        f"{name}_p99": Metric(stat("p99"), better),
+        f"{name}_p99": Metric(stat("p99")),
     }
 
 
 METRICS: dict[str, Metric] = {
-    "output_tok_per_s": Metric(lambda rep: rep.output_tok_per_s, "max"),
-    "request_per_s": Metric(lambda rep: rep.request_per_s, "max"),
+    "output_tok_per_s": Metric(lambda rep: rep.output_tok_per_s),
+    "request_per_s": Metric(lambda rep: rep.request_per_s),
     "output_tokens": Metric(lambda rep: _count(rep.output_tokens)),
     "num_errors": Metric(lambda rep: float(rep.num_errors)),
     "error_rate": Metric(lambda rep: rep.num_errors / rep.num_requests if rep.num_requests else None),
     "tokens_per_chunk": Metric(lambda rep: rep.tokens_per_chunk),
-    "accept_length": Metric(lambda rep: rep.accept_length, "max"),
+    "accept_length": Metric(lambda rep: rep.accept_length),
     "accept_length_requests": Metric(lambda rep: rep.accept_length_requests),
     "accept_length_server": Metric(lambda rep: rep.accept_length_server),
     "accept_length_server_lifetime": Metric(lambda rep: rep.accept_length_server_lifetime),
@@ -479,18 +473,13 @@ METRICS: dict[str, Metric] = {
     **_latency("ttft_ms"),
     **_latency("tpot_ms"),
     **_latency("e2e_ms"),
-    **_latency("queue_delay_ms", objective=False),  # already inside ttft_ms and e2e_ms
-    "cycle_ms": Metric(lambda rep: rep.cycle_ms, "min"),
+    **_latency("queue_delay_ms"),  # already inside ttft_ms and e2e_ms
+    "cycle_ms": Metric(lambda rep: rep.cycle_ms),
     "host_cpu_steal": Metric(lambda rep: rep.host_cpu_steal),
 }
 """Every scalar metric of a repetition, by name: the one table behind ``RepetitionMetrics.flat()``,
-a level's summary and ``BenchResult.flat()``, and (through :data:`OBJECTIVE_METRICS`) what a
-sweep may optimise."""
-
-OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
-    name: metric.direction for name, metric in METRICS.items() if metric.direction is not None
-}
-"""Metrics a sweep can optimise, with the direction that means "better" (derived from :data:`METRICS`)."""
+a level's summary and ``BenchResult.flat()``; which of them a sweep may optimise, and which way is
+better, is the spec's (``orchestrator.spec_benchmark.OBJECTIVE_METRICS``)."""
 
 
 def _sum_reported(records: Sequence["RequestRecord"], field: str) -> int | None:

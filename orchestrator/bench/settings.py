@@ -8,8 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from orchestrator.bench.metrics import OBJECTIVE_METRICS
-from orchestrator.spec_benchmark import MAX_TIMEOUT_S, BenchmarkSpec
+from orchestrator.spec_benchmark import MAX_TIMEOUT_S, OBJECTIVE_METRICS, BenchmarkSpec
 
 __all__ = ["ApiChoice", "BenchSettings", "DEFAULT_NOISE_METRICS", "SWEEP_NOISE_METRICS"]
 

@@ -25,7 +25,7 @@ from orchestrator.bench.metrics import (
     tokens_per_chunk,
     tpot_ms,
 )
-from orchestrator.spec import OBJECTIVE_METRICS
+from orchestrator.spec_benchmark import OBJECTIVE_METRICS
 from orchestrator.statistics import t975
 
 
@@ -279,11 +279,11 @@ def test_server_accept_length_used_when_requests_lack_it() -> None:
 
 
 def test_one_table_names_every_metric_and_its_direction() -> None:
-    """OBJECTIVE_METRICS is the table's optimisable part; the spec uses that very table."""
+    """The spec names what a sweep may optimise and which way is better (OBJECTIVE_METRICS); the
+    bench's one table computes each of them."""
     import orchestrator.spec as spec
 
-    assert OBJECTIVE_METRICS == {n: m.direction for n, m in METRICS.items() if m.direction is not None}
-    assert spec.OBJECTIVE_METRICS is OBJECTIVE_METRICS
+    assert set(OBJECTIVE_METRICS) <= set(METRICS)
     assert OBJECTIVE_METRICS == {
         "output_tok_per_s": "max", "request_per_s": "max", "accept_length": "max",
         "ttft_ms_p50": "min", "ttft_ms_p99": "min", "tpot_ms_p50": "min", "tpot_ms_p99": "min",
