@@ -28,6 +28,7 @@ __all__ = [
     "network_problems",
     "plural",
     "run_where_placed",
+    "sglang_version_note",
     "units_that_fit",
     "wait_for_fit",
 ]
@@ -52,6 +53,16 @@ def plural(count: float, word: str) -> str:
     return f"{shown} {word}{'' if shown == '1' else 's'}"
 
 
+def sglang_version_note(installed: str | None, *, expected: str, node: str, field: str = "engine.kind") -> str | None:
+    """What to say where the SGLang ``installed`` on ``node`` is not the one whose flags and fields
+    spectune's rules were read from (``expected``: ``serving.sglang_flags``' version), else None."""
+    if installed is None or installed == expected:
+        return None
+    return (f"{field}: sglang: SGLang {installed} is installed on node {node}; spectune's flag list and rules are "
+            f"SGLang {expected}'s, so a flag or field may differ: pip install 'sglang[all]=={expected}' there, or "
+            f"regenerate the list for {installed} (python scripts/write_sglang_flags.py --version {installed})")
+
+
 def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
                     fields: Mapping[str, str] = SWEEP_FIELDS) -> dict[str, Any]:
     """What would stop the engine from starting on this node (run it there; plain data back).
@@ -72,12 +83,19 @@ def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
     notes: list[str] = []
     node = socket.gethostname()
     if kind == "sglang":
+        from serving.sglang_flags import sglang_flags
+
+        expected = sglang_flags().version
         if importlib.util.find_spec("sglang") is None:
             problems.append(
                 f"{fields['kind']}: sglang: the package 'sglang' cannot be imported on node {node} ({sys.executable}); "
-                "install it there: pip install 'sglang[all]' (or pip install 'spectune[sglang]'), or use kind: "
-                "reference to try spectune on the CPU reference engine"
+                f"install it there: pip install 'sglang[all]=={expected}' (or pip install 'spectune[sglang]'), or use "
+                "kind: reference to try spectune on the CPU reference engine"
             )
+        else:
+            note = sglang_version_note(_installed_version("sglang"), expected=expected, node=node, field=fields["kind"])
+            if note:
+                notes.append(note)
         for field, path in ((fields["model"], model_path), (fields["draft"], draft_path)):
             if path is None:
                 continue
@@ -110,6 +128,16 @@ def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
                     except ValueError as exc:
                         problems.append(f"{fields['draft']}: {exc}")
     return {"problems": problems, "notes": notes, "node": node}
+
+
+def _installed_version(package: str) -> str | None:
+    """The installed distribution's version (read from its metadata, the package not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 

@@ -13,6 +13,7 @@ import argparse
 import ast
 import itertools
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,22 @@ def test_docs_name_only_real_flags(path: Path) -> None:
                 for i, line in enumerate(unwrap(path.read_text(encoding="utf-8")).splitlines(), 1)
                 for problem in line_problems(line)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_preflight_names_an_installed_sglang_the_flag_list_was_not_read_from() -> None:
+    """The extra pins the version the list was generated for; a node with another SGLang gets a
+    preflight line naming both versions and the two ways out (an engine may still start)."""
+    from serving.engine.node_checks import engine_problems, sglang_version_note
+
+    table = sglang_flags()
+    assert sglang_version_note(table.version, expected=table.version, node="gpu-1") is None
+    assert sglang_version_note(None, expected=table.version, node="gpu-1") is None  # not installed: another problem
+    note = sglang_version_note("0.5.25", expected=table.version, node="gpu-1")
+    assert note is not None and note.startswith("engine.kind: sglang: SGLang 0.5.25 is installed on node gpu-1")
+    assert f"pip install 'sglang[all]=={table.version}'" in note
+    assert "python scripts/write_sglang_flags.py --version 0.5.25" in note
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert extras["sglang"] == [f"sglang[all]=={table.version}"]
+    # no SGLang on this machine: the problem names the pinned version to install
+    (problem,) = engine_problems(kind="sglang", model_path="org/model", draft_path=None)["problems"]
+    assert f"pip install 'sglang[all]=={table.version}'" in problem

@@ -79,6 +79,6 @@ def test_an_sglang_spec_without_sglang_exits_2_naming_the_package(ray_cluster: d
     proc = _sweep(spec, results, ray_cluster["address"], dict(os.environ))
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2, out[-3000:]
-    assert "the package 'sglang' cannot be imported" in out and "pip install 'sglang[all]'" in out, out[-3000:]
+    assert "the package 'sglang' cannot be imported" in out and "pip install 'sglang[all]==0.5.23'" in out, out[-3000:]
     assert "engine.draft_model_path: /no/such/draft does not exist" in out, out[-3000:]
     assert all_runs_ended(results)
