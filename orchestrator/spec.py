@@ -453,6 +453,13 @@ class SweepSpec(_Model):
         elif plan.gpu_kind is None and len(self.search.all_reduce) > 1:
             out.append("search.all_reduce: which kernel each arm runs depends on the node (engine.gpu_kind: auto); "
                        "the preflight reads it there, and arms that run one kernel are measured once")
+        speculative = self.space().speculative
+        if isinstance(speculative, SpeculativeSpace):
+            for name, values in speculative.values_dropped().items():
+                out.append(f"search.speculative.{name}: {', '.join(map(str, values))} "
+                           f"{'is' if len(values) == 1 else 'are'} in no combination SGLang accepts "
+                           "(num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2; top-k 1 chains derive their "
+                           f"draft count): the search leaves {'it' if len(values) == 1 else 'them'} out")
         if self.benchmark.min_repetition_s == 0 and self.engine.kind == "sglang":
             out.append("benchmark.min_repetition_s: 0 lets a repetition on a GPU last a few seconds (16 prompts x 128 "
                        "tokens took 8 s on an H200, and two such repetitions were 18% apart)")

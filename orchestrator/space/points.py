@@ -164,6 +164,18 @@ class SpeculativeSpace:
         """The steps, top-k and draft values that appear in at least one point (auto aside)."""
         return _values_used(self.points)
 
+    def values_dropped(self) -> dict[str, list[int]]:
+        """Each dimension's listed values that appear in no point (SGLang's rules leave no valid
+        combination with them), by the spec's name; empty where every value is used. Draft counts
+        given with top-k 1 alone are all dropped: a chain derives its own."""
+        steps, topks, drafts = self.values_used()
+        used = {"num_steps": steps, "eagle_topk": topks,
+                "num_draft_tokens": [d for t in self.points if not t.is_auto and t.eagle_topk > 1
+                                     for d in [t.num_draft_tokens]]}
+        listed = {"num_steps": self.num_steps, "eagle_topk": self.eagle_topk, "num_draft_tokens": self.num_draft_tokens}
+        return {name: [v for v in values if v not in used[name]] for name, values in listed.items()
+                if any(v not in used[name] for v in values)}
+
 
 AUTO_ONLY = SpeculativeSpace(include_auto=True)
 """The speculative space of a spec that does not search the numbers (or does not speculate)."""
@@ -362,10 +374,12 @@ class SearchSpace:
 def space_problems(space: SearchSpace) -> Iterator[str]:
     """Why a spec may not use ``space``, each as ``"field: message"``: empty, or beyond the bound."""
     speculative = len(space.speculative)
-    if speculative == 0:
+    searched = isinstance(space.speculative, SpeculativeSpace) and bool(space.speculative.num_steps)
+    if speculative == 0 or (searched and not any(not t.is_auto for t in space.speculative)):
         yield (
             "search.speculative: no combination of num_steps, eagle_topk and num_draft_tokens satisfies "
             "SGLang's rules (num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2)"
+            + ("; only SGLang's own choice (include_auto) would run, which is no search" if speculative else "")
         )
         return
     total = len(space)

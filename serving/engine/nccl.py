@@ -218,8 +218,12 @@ def searched_value(name: str, choice: str | int | None) -> str | None:
     for unset (null, ``default`` or ``unset``: NCCL's own choice).
 
     Raises:
-        ValueError: NCCL does not document ``name=choice`` (the message says what is allowed).
+        ValueError: ``name`` is no NCCL variable, or NCCL does not document ``name=choice`` (the
+            message says what is allowed).
     """
+    if name not in NCCL_VARIABLES and not name.startswith("NCCL_"):
+        raise ValueError(f"{name!r} is not an NCCL variable; the search varies NCCL's own (fixed variables of any "
+                         "name go in engine.env)")
     if choice is None or str(choice).strip().lower() in DEFAULT_VALUE_WORDS:
         return None
     problem = check_value(name, str(choice))

@@ -312,3 +312,16 @@ def test_validate_prints_the_warnings(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert "benchmark.repetitions: 2 gives no interval" in " ".join(result.output.split())
+
+
+def test_values_the_rules_leave_out_are_named_never_dropped_silently() -> None:
+    """A listed speculative value in no combination SGLang accepts is a warning naming it."""
+    spec = SweepSpec.model_validate({**BASE, "search": {**BASE["search"], "speculative": {
+        "num_steps": [2, 3], "eagle_topk": [1, 2], "num_draft_tokens": [4, 8, 32]}}})
+    (warning,) = [w for w in spec.warnings() if w.startswith("search.speculative")]
+    assert warning.startswith("search.speculative.num_draft_tokens: 32 is in no combination SGLang accepts")
+    assert "leaves it out" in warning
+    chains = SweepSpec.model_validate({**BASE, "search": {**BASE["search"], "speculative": {
+        "num_steps": [2, 3], "eagle_topk": 1, "num_draft_tokens": [4, 8]}}})
+    assert any(w.startswith("search.speculative.num_draft_tokens: 4, 8 are in no combination") for w in chains.warnings())
+    assert not [w for w in SweepSpec.model_validate(BASE).warnings() if w.startswith("search.speculative")]
