@@ -27,6 +27,11 @@ def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
 
         def __init__(self) -> None:
             self.numbers: dict[str, int] = {}
+            self.shown: set[str] = set()  # trials whose end is on the console
+
+        def _show_end(self, trial: Any, record: TrialRecord | None, fallback: str = "") -> None:
+            self.shown.add(trial.trial_id)
+            display.ended(record, self._number(trial), fallback=fallback)
 
         def _number(self, trial: Any) -> int:
             if trial.trial_id not in self.numbers:
@@ -42,8 +47,9 @@ def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
                 return
             writer = ref.get()
             if result.get("final"):
-                ray.get(writer.finish_trial.remote(json.loads(record)))
-                display.ended(TrialRecord.model_validate_json(record), self._number(trial), fallback="")
+                ended = TrialRecord.model_validate_json(record)
+                ray.get(writer.finish_trial.remote(ended.model_dump()))
+                self._show_end(trial, ended)
                 return
             ray.get(writer.update_trial.remote(json.loads(record), step=result.get("repetition"),
                                                metrics=result.get("repetition_metrics")))
@@ -51,13 +57,12 @@ def tune_callbacks(display: Display, ref: CoordinatorRef) -> list[Any]:
 
         def _ended(self, trial: Any, *, status: str, reason: str, message: str) -> None:
             """A trial that ended without its final report: recorded from its last report."""
-            writer = ref.get()
-            if not ray.get(writer.end_running.remote(trial_id=trial.trial_id, status=status, reason=reason,
-                                                     message=message)):
-                return  # it recorded itself (its final report), or never started
-            found = ray.get(writer.record_of.remote(trial_id=trial.trial_id))
-            display.ended(TrialRecord.model_validate(found) if found else None, self._number(trial),
-                          fallback=f"{status} ({reason})")
+            ended = ray.get(ref.get().end_running.remote(trial_id=trial.trial_id, status=status, reason=reason,
+                                                         message=message))
+            if ended is not None:
+                self._show_end(trial, TrialRecord.model_validate(ended))
+            elif trial.trial_id not in self.shown:  # it died before it started: no record to show
+                self._show_end(trial, None, fallback=f"{status} ({reason})")
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._ended(trial, status="early_stopped", reason="early_stopped",

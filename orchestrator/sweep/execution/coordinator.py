@@ -118,7 +118,6 @@ class SweepCoordinator:
                                          "tracking_uri": tracking_uri, "created_at": utc_timestamp()})
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
         self._running: dict[str, TrialRecord] = {}
-        self._told: dict[str, dict[str, Any]] = {}
         self._numbers: dict[str, int] = {}
         self._number = max((r.number for r in self._records.values()), default=0)
         self._left_running = self._trial_runs_left_running() if state.get("parent_run_id") else {}
@@ -172,11 +171,6 @@ class SweepCoordinator:
             self._numbers[trial_id] = self._number
         return self._numbers[trial_id]
 
-    def record_of(self, *, trial_id: str) -> dict[str, Any] | None:
-        """The trial's record once it has ended, else None."""
-        record = self._records.get(trial_id)
-        return record.model_dump() if record is not None and trial_id not in self._running else None
-
     def start_trial(self, record: dict[str, Any]) -> dict[str, Any]:
         """Number a starting trial (``record``: its :class:`TrialRecord`, status ``running``) and give
         it its MLflow run (the existing one when it is re-run). ``engine_config`` goes to the run as
@@ -205,7 +199,6 @@ class SweepCoordinator:
         if rec.engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
             self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
-        self._told[rec.trial_id] = {TAG_LABEL: rec.label}
         return {"number": number, "run_id": run["run_id"], "finished": None}
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
@@ -251,28 +244,28 @@ class SweepCoordinator:
         held = self._running[rec.trial_id]
         rec = rec.model_copy(update={"number": held.number, "mlflow_run_id": held.mlflow_run_id})
         self._running[rec.trial_id] = rec
-        self._tell_run(rec)
+        self._tell_run(rec, told=held)
         if metrics:
             self.tracker.log_metrics(held.mlflow_run_id, metrics, step=step)
 
-    def _tell_run(self, rec: TrialRecord) -> None:
-        """Tags and params of ``rec`` its MLflow run does not have yet (each set once per value)."""
+    def _tell_run(self, rec: TrialRecord, *, told: TrialRecord | None) -> None:
+        """What ``rec`` knows and ``told`` (the record its MLflow run was last written from; None:
+        not known) did not: tags that changed, the engine's resolved numbers as params."""
         run_id = rec.mlflow_run_id
-        told = self._told.setdefault(rec.trial_id, {})
-        tags = {k: v for k, v in _record_tags(rec).items() if v is not None and told.get(k) != v}
+        if not run_id:
+            return
+        before = _record_tags(told) if told is not None else {}
+        tags = {k: v for k, v in _record_tags(rec).items() if v is not None and before.get(k) != v}
         if TAG_LABEL in tags:  # SGLang's auto choice resolved: the label says what it chose
             tags["mlflow.runName"] = f"trial {rec.number:03d} {rec.label}"
-        params = {}
-        if rec.resolved_params and not told.get("resolved"):
+        params: dict[str, Any] = {}
+        if rec.resolved_params and not (told and told.resolved_params):
             params.update({f"resolved.{k}": v for k, v in rec.resolved_params.items()})
-            told["resolved"] = True
-        if rec.all_reduce_kernel and not told.get("resolved.all_reduce_kernel"):
+        if rec.all_reduce_kernel and not (told and told.all_reduce_kernel):
             params["resolved.all_reduce_kernel"] = rec.all_reduce_kernel
-            told["resolved.all_reduce_kernel"] = True
-        if tags and run_id:
+        if tags:
             self.tracker.set_tags(run_id, tags)
-            told.update(tags)
-        if params and run_id:
+        if params:
             self.tracker.log_params(run_id, params)
 
     def finish_trial(self, record: dict[str, Any]) -> None:
@@ -288,7 +281,7 @@ class SweepCoordinator:
             "mlflow_run_id": rec.mlflow_run_id or (held.mlflow_run_id if held is not None else None),
             "ended_at": rec.ended_at or utc_timestamp()})
         if rec.mlflow_run_id:
-            self._tell_run(rec)
+            self._tell_run(rec, told=held)
             summary: dict[str, float | None] = {f"final.{k}": v for k, v in rec.metrics.items()}
             if rec.objective is not None:
                 summary.update({
@@ -307,22 +300,21 @@ class SweepCoordinator:
             self.tracker.end_run(rec.mlflow_run_id, status=_RUN_STATUS.get(rec.status, "FAILED"))
         append_record(self.results_dir / TRIALS_FILE, rec)
         self._records[rec.trial_id] = rec
-        self._told.pop(rec.trial_id, None)
         logger.info("trial %d (%s) recorded: %s%s", rec.number, rec.label, rec.status,
                     f" ({rec.reason})" if rec.reason else "")
 
-    def end_running(self, *, trial_id: str, status: str, reason: str, message: str) -> bool:
+    def end_running(self, *, trial_id: str, status: str, reason: str, message: str) -> dict[str, Any] | None:
         """Record a trial that ended without its final report (ASHA stopped it, its worker died, the
         sweep ended): its last reported record, with this outcome.
 
-        Returns whether a record was written (False: the trial had recorded itself, or never started).
+        Returns the record written, or None (the trial had recorded itself, or never started).
         """
         held = self._running.get(trial_id)
         if held is None:
-            return False
+            return None
         self.finish_trial(held.ended(status=status, reason=reason or None, message=message,  # type: ignore[arg-type]
                                      ended_at=utc_timestamp()).model_dump())
-        return True
+        return self._records[trial_id].model_dump()
 
     def _run_id(self, trial_id: str) -> str:
         held = self._running.get(trial_id) or self._records.get(trial_id)
