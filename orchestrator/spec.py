@@ -16,7 +16,7 @@ from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.space import Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
+from orchestrator.space import TREE_RULE, Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
 from orchestrator.spec_benchmark import OBJECTIVE_METRICS, BenchmarkSpec
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
@@ -458,8 +458,7 @@ class SweepSpec(_Model):
             for name, values in speculative.values_dropped().items():
                 out.append(f"search.speculative.{name}: {', '.join(map(str, values))} "
                            f"{'is' if len(values) == 1 else 'are'} in no combination SGLang accepts "
-                           "(num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2; top-k 1 chains derive their "
-                           f"draft count): the search leaves {'it' if len(values) == 1 else 'them'} out")
+                           f"({TREE_RULE}; top-k 1 chains derive their draft count): the search leaves {'it' if len(values) == 1 else 'them'} out")
         if self.benchmark.min_repetition_s == 0 and self.engine.kind == "sglang":
             out.append("benchmark.min_repetition_s: 0 lets a repetition on a GPU last a few seconds (16 prompts x 128 "
                        "tokens took 8 s on an H200, and two such repetitions were 18% apart)")

@@ -34,6 +34,7 @@ __all__ = [
     "SpeculativeList",
     "SpeculativeSpace",
     "SpeculativeTriple",
+    "TREE_RULE",
     "arm_flags",
     "canonical_arm",
     "count_candidates",
@@ -168,14 +169,16 @@ class SpeculativeSpace:
         """Each dimension's listed values that appear in no point (SGLang's rules leave no valid
         combination with them), by the spec's name; empty where every value is used. Draft counts
         given with top-k 1 alone are all dropped: a chain derives its own."""
-        steps, topks, drafts = self.values_used()
-        used = {"num_steps": steps, "eagle_topk": topks,
-                "num_draft_tokens": [d for t in self.points if not t.is_auto and t.eagle_topk > 1
-                                     for d in [t.num_draft_tokens]]}
+        steps, topks, _ = self.values_used()
+        used = {"num_steps": set(steps), "eagle_topk": set(topks),
+                "num_draft_tokens": {t.num_draft_tokens for t in self.points if not t.is_auto and t.eagle_topk > 1}}
         listed = {"num_steps": self.num_steps, "eagle_topk": self.eagle_topk, "num_draft_tokens": self.num_draft_tokens}
-        return {name: [v for v in values if v not in used[name]] for name, values in listed.items()
-                if any(v not in used[name] for v in values)}
+        dropped = {name: [v for v in values if v not in used[name]] for name, values in listed.items()}
+        return {name: values for name, values in dropped.items() if values}
 
+
+TREE_RULE = "num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2"
+"""SGLang's rule for a draft tree, as a message states it (``serving.speculative_rules``)."""
 
 AUTO_ONLY = SpeculativeSpace(include_auto=True)
 """The speculative space of a spec that does not search the numbers (or does not speculate)."""
@@ -378,7 +381,7 @@ def space_problems(space: SearchSpace) -> Iterator[str]:
     if speculative == 0 or (searched and not any(not t.is_auto for t in space.speculative)):
         yield (
             "search.speculative: no combination of num_steps, eagle_topk and num_draft_tokens satisfies "
-            "SGLang's rules (num_draft_tokens - 1 <= topk + (num_steps - 1) * topk^2)"
+            f"SGLang's rules ({TREE_RULE})"
             + ("; only SGLang's own choice (include_auto) would run, which is no search" if speculative else "")
         )
         return
