@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.space import TREE_RULE, Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
-from orchestrator.spec_benchmark import OBJECTIVE_METRICS, BenchmarkSpec
+from orchestrator.spec_benchmark import OBJECTIVE_METRICS, BenchmarkSpec, ProbeSpec
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
     DANGEROUS_FLAGS,
@@ -265,13 +265,6 @@ class ResourcesSpec(_Model):
     cpus_per_trial: float = Field(
         default=1.0, gt=0, le=MAX_RESOURCES, description="CPUs for the trial's driver bundle."
     )
-
-
-class ProbeSpec(_Model):
-    """The correctness probe every trial passes before it is benchmarked."""
-
-    num_prompts: int = Field(default=8, ge=1, le=64, description="Built-in prompts sent greedily, one at a time.")
-    max_new_tokens: int = Field(default=32, ge=1, le=4096, description="Greedy tokens compared per prompt.")
 
 
 class ConfirmationSpec(_Model):

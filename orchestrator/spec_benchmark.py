@@ -1,4 +1,5 @@
-"""The spec's ``benchmark`` section: how each trial (and confirmation visit) is measured.
+"""The spec's ``benchmark`` and ``probe`` sections: how each trial (and confirmation visit) is
+measured, and how its output is judged against the no-speculation baseline.
 
 :class:`BenchmarkSpec` is what the YAML says; ``orchestrator.bench.settings.BenchSettings``
 subclasses it with the knobs only a run needs, so a field added here is a field of the settings,
@@ -14,7 +15,23 @@ from pydantic import Field, field_validator, model_validator
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel
 
-__all__ = ["BenchmarkSpec", "MAX_TIMEOUT_S", "OBJECTIVE_METRICS", "WarmupSpec"]
+__all__ = ["BenchmarkSpec", "DEFAULT_MAX_FLIP_RATE", "DEFAULT_MAX_LOGPROB_GAP", "MAX_TIMEOUT_S", "OBJECTIVE_METRICS",
+           "ProbeRule", "ProbeSpec", "WarmupSpec"]
+
+ProbeRule = Literal["near_tie", "exact"]
+"""``near_tie``: a divergence within the gap of the baseline's own token passes; ``exact``: token for token."""
+
+DEFAULT_MAX_LOGPROB_GAP = 0.5
+"""Nats between the baseline's token and the trial's under which a flip is numerics. Measured on the
+GPU reference engine in bf16 (docs/measurements/probe-numerics-h100x1): every one of 208 flips of
+three speculative configurations against plain was within 0.1875 nats (3 steps of bf16's
+resolution of a logprob there); 0.5 is that with a margin of 2.7x, and still below the baseline's
+gap at 75% of positions."""
+
+DEFAULT_MAX_FLIP_RATE = 0.25
+"""Share of near ties a trial may flip before the flips themselves are the finding. Measured (as
+above): at most 70 of 1171 near ties within 0.5 nats flipped (6.0%, 95% interval up to 7.5%);
+0.25 is 3x that bound."""
 
 OBJECTIVE_METRICS: dict[str, Literal["max", "min"]] = {
     "output_tok_per_s": "max", "request_per_s": "max", "accept_length": "max",
@@ -183,3 +200,20 @@ class BenchmarkSpec(StrictModel):
                 "real text); use builtin or sharegpt, or set allow_random_prompts: true"
             )
         return self
+
+
+class ProbeSpec(StrictModel):
+    """The correctness probe every trial passes before it is benchmarked (orchestrator.bench.probe)."""
+
+    num_prompts: int = Field(default=8, ge=1, le=64, description="Built-in prompts sent greedily, one at a time.")
+    max_new_tokens: int = Field(default=32, ge=1, le=4096, description="Greedy tokens compared per prompt.")
+    rule: ProbeRule = Field(
+        default="near_tie", description="near_tie: a divergence to a token within max_logprob_gap nats of the "
+        "no-speculation baseline's own is GPU numerics, passes, is reported, and the rest of the output is still "
+        "compared; exact: token for token (strict: real engines are not bit-exact under speculation in bf16).")
+    max_logprob_gap: float = Field(
+        default=DEFAULT_MAX_LOGPROB_GAP, gt=0, le=5, description="near_tie: nats under which a divergence is "
+        "numerics (0.5: 2.7x the largest flip measured in bf16, docs/measurements/probe-numerics-h100x1).")
+    max_flip_rate: float = Field(
+        default=DEFAULT_MAX_FLIP_RATE, gt=0, le=1, description="near_tie: flips per near tie beyond which (the "
+        "whole 95% interval above it) the flips fail the trial (0.25: 3x the most measured in bf16).")

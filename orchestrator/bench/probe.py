@@ -1,10 +1,20 @@
-"""The correctness probe: greedy outputs for a fixed prompt set, compared token for token with a
-stored baseline.
+"""The correctness probe: greedy outputs for a fixed prompt set, compared with a stored baseline.
 
-The first run against a baseline path writes the baseline (prompts, sampling and outputs); later
-runs send exactly the same requests, one at a time, and name the first differing prompt and
-position. Token ids are compared where the server returns them, otherwise text. Why: see
-docs/design/bench-and-spec.md.
+The first run against a baseline path writes the baseline (prompts, sampling, outputs and, on
+SGLang's native API, the prompt's token ids and each output token's most likely alternatives with
+their log-probabilities); later runs send exactly the same requests, one at a time, and judge each
+prompt's first difference:
+
+* rule ``near_tie`` (the default, native API): a flip to the baseline's runner-up within
+  ``max_logprob_gap`` nats is GPU numerics and passes (``orchestrator.bench.probe_rule``); the
+  probe then re-anchors (sends the prompt plus the baseline's tokens through the flip) and keeps
+  comparing the rest. Anything else is a mismatch naming the prompt and position.
+* rule ``exact`` (strict mode, and whenever the baseline has no log-probabilities): the first
+  differing token (or character, where the server returns no ids) is a mismatch.
+
+Only the no-speculation baseline is asked for log-probabilities: a speculative engine never is
+(public reports through 2026 show SGLang's spec-v2 path returning partial logprobs or crashing with
+EAGLE3). Why: docs/design/bench-and-spec.md ("Correctness probe").
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Awaitable, Callable, Literal
 
 import aiohttp
 from pydantic import BaseModel, Field, ValidationError
@@ -23,6 +33,16 @@ from orchestrator.bench import control as srv
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
+from orchestrator.bench.probe_rule import (
+    DEFAULT_MAX_FLIP_RATE,
+    DEFAULT_MAX_LOGPROB_GAP,
+    FlipRate,
+    NearTieFlip,
+    ProbeRule,
+    flip_at,
+    flip_rate,
+    near_ties,
+)
 from orchestrator.errors import BenchmarkError
 from orchestrator.timestamps import utc_timestamp
 
@@ -36,13 +56,18 @@ __all__ = [
     "ProbeResult",
     "arun_probe",
     "compare_outputs",
+    "judge_near_tie",
     "run_probe",
 ]
 
 logger = logging.getLogger(__name__)
 
-PROBE_SCHEMA_VERSION = "spectune.probe/1"
+PROBE_SCHEMA_VERSION = "spectune.probe/2"
+_READABLE_VERSIONS = ("spectune.probe/1", PROBE_SCHEMA_VERSION)  # /1: no log-probabilities (exact rule only)
 _SNIPPET = 8  # tokens (or 24 characters) shown either side of a difference
+TOP_LOGPROBS = 5
+"""Alternatives the baseline keeps per output token (the rule reads the best two; the rest name a
+mismatching token's rank in the report)."""
 
 
 class ProbeBaselineError(BenchmarkError):
@@ -63,12 +88,23 @@ class ProbeOutput(BaseModel):
     prompt_id: str
     output_ids: list[int] | None = Field(description="Generated token ids, where the server returns them.")
     text: str | None = Field(description="Generated text.")
+    prompt_ids: list[int] | None = Field(
+        default=None, description="The prompt as the server tokenized it (baseline, native API): what re-anchoring sends.")
+    top_logprobs: list[list[tuple[int, float]]] | None = Field(
+        default=None, description="Per output token, the baseline's most likely (token id, logprob) pairs, best "
+        "first (baseline, native API).")
+
+    @property
+    def judgeable(self) -> bool:
+        """Whether the near-tie rule can judge against this (baseline) output."""
+        return (self.output_ids is not None and self.prompt_ids is not None and self.top_logprobs is not None
+                and len(self.top_logprobs) == len(self.output_ids))
 
 
 class ProbeBaseline(BaseModel):
     """The stored reference: exactly what was sent and what came back."""
 
-    schema_version: Literal["spectune.probe/1"] = PROBE_SCHEMA_VERSION
+    schema_version: Literal["spectune.probe/1", "spectune.probe/2"] = PROBE_SCHEMA_VERSION
     created_at: str
     base_url: str = Field(description="Server the baseline was taken from (for the record only).")
     server: dict[str, Any] = Field(description="Its /server_info summary (model, speculative settings).")
@@ -88,27 +124,37 @@ class ProbeMismatch(BaseModel):
     unit: Literal["token", "char"]
     expected: str = Field(description="The baseline around the position.")
     got: str = Field(description="This server's output around the position.")
+    detail: str = Field(default="", description="Near-tie rule: why this is no flip (the baseline's gap, the "
+                        "token's rank among its alternatives).")
 
     def __str__(self) -> str:
         return (
             f"prompt {self.prompt_index} ({self.prompt_id!r}) differs at {self.unit} {self.position}: "
-            f"expected {self.expected} got {self.got}"
+            f"expected {self.expected} got {self.got}" + (f" ({self.detail})" if self.detail else "")
         )
 
 
 class ProbeResult(BaseModel):
     """What the probe found."""
 
-    status: Literal["baseline_written", "match", "mismatch"]
+    status: Literal["baseline_written", "match", "mismatch", "too_many_flips"]
     baseline_path: str
     num_prompts: int
     unit: Literal["token", "char"] | None = Field(description="What was compared (None when the baseline was written).")
     mismatches: list[ProbeMismatch] = Field(description="One per differing prompt, in prompt order.")
+    rule: ProbeRule | None = Field(default=None, description="The rule applied: near_tie, or exact (asked for, or the "
+                                   "baseline has no log-probabilities); None when the baseline was written.")
+    rule_note: str = Field(default="", description="Why near_tie fell back to exact, where it did.")
+    max_logprob_gap: float | None = Field(default=None, description="The near-tie rule's gap (nats).")
+    max_flip_rate: float | None = Field(default=None, description="The near-tie rule's limit on flips per near tie.")
+    flips: list[NearTieFlip] = Field(default_factory=list, description="Near-tie flips passed as numerics.")
+    flip_rate: FlipRate | None = Field(default=None, description="Flips per near tie compared (near_tie rule).")
+    reanchors: int = Field(default=0, description="Requests sent to continue from the baseline after a flip.")
 
     @property
     def passed(self) -> bool:
-        """True unless the outputs differ from the baseline."""
-        return self.status != "mismatch"
+        """True unless the outputs differ from the baseline beyond numerics."""
+        return self.status in ("baseline_written", "match")
 
     @property
     def first_mismatch(self) -> ProbeMismatch | None:
@@ -118,12 +164,23 @@ class ProbeResult(BaseModel):
     def message(self) -> str:
         if self.status == "baseline_written":
             return f"baseline written to {self.baseline_path} ({self.num_prompts} prompts)"
+        note = f" ({self.rule_note})" if self.rule_note else ""
+        if self.status == "too_many_flips":
+            return (f"more near-tie flips than numerics explain: {self.flip_rate} whose 95% interval lies "
+                    f"above {self.max_flip_rate:.0%}; first: {self.flips[0]}")
+        if self.status == "match" and not self.flips:
+            return (f"all {self.num_prompts} prompts match the baseline {self.baseline_path} {self.unit} for "
+                    f"{self.unit}{note}")
         if self.status == "match":
-            return f"all {self.num_prompts} prompts match the baseline {self.baseline_path} {self.unit} for {self.unit}"
+            shown = "; ".join(str(flip) for flip in self.flips[:3]) + ("; ..." if len(self.flips) > 3 else "")
+            return (f"all {self.num_prompts} prompts match the baseline {self.baseline_path} but for "
+                    f"{len(self.flips)} near-tie flip{'s' if len(self.flips) != 1 else ''} (numerics, gap <= "
+                    f"{self.max_logprob_gap:g} nats; {self.flip_rate}): {shown}")
         return (
             f"{len(self.mismatches)} of {self.num_prompts} prompts differ from the baseline "
-            f"{self.baseline_path}; first: {self.mismatches[0]}"
+            f"{self.baseline_path}; first: {self.mismatches[0]}{note}"
         )
+
 
 
 def _first_difference(expected: list[Any] | str, got: list[Any] | str) -> int | None:
@@ -184,8 +241,8 @@ def _read_baseline(path: Path) -> ProbeBaseline:
     except (OSError, ValueError) as exc:
         raise ProbeBaselineError(f"probe baseline {path} cannot be read: {exc}; delete it to take a new one") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != PROBE_SCHEMA_VERSION:
-        raise ProbeBaselineError(f"probe baseline {path}: schema_version {version!r} is not {PROBE_SCHEMA_VERSION!r}")
+    if version not in _READABLE_VERSIONS:
+        raise ProbeBaselineError(f"probe baseline {path}: schema_version {version!r} is not one of {list(_READABLE_VERSIONS)}; delete it to take a new one")
     try:
         baseline = ProbeBaseline.model_validate(data)
     except ValidationError as exc:
@@ -222,6 +279,179 @@ def _write_new_baseline(path: Path, text: str) -> None:
         raise BenchmarkError(f"probe baseline {path} cannot be written: {exc}") from None
 
 
+class _Reply(BaseModel):
+    """One native ``/generate`` answer, as the probe reads it."""
+
+    output_ids: list[int]
+    text: str
+    prompt_ids: list[int] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+def _pairs(row: Any) -> list[tuple[int, float]]:
+    """SGLang's ``(logprob, token_id, text)`` triples -> ``(token_id, logprob)``, best first."""
+    pairs = [(int(item[1]), float(item[0])) for item in row or () if item[0] is not None]
+    return sorted(pairs, key=lambda pair: -pair[1])
+
+
+async def _generate(
+    session: aiohttp.ClientSession, base_url: str, *, prompt: str | list[int], max_new_tokens: int,
+    with_logprobs: bool, timeout_s: float, where: str,
+) -> _Reply:
+    """One greedy native ``/generate`` request (``text`` or ``input_ids``), not streamed.
+
+    With ``with_logprobs`` (the no-speculation baseline only) SGLang's ``return_logprob``,
+    ``top_logprobs_num`` and ``logprob_start_len: 0`` (so ``input_token_logprobs`` carries the
+    prompt's token ids) are asked for.
+
+    Raises:
+        BenchmarkError: the request failed or the answer lacks what the probe reads (``where``
+            names the prompt).
+    """
+    body: dict[str, Any] = {
+        "text" if isinstance(prompt, str) else "input_ids": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        "stream": False,
+    }
+    if with_logprobs:
+        body.update(return_logprob=True, top_logprobs_num=TOP_LOGPROBS, logprob_start_len=0)
+    try:
+        async with session.post(f"{base_url}/generate", json=body,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise BenchmarkError(f"{where}: /generate answered HTTP {response.status}: {text[:300]}")
+            data = json.loads(text)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        raise BenchmarkError(f"{where}: /generate failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(data, list):  # SGLang answers a one-item list for some inputs
+        data = data[0] if data else {}
+    ids, meta = data.get("output_ids"), data.get("meta_info") or {}
+    if not isinstance(ids, list):
+        raise BenchmarkError(f"{where}: the /generate answer has no output_ids (keys: {sorted(data)})")
+    reply = _Reply(output_ids=[int(t) for t in ids], text=str(data.get("text", "")))
+    if with_logprobs:
+        prompt_rows = meta.get("input_token_logprobs")
+        top_rows = meta.get("output_top_logprobs")
+        if not isinstance(prompt_rows, list) or not isinstance(top_rows, list):
+            raise BenchmarkError(
+                f"{where}: asked for logprobs, but meta_info has no input_token_logprobs / output_top_logprobs "
+                f"(keys: {sorted(meta)}); probe with rule exact")
+        reply.prompt_ids = [int(row[1]) for row in prompt_rows]
+        reply.top_logprobs = [_pairs(row) for row in top_rows]
+    return reply
+
+
+def _where(index: int, prompt_id: str) -> str:
+    return f"probe prompt {index} ({prompt_id!r})"
+
+
+async def _native_outputs(
+    session: aiohttp.ClientSession, base_url: str, prompts: list[ProbePrompt], *, max_new_tokens: int,
+    with_logprobs: bool, timeout_s: float,
+) -> list[ProbeOutput]:
+    """Every prompt's greedy output, one request at a time (native API)."""
+    outputs = []
+    for index, prompt in enumerate(prompts):
+        reply = await _generate(session, base_url, prompt=prompt.text, max_new_tokens=max_new_tokens,
+                                with_logprobs=with_logprobs, timeout_s=timeout_s, where=_where(index, prompt.id))
+        outputs.append(ProbeOutput(prompt_id=prompt.id, output_ids=reply.output_ids, text=reply.text,
+                                   prompt_ids=reply.prompt_ids, top_logprobs=reply.top_logprobs))
+    return outputs
+
+
+async def _openai_outputs(
+    session: aiohttp.ClientSession, base_url: str, prompts: list[ProbePrompt], *, api: ApiKind, model: str | None,
+    max_new_tokens: int, timeout_s: float,
+) -> list[ProbeOutput]:
+    """Every prompt's greedy output through the load generator (OpenAI APIs: text only)."""
+    load = await run_load(
+        session=session,
+        base_url=base_url,
+        api=api,
+        items=[WorkItem(prompt_id=p.id, text=p.text) for p in prompts],
+        concurrency=1,
+        sampling=Sampling(max_new_tokens=max_new_tokens, temperature=0.0, seed=0, ignore_eos=True),
+        timeout_s=timeout_s,
+        stream=False,
+        model=model,
+        keep_output=True,
+    )
+    failed = [r for r in load.records if r.error is not None]
+    if failed:
+        first = failed[0]
+        raise BenchmarkError(
+            f"{len(failed)} of {len(prompts)} probe requests to {base_url} failed, so correctness cannot be "
+            f"judged; first: prompt {first.index} ({first.prompt_id!r}): {first.error_kind}: {first.error}"
+        )
+    return [ProbeOutput(prompt_id=r.prompt_id, output_ids=r.output_ids, text=r.output_text) for r in load.records]
+
+
+def _rank(alternatives: list[tuple[int, float]], token: int) -> int:
+    """``token``'s 1-based rank among the alternatives (best first)."""
+    return [t for t, _ in alternatives].index(token) + 1
+
+
+def _rank_note(alternatives: list[tuple[int, float]], *, expected: int, got: int, max_gap: float) -> str:
+    """Why a differing token is no near-tie flip, in the baseline's numbers."""
+    table = dict(alternatives)
+    if not table:
+        return "the baseline has no logprobs there"
+    own = table.get(expected, alternatives[0][1])
+    if got in table:
+        return (f"the baseline's token {expected} ({own:.3g}) led the trial's {got}, its #{_rank(alternatives, got)} "
+                f"choice ({table[got]:.3g}), by {own - table[got]:.3g} nats > {max_gap:g}: a confident token changed")
+    return (f"the trial's {got} is not among the baseline's {len(table)} most likely there (its token {expected} "
+            f"at {own:.3g}): a confident token changed")
+
+
+Continuation = Callable[[int, list[int], int], Awaitable[list[int]]]
+"""``(prompt index, token ids to continue from, tokens wanted) -> greedy output ids``: the trial
+engine's greedy continuation of the prompt plus the baseline's tokens through a flip."""
+
+
+async def judge_near_tie(
+    *, baseline: list[ProbeOutput], current: list[ProbeOutput], max_gap: float, continue_from: Continuation,
+) -> tuple[list[ProbeMismatch], list[NearTieFlip], int, int]:
+    """The near-tie rule over every prompt: (mismatches, flips, near ties compared, re-anchors).
+
+    At each prompt's first difference a divergence within ``max_gap`` nats of the baseline's own
+    token passes (``probe_rule.flip_at``); ``continue_from`` then continues from the prompt plus the
+    baseline's tokens through the flip, for the rest of the length, and the comparison goes on from
+    there, so the whole output stays checked. ``baseline`` must be judgeable (prompt ids, logprobs)."""
+    mismatches: list[ProbeMismatch] = []
+    flips: list[NearTieFlip] = []
+    ties = reanchors = 0
+    for index, (base, cur) in enumerate(zip(baseline, current)):
+        expected: list[int] = base.output_ids or []
+        alternatives = base.top_logprobs or []
+        offset, got = 0, cur.output_ids or []
+        compared = len(expected)
+        while (d := _first_difference(expected[offset:], got)) is not None:
+            position = offset + d
+            comparable = d < len(got) and position < len(expected)
+            gap = (flip_at(alternatives[position], expected=expected[position], got=got[d], max_gap=max_gap)
+                   if comparable else None)
+            if gap is None:
+                detail = (_rank_note(alternatives[position], expected=expected[position], got=got[d], max_gap=max_gap)
+                          if comparable else f"the output has {offset + len(got)} tokens, the baseline {len(expected)}")
+                mismatches.append(ProbeMismatch(
+                    prompt_index=index, prompt_id=base.prompt_id, position=position, unit="token",
+                    expected=_window(expected, position, "token"), got=_window(got, d, "token"), detail=detail))
+                compared = position + 1
+                break
+            flips.append(NearTieFlip(prompt_index=index, prompt_id=base.prompt_id, position=position,
+                                     expected_token=expected[position], got_token=got[d], gap=gap,
+                                     rank=_rank(alternatives[position], got[d])))
+            offset = position + 1
+            if offset >= len(expected):
+                break
+            got = await continue_from(index, [*(base.prompt_ids or []), *expected[:offset]], len(expected) - offset)
+            reanchors += 1
+        ties += near_ties(alternatives[:compared], expected[:compared], max_gap=max_gap)
+    return mismatches, flips, ties, reanchors
+
+
 async def arun_probe(
     *,
     base_url: str,
@@ -232,13 +462,17 @@ async def arun_probe(
     model: str | None = None,
     timeout_s: float = 300.0,
     create_baseline: bool = True,
+    rule: ProbeRule = "near_tie",
+    max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
+    max_flip_rate: float = DEFAULT_MAX_FLIP_RATE,
 ) -> ProbeResult:
     """Probe the server at ``base_url`` against the baseline at ``baseline_path``.
 
     With no file at ``baseline_path`` the server's greedy outputs become the baseline (status
-    ``baseline_written``; the write is atomic and never replaces another probe's). Otherwise the
+    ``baseline_written``; the write is atomic and never replaces another probe's; on the native
+    API it also keeps the prompt's token ids and each output token's alternatives). Otherwise the
     baseline's own prompts, API and length are used and ``num_prompts`` / ``max_new_tokens`` /
-    ``api`` are ignored.
+    ``api`` are ignored, and the outputs are judged by ``rule`` (module docstring).
 
     Args:
         base_url: ``http://host:port`` of a running server.
@@ -250,6 +484,11 @@ async def arun_probe(
         timeout_s: Per-request timeout.
         create_baseline: Write a baseline when there is none (True: this server is trusted to
             define correct output); False makes a missing baseline an error.
+        rule: ``near_tie`` or ``exact``; ``near_tie`` falls back to ``exact`` (and says so) where the
+            baseline has no log-probabilities (an OpenAI API, or a ``spectune.probe/1`` file).
+        max_logprob_gap: Nats between the baseline's best two under which a flip is numerics.
+        max_flip_rate: Flips per near tie beyond which (the whole 95% interval above it) the
+            flips fail the probe.
 
     Raises:
         ProbeBaselineError: the baseline file is unreadable or invalid, or missing while
@@ -283,49 +522,54 @@ async def arun_probe(
             if not 1 <= num_prompts <= len(builtin):
                 raise BenchmarkError(f"num_prompts={num_prompts}: the built-in set has 1 to {len(builtin)} prompts")
             prompts = [ProbePrompt(id=p.id, text=p.text) for p in builtin[:num_prompts]]
-        load = await run_load(
-            session=session,
-            base_url=base_url,
-            api=resolved_api,
-            items=[WorkItem(prompt_id=p.id, text=p.text) for p in prompts],
-            concurrency=1,
-            sampling=Sampling(max_new_tokens=length, temperature=0.0, seed=0, ignore_eos=True),
-            timeout_s=timeout_s,
-            stream=False,
-            model=model,
-            keep_output=True,
-        )
-    failed = [r for r in load.records if r.error is not None]
-    if failed:
-        first = failed[0]
-        raise BenchmarkError(
-            f"{len(failed)} of {len(prompts)} probe requests to {base_url} failed, so correctness cannot be "
-            f"judged; first: prompt {first.index} ({first.prompt_id!r}): {first.error_kind}: {first.error}"
-        )
-    outputs = [ProbeOutput(prompt_id=r.prompt_id, output_ids=r.output_ids, text=r.output_text) for r in load.records]
-    if baseline is None:
-        new = ProbeBaseline(
-            created_at=utc_timestamp(),
-            base_url=base_url,
-            server=srv.summarise_server_info(info),
-            api=resolved_api,
-            model=model,
-            max_new_tokens=length,
-            prompts=list(prompts),
-            outputs=outputs,
-        )
-        _write_new_baseline(path, new.model_dump_json(indent=2) + "\n")
-        result = ProbeResult(status="baseline_written", baseline_path=str(path), num_prompts=len(prompts), unit=None, mismatches=[])
-        logger.debug("%s", result.message)
-        return result
-    unit, mismatches = compare_outputs(baseline=baseline.outputs, current=outputs)
-    result = ProbeResult(
-        status="mismatch" if mismatches else "match",
-        baseline_path=str(path),
-        num_prompts=len(prompts),
-        unit=unit,
-        mismatches=mismatches,
-    )
+        if resolved_api == "generate":
+            outputs = await _native_outputs(session, base_url, list(prompts), max_new_tokens=length,
+                                            with_logprobs=baseline is None, timeout_s=timeout_s)
+        else:
+            outputs = await _openai_outputs(session, base_url, list(prompts), api=resolved_api, model=model,
+                                            max_new_tokens=length, timeout_s=timeout_s)
+        if baseline is None:
+            new = ProbeBaseline(
+                created_at=utc_timestamp(),
+                base_url=base_url,
+                server=srv.summarise_server_info(info),
+                api=resolved_api,
+                model=model,
+                max_new_tokens=length,
+                prompts=list(prompts),
+                outputs=outputs,
+            )
+            _write_new_baseline(path, new.model_dump_json(indent=2) + "\n")
+            result = ProbeResult(status="baseline_written", baseline_path=str(path), num_prompts=len(prompts), unit=None,
+                                 mismatches=[])
+            logger.debug("%s", result.message)
+            return result
+        note = ""
+        if rule == "near_tie" and not all(b.judgeable for b in baseline.outputs):
+            note = (f"the baseline {path} has no log-probabilities ({baseline.api} API, {baseline.schema_version}): "
+                    "compared token for token")
+        if rule == "exact" or note:
+            unit, mismatches = compare_outputs(baseline=baseline.outputs, current=outputs)
+            result = ProbeResult(status="mismatch" if mismatches else "match", baseline_path=str(path),
+                                 num_prompts=len(prompts), unit=unit, mismatches=mismatches, rule="exact", rule_note=note)
+            logger.debug("%s", result.message)
+            return result
+
+        async def continue_from(index: int, token_ids: list[int], length: int) -> list[int]:
+            reply = await _generate(
+                session, base_url, prompt=token_ids, max_new_tokens=length, with_logprobs=False, timeout_s=timeout_s,
+                where=f"{_where(index, prompts[index].id)}, re-anchored at output token "
+                      f"{len(token_ids) - len(baseline.outputs[index].prompt_ids or [])}")
+            return reply.output_ids
+
+        mismatches, flips, ties, reanchors = await judge_near_tie(
+            baseline=baseline.outputs, current=outputs, max_gap=max_logprob_gap, continue_from=continue_from)
+    rate = flip_rate(flips=len(flips), near_ties=ties)
+    status: Literal["match", "mismatch", "too_many_flips"] = (
+        "mismatch" if mismatches else "too_many_flips" if rate.exceeds(max_flip_rate) else "match")
+    result = ProbeResult(status=status, baseline_path=str(path), num_prompts=len(prompts), unit="token",
+                         mismatches=mismatches, rule="near_tie", max_logprob_gap=max_logprob_gap,
+                         max_flip_rate=max_flip_rate, flips=flips, flip_rate=rate, reanchors=reanchors)
     logger.debug("%s", result.message)
     return result
 

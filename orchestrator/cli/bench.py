@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.bench.datasets import DatasetError, load_builtin
 from orchestrator.bench.probe import ProbeBaselineError, run_probe
+from orchestrator.spec_benchmark import DEFAULT_MAX_FLIP_RATE, DEFAULT_MAX_LOGPROB_GAP
 from orchestrator.bench.report import BenchmarkAborted, BenchResult, summary_table, write_json
 from orchestrator.bench.runner import ProgressUpdate, run_benchmark
 from orchestrator.bench.settings import BenchSettings
@@ -275,15 +276,30 @@ def probe(
     api: Annotated[str, typer.Option(help="auto, generate, completions or chat (new baseline only).")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="OpenAI model field.")] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 300.0,
+    rule: Annotated[str, typer.Option(
+        help="near-tie: a divergence to a token within --max-logprob-gap nats of the baseline's own is GPU numerics "
+             "and passes (reported; the rest is still compared); exact: token for token.")] = "near-tie",
+    max_logprob_gap: Annotated[float, typer.Option(help="near-tie: nats under which a divergence is numerics.")]
+        = DEFAULT_MAX_LOGPROB_GAP,
+    max_flip_rate: Annotated[float, typer.Option(
+        help="near-tie: flips per near tie beyond which (the whole 95% interval above it) the flips fail.")]
+        = DEFAULT_MAX_FLIP_RATE,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Compare a running engine's greedy outputs with a stored baseline, token for token.
+    """Compare a running engine's greedy outputs with a stored baseline.
 
-    The first run writes the baseline. Exit 0 on a match, 1 on a mismatch (naming the first one)
-    or when the server cannot be probed, 2 when the baseline file cannot be used.
+    The first run writes the baseline (on SGLang's native API with each token's top-5 logprobs:
+    take it from the no-speculation engine). Later runs judge each prompt's first difference by
+    --rule. Exit 0 on a match (near-tie flips listed), 1 on a mismatch (naming the first one) or
+    when the server cannot be probed, 2 when the baseline file cannot be used.
     """
     if api not in ("auto", "generate", "completions", "chat"):
         raise _fail(EXIT_BAD_INPUT, f"--api {api!r}: use auto, generate, completions or chat")
+    if rule not in ("near-tie", "exact"):
+        raise _fail(EXIT_BAD_INPUT, f"--rule {rule!r}: use near-tie or exact")
+    if not 0 < max_logprob_gap <= 5 or not 0 < max_flip_rate <= 1:
+        raise _fail(EXIT_BAD_INPUT, f"--max-logprob-gap must be in (0, 5] nats (got {max_logprob_gap:g}) and "
+                                    f"--max-flip-rate in (0, 1] (got {max_flip_rate:g})")
     available = len(load_builtin())
     if max_new_tokens < 1 or not 1 <= num_prompts <= available:
         raise _fail(
@@ -293,6 +309,8 @@ def probe(
         result = run_probe(
             base_url=url, baseline_path=baseline, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
             api=api, model=model, timeout_s=timeout,  # type: ignore[arg-type]
+            rule="near_tie" if rule == "near-tie" else "exact", max_logprob_gap=max_logprob_gap,
+            max_flip_rate=max_flip_rate,
         )
     except ProbeBaselineError as exc:
         raise _fail(EXIT_BAD_INPUT, str(exc)) from None
@@ -307,5 +325,7 @@ def probe(
         console.print(f"[{style}]{result.status}[/]: {escape(result.message)}", highlight=False, soft_wrap=True)
         for mismatch in result.mismatches[1:]:
             console.print(f"  {mismatch}", highlight=False, soft_wrap=True, markup=False)
+        for flip in result.flips:
+            console.print(f"  near-tie flip: {flip}", highlight=False, soft_wrap=True, markup=False)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)

@@ -14,10 +14,10 @@ from typing import Any, Mapping, Optional
 from serving.environ import ENV
 from serving.redaction import redact
 
-__all__ = ["CORRUPTION", "CorruptedAllReduce", "EnvCondition", "Faults", "parse_faults"]
+__all__ = ["CORRUPTION", "CorruptedAllReduce", "EnvCondition", "Faults", "parse_faults", "perturb_verify_logits"]
 
 CORRUPTION = 0.25
-"""Share of each value's neighbour added to it by ``corrupt_allreduce_when``."""
+"""Share of each value's neighbour added to it by ``corrupt_allreduce_when`` (``@share=X`` sets another)."""
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -51,6 +51,8 @@ class Faults:
     die_after_steps_when: Optional[EnvCondition] = None
     late_env: tuple[str, ...] = ()
     corrupt_allreduce_when: Optional[EnvCondition] = None
+    corruption_share: float = CORRUPTION
+    perturb_verify: Optional[float] = None
 
     @property
     def any(self) -> bool:
@@ -88,21 +90,25 @@ class Faults:
         if self.late_env:
             parts.append("late_env:" + ",".join(self.late_env))
         if self.corrupt_allreduce_when is not None:
-            parts.append(f"corrupt_allreduce_when:{self.corrupt_allreduce_when}")
+            share = f"@share={self.corruption_share:g}" if self.corruption_share != CORRUPTION else ""
+            parts.append(f"corrupt_allreduce_when:{self.corrupt_allreduce_when}{share}")
+        if self.perturb_verify is not None:
+            parts.append(f"perturb_verify:{self.perturb_verify:g}")
         return "; ".join(parts) or "(none)"
 
 
 class CorruptedAllReduce:
     """A TP group whose all-reduce results are perturbed the same way on every rank."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, share: float = CORRUPTION) -> None:
         self.inner = inner
+        self.share = share
         self.rank = inner.rank
         self.world_size = inner.world_size
 
     def all_reduce(self, tensor: Any) -> None:
         self.inner.all_reduce(tensor)
-        tensor.add_(tensor.roll(1, -1), alpha=CORRUPTION)
+        tensor.add_(tensor.roll(1, -1), alpha=self.share)
 
     def broadcast_object(self, obj: Any) -> Any:
         return self.inner.broadcast_object(obj)
@@ -157,15 +163,49 @@ def parse_faults(value: Optional[str] = None) -> Faults:
                 raise ValueError(f"{name}: late_env needs variable names (late_env:NAME[,NAME...]), got {item!r}")
             fields[key] = names
         elif key == "corrupt_allreduce_when":
-            fields[key] = _condition(arg, item=item, variable=name)
+            condition, at, share = arg.partition("@share=")
+            fields[key] = _condition(condition, item=item, variable=name)
+            if at:
+                fields["corruption_share"] = _positive(share, item=item, usage=(
+                    f"{name}: corrupt_allreduce_when's share must be a number > 0 "
+                    "(corrupt_allreduce_when:NAME=VALUE@share=X)"))
+        elif key == "perturb_verify":
+            fields[key] = _positive(arg, item=item, usage=(
+                f"{name}: perturb_verify needs a relative size > 0 (perturb_verify:X; 0.0039 is bf16's rounding)"))
         else:
             raise ValueError(
                 f"{name}={_shown(raw)}: unknown fault {_shown(item)}; use crash_on_start, hang_on_start, "
-                "die_after_tokens:N[@NAME=VALUE], die_after_steps:N[@node_rank=R], late_env:NAME[,NAME...] or "
-                "corrupt_allreduce_when:NAME=VALUE "
+                "die_after_tokens:N[@NAME=VALUE], die_after_steps:N[@node_rank=R], late_env:NAME[,NAME...], "
+                "corrupt_allreduce_when:NAME=VALUE[@share=X] or perturb_verify:X "
                 "(';' combines several)"
             )
     return Faults(**fields)  # type: ignore[arg-type]
+
+
+def _positive(text: str, *, item: str, usage: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{usage}, got {_shown(item)}")
+    return value
+
+
+def perturb_verify_logits(logits: Any, *, size: float, key: Any) -> Any:
+    """``logits`` with each value scaled by ``1 + size * u``, ``u`` uniform in [-1, 1): what rounding
+    to a precision of ``size`` does to the verify pass (bf16 rounds to 2**-8 = 0.0039).
+
+    ``u`` is drawn from a generator seeded with ``key`` (the verified tokens and their positions),
+    so every rank perturbs alike and a rerun gives the same output."""
+    import zlib
+
+    import torch
+
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(zlib.crc32(repr(key).encode()))
+    noise = torch.rand(logits.shape, generator=generator, dtype=torch.float64) * 2 - 1
+    return logits * (1 + size * noise.to(device=logits.device, dtype=logits.dtype))
 
 
 def _condition(text: str, *, item: str, variable: str) -> EnvCondition:

@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Optional, Sequence
 
 from serving.ports import free_port
-from serving.reference.faults import EnvCondition, Faults
+from serving.reference.faults import CORRUPTION, EnvCondition, Faults
 from serving.reference.protocol import Shutdown, WorkerFailed, WorkerReady
 from serving.reference.server_args import ServerArgs
 from serving.reference.tp_worker import WorkerConfig, run_worker
@@ -64,17 +64,21 @@ class WorkerGroup:
             checks it against its own environment.
         die_after_steps: The ``die_after_steps`` fault's N where it is armed on this node (None:
             off); this node's first rank carries it out.
+        corruption_share: ``corrupt_allreduce_when``'s share of the neighbour added.
+        perturb_verify: The ``perturb_verify`` fault's relative size (None: off).
     """
 
     def __init__(
         self, *, args: ServerArgs, hide_env: Sequence[str] = (), corrupt_allreduce_when: Optional[EnvCondition] = None,
-        die_after_steps: Optional[int] = None,
+        die_after_steps: Optional[int] = None, corruption_share: float = CORRUPTION, perturb_verify: Optional[float] = None,
     ) -> None:
         self.args = args
         self.ranks = args.node_tp_ranks
         self.hide_env = tuple(hide_env)
         self.corrupt_allreduce_when = corrupt_allreduce_when
         self.die_after_steps = die_after_steps
+        self.corruption_share = corruption_share
+        self.perturb_verify = perturb_verify
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.ready: list[WorkerReady] = []
@@ -101,8 +105,11 @@ class WorkerGroup:
             if node is not None and node >= args.nnodes and args.node_rank == 0:
                 logger.warning("fault die_after_steps:%d%s: node_rank %d is not a node of this engine (--nnodes %d); "
                                "it never fires", faults.die_after_steps, where, node, args.nnodes)
+        if faults.perturb_verify is not None:
+            logger.warning("fault perturb_verify:%g: every verify pass's logits are scaled by 1 +/- %g (rounding-sized "
+                           "numerics, as on a GPU)", faults.perturb_verify, faults.perturb_verify)
         return cls(args=args, hide_env=faults.late_env, corrupt_allreduce_when=faults.corrupt_allreduce_when,
-                   die_after_steps=steps)
+                   die_after_steps=steps, corruption_share=faults.corruption_share, perturb_verify=faults.perturb_verify)
 
     @property
     def has_rank0(self) -> bool:
@@ -129,6 +136,8 @@ class WorkerGroup:
                     init_method=f"tcp://{addr}",
                     parent_pid=os.getpid(),
                     corrupt_allreduce_when=self.corrupt_allreduce_when,
+                    corruption_share=self.corruption_share,
+                    perturb_verify=self.perturb_verify,
                     die_after_steps=self.die_after_steps if rank == self.ranks[0] else None,
                 )
                 parent_conn, child_conn = ctx.Pipe(duplex=True)

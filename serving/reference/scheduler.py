@@ -17,6 +17,7 @@ import torch
 
 from serving.cuda_graph_rules import DecodeGraphPlan
 from serving.reference.cuda_graphs import DecodeGraphs
+from serving.reference.faults import perturb_verify_logits
 from serving.reference.kv_cache import cache_cols
 from serving.reference.model import Attention, Model, PrefillSpan
 from serving.reference.protocol import GenerateReq, TokenOut, TopLogprobs
@@ -130,6 +131,8 @@ class Scheduler:
         clock: Time source for throughput figures.
         decode_graphs: Decode CUDA graphs to capture, or None to decode eagerly.
         use_cuda_graphs: With ``decode_graphs``: capture real CUDA graphs (False: CPU tests).
+        perturb_verify: The ``perturb_verify`` fault: scale every verify logit by ``1 +/- this``
+            (``serving.reference.faults.perturb_verify_logits``); None leaves them exact.
     """
 
     def __init__(
@@ -146,8 +149,10 @@ class Scheduler:
         clock: Callable[[], float] = time.perf_counter,
         decode_graphs: Optional[DecodeGraphPlan] = None,
         use_cuda_graphs: bool = True,
+        perturb_verify: Optional[float] = None,
     ) -> None:
         self.model = model
+        self.perturb_verify = perturb_verify
         self.spec = spec
         self.max_running = max_running_requests
         self.context_length = context_length
@@ -356,6 +361,8 @@ class Scheduler:
             tree = draft_tree(model=self.model, cache=self.cache, roots=roots, prefix=prefix, config=spec)
             logits = verify_tree(model=self.model, cache=self.cache, tree=tree, prefix=prefix)
         tokens = tree.tokens.tolist()
+        if self.perturb_verify is not None:  # the perturb_verify fault: rounding-sized numerics
+            logits = perturb_verify_logits(logits, size=self.perturb_verify, key=(committed, tokens))
         parents = tree.parents.tolist()
         greedy_pick = logits.argmax(dim=-1).tolist()
         move_rows, move_src, move_dst = [], [], []

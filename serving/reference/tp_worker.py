@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from serving.pdeathsig import set_parent_death_signal
 from serving.redaction import redacted_env
-from serving.reference.faults import EnvCondition
+from serving.reference.faults import CORRUPTION, EnvCondition
 from serving.reference.server_args import ServerArgs
 
 __all__ = ["WorkerConfig", "env_line", "run_worker", "set_process_name", "visible_env"]
@@ -46,6 +46,8 @@ class WorkerConfig:
         torch_threads: Intra-op threads (CPU); 0 = auto.
         corrupt_allreduce_when: The ``corrupt_allreduce_when`` fault's condition, or None.
         die_after_steps: The ``die_after_steps`` fault's N on the rank that carries it out, else None.
+        corruption_share: ``corrupt_allreduce_when``'s share of the neighbour added.
+        perturb_verify: The ``perturb_verify`` fault's relative size, or None.
     """
 
     args: ServerArgs
@@ -55,6 +57,8 @@ class WorkerConfig:
     torch_threads: int = 0
     corrupt_allreduce_when: Optional[EnvCondition] = None
     die_after_steps: Optional[int] = None
+    corruption_share: float = CORRUPTION
+    perturb_verify: Optional[float] = None
 
     @property
     def world_size(self) -> int:
@@ -247,6 +251,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
         log_stats=cfg.rank == 0,
         on_stats=push_stats,
         decode_graphs=args.decode_graph_plan() if args.captures_decode_graphs else None,
+        perturb_verify=cfg.perturb_verify,
     )
     graphs = scheduler.graphs
     conn.send(
@@ -337,5 +342,6 @@ def _maybe_corrupted(cfg: WorkerConfig, comm: Any) -> Any:
     if cfg.world_size == 1:
         logger.warning("fault corrupt_allreduce_when:%s: --tp-size 1 has no all-reduce; nothing is corrupted", when)
         return comm
-    logger.warning("fault corrupt_allreduce_when:%s holds in this rank's environment: all-reduce results are corrupted", when)
-    return CorruptedAllReduce(comm)
+    logger.warning("fault corrupt_allreduce_when:%s holds in this rank's environment: all-reduce results are corrupted "
+                   "(share %g of the neighbour added)", when, cfg.corruption_share)
+    return CorruptedAllReduce(comm, cfg.corruption_share)

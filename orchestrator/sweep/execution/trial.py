@@ -26,7 +26,7 @@ import ray
 from ray import tune
 
 from orchestrator.bench.metrics import RepetitionMetrics
-from orchestrator.bench.probe import run_probe
+from orchestrator.bench.probe import ProbeResult, run_probe
 from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
@@ -224,8 +224,11 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         _resolve(spec, state, session, coordinator, engine_config)
         state.report()  # the engine is up: where it runs, its audit and what it resolved reach the run
         tic = time.monotonic()
-        _probe(spec, state, session, coordinator, baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
+        probed = _probe(spec, state, session, coordinator,
+                        baseline=None if state.plan.kind == BASELINE_PLAIN else baseline)
         state.timings["probe"] = time.monotonic() - tic
+        if probed.flips:
+            message = f"probe: {probed.message}"
         _nccl_log_proof(state, session, coordinator, tp_size=engine_config.tp_size)
         tic = time.monotonic()
         try:
@@ -235,7 +238,8 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         violation = _slo_violation(spec, state.bench)
         if violation is not None and violation > 0:
             status, reason = "infeasible", "slo_violated"
-            message = f"SLO exceeded by {violation:.1%} at concurrency {spec.objective_concurrency}"
+            message = f"SLO exceeded by {violation:.1%} at concurrency {spec.objective_concurrency}" + (
+                f"; {message}" if message else "")
     except TrialFailure as failure:
         status, reason, message = "failed", failure.reason, failure.message
         if session.timed_out:
@@ -323,8 +327,9 @@ def _wait_for_baseline(coordinator: Any, *, timeout_s: float) -> str:
 
 
 def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,
-           baseline: str | None) -> None:
-    """Greedy outputs against the no-speculation baseline (the plain baseline trial writes it)."""
+           baseline: str | None) -> ProbeResult:
+    """Greedy outputs against the no-speculation baseline (the plain baseline trial writes it); the
+    near-tie flips it passed go into the record; a failed probe raises ``probe_mismatch``."""
     url = session.url
     with tempfile.TemporaryDirectory(prefix="spectune-probe-") as tmp:
         path = Path(tmp) / "baseline.json"
@@ -332,14 +337,21 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
             path.write_text(baseline, encoding="utf-8")
         try:
             result = run_probe(base_url=url, baseline_path=path, create_baseline=baseline is None,
-                               num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens)
+                               num_prompts=spec.probe.num_prompts, max_new_tokens=spec.probe.max_new_tokens,
+                               rule=spec.probe.rule, max_logprob_gap=spec.probe.max_logprob_gap,
+                               max_flip_rate=spec.probe.max_flip_rate)
         except BenchmarkError as exc:
             raise step_failure(session, "probe_failed", exc) from None
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
         _artifacts(coordinator, state, {"probe.json": result.model_dump_json(indent=2)})
+    state.record.probe_flips = list(result.flips)
     if not result.passed:
         raise TrialFailure("probe_mismatch", result.message)
+    if result.flips:
+        logger.info("trial %d (%s): probe passed with near-tie flips (GPU numerics, not corruption): %s",
+                    state.number, state.trial_id, result.message)
+    return result
 
 
 def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any, *, tp_size: int) -> None:

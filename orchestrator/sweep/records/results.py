@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.bench.files import write_atomic
+from orchestrator.bench.probe_rule import NearTieFlip
 from orchestrator.space.plan import configuration_key
 from serving.serve.provenance import Provenance, ProvenanceObjective
 
@@ -136,6 +137,9 @@ class TrialRecord(BaseModel):
         default=None, description="The kernel the running engine's decode all-reduce was on, read from its "
         "/server_info and log (serving.engine.all_reduce_observed): flashinfer_fusion, custom_all_reduce, nccl, "
         "none (TP 1), mixed or unknown; None in records written before it was read.")
+    probe_flips: list[NearTieFlip] = Field(
+        default_factory=list, description="Divergences from the no-speculation baseline the probe passed as GPU "
+        "numerics (near-tie flips: prompt, position, tokens, gap); empty for an exact match.")
     nccl_log: str | None = Field(
         default=None, description="The per-rank NCCL_DEBUG=INFO check (serving.engine.nccl_log): ok, mismatch, "
         "not_applicable; None before the probe.")

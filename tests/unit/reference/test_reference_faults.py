@@ -32,9 +32,33 @@ def test_corrupt_allreduce_when_and_combinations() -> None:
     assert parse_faults("corrupt_allreduce_when:X=a=b").corrupt_allreduce_when == EnvCondition("X", "a=b")
 
 
+def test_corruption_share_and_verify_perturbation_parse_and_spell_back() -> None:
+    faults = parse_faults("corrupt_allreduce_when:NCCL_PROTO=LL128@share=0.11;perturb_verify:0.0039")
+    assert faults.corrupt_allreduce_when == EnvCondition("NCCL_PROTO", "LL128") and faults.corruption_share == 0.11
+    assert faults.perturb_verify == 0.0039
+    assert str(faults) == "corrupt_allreduce_when:NCCL_PROTO=LL128@share=0.11; perturb_verify:0.0039"
+    assert parse_faults("corrupt_allreduce_when:A=b").corruption_share == 0.25  # a quarter, as before
+
+
+def test_verify_perturbation_is_rounding_sized_and_reproducible() -> None:
+    import torch
+
+    from serving.reference.faults import perturb_verify_logits
+
+    logits = torch.randn(2, 4, 97, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 10
+    key = ([5, 9], [[1, 2, 3, 4], [5, 6, 7, 8]])
+    once = perturb_verify_logits(logits, size=2**-8, key=key)
+    assert torch.equal(once, perturb_verify_logits(logits, size=2**-8, key=key))  # every rank alike
+    assert not torch.equal(once, perturb_verify_logits(logits, size=2**-8, key=([5, 10], key[1])))
+    relative = (once / logits - 1).abs()
+    assert 0 < float(relative.max()) <= 2**-8
+
+
 @pytest.mark.parametrize(
     "bad",
-    ["corrupt_allreduce_when:", "corrupt_allreduce_when:NCCL_PROTO", "corrupt_allreduce_when:=LL128",
+    ["perturb_verify:", "perturb_verify:0", "perturb_verify:-1", "perturb_verify:nan", "perturb_verify:x",
+     "corrupt_allreduce_when:A=b@share=0", "corrupt_allreduce_when:A=b@share=big",
+     "corrupt_allreduce_when:", "corrupt_allreduce_when:NCCL_PROTO", "corrupt_allreduce_when:=LL128",
      "corrupt_allreduce_when:1X=2", "die_after_tokens:5@", "die_after_tokens:5@NCCL_ALGO", "die_after_tokens:x@A=B",
      "die_after_tokens:0@A=B"],
 )
