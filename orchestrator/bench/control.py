@@ -7,6 +7,7 @@ for that case rather than failing, and the runner decides what absence means.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from orchestrator.bench.loadgen import ApiKind
+from orchestrator.errors import BenchmarkError
 
 __all__ = [
     "SERVER_INFO_KEYS",
@@ -116,6 +118,30 @@ async def aserver_info(base_url: str, *, timeout_s: float = 30.0) -> dict[str, A
 def server_info(base_url: str, **kwargs: Any) -> dict[str, Any]:
     """:func:`aserver_info` run to completion in a new event loop."""
     return asyncio.run(aserver_info(base_url, **kwargs))
+
+
+async def apost_generate(base_url: str, body: dict[str, Any], *, timeout_s: float = 120.0) -> Any:
+    """One non-streamed native ``POST /generate``: the parsed JSON answer.
+
+    Raises:
+        BenchmarkError: the request failed, or the answer was not HTTP 200 with JSON (the status and
+            the start of the body are named).
+    """
+    url = base_url.rstrip("/") + "/generate"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    raise BenchmarkError(f"POST {url} answered HTTP {resp.status}: {text[:300]}")
+                return json.loads(text)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        raise BenchmarkError(f"POST {url} failed: {type(exc).__name__}: {exc}") from None
+
+
+def post_generate(base_url: str, body: dict[str, Any], **kwargs: Any) -> Any:
+    """:func:`apost_generate` run to completion in a new event loop."""
+    return asyncio.run(apost_generate(base_url, body, **kwargs))
 
 
 SPECULATIVE_FIELDS = {

@@ -55,6 +55,7 @@ def sweep(
     """
     # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
     from orchestrator.sweep import dry_run as show_dry_run
+    from orchestrator.sweep.execution.contract_stop import EngineContractError
     from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 
     if resume is not None:
@@ -77,6 +78,10 @@ def sweep(
         err.print("[bold red]cannot start the sweep[/] (nothing was run):")
         for line in str(exc).splitlines():
             err.print(f"  - {escape(line)}", soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except EngineContractError as exc:
+        stderr_console().print(f"[bold red]sweep stopped: the engine does not answer as spectune expects[/]: "
+                               f"{escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepResumeError as exc:
         stderr_console().print(f"[bold red]cannot resume[/]: {escape(str(exc))}")

@@ -85,8 +85,10 @@ class EngineClient:
         metrics: Optional[ReferenceMetrics],
         die_after_tokens: Optional[int] = None,
         on_fatal: Callable[[str], None],
+        drop_fields: tuple[str, ...] = (),
     ) -> None:
         self.workers = workers
+        self.drop_fields = drop_fields  # the drop_field fault: meta_info keys never sent
         self.num_draft_tokens = num_draft_tokens
         self.metrics = metrics
         self.die_after_tokens = die_after_tokens
@@ -367,6 +369,8 @@ class EngineClient:
             if state.spec_correct_drafts_histogram:
                 meta["spec_correct_drafts_histogram"] = list(state.spec_correct_drafts_histogram)
                 meta["spec_accept_histogram"] = list(state.spec_correct_drafts_histogram)
+        for name in self.drop_fields:
+            meta.pop(name, None)
         return meta
 
 

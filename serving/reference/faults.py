@@ -53,6 +53,7 @@ class Faults:
     corrupt_allreduce_when: Optional[EnvCondition] = None
     corruption_share: float = CORRUPTION
     perturb_verify: Optional[float] = None
+    drop_fields: tuple[str, ...] = ()
 
     @property
     def any(self) -> bool:
@@ -94,6 +95,8 @@ class Faults:
             parts.append(f"corrupt_allreduce_when:{self.corrupt_allreduce_when}{share}")
         if self.perturb_verify is not None:
             parts.append(f"perturb_verify:{self.perturb_verify:g}")
+        if self.drop_fields:
+            parts.append("drop_field:" + ",".join(self.drop_fields))
         return "; ".join(parts) or "(none)"
 
 
@@ -169,6 +172,11 @@ def parse_faults(value: Optional[str] = None) -> Faults:
                 fields["corruption_share"] = _positive(share, item=item, usage=(
                     f"{name}: corrupt_allreduce_when's share must be a number > 0 "
                     "(corrupt_allreduce_when:NAME=VALUE@share=X)"))
+        elif key == "drop_field":
+            names = tuple(n.strip() for n in arg.split(",") if n.strip())
+            if not names:
+                raise ValueError(f"{name}: drop_field needs field names (drop_field:NAME[,NAME...]), got {item!r}")
+            fields["drop_fields"] = names
         elif key == "perturb_verify":
             fields[key] = _positive(arg, item=item, usage=(
                 f"{name}: perturb_verify needs a relative size > 0 (perturb_verify:X; 0.0039 is bf16's rounding)"))
@@ -176,7 +184,7 @@ def parse_faults(value: Optional[str] = None) -> Faults:
             raise ValueError(
                 f"{name}={_shown(raw)}: unknown fault {_shown(item)}; use crash_on_start, hang_on_start, "
                 "die_after_tokens:N[@NAME=VALUE], die_after_steps:N[@node_rank=R], late_env:NAME[,NAME...], "
-                "corrupt_allreduce_when:NAME=VALUE[@share=X] or perturb_verify:X "
+                "corrupt_allreduce_when:NAME=VALUE[@share=X], perturb_verify:X or drop_field:NAME[,NAME...] "
                 "(';' combines several)"
             )
     return Faults(**fields)  # type: ignore[arg-type]

@@ -87,6 +87,7 @@ class AppState:
     decode_cuda_graph_bs: tuple[int, ...] = ()  # what rank 0 captured (WorkerReady)
     graph_memory_gb: float = 0.0
     startup_time: Optional[float] = None  # seconds from process start to ready (/server_info)
+    drop_fields: tuple[str, ...] = ()  # the drop_field fault: /server_info and meta_info keys never sent
 
     @property
     def healthy(self) -> bool:

@@ -90,6 +90,7 @@ def attach_engine(
         metrics=state.metrics,
         die_after_tokens=die_after_tokens,
         on_fatal=on_fatal,
+        drop_fields=state.drop_fields,
     )
     client.start(loop)
     state.client = client
@@ -142,6 +143,9 @@ async def serve(args: ServerArgs, *, faults: Faults) -> int:
 
     started = time.monotonic()
     state = new_state(args)
+    if faults.drop_fields:
+        state.drop_fields = faults.drop_fields
+        logger.warning("fault drop_field: /server_info and meta_info never carry %s", ", ".join(faults.drop_fields))
     app_runner = runner(build_app(state))
     await app_runner.setup()
     site = web.TCPSite(app_runner, host=args.host, port=args.port)

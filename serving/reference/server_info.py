@@ -97,4 +97,7 @@ def build_server_info(state: AppState, *, version: str) -> dict[str, Any]:
             "iterations and whenever the server goes idle"
         ),
     }
+    for name in state.drop_fields:  # the drop_field fault
+        body.pop(name, None)
+        internal.pop(name, None)
     return body

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.execution.callbacks import tune_callbacks
+from orchestrator.sweep.execution.contract_stop import contract_stopper, engine_contract_error
 from orchestrator.sweep.execution.ray_connection import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.output.cost import cost_line
 from orchestrator.sweep.execution.coordinator import (
@@ -91,6 +92,8 @@ def run_sweep(
 
     Raises:
         PreflightError: the sweep cannot run as specified here (nothing was started or moved).
+        EngineContractError: a trial's engine does not answer as the harness expects; every trial
+            was stopped (records and MLflow runs kept).
         SweepResumeError, SweepBusyError: as their names say.
     """
     import ray
@@ -143,6 +146,9 @@ def run_sweep(
             if stop.received:
                 raise _Interrupted(f"signal {stop.received}")
             records = final_records(coordinator)
+            broken = engine_contract_error(records)
+            if broken is not None:
+                raise broken
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator,
                                                     display=display) if spec.confirmation.enabled else None
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
@@ -248,7 +254,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-            callbacks=tune_callbacks(display, ref), verbose=0,
+            callbacks=tune_callbacks(display, ref), verbose=0, stop=contract_stopper(),
         ),
     )
 

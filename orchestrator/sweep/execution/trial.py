@@ -28,7 +28,7 @@ from ray import tune
 from orchestrator.bench.metrics import RepetitionMetrics
 from orchestrator.bench.probe import ProbeResult, run_probe
 from orchestrator.bench.report import BenchResult
-from orchestrator.bench.control import SPECULATIVE_FIELDS, resolved_speculative, server_info
+from orchestrator.bench.control import SPECULATIVE_FIELDS, post_generate, resolved_speculative, server_info
 from orchestrator.bench.runner import run_benchmark
 from orchestrator.bench.settings import BenchSettings
 from orchestrator.errors import BenchmarkError
@@ -46,6 +46,7 @@ from orchestrator.sweep.execution.session import EngineSession, TrialFailure, st
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
+from serving.engine.contract import check_engine_contract, contract_request
 from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.config import EngineConfig
 from serving.engine.nccl_log import check_nccl_log, nccl_debug_enabled
@@ -222,6 +223,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         _artifacts(coordinator, state, {"env_audit.json": _json(session.audit)})
         session.check_audit()
         _resolve(spec, state, session, coordinator, engine_config)
+        _check_contract(state, session, coordinator, engine_config)
         state.report()  # the engine is up: where it runs, its audit and what it resolved reach the run
         tic = time.monotonic()
         probed = _probe(spec, state, session, coordinator,
@@ -281,6 +283,31 @@ def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordi
                        ", ".join(f"{SPECULATIVE_FIELDS[k]} {a} -> {b}" for k, (a, b) in changed.items()))
     label = auto_label(state.record.label, resolved) if state.plan.kind == BASELINE_AUTO else state.record.label
     state.learn(resolved_params=dict(resolved), label=label)
+
+
+def _check_contract(state: _TrialState, session: EngineSession, coordinator: Any, engine_config: EngineConfig) -> None:
+    """The engine contract (``serving.engine.contract``) on this engine's first answers: one short
+    ``/generate`` (with logprobs where it does not speculate), then its ``/server_info`` (SGLang
+    reports ``avg_spec_accept_length`` once a request has been verified) and its log.
+
+    Raises:
+        TrialFailure: ``engine_contract``, naming every item missing and what the engine sent (the
+            sweep then stops: a renamed field would empty the whole night's data); ``engine_died``
+            / ``probe_failed`` where the request itself failed.
+    """
+    speculative = engine_config.speculative_algorithm is not None
+    try:
+        reply = post_generate(session.url, contract_request(speculative=speculative), timeout_s=300)
+    except BenchmarkError as exc:
+        raise step_failure(session, "probe_failed", exc) from None
+    audit = session.audit
+    expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
+    check = check_engine_contract(
+        server_info=server_info(session.url), generate_reply=reply, log_text=session.log_text() if engine_config.tp_size > 1 else "",
+        speculative=speculative, tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(expected))
+    _artifacts(coordinator, state, {"engine_contract.json": _json(check.to_dict())})
+    if not check.ok:
+        raise TrialFailure("engine_contract", check.summary())
 
 
 def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,

@@ -62,6 +62,8 @@ FAILURE_REASONS: dict[str, str] = {
     "launch_failed": "the engine exited before it became healthy",
     "not_healthy": "the engine did not become healthy in time",
     "env_audit": "a process of the engine lacks one of the trial's variables (or has another value)",
+    "engine_contract": "the engine does not answer as the harness expects (a field, endpoint or log line of "
+                       "SGLang 0.5.23 missing or mistyped); the sweep stops",
     "nccl_log": "with NCCL_DEBUG=INFO, a rank's NCCL reported another value (or none) for a trial's NCCL variable",
     "probe_mismatch": "greedy outputs differ from the no-speculation baseline",
     "probe_failed": "the correctness probe's requests failed, so there was nothing to compare",

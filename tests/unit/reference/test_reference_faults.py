@@ -38,6 +38,9 @@ def test_corruption_share_and_verify_perturbation_parse_and_spell_back() -> None
     assert faults.perturb_verify == 0.0039
     assert str(faults) == "corrupt_allreduce_when:NCCL_PROTO=LL128@share=0.11; perturb_verify:0.0039"
     assert parse_faults("corrupt_allreduce_when:A=b").corruption_share == 0.25  # a quarter, as before
+    dropped = parse_faults("drop_field:spec_verify_ct, avg_spec_accept_length")
+    assert dropped.drop_fields == ("spec_verify_ct", "avg_spec_accept_length")
+    assert str(dropped) == "drop_field:spec_verify_ct,avg_spec_accept_length"
 
 
 def test_verify_perturbation_is_rounding_sized_and_reproducible() -> None:
@@ -56,7 +59,7 @@ def test_verify_perturbation_is_rounding_sized_and_reproducible() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["perturb_verify:", "perturb_verify:0", "perturb_verify:-1", "perturb_verify:nan", "perturb_verify:x",
+    ["drop_field:", "drop_field:,", "perturb_verify:", "perturb_verify:0", "perturb_verify:-1", "perturb_verify:nan", "perturb_verify:x",
      "corrupt_allreduce_when:A=b@share=0", "corrupt_allreduce_when:A=b@share=big",
      "corrupt_allreduce_when:", "corrupt_allreduce_when:NCCL_PROTO", "corrupt_allreduce_when:=LL128",
      "corrupt_allreduce_when:1X=2", "die_after_tokens:5@", "die_after_tokens:5@NCCL_ALGO", "die_after_tokens:x@A=B",

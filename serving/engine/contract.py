@@ -1,0 +1,210 @@
+"""The engine contract: what the harness reads from a running engine, checked against one answer of it.
+
+spectune has never driven SGLang on a real node: every field, endpoint and log line it reads was read
+from SGLang 0.5.23's source. A field SGLang names differently would not crash anything; it would give
+a night of silently missing data (an accept length of None, an all-reduce kernel "unknown", a probe
+with nothing to judge by). So each trial checks, on its engine's first answers, that every item
+below is there and typed as expected (``orchestrator.sweep.execution.trial``), and a sweep whose
+engine breaks the contract stops at once (exit 2) naming what is missing and what the engine sent.
+
+What is read, and where SGLang 0.5.23 writes it:
+
+* ``GET /server_info`` (``http_server.py``; the resolved server args at the top level, scheduler
+  state in ``internal_states[0]``): ``speculative_num_steps``, ``speculative_eagle_topk``,
+  ``speculative_num_draft_tokens`` (the speculative numbers an engine resolved),
+  ``internal_states[0].avg_spec_accept_length`` (``scheduler_components/internal_state.py``), and
+  with TP > 1 ``disable_custom_all_reduce`` (which all-reduce kernel decode is on);
+* ``POST /generate`` (``tokenizer_manager.py``): ``output_ids``, ``meta_info.prompt_tokens`` /
+  ``completion_tokens``, and under speculation ``meta_info.spec_verify_ct`` and
+  ``spec_correct_drafts_histogram`` (``_calculate_spec_decoding_metrics``; present once a request
+  had a verify cycle); on the no-speculation engine, asked with ``return_logprob``,
+  ``top_logprobs_num`` and ``logprob_start_len: 0``, ``meta_info.input_token_logprobs`` and
+  ``output_top_logprobs`` as ``(logprob, token_id, text)`` triples (``add_logprob_to_meta_info``);
+* the engine log: with TP > 1 a line from every rank, prefixed ``[... TPn]`` (the all-reduce
+  observation reads the ranks' own lines), and with ``NCCL_DEBUG=INFO`` on GPUs NCCL's
+  ``host:pid:tid [dev] NCCL INFO`` lines (the per-rank NCCL proof, ``serving.engine.nccl_log``).
+
+Pure functions on what was read; standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ContractCheck", "check_engine_contract", "contract_request"]
+
+_RANK_PREFIX = re.compile(r"^\[[^\]\n]*?\bTP(\d+)\b[^\]\n]*\]", re.MULTILINE)
+_NCCL_LINE = re.compile(r"^[^\s:]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN) ", re.MULTILINE)
+_SHOWN = 400  # characters of what the engine sent, quoted in a problem
+
+
+def contract_request(*, speculative: bool, max_new_tokens: int = 8) -> dict[str, Any]:
+    """The ``/generate`` body whose answer the contract is checked on: a short greedy request;
+    on the no-speculation engine with the logprobs the probe's baseline asks for."""
+    body: dict[str, Any] = {
+        "text": "The capital city of France is",
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        "stream": False,
+    }
+    if not speculative:
+        body.update(return_logprob=True, top_logprobs_num=5, logprob_start_len=0)
+    return body
+
+
+@dataclass(frozen=True)
+class ContractCheck:
+    """What the check found.
+
+    Attributes:
+        problems: One line per item missing or mistyped: where it is read, what was expected, what
+            the engine sent instead.
+        checked: Every item checked, in words (for the trial's artifact).
+    """
+
+    problems: list[str] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"the engine answers as the harness expects ({len(self.checked)} items)"
+        return (f"the engine does not answer as the harness expects (SGLang 0.5.23's fields): "
+                f"{'; '.join(self.problems)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": list(self.problems), "checked": list(self.checked)}
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _triple(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 3 and _is_int(value[1]) and (
+        value[0] is None or _is_number(value[0]))
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.checked: list[str] = []
+
+    def need(self, where: str, ok: bool, expected: str, got: Any, *, keys_of: Any = None) -> None:
+        """Record ``where`` as checked, and a problem unless ``ok``; an absent key is shown with the
+        keys of the object it was looked up in that resemble it (a rename shows as itself)."""
+        self.checked.append(where)
+        if ok:
+            return
+        sent = "absent" if got is _ABSENT else _shown(got)
+        if isinstance(keys_of, dict) and got is _ABSENT:
+            name = where.split(" (")[0].rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+            near = difflib.get_close_matches(name, [str(k) for k in keys_of], n=3, cutoff=0.6)
+            sent += f" (the object has {len(keys_of)} keys" + (f"; nearest: {', '.join(near)})" if near else ")")
+        self.problems.append(f"{where}: expected {expected}, got {sent}")
+
+
+_ABSENT: Any = object()
+
+
+def check_engine_contract(
+    *,
+    server_info: Any,
+    generate_reply: Any,
+    log_text: str,
+    speculative: bool,
+    tp_size: int,
+    nccl_info: bool,
+) -> ContractCheck:
+    """Check what one engine answered against what the harness reads (module docstring).
+
+    Args:
+        server_info: The ``/server_info`` body (None: it did not answer JSON).
+        generate_reply: The answer to :func:`contract_request` (a dict; SGLang may wrap it in a
+            one-item list).
+        log_text: The engine's log so far (every node's).
+        speculative: The engine runs a speculative algorithm.
+        tp_size: Its tensor-parallel size.
+        nccl_info: ``NCCL_DEBUG=INFO`` is set for its ranks.
+    """
+    c = _Checker()
+    info = server_info if isinstance(server_info, dict) else None
+    c.need("GET /server_info", info is not None, "a JSON object", server_info if server_info is not None else _ABSENT)
+    info = info or {}
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else None
+    args = {**(first or {}), **info}
+    device = args.get("device")
+    if speculative:
+        for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+            value = args.get(name, _ABSENT)
+            c.need(f"/server_info {name}", _is_int(value), "an integer (the resolved server arg)", value, keys_of=info)
+        c.need("/server_info internal_states[0]", first is not None, "a JSON object (the scheduler's state)",
+               states if states is not None else _ABSENT, keys_of=info)
+        if first is not None:
+            value = first.get("avg_spec_accept_length", _ABSENT)
+            c.need("/server_info internal_states[0].avg_spec_accept_length", _is_number(value), "a number", value,
+                   keys_of=first)
+    if tp_size > 1:
+        value = args.get("disable_custom_all_reduce", _ABSENT)
+        c.need("/server_info disable_custom_all_reduce", isinstance(value, bool), "true or false", value, keys_of=info)
+
+    reply = generate_reply[0] if isinstance(generate_reply, list) and generate_reply else generate_reply
+    c.need("POST /generate", isinstance(reply, dict), "a JSON object", reply if reply is not None else _ABSENT)
+    reply = reply if isinstance(reply, dict) else {}
+    ids = reply.get("output_ids", _ABSENT)
+    c.need("/generate output_ids", isinstance(ids, list) and all(_is_int(t) for t in ids), "a list of token ids", ids,
+           keys_of=reply)
+    meta = reply.get("meta_info", _ABSENT)
+    c.need("/generate meta_info", isinstance(meta, dict), "a JSON object", meta, keys_of=reply)
+    meta = meta if isinstance(meta, dict) else {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = meta.get(name, _ABSENT)
+        c.need(f"/generate meta_info.{name}", _is_int(value), "an integer", value, keys_of=meta)
+    if speculative:
+        value = meta.get("spec_verify_ct", _ABSENT)
+        c.need("/generate meta_info.spec_verify_ct", _is_int(value) and value > 0, "a positive integer (verify cycles)",
+               value, keys_of=meta)
+        value = meta.get("spec_correct_drafts_histogram", _ABSENT)
+        c.need("/generate meta_info.spec_correct_drafts_histogram",
+               isinstance(value, list) and bool(value) and all(_is_int(v) for v in value),
+               "a list of counts (verify cycles by drafts accepted)", value, keys_of=meta)
+    else:
+        value = meta.get("input_token_logprobs", _ABSENT)
+        c.need("/generate meta_info.input_token_logprobs (return_logprob, logprob_start_len 0)",
+               isinstance(value, list) and bool(value) and all(_triple(v) for v in value),
+               "a list of (logprob, token_id, text) triples, one per prompt token", value, keys_of=meta)
+        value = meta.get("output_top_logprobs", _ABSENT)
+        c.need("/generate meta_info.output_top_logprobs (top_logprobs_num 5)",
+               isinstance(value, list) and bool(value) and all(
+                   isinstance(row, list) and row and all(_triple(v) for v in row) for row in value),
+               "a list per output token of (logprob, token_id, text) triples", value, keys_of=meta)
+
+    if tp_size > 1:
+        ranks = {int(m.group(1)) for m in _RANK_PREFIX.finditer(log_text or "")}
+        missing = sorted(set(range(tp_size)) - ranks)
+        c.need("engine log: a '[... TPn]' line from every rank", not missing,
+               f"lines from ranks 0-{tp_size - 1}", f"none from rank{'s' if len(missing) > 1 else ''} "
+               f"{', '.join(map(str, missing))} (ranks seen: {sorted(ranks) or 'none'})")
+        if nccl_info and device != "cpu":
+            c.need("engine log: NCCL's 'host:pid:tid [dev] NCCL INFO' lines (NCCL_DEBUG=INFO)",
+                   bool(_NCCL_LINE.search(log_text or "")), "at least one line", "none")
+    return ContractCheck(problems=c.problems, checked=c.checked)
