@@ -452,10 +452,33 @@ class SweepSpec(_Model):
                 out.append(f"search.speculative.{name}: {', '.join(map(str, values))} "
                            f"{'is' if len(values) == 1 else 'are'} in no combination SGLang accepts "
                            f"({TREE_RULE}; top-k 1 chains derive their draft count): the search leaves {'it' if len(values) == 1 else 'them'} out")
+        out.extend(self._nccl_proof_warnings())
         if self.benchmark.min_repetition_s == 0 and self.engine.kind == "sglang":
             out.append("benchmark.min_repetition_s: 0 lets a repetition on a GPU last a few seconds (16 prompts x 128 "
                        "tokens took 8 s on an H200, and two such repetitions were 18% apart)")
         return out
+
+    def _nccl_proof_warnings(self) -> list[str]:
+        """Which half of the proof that the NCCL variables reached every rank is off: NCCL's own
+        per-rank lines (``serving.engine.nccl_log``) need ``NCCL_DEBUG=INFO`` and its ENV subsystem."""
+        if self.engine.kind != "sglang" or self.engine.tp_size < 2:
+            return []
+        env = self.engine.env
+        level = (env.get("NCCL_DEBUG") or "").strip().upper()
+        both = "set NCCL_DEBUG: INFO with NCCL_DEBUG_SUBSYS: INIT,ENV (the Kimi specs do) for both"
+        if level not in ("INFO", "TRACE"):
+            shown = f"NCCL_DEBUG: {env['NCCL_DEBUG']}" if env.get("NCCL_DEBUG") else "NCCL_DEBUG unset"
+            return [f"engine.env: {shown} turns off NCCL's own per-rank proof (each rank's 'NCCL_X set by environment' "
+                    f"lines, checked by trial as nccl_log); only the env audit of every process proves the NCCL "
+                    f"variables arrived; {both}"]
+        subsystems = [s.strip().upper() for s in (env.get("NCCL_DEBUG_SUBSYS") or "").split(",") if s.strip()]
+        if subsystems and not subsystems[0].startswith("^") and not {"ENV", "ALL"} & set(subsystems):
+            return [f"engine.env.NCCL_DEBUG_SUBSYS: {env['NCCL_DEBUG_SUBSYS']} leaves out ENV, whose lines are the "
+                    "ones NCCL's per-rank proof reads: every trial would fail nccl_log; add ENV"]
+        if subsystems and subsystems[0].startswith("^") and "ENV" in {s.lstrip("^") for s in subsystems}:
+            return [f"engine.env.NCCL_DEBUG_SUBSYS: {env['NCCL_DEBUG_SUBSYS']} excludes ENV, whose lines are the ones "
+                    "NCCL's per-rank proof reads: every trial would fail nccl_log"]
+        return []
 
     def space(self) -> SearchSpace:
         """Every configuration the sweep may try (see ``orchestrator.space``; counted, never listed).

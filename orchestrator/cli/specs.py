@@ -10,7 +10,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -39,6 +39,7 @@ def validate(
     """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
     sweep_spec = load_spec(spec)
     summary = describe_spec(sweep_spec)
+    summary["warnings"] = [*summary["warnings"], *_paths_here(sweep_spec)]
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -56,6 +57,23 @@ def validate(
         console.print(f"{key:<12} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def _paths_here(spec: Any) -> list[str]:
+    """SGLang's model and draft paths checked on this machine (a local path exists, a hub id is
+    cached whole): warnings, since the engine's node may not be this one; the sweep's preflight
+    checks them there and refuses what is missing."""
+    if spec.engine.kind != "sglang":
+        return []
+    import socket
+
+    from serving.engine.node_checks import model_path_problems
+
+    found = model_path_problems(
+        model_path=spec.engine.model_path, env=dict(spec.engine.env), where=f"on this machine ({socket.gethostname()})",
+        draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm else None)
+    return [f"{problem} (if the engines run elsewhere, the sweep's preflight checks it on their node)"
+            for problem in found["problems"]]
 
 
 def _validation_message(exc: ValueError) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import sys
 import time
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
-    from serving.engine.placement import EnginePlacement
+    from serving.engine.hub_cache import CACHE_VARIABLES, download_command, hub_cache_dir, hub_cache_problem
+from serving.engine.hub_cache import CACHE_VARIABLES, download_command, hub_cache_dir, hub_cache_problem
+from serving.engine.placement import EnginePlacement
 
 __all__ = [
     "HUB_ID",
@@ -64,14 +67,19 @@ def sglang_version_note(installed: str | None, *, expected: str, node: str, fiel
 
 
 def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
-                    fields: Mapping[str, str] = SWEEP_FIELDS) -> dict[str, Any]:
+                    fields: Mapping[str, str] = SWEEP_FIELDS, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What would stop the engine from starting on this node (run it there; plain data back).
+
+    A hub id (``org/name``) for SGLang must be cached whole on this node (``serving.engine.hub_cache``):
+    otherwise SGLang downloads it inside the first engine start, and the problem names the download
+    to run first.
 
     Args:
         kind: ``sglang`` or ``reference``.
         model_path: The engine's model (a path, a hub id, or a reference preset).
         draft_path: The draft model, when speculative decoding is on.
         fields: How the caller's file names ``kind``, ``model`` and ``draft`` (for the messages).
+        env: The engine's own variables (its ``HF_HOME`` / ``HF_HUB_CACHE`` move the hub cache).
 
     Returns:
         ``{"problems": [...], "notes": [...], "node": hostname}``; each problem names its field,
@@ -96,19 +104,10 @@ def engine_problems(*, kind: str, model_path: str, draft_path: str | None,
             note = sglang_version_note(_installed_version("sglang"), expected=expected, node=node, field=fields["kind"])
             if note:
                 notes.append(note)
-        for field, path in ((fields["model"], model_path), (fields["draft"], draft_path)):
-            if path is None:
-                continue
-            local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
-            if local and not Path(path).expanduser().exists():
-                problems.append(f"{field}: {path} does not exist on node {node}; give an existing local path "
-                                "or a Hugging Face hub id (org/name)")
-            elif not local and HUB_ID.match(path):
-                notes.append(f"{field}: {path!r} is taken as a Hugging Face hub id (SGLang loads it from the HF "
-                             "cache or downloads it on the first start, which can take long)")
-            elif not local:
-                problems.append(f"{field}: {path!r} is neither an existing local path on node {node} nor a hub "
-                                "id (org/name)")
+        found = model_path_problems(model_path=model_path, draft_path=draft_path, fields=fields, env=env,
+                                    where=f"on node {node}")
+        problems += found["problems"]
+        notes += found["notes"]
     else:
         for module in ("torch", "serving.reference"):
             if importlib.util.find_spec(module) is None:
@@ -279,3 +278,37 @@ def network_problems(settings: Iterable[tuple[str, str, str]], *, env: Mapping[s
     note = (f"network: {', '.join(names) or 'no value set'} checked on {plural(len(nodes), 'node')} that can run an "
             "engine rank (and what each node's own environment sets)")
     return note, problems
+
+
+def model_path_problems(*, model_path: str, draft_path: str | None, fields: Mapping[str, str] = SWEEP_FIELDS,
+                        env: Mapping[str, str] | None = None, where: str) -> dict[str, list[str]]:
+    """SGLang's model and draft paths checked on this machine (``where`` says which, in messages):
+    a local path must exist, a hub id (``org/name``) must be cached whole (``serving.engine.hub_cache``:
+    otherwise SGLang downloads it inside the first engine start, and the problem names the download
+    to run first). Returns ``{"problems": [...], "notes": [...]}``."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for field, path in ((fields["model"], model_path), (fields["draft"], draft_path)):
+        if path is None:
+            continue
+        local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+        if local and not Path(path).expanduser().exists():
+            problems.append(f"{field}: {path} does not exist {where}; give an existing local path "
+                            "or a Hugging Face hub id (org/name)")
+        elif not local and HUB_ID.match(path):
+            engine_env = {**os.environ, **{k: v for k, v in (env or {}).items() if k in CACHE_VARIABLES}}
+            missing = hub_cache_problem(path, env=engine_env)
+            if missing is None:
+                notes.append(f"{field}: {path!r} is a Hugging Face hub id, cached whole {where} "
+                             f"({hub_cache_dir(engine_env)})")
+            else:
+                problems.append(
+                    f"{field}: {path!r} is a Hugging Face hub id and {missing} {where}: SGLang would "
+                    "download it inside the first engine start (hundreds of GB for a large model, within "
+                    f"engine_start_timeout_s). Download it first on every node that runs engines: "
+                    f"{download_command(path, engine_env)}; or download it to a directory (hf download {path} "
+                    f"--local-dir DIR) and set {field} to DIR")
+        elif not local:
+            problems.append(f"{field}: {path!r} is neither an existing local path {where} nor a hub "
+                            "id (org/name)")
+    return {"problems": problems, "notes": notes}

@@ -54,7 +54,7 @@ def check_engine_here(config: EngineConfig) -> list[str]:
         ServePreflightError: every problem found, one per line.
     """
     return _verdict(engine_problems(kind=config.kind, model_path=config.model_path, draft_path=_draft(config),
-                                    fields=SERVE_FIELDS), config)
+                                    fields=SERVE_FIELDS, env=dict(config.env)), config)
 
 
 def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait_s: float = 0.0,
@@ -74,7 +74,7 @@ def check_engine_on_cluster(config: EngineConfig, options: ServeOptions, *, wait
         found = run_where_placed(
             engine_problems, bundles=bundles, bundle_index=0, strategy=strategy,
             wait_s=wait_s, say=say, what="one replica's", kind=config.kind,
-            model_path=config.model_path, draft_path=_draft(config), fields=SERVE_FIELDS,
+            model_path=config.model_path, draft_path=_draft(config), fields=SERVE_FIELDS, env=dict(config.env),
         )
     except TimeoutError as exc:
         raise ServePreflightError(str(exc)) from None

@@ -37,6 +37,7 @@ OTHER_TOOLS: dict[str, frozenset[str]] = {
     "mlflow server / mlflow ui": frozenset({"--backend-store-uri"}),
     "pip install / pip download": frozenset({"--find-links", "--no-index", "--no-deps", "--target"}),
     "nvidia-smi": frozenset({"--query-gpu", "--format"}),
+    "hf download (huggingface_hub's CLI)": frozenset({"--local-dir"}),
     "placeholder in serving/engine/command.py's render_flags docstring (``--name value``)": frozenset({"--name"}),
 }
 """Options of other programs that docs and messages quote, by program."""

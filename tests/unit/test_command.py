@@ -54,7 +54,7 @@ def test_sglang_command_uses_sglang_names() -> None:
     assert flags["disable-custom-all-reduce"] == [] and flags["enable-metrics"] == []
     assert flags["host"] == ["0.0.0.0"] and flags["port"] == ["31000"]
     assert command.url == "http://0.0.0.0:31000"
-    assert command.env == {"NCCL_DEBUG": "WARN"}
+    assert command.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 
 
 def test_auto_choice_leaves_all_three_unset() -> None:

@@ -1,6 +1,6 @@
 """``spectune serve``'s preflight without Ray: the replicas' resources against given nodes (one
 replica's GPUs must be on one node), waiting for them, and the engine check of this machine
-(an unknown preset, a missing local path, a hub id)."""
+(an unknown preset, a missing local path, a hub id not in the node's cache)."""
 
 from __future__ import annotations
 
@@ -81,13 +81,17 @@ def test_an_unknown_preset_is_refused_naming_the_presets() -> None:
         "ref-tiny" in message, message
 
 
-def test_sglang_paths_a_missing_local_one_is_refused_a_hub_id_noted(tmp_path) -> None:
+def test_sglang_paths_a_missing_local_one_and_an_uncached_hub_id_are_refused(tmp_path) -> None:
     missing = tmp_path / "no-such-model"
+    cache = tmp_path / "hf"
     found = engine_problems(kind="sglang", model_path=str(missing), draft_path="org/draft",
-                            fields={"kind": "kind", "model": "model_path", "draft": "speculative_draft_model_path"})
-    assert f"model_path: {missing} does not exist on node" in "\n".join(found["problems"]), found
-    assert any(n.startswith("speculative_draft_model_path: 'org/draft' is taken as a Hugging Face hub id")
-               for n in found["notes"]), found
+                            fields={"kind": "kind", "model": "model_path", "draft": "speculative_draft_model_path"},
+                            env={"HF_HUB_CACHE": str(cache)})
+    problems = "\n".join(found["problems"])
+    assert f"model_path: {missing} does not exist on node" in problems, found
+    assert (f"speculative_draft_model_path: 'org/draft' is a Hugging Face hub id and is not in the Hugging Face "
+            f"cache at {cache} on node") in problems, found
+    assert f"Download it first on every node that runs engines: HF_HUB_CACHE={cache} hf download org/draft" in problems
     present = engine_problems(kind="sglang", model_path=str(tmp_path), draft_path=None)
     assert not any("does not exist" in p for p in present["problems"]), present
 

@@ -294,12 +294,41 @@ def test_validate_warns_when_settings_cannot_give_an_interval() -> None:
     assert any(w.startswith("confirmation.max_visits: 2 can never decide") for w in warnings), warnings
     fixed = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 2, "target_ci_rel": None}}).warnings()
     assert not any("target_ci_rel" in w for w in fixed), fixed  # no target: nothing to meet
-    low = SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 6, "min_repetitions": 2}}).warnings()
+    low = _not_nccl(SweepSpec.from_dict({**BASE, "benchmark": {"repetitions": 6, "min_repetitions": 2}}).warnings())
     assert low == ["benchmark.min_repetitions: 2 acts as 3 (no interval is stated from fewer values, so no level "
                    "stops before 3 repetitions)"], low
-    assert SweepSpec.from_dict(BASE).warnings() == [], "the defaults give intervals"
+    assert _not_nccl(SweepSpec.from_dict(BASE).warnings()) == [], "the defaults give intervals"
     switched_off = {**BASE, "confirmation": {"enabled": False, "min_visits": 1, "max_visits": 2}}
-    assert SweepSpec.from_dict(switched_off).warnings() == [], "no confirmation: nothing to warn about"
+    assert _not_nccl(SweepSpec.from_dict(switched_off).warnings()) == [], "no confirmation: nothing to warn about"
+
+
+def _not_nccl(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if not w.startswith("engine.env")]
+
+
+def test_validate_says_which_half_of_the_nccl_proof_is_off() -> None:
+    """NCCL's own per-rank lines need NCCL_DEBUG=INFO and its ENV subsystem; without them only the
+    env audit proves the variables arrived, and validate says so (the shipped Kimi specs need not)."""
+    def nccl(env: dict[str, str], **engine) -> list[str]:
+        data = with_("engine.env", env)
+        data["engine"].update(engine)
+        if engine.get("tp_size") == 1:
+            data["search"]["nccl_env"] = {}
+        return [w for w in SweepSpec.from_dict(data).warnings() if w.startswith("engine.env")]
+
+    (off,) = nccl({"NCCL_DEBUG": "WARN"})
+    assert off.startswith("engine.env: NCCL_DEBUG: WARN turns off NCCL's own per-rank proof")
+    assert "only the env audit of every process proves" in off and "NCCL_DEBUG_SUBSYS: INIT,ENV" in off
+    assert nccl({})[0].startswith("engine.env: NCCL_DEBUG unset turns off")
+    assert nccl({"NCCL_DEBUG": "info", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}) == []
+    assert nccl({"NCCL_DEBUG": "INFO"}) == []  # NCCL's default subsystems include ENV
+    (no_env,) = nccl({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+    assert "leaves out ENV" in no_env and "every trial would fail nccl_log" in no_env
+    assert "excludes ENV" in nccl({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "^ENV"})[0]
+    assert nccl({"NCCL_DEBUG": "WARN"}, tp_size=1) == []  # one rank: no all-reduce to prove
+    for path in SHIPPED:
+        spec = SweepSpec.model_validate(yaml.safe_load(path.read_text()))
+        assert not [w for w in spec.warnings() if w.startswith("engine.env")], path.name
 
 
 def test_validate_prints_the_warnings(tmp_path: Path) -> None:

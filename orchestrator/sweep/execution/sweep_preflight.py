@@ -248,6 +248,7 @@ def check_engine(spec: SweepSpec, *, wait_s: float = 0.0,
             strategy=placement.strategy, wait_s=wait_s,
             say=say, what="one trial's", kind=spec.engine.kind, model_path=spec.engine.model_path,
             draft_path=spec.engine.draft_model_path if spec.engine.speculative_algorithm else None,
+            env=dict(spec.engine.env),
         )
     except TimeoutError as exc:
         raise PreflightError(str(exc)) from None

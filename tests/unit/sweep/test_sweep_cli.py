@@ -39,7 +39,7 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     assert any("--speculative-num-steps" in c for c in commands[2:])
     assert any("NCCL_" in c.split("python")[0].replace("NCCL_DEBUG", "") for c in commands[2:]), (
         "the NCCL dimensions are searched: some proposal forces an NCCL variable")
-    assert all("NCCL_DEBUG=WARN" in c for c in commands)
+    assert all("NCCL_DEBUG=INFO" in c and "NCCL_DEBUG_SUBSYS=INIT,ENV" in c for c in commands)
     # as each trial starts: no SGLang warm-up, decode graphs up to the highest level (48, speculation's cap too)
     assert all(c.endswith("--skip-server-warmup --cuda-graph-bs-decode " + (
         "1 2 4 8 12 16 24 32 40 48" if i == 0 else "1 2 3 4 5 6 7 8 10 12 14 16 18 20 22 24 26 28 30 32 40 44 48")
