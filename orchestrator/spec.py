@@ -247,6 +247,13 @@ class BudgetSpec(_Model):
         "starts x start time) until a trial has measured it; default by engine.kind: "
         f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_ENGINE_START_S.items())} (orchestrator.sweep.output.cost).",
     )
+    derive_time_limits: bool = Field(
+        default=True,
+        description="Once a trial has ended ok, run later trials under limits derived from the measured starts and "
+        "runs (start: 2x the longest warm start or +2 min; trial: start limit + 2x the longest run or +5 min), "
+        "capped by engine_start_timeout_s and trial_timeout_s, so a hang costs minutes "
+        "(orchestrator.sweep.execution.time_limits). false: always the two timeouts above.",
+    )
     sweep_only_start_flags: bool = Field(
         default=True,
         description="Start every trial's and confirmation visit's engine with --skip-server-warmup (the harness warms "

@@ -177,8 +177,9 @@ class SweepCoordinator:
         the artifact ``spectune serve --mlflow-run`` serves; ``start_flags`` as a tag.
 
         Returns:
-            ``{"number", "run_id", "finished"}``; ``finished`` is the trial's record if it already
-            ended (then the trial must not run again), else None.
+            ``{"number", "run_id", "finished", "ended"}``; ``finished`` is the trial's record if it
+            already ended (then the trial must not run again), else None; ``ended`` every trial's
+            record that has ended so far (what the trial's time limits are derived from).
         """
         rec = TrialRecord.model_validate(record)
         done = self._records.get(rec.trial_id)
@@ -199,7 +200,7 @@ class SweepCoordinator:
         if rec.engine_config:  # what `spectune serve --mlflow-run RUN_ID` serves
             self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
-        return {"number": number, "run_id": run["run_id"], "finished": None}
+        return {"number": number, "run_id": run["run_id"], "finished": None, "ended": self.records()}
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
         """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was

@@ -44,6 +44,8 @@ from orchestrator.sweep.records.results import (
 )
 from orchestrator.sweep.execution.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
+from orchestrator.sweep.execution.time_limits import TrialLimits, trial_limits
+from orchestrator.sweep.output.cost import format_duration
 from orchestrator.spec import SweepSpec
 from serving.engine.command import build_command
 from serving.engine.contract import check_engine_contract, contract_request
@@ -90,6 +92,7 @@ class _TrialState:
 
     plan: TrialPlan
     record: TrialRecord
+    limits: TrialLimits
     timings: dict[str, float] = field(default_factory=dict)
     objective_values: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
@@ -167,7 +170,8 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
         tune.report(_final_report(spec, TrialRecord.model_validate(started["finished"])))
         return
     state = _TrialState(plan=plan, record=record.model_copy(update={"number": started["number"],
-                                                                   "mlflow_run_id": started["run_id"]}))
+                                                                   "mlflow_run_id": started["run_id"]}),
+                        limits=trial_limits(spec, [TrialRecord.model_validate(r) for r in started["ended"]]))
     logger.info("trial %d (%s): starting %s", state.number, trial_id, plan.label())
     tune.report(_final_report(spec, _run_steps(spec, ctx, state, engine_config)))
 
@@ -206,11 +210,16 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
     def ship_engine_log(text: str) -> None:
         _artifacts(coordinator, state, {"engine.log": text})
 
+    limits = state.limits
+    state.learn(time_limits_s={"engine_start": round(limits.start_s, 1), "trial": round(limits.trial_s, 1)})
+    if limits.derived:
+        logger.info("trial %d (%s): engine start limit %s, trial limit %s (%s)", state.number, state.trial_id,
+                    format_duration(limits.start_s), format_duration(limits.trial_s), limits.basis)
     session = EngineSession(
         with_start_flags(engine_config, state.record.start_flags), session_id=state.trial_id, label=f"trial {state.number}",
         sweep_name=ctx.sweep_name,
-        placement=spec.trial_placement, start_timeout_s=spec.budget.engine_start_timeout_s,
-        time_limit_s=spec.budget.trial_timeout_s, timings=state.timings, ship_log=ship_engine_log,
+        placement=spec.trial_placement, start_timeout_s=limits.start_s,
+        time_limit_s=limits.trial_s, timings=state.timings, ship_log=ship_engine_log,
     )
     try:
         if state.plan.kind != BASELINE_PLAIN:
@@ -223,7 +232,9 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         _artifacts(coordinator, state, {"env_audit.json": _json(session.audit)})
         session.check_audit()
         _resolve(spec, state, session, coordinator, engine_config)
+        tic = time.monotonic()
         _check_contract(state, session, coordinator, engine_config)
+        state.timings["contract"] = time.monotonic() - tic
         state.report()  # the engine is up: where it runs, its audit and what it resolved reach the run
         tic = time.monotonic()
         probed = _probe(spec, state, session, coordinator,
@@ -246,7 +257,9 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         status, reason, message = "failed", failure.reason, failure.message
         if session.timed_out:
             reason = "timeout"
-            message = f"the trial ran past budget.trial_timeout_s={spec.budget.trial_timeout_s:g} s; {message}"
+            message = (f"the trial ran past its time limit of {limits.trial_s:g} s ({limits.basis}); {message}"
+                       if limits.derived else
+                       f"the trial ran past budget.trial_timeout_s={spec.budget.trial_timeout_s:g} s; {message}")
         if state.plan.kind == BASELINE_PLAIN and not _has_baseline(coordinator):
             ray.get(coordinator.baseline_failed.remote(f"{reason}: {message}"[:500]))
     except Exception as exc:  # noqa: BLE001 - a bug must still end as a recorded trial, with the traceback logged
@@ -372,7 +385,7 @@ def _probe(spec: SweepSpec, state: _TrialState, session: EngineSession, coordina
         if baseline is None:
             ray.get(coordinator.put_baseline.remote(path.read_text(encoding="utf-8")))
         _artifacts(coordinator, state, {"probe.json": result.model_dump_json(indent=2)})
-    state.record.probe_flips = list(result.flips)
+    state.learn(probe_flips=list(result.flips))
     if not result.passed:
         raise TrialFailure("probe_mismatch", result.message)
     if result.flips:

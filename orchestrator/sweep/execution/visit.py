@@ -9,15 +9,18 @@ from typing import Any
 
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.confirmation.confirm import Confirmation, choose_contenders, run_confirmation
+from orchestrator.sweep.execution.time_limits import trial_limits
 from orchestrator.sweep.output.display import Display
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["run_cluster_confirmation", "run_placed_visit"]
 
 
-def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any) -> dict[str, Any]:
+def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int, ctx: Any,
+                     start_timeout_s: float | None = None) -> dict[str, Any]:
     """One confirmation visit: a fresh engine of ``record``'s config in a placement group shaped
-    like a trial's (``spec.trial_placement``)."""
+    like a trial's (``spec.trial_placement``), its start limited to ``start_timeout_s`` (default
+    ``budget.engine_start_timeout_s``)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -35,7 +38,7 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
         )
         return ray.get(task.remote(engine_config=record.engine_config, ctx=ctx,
                                    visit_id=f"confirm-{record.number}-{round_number}",
-                                   repetitions=repetitions))
+                                   repetitions=repetitions, start_timeout_s=start_timeout_s))
     finally:
         remove_placement_group(group)
 
@@ -51,6 +54,7 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
     import ray
 
     done = ray.get(coordinator.confirmation_visits.remote())
+    start_timeout_s = trial_limits(spec, records).start_s  # the trials' measured starts: a hung start costs minutes
 
     def visit(record: TrialRecord, round_number: int, *, repetitions: int) -> dict[str, Any]:
         if display.confirmation is None:  # the first visit
@@ -60,7 +64,8 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())
         try:
-            return run_placed_visit(record=record, round_number=round_number, repetitions=repetitions, ctx=ctx)
+            return run_placed_visit(record=record, round_number=round_number, repetitions=repetitions, ctx=ctx,
+                                    start_timeout_s=start_timeout_s)
         finally:
             display.activity = None
             display.visit_ended()

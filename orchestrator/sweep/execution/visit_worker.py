@@ -21,9 +21,11 @@ __all__ = ["run_visit"]
 logger = logging.getLogger(__name__)
 
 
-def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int) -> dict[str, Any]:
+def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str, repetitions: int,
+              start_timeout_s: float | None = None) -> dict[str, Any]:
     """One visit: a fresh engine of ``engine_config``, its env audit, the objective's level measured
     ``repetitions`` times, teardown; runs as a Ray task in a placement group shaped like a trial's.
+    ``start_timeout_s``: its engine's start limit (default ``budget.engine_start_timeout_s``).
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
@@ -40,7 +42,8 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     session = EngineSession(  # started as a trial is, with the sweep-only flags
         with_start_flags(config, sweep_start_flags(spec, config)), session_id=visit_id, label="trial 0",
         sweep_name=ctx.sweep_name, placement=spec.trial_placement,
-        start_timeout_s=spec.budget.engine_start_timeout_s, timings=timings,
+        start_timeout_s=spec.budget.engine_start_timeout_s if start_timeout_s is None else start_timeout_s,
+        timings=timings,
     )
     try:
         with session:

@@ -2,8 +2,11 @@
 
 * **Starts**: the trials plus, with the confirmation on, at most ``contenders x
   confirmation.max_visits`` visits (:func:`planned_starts`).
-* **Start time**: the median launch-to-healthy time of the trials so far, else
-  ``budget.engine_start_estimate_s``, else the engine kind's default (:func:`start_time`).
+* **Start time**: the median launch-to-healthy time of the trials' *warm* starts so far, else of
+  their cold ones, else ``budget.engine_start_estimate_s``, else the engine kind's default
+  (:func:`start_time`). A node's first start in a sweep is cold (:func:`cold_starts`: page cache
+  and JIT caches empty, often much slower); every later start on it is warm, and a plan that took
+  the cold start as the norm would overstate the night.
 
 docs/design/sweep.md says why starts are the unit.
 """
@@ -19,6 +22,7 @@ from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
     "PlannedStarts",
+    "cold_starts",
     "cost_line",
     "format_duration",
     "measured_start_times",
@@ -80,12 +84,41 @@ def measured_start_times(records: Iterable[TrialRecord]) -> list[float]:
             if "engine_start" in r.timings_s and r.node_id is not None and r.timings_s["engine_start"] > 0]
 
 
+def _nodes_of(record: TrialRecord) -> set[str]:
+    nodes = {str(n["node_id"]) for n in record.engine_nodes if n.get("node_id")}
+    return nodes or ({record.node_id} if record.node_id else set())
+
+
+def cold_starts(records: Iterable[TrialRecord]) -> set[str]:
+    """Trial ids whose engine was the first of the sweep on one of its nodes (in order of
+    ``started_at``): a cold start. Trials whose engine never came up are neither."""
+    seen: set[str] = set()
+    cold: set[str] = set()
+    started = sorted((r for r in records if r.started_at and measured_start_times([r])), key=lambda r: r.started_at)
+    for record in started:
+        nodes = _nodes_of(record)
+        if nodes - seen:
+            cold.add(record.trial_id)
+        seen |= nodes
+    return cold
+
+
 def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
-    """Seconds per engine start and where the figure comes from, in words: the median of
-    ``measured_start_times``, else ``budget.engine_start_estimate_s``, else the engine kind's default."""
-    measured = measured_start_times(records)
+    """Seconds per engine start and where the figure comes from, in words: the median of the warm
+    ``measured_start_times`` (the cold first starts named beside it), else of the cold ones, else
+    ``budget.engine_start_estimate_s``, else the engine kind's default."""
+    records = list(records)
+    cold_ids = cold_starts(records)
+    warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
+    cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
+    if warm:
+        first = (f"; the cold first start{'s' * (len(cold) > 1)} took {format_duration(max(cold))}"
+                 if cold and max(cold) > 1.2 * statistics.median(warm) else "")
+        return statistics.median(warm), f"measured, median of {len(warm)} warm start{'s' * (len(warm) > 1)}{first}"
+    measured = cold
     if measured:
-        return statistics.median(measured), f"measured, median of {len(measured)} start{'s' * (len(measured) > 1)}"
+        return statistics.median(measured), (f"measured, median of {len(measured)} cold first start"
+                                             f"{'s' * (len(measured) > 1)}: later ones are often faster")
     if spec.budget.engine_start_estimate_s is not None:
         return spec.budget.engine_start_estimate_s, "estimated: budget.engine_start_estimate_s"
     return DEFAULT_ENGINE_START_S[spec.engine.kind], (

@@ -70,7 +70,7 @@ FAILURE_REASONS: dict[str, str] = {
     "no_baseline": "the correctness baseline could not be written (the no-speculation trial failed)",
     "engine_died": "the engine died while it was being measured",
     "bench_failed": "the benchmark could not complete (see the message)",
-    "timeout": "the trial ran past budget.trial_timeout_s",
+    "timeout": "the trial ran past its time limit (budget.trial_timeout_s, or the one derived from measured trials)",
     "slo_violated": "a latency limit of objective.slo was exceeded (infeasible, not failed)",
     "stop_failed": "a process or the port of the engine survived teardown",
     "early_stopped": "ASHA stopped the trial after a repetition (not all repetitions ran)",
@@ -123,7 +123,12 @@ class TrialRecord(BaseModel):
     measured_in_full: bool = Field(
         default=False, description="The objective level's benchmark ran to its end (not stopped early, not cut off)."
     )
-    timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, audit, probe, bench, teardown.")
+    timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, contract, probe, bench, "
+                                        "teardown (seconds).")
+    time_limits_s: dict[str, float] = Field(
+        default_factory=dict, description="The limits the trial ran under: engine_start (to healthy) and trial (launch "
+        "to end); the budget's until a trial ended ok, then derived from measured starts and runs "
+        "(orchestrator.sweep.execution.time_limits).")
     node_id: str | None = None
     node_ip: str | None = None
     cuda_visible_devices: str | None = None

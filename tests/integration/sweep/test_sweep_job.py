@@ -105,6 +105,8 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
         assert record["engine_command"].endswith("--skip-server-warmup --cuda-graph-bs-decode 1 2 "
                                                  "--cuda-graph-max-bs-decode 2"), record["engine_command"]
         assert set(record["engine_config"]["extra_args"]) == {"enable_metrics", "context_length"}, record
+        # the limits it ran under: the budget's, or derived from the trials before it (never above them)
+        assert record["time_limits_s"]["engine_start"] <= 120 and record["time_limits_s"]["trial"] <= 300, record
 
 
 def test_speculative_trials_pass_the_probe_with_their_near_tie_flips_reported(sweep_run: dict) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.output.cost import (
+    cold_starts,
     cost_line,
     format_duration,
     planned_starts,
@@ -26,9 +27,10 @@ def _spec(kind: str = "sglang", **sections: Any) -> SweepSpec:
 
 
 def _record(number: int, *, start: float, teardown: float = 2.0, bench: float = 60.0, reps: int = 3,
-            node: str | None = "n1") -> TrialRecord:
+            node: str | None = "n1", status: str = "ok") -> TrialRecord:
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"c{number}", params={},
-                       status="ok", node_id=node, level_values={"8": [1.0] * reps},
+                       status=status, node_id=node, level_values={"8": [1.0] * reps},
+                       started_at=f"2026-12-05T20:{number:02d}:00+00:00",
                        timings_s={"engine_start": start, "teardown": teardown, "bench": bench})
 
 
@@ -60,10 +62,26 @@ def test_start_time_is_measured_once_a_start_is_known_else_estimated() -> None:
     assert start_time(_spec())[0] == 600.0
     assert start_time(_spec("reference"))[0] == 10.0
     assert start_time(_spec(budget={"engine_start_estimate_s": 90}))[0] == 90.0
-    records = [_record(1, start=100.0), _record(2, start=300.0), _record(3, start=140.0),
+    records = [_record(1, start=100.0), _record(2, start=300.0), _record(3, start=140.0), _record(5, start=120.0),
                _record(4, start=1.0, node=None)]  # an engine that never came up says nothing about a start
     seconds, basis = start_time(_spec(budget={"engine_start_estimate_s": 90}), records)
-    assert seconds == 140.0 and basis == "measured, median of 3 starts"
+    assert seconds == 140.0 and basis == "measured, median of 3 warm starts"  # trial 1's start was cold
+
+
+def test_a_nodes_first_start_is_cold_and_not_the_norm() -> None:
+    """The first start on each node (page cache, JIT caches empty) is told apart: the plan's start
+    time is the warm starts' median, with the cold one named."""
+    records = [_record(1, start=1260.0), _record(2, start=590.0), _record(3, start=610.0, node="n2"),
+               _record(4, start=600.0), _record(5, start=2.0, node=None)]
+    assert cold_starts(records) == {"t1", "t3"}  # the first on n1 and the first on n2
+    seconds, basis = start_time(_spec(), records)
+    assert seconds == 595.0 and basis == "measured, median of 2 warm starts; the cold first starts took 21m00s"
+    only_cold = start_time(_spec(), records[:1])
+    assert only_cold == (1260.0, "measured, median of 1 cold first start: later ones are often faster")
+    spread = TrialRecord(trial_id="t6", number=6, kind="search", label="x", params={}, status="ok", node_id="n1",
+                         started_at="2026-12-05T20:06:00+00:00", timings_s={"engine_start": 700.0},
+                         engine_nodes=[{"node_rank": 0, "node_id": "n1"}, {"node_rank": 1, "node_id": "n3"}])
+    assert "t6" in cold_starts([*records, spread])  # an engine across nodes is cold on its new node
 
 
 def test_a_visit_is_a_start_a_teardown_and_its_repetitions_at_the_trials_pace() -> None:
@@ -80,8 +98,8 @@ def test_the_cost_line_states_starts_times_start_time() -> None:
         "budget.time_limit_s (6h00m) stops starting trials sooner")
     off = _spec("reference", budget={"num_trials": 4}, confirmation={"enabled": False})
     assert cost_line(off, [_record(1, start=8.0)]) == (
-        "cost: 4 engine starts (4 trials; confirmation off) x 8s per start (measured, median of 1 start) = ~32s "
-        "of engine starts")
+        "cost: 4 engine starts (4 trials; confirmation off) x 8s per start (measured, median of 1 cold first start: "
+        "later ones are often faster) = ~32s of engine starts")
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(42, "42s"), (425, "7m05s"), (12000, "3h20m")])
@@ -108,7 +126,7 @@ def test_the_running_sweeps_time_left_includes_the_confirmation() -> None:
     visit = 50.0 + 10.0
     left = display.time_left_s()
     assert left == pytest.approx(3 * 100.0 + 3 * 2 * visit, rel=0.01)  # 3 trials + (1 + 2 contenders) x 2 visits
-    assert any(line.startswith("cost: 10 engine starts") and "measured, median of 1 start" in line
+    assert any(line.startswith("cost: 10 engine starts") and "measured, median of 1 cold first start" in line
                for line in console.lines), console.lines
     display.confirmation_started(3)
     assert display.time_left_s() == pytest.approx(6 * visit)
