@@ -27,16 +27,25 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
 
 import aiohttp
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.bench import control as srv
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
-from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
+from orchestrator.bench.loadgen import ApiKind
+from orchestrator.bench.probe_models import (
+    PROBE_SCHEMA_VERSION,
+    ProbeBaseline,
+    ProbeBaselineError,
+    ProbeMismatch,
+    ProbeOutput,
+    ProbePrompt,
+    ProbeResult,
+)
+from orchestrator.bench.probe_requests import generate_once, native_outputs, openai_outputs, where
 from orchestrator.bench.probe_rule import (
     DEFAULT_MAX_FLIP_RATE,
     DEFAULT_MAX_LOGPROB_GAP,
-    FlipRate,
     NearTieFlip,
     ProbeRule,
     flip_at,
@@ -62,125 +71,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PROBE_SCHEMA_VERSION = "spectune.probe/2"
 _READABLE_VERSIONS = ("spectune.probe/1", PROBE_SCHEMA_VERSION)  # /1: no log-probabilities (exact rule only)
 _SNIPPET = 8  # tokens (or 24 characters) shown either side of a difference
-TOP_LOGPROBS = 5
-"""Alternatives the baseline keeps per output token (the rule reads the best two; the rest name a
-mismatching token's rank in the report)."""
-
-
-class ProbeBaselineError(BenchmarkError):
-    """The baseline file cannot be used: unreadable, not JSON, another schema, inconsistent, or
-    missing where it must exist. Bad input, not a verdict on the server: nothing was compared."""
-
-
-class ProbePrompt(BaseModel):
-    """A prompt as stored in the baseline (so later runs send exactly the same text)."""
-
-    id: str
-    text: str
-
-
-class ProbeOutput(BaseModel):
-    """One prompt's greedy output."""
-
-    prompt_id: str
-    output_ids: list[int] | None = Field(description="Generated token ids, where the server returns them.")
-    text: str | None = Field(description="Generated text.")
-    prompt_ids: list[int] | None = Field(
-        default=None, description="The prompt as the server tokenized it (baseline, native API): what re-anchoring sends.")
-    top_logprobs: list[list[tuple[int, float]]] | None = Field(
-        default=None, description="Per output token, the baseline's most likely (token id, logprob) pairs, best "
-        "first (baseline, native API).")
-
-    @property
-    def judgeable(self) -> bool:
-        """Whether the near-tie rule can judge against this (baseline) output."""
-        return (self.output_ids is not None and self.prompt_ids is not None and self.top_logprobs is not None
-                and len(self.top_logprobs) == len(self.output_ids))
-
-
-class ProbeBaseline(BaseModel):
-    """The stored reference: exactly what was sent and what came back."""
-
-    schema_version: Literal["spectune.probe/1", "spectune.probe/2"] = PROBE_SCHEMA_VERSION
-    created_at: str
-    base_url: str = Field(description="Server the baseline was taken from (for the record only).")
-    server: dict[str, Any] = Field(description="Its /server_info summary (model, speculative settings).")
-    api: ApiKind
-    model: str | None
-    max_new_tokens: int
-    prompts: list[ProbePrompt]
-    outputs: list[ProbeOutput]
-
-
-class ProbeMismatch(BaseModel):
-    """The first difference in one prompt's output."""
-
-    prompt_index: int = Field(description="Index of the prompt in the baseline.")
-    prompt_id: str
-    position: int = Field(description="Index of the first differing token (or character).")
-    unit: Literal["token", "char"]
-    expected: str = Field(description="The baseline around the position.")
-    got: str = Field(description="This server's output around the position.")
-    detail: str = Field(default="", description="Near-tie rule: why this is no flip (the baseline's gap, the "
-                        "token's rank among its alternatives).")
-
-    def __str__(self) -> str:
-        return (
-            f"prompt {self.prompt_index} ({self.prompt_id!r}) differs at {self.unit} {self.position}: "
-            f"expected {self.expected} got {self.got}" + (f" ({self.detail})" if self.detail else "")
-        )
-
-
-class ProbeResult(BaseModel):
-    """What the probe found."""
-
-    status: Literal["baseline_written", "match", "mismatch", "too_many_flips"]
-    baseline_path: str
-    num_prompts: int
-    unit: Literal["token", "char"] | None = Field(description="What was compared (None when the baseline was written).")
-    mismatches: list[ProbeMismatch] = Field(description="One per differing prompt, in prompt order.")
-    rule: ProbeRule | None = Field(default=None, description="The rule applied: near_tie, or exact (asked for, or the "
-                                   "baseline has no log-probabilities); None when the baseline was written.")
-    rule_note: str = Field(default="", description="Why near_tie fell back to exact, where it did.")
-    max_logprob_gap: float | None = Field(default=None, description="The near-tie rule's gap (nats).")
-    max_flip_rate: float | None = Field(default=None, description="The near-tie rule's limit on flips per near tie.")
-    flips: list[NearTieFlip] = Field(default_factory=list, description="Near-tie flips passed as numerics.")
-    flip_rate: FlipRate | None = Field(default=None, description="Flips per near tie compared (near_tie rule).")
-    reanchors: int = Field(default=0, description="Requests sent to continue from the baseline after a flip.")
-
-    @property
-    def passed(self) -> bool:
-        """True unless the outputs differ from the baseline beyond numerics."""
-        return self.status in ("baseline_written", "match")
-
-    @property
-    def first_mismatch(self) -> ProbeMismatch | None:
-        return self.mismatches[0] if self.mismatches else None
-
-    @property
-    def message(self) -> str:
-        if self.status == "baseline_written":
-            return f"baseline written to {self.baseline_path} ({self.num_prompts} prompts)"
-        note = f" ({self.rule_note})" if self.rule_note else ""
-        if self.status == "too_many_flips":
-            return (f"more near-tie flips than numerics explain: {self.flip_rate} whose 95% interval lies "
-                    f"above {self.max_flip_rate:.0%}; first: {self.flips[0]}")
-        if self.status == "match" and not self.flips:
-            return (f"all {self.num_prompts} prompts match the baseline {self.baseline_path} {self.unit} for "
-                    f"{self.unit}{note}")
-        if self.status == "match":
-            shown = "; ".join(str(flip) for flip in self.flips[:3]) + ("; ..." if len(self.flips) > 3 else "")
-            return (f"all {self.num_prompts} prompts match the baseline {self.baseline_path} but for "
-                    f"{len(self.flips)} near-tie flip{'s' if len(self.flips) != 1 else ''} (numerics, gap <= "
-                    f"{self.max_logprob_gap:g} nats; {self.flip_rate}): {shown}")
-        return (
-            f"{len(self.mismatches)} of {self.num_prompts} prompts differ from the baseline "
-            f"{self.baseline_path}; first: {self.mismatches[0]}{note}"
-        )
-
 
 
 def _first_difference(expected: list[Any] | str, got: list[Any] | str) -> int | None:
@@ -277,114 +169,6 @@ def _write_new_baseline(path: Path, text: str) -> None:
                 os.replace(tmp, path)
     except OSError as exc:
         raise BenchmarkError(f"probe baseline {path} cannot be written: {exc}") from None
-
-
-class _Reply(BaseModel):
-    """One native ``/generate`` answer, as the probe reads it."""
-
-    output_ids: list[int]
-    text: str
-    prompt_ids: list[int] | None = None
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-
-
-def _pairs(row: Any) -> list[tuple[int, float]]:
-    """SGLang's ``(logprob, token_id, text)`` triples -> ``(token_id, logprob)``, best first."""
-    pairs = [(int(item[1]), float(item[0])) for item in row or () if item[0] is not None]
-    return sorted(pairs, key=lambda pair: -pair[1])
-
-
-async def _generate(
-    session: aiohttp.ClientSession, base_url: str, *, prompt: str | list[int], max_new_tokens: int,
-    with_logprobs: bool, timeout_s: float, where: str,
-) -> _Reply:
-    """One greedy native ``/generate`` request (``text`` or ``input_ids``), not streamed.
-
-    With ``with_logprobs`` (the no-speculation baseline only) SGLang's ``return_logprob``,
-    ``top_logprobs_num`` and ``logprob_start_len: 0`` (so ``input_token_logprobs`` carries the
-    prompt's token ids) are asked for.
-
-    Raises:
-        BenchmarkError: the request failed or the answer lacks what the probe reads (``where``
-            names the prompt).
-    """
-    body: dict[str, Any] = {
-        "text" if isinstance(prompt, str) else "input_ids": prompt,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
-        "stream": False,
-    }
-    if with_logprobs:
-        body.update(return_logprob=True, top_logprobs_num=TOP_LOGPROBS, logprob_start_len=0)
-    try:
-        async with session.post(f"{base_url}/generate", json=body,
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            text = await response.text()
-            if response.status != 200:
-                raise BenchmarkError(f"{where}: /generate answered HTTP {response.status}: {text[:300]}")
-            data = json.loads(text)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-        raise BenchmarkError(f"{where}: /generate failed: {type(exc).__name__}: {exc}") from None
-    if isinstance(data, list):  # SGLang answers a one-item list for some inputs
-        data = data[0] if data else {}
-    ids, meta = data.get("output_ids"), data.get("meta_info") or {}
-    if not isinstance(ids, list):
-        raise BenchmarkError(f"{where}: the /generate answer has no output_ids (keys: {sorted(data)})")
-    reply = _Reply(output_ids=[int(t) for t in ids], text=str(data.get("text", "")))
-    if with_logprobs:
-        prompt_rows = meta.get("input_token_logprobs")
-        top_rows = meta.get("output_top_logprobs")
-        if not isinstance(prompt_rows, list) or not isinstance(top_rows, list):
-            raise BenchmarkError(
-                f"{where}: asked for logprobs, but meta_info has no input_token_logprobs / output_top_logprobs "
-                f"(keys: {sorted(meta)}); probe with rule exact")
-        reply.prompt_ids = [int(row[1]) for row in prompt_rows]
-        reply.top_logprobs = [_pairs(row) for row in top_rows]
-    return reply
-
-
-def _where(index: int, prompt_id: str) -> str:
-    return f"probe prompt {index} ({prompt_id!r})"
-
-
-async def _native_outputs(
-    session: aiohttp.ClientSession, base_url: str, prompts: list[ProbePrompt], *, max_new_tokens: int,
-    with_logprobs: bool, timeout_s: float,
-) -> list[ProbeOutput]:
-    """Every prompt's greedy output, one request at a time (native API)."""
-    outputs = []
-    for index, prompt in enumerate(prompts):
-        reply = await _generate(session, base_url, prompt=prompt.text, max_new_tokens=max_new_tokens,
-                                with_logprobs=with_logprobs, timeout_s=timeout_s, where=_where(index, prompt.id))
-        outputs.append(ProbeOutput(prompt_id=prompt.id, output_ids=reply.output_ids, text=reply.text,
-                                   prompt_ids=reply.prompt_ids, top_logprobs=reply.top_logprobs))
-    return outputs
-
-
-async def _openai_outputs(
-    session: aiohttp.ClientSession, base_url: str, prompts: list[ProbePrompt], *, api: ApiKind, model: str | None,
-    max_new_tokens: int, timeout_s: float,
-) -> list[ProbeOutput]:
-    """Every prompt's greedy output through the load generator (OpenAI APIs: text only)."""
-    load = await run_load(
-        session=session,
-        base_url=base_url,
-        api=api,
-        items=[WorkItem(prompt_id=p.id, text=p.text) for p in prompts],
-        concurrency=1,
-        sampling=Sampling(max_new_tokens=max_new_tokens, temperature=0.0, seed=0, ignore_eos=True),
-        timeout_s=timeout_s,
-        stream=False,
-        model=model,
-        keep_output=True,
-    )
-    failed = [r for r in load.records if r.error is not None]
-    if failed:
-        first = failed[0]
-        raise BenchmarkError(
-            f"{len(failed)} of {len(prompts)} probe requests to {base_url} failed, so correctness cannot be "
-            f"judged; first: prompt {first.index} ({first.prompt_id!r}): {first.error_kind}: {first.error}"
-        )
-    return [ProbeOutput(prompt_id=r.prompt_id, output_ids=r.output_ids, text=r.output_text) for r in load.records]
 
 
 def _rank(alternatives: list[tuple[int, float]], token: int) -> int:
@@ -523,10 +307,10 @@ async def arun_probe(
                 raise BenchmarkError(f"num_prompts={num_prompts}: the built-in set has 1 to {len(builtin)} prompts")
             prompts = [ProbePrompt(id=p.id, text=p.text) for p in builtin[:num_prompts]]
         if resolved_api == "generate":
-            outputs = await _native_outputs(session, base_url, list(prompts), max_new_tokens=length,
+            outputs = await native_outputs(session, base_url, list(prompts), max_new_tokens=length,
                                             with_logprobs=baseline is None, timeout_s=timeout_s)
         else:
-            outputs = await _openai_outputs(session, base_url, list(prompts), api=resolved_api, model=model,
+            outputs = await openai_outputs(session, base_url, list(prompts), api=resolved_api, model=model,
                                             max_new_tokens=length, timeout_s=timeout_s)
         if baseline is None:
             new = ProbeBaseline(
@@ -556,9 +340,9 @@ async def arun_probe(
             return result
 
         async def continue_from(index: int, token_ids: list[int], length: int) -> list[int]:
-            reply = await _generate(
+            reply = await generate_once(
                 session, base_url, prompt=token_ids, max_new_tokens=length, with_logprobs=False, timeout_s=timeout_s,
-                where=f"{_where(index, prompts[index].id)}, re-anchored at output token "
+                where=f"{where(index, prompts[index].id)}, re-anchored at output token "
                       f"{len(token_ids) - len(baseline.outputs[index].prompt_ids or [])}")
             return reply.output_ids
 

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-if TYPE_CHECKING:
-    from serving.engine.hub_cache import CACHE_VARIABLES, download_command, hub_cache_dir, hub_cache_problem
 from serving.engine.hub_cache import CACHE_VARIABLES, download_command, hub_cache_dir, hub_cache_problem
-from serving.engine.placement import EnginePlacement
+
+if TYPE_CHECKING:
+    from serving.engine.placement import EnginePlacement
 
 __all__ = [
     "HUB_ID",
