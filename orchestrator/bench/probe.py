@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Literal
 import aiohttp
 from pydantic import ValidationError
 
-from orchestrator.bench import control as srv
+from orchestrator.bench import control as srv, probe_models
 from orchestrator.bench.datasets import load_builtin
 from orchestrator.bench.files import staged_file
 from orchestrator.bench.loadgen import ApiKind
@@ -55,19 +55,7 @@ from orchestrator.bench.probe_rule import (
 from orchestrator.errors import BenchmarkError
 from orchestrator.timestamps import utc_timestamp
 
-__all__ = [
-    "PROBE_SCHEMA_VERSION",
-    "ProbeBaseline",
-    "ProbeBaselineError",
-    "ProbeMismatch",
-    "ProbeOutput",
-    "ProbePrompt",
-    "ProbeResult",
-    "arun_probe",
-    "compare_outputs",
-    "judge_near_tie",
-    "run_probe",
-]
+__all__ = [*probe_models.__all__, "arun_probe", "compare_outputs", "judge_near_tie", "run_probe"]
 
 logger = logging.getLogger(__name__)
 
