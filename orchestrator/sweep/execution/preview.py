@@ -68,6 +68,10 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
             break
         plans.append(TrialPlan.from_config(config))
     dims = ", ".join(f"{name} {values}" for name, values in space.nccl.items()) or "none"
+    if space.presets:  # search.nccl_presets: whole sets, not per-variable dimensions
+        names = sorted({name for preset in space.presets.values() for name in preset})
+        dims = (f"{len(space.presets)} presets (search.nccl_presets: {'; '.join(space.presets)}) over "
+                f"{', '.join(names) or 'none'}")
     console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
                   f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
                   f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)

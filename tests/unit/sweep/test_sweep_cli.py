@@ -15,6 +15,16 @@ REPO = Path(__file__).resolve().parents[3]
 KIMI = REPO / "experiments" / "kimi-k2.5-eagle3-8gpu.yaml"
 
 
+def test_dry_run_names_nccl_presets_as_what_is_searched() -> None:
+    """A spec that searches whole NCCL presets says so (it printed 'none' before)."""
+    result = CliRunner().invoke(app, ["sweep", "--dry-run", str(REPO / "experiments" / "kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml")])
+    assert result.exit_code == 0, result.output
+    first = " ".join(result.output.split("all-reduce arms")[0].split())
+    assert "NCCL variables searched: 5 presets (search.nccl_presets: default; NCCL_ALGO=Ring," in first, first
+    assert "over NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, NCCL_PROTO;" in first
+    assert "searched: none" not in first
+
+
 def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
