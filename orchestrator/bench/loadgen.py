@@ -90,6 +90,9 @@ class RequestRecord(BaseModel):
         description="Draft tokens proposed = spec_verify_ct * (num_draft_tokens - 1): meta_info."
         "spec_num_proposed_drafts, spec_proposed_drafts or spec_draft_token_num; None if absent.",
     )
+    spec_correct_drafts_histogram: list[int] | None = Field(
+        default=None, description="meta_info.spec_correct_drafts_histogram: [k] = this request's verify cycles that "
+        "accepted k drafts, bonus excluded (SGLang 0.5.23's Req.update_spec_correct_drafts_histogram); None if absent.")
     server_e2e_latency_s: float | None = Field(default=None, description="meta_info.e2e_latency (server side).")
     finish_reason: str | None = Field(default=None, description="Why generation stopped (length, stop, ...).")
     status: int | None = Field(default=None, description="HTTP status.")
@@ -209,7 +212,7 @@ class _Response:
 
     __slots__ = (
         "api", "keep_output", "t0", "ttft_ms", "num_chunks", "last_tokens", "finished", "done",
-        "output_tokens", "prompt_tokens", "verify_ct", "spec_accept", "correct_drafts", "proposed_drafts",
+        "output_tokens", "prompt_tokens", "verify_ct", "spec_accept", "correct_drafts", "proposed_drafts", "histogram",
         "server_e2e", "finish_reason", "text", "pieces", "output_ids",
     )
 
@@ -228,6 +231,7 @@ class _Response:
         self.spec_accept: float | None = None
         self.correct_drafts: int | None = None
         self.proposed_drafts: int | None = None
+        self.histogram: list[int] | None = None
         self.server_e2e: float | None = None
         self.finish_reason: str | None = None
         self.text: str | None = None
@@ -264,6 +268,9 @@ class _Response:
             self.spec_accept = float(accept) if isinstance(accept, (int, float)) else None
             self.correct_drafts = _first_int(meta, CORRECT_DRAFTS_KEYS)
             self.proposed_drafts = _first_int(meta, PROPOSED_DRAFTS_KEYS)
+            histogram = meta.get("spec_correct_drafts_histogram")
+            self.histogram = ([int(v) for v in histogram] if isinstance(histogram, list)
+                              and all(_int_or_none(v) is not None for v in histogram) else None)
             e2e = meta.get("e2e_latency")
             self.server_e2e = float(e2e) if isinstance(e2e, (int, float)) else None
 
@@ -458,6 +465,7 @@ async def send_request(
         spec_accept_length=state.spec_accept,
         spec_correct_drafts=state.correct_drafts,
         spec_proposed_drafts=state.proposed_drafts,
+        spec_correct_drafts_histogram=state.histogram,
         server_e2e_latency_s=state.server_e2e,
         finish_reason=state.finish_reason,
         status=status,

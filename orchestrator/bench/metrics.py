@@ -275,6 +275,24 @@ def accepted_drafts_per_cycle(accept_length: float | None) -> float | None:
     return None if accept_length is None else accept_length - 1.0
 
 
+def sum_histograms(histograms: Iterable[list[int] | None]) -> list[int] | None:
+    """Accepted-draft histograms summed element-wise (their lengths differ: each grows to the most
+    drafts one of its cycles accepted); None where there is none."""
+    present = [h for h in histograms if h]
+    if not present:
+        return None
+    total = [0] * max(len(h) for h in present)
+    for histogram in present:
+        for k, count in enumerate(histogram):
+            total[k] += count
+    return total
+
+
+def accept_histogram(records: Sequence[RequestRecord]) -> list[int] | None:
+    """The requests' ``spec_correct_drafts_histogram`` summed (:func:`sum_histograms`)."""
+    return sum_histograms(r.spec_correct_drafts_histogram for r in records)
+
+
 def cycle_ms(records: Iterable["RequestRecord"]) -> float | None:
     """Wall time of one (batched) verify cycle as requests experience it:
     sum(e2e_ms - ttft_ms) / sum(spec_verify_ct) over successful streamed requests that report
@@ -408,6 +426,9 @@ class RepetitionMetrics(BaseModel):
     spec_accept_rate: float | None = Field(
         default=None, description="spec_correct_drafts / spec_proposed_drafts (bonus tokens excluded)."
     )
+    accept_histogram: list[int] | None = Field(
+        default=None, description="Element-wise sum of the requests' spec_correct_drafts_histogram: [k] = verify "
+        "cycles that accepted k drafts (bonus excluded); None where no request reported one.")
     cycle_ms: float | None = Field(description="sum(e2e - TTFT) / sum(spec_verify_ct) (ms per verify cycle).")
     accept_length_mismatch: bool | None = Field(
         description="True if server and per-request accept lengths disagree beyond tolerance; None if not "
@@ -565,6 +586,7 @@ def compute_repetition_metrics(
         spec_correct_drafts=_sum_reported(ok, "spec_correct_drafts"),
         spec_proposed_drafts=_sum_reported(ok, "spec_proposed_drafts"),
         spec_accept_rate=spec_accept_rate_requests(ok),
+        accept_histogram=accept_histogram(ok),
         cycle_ms=cycle_ms(ok),
         accept_length_mismatch=None if agrees is None else not agrees,
         accept_length_check=check,

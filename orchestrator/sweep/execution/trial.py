@@ -25,7 +25,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from orchestrator.bench.metrics import RepetitionMetrics
+from orchestrator.bench.metrics import RepetitionMetrics, sum_histograms
 from orchestrator.bench.probe import ProbeResult, run_probe
 from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, post_generate, resolved_speculative, server_info
@@ -248,6 +248,8 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
             _benchmark(spec, ctx, state, session)
         finally:
             state.timings["bench"] = time.monotonic() - tic
+            if histograms := _accept_histograms(state):
+                _artifacts(coordinator, state, {"accept_histograms.json": _json(histograms)})
         violation = _slo_violation(spec, state.bench)
         if violation is not None and violation > 0:
             status, reason = "infeasible", "slo_violated"
@@ -476,6 +478,18 @@ def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]
     return out
 
 
+def _accept_histograms(state: _TrialState) -> dict[str, list[int]]:
+    """Each measured level's accepted-draft histogram (its repetitions' summed), keyed by the
+    concurrency as a string; empty without speculation."""
+    out: dict[str, list[int]] = {}
+    for result in (state.bench, state.other_levels):
+        for level in result.levels if result is not None else ():
+            histogram = sum_histograms(rep.accept_histogram for rep in level.repetitions)
+            if histogram is not None:
+                out[str(level.concurrency)] = histogram
+    return out
+
+
 def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: str | None,
                   message: str) -> TrialRecord:
     """The trial's record at its end: what it measured and ran on, with its outcome."""
@@ -486,6 +500,7 @@ def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: s
     state.learn(
         objective=_objective_of(spec, state.objective_values) if state.objective_values else None,
         level_values=_level_values(spec, state), metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
+        accept_histograms=_accept_histograms(state),
         measured_in_full=state.measured_in_full, timings_s={k: round(v, 3) for k, v in state.timings.items()},
     )
     return state.record.ended(status=status, reason=reason, message=message,  # type: ignore[arg-type]

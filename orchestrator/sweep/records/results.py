@@ -115,6 +115,11 @@ class TrialRecord(BaseModel):
         default_factory=dict, description="The objective metric's per-repetition values at every measured "
         "concurrency level, keyed by the concurrency as a string (the objective's level included; empty in "
         "records written before per-load results).")
+    accept_histograms: dict[str, list[int]] = Field(
+        default_factory=dict, description="Each measured level's accepted-draft histogram, keyed by the concurrency "
+        "as a string: [k] = verify cycles that accepted k drafts (bonus excluded), summed over the level's "
+        "requests' meta_info.spec_correct_drafts_histogram (SGLang 0.5.23); what a chain's histogram predicts "
+        "shorter chains from. Empty without speculation.")
     slo_violation: float | None = Field(
         default=None, description="max(observed / limit - 1) over the SLO limits; > 0 means infeasible."
     )

@@ -114,7 +114,7 @@ def test_speculative_trials_pass_the_probe_with_their_near_tie_flips_reported(sw
     baseline somewhere, which the exact rule fails; the near-tie rule passes each such flip, names it
     in the record and the message, and keeps comparing after it."""
     records = {r["label"]: r for r in trial_records(sweep_run["results"])}
-    assert records["no speculation"]["probe_flips"] == []
+    assert records["no speculation"]["probe_flips"] == [] and records["no speculation"]["accept_histograms"] == {}
     for label in ("SGLang auto (= steps 3 topk 1 draft 4)", "steps=2 topk=1 draft=3"):
         record = records[label]
         assert record["status"] == "ok", record["message"]
@@ -124,6 +124,10 @@ def test_speculative_trials_pass_the_probe_with_their_near_tie_flips_reported(sw
             assert 0 <= flip["gap"] <= 0.5 and flip["expected_token"] != flip["got_token"], flip
         assert record["message"].startswith("probe: all 4 prompts match the baseline"), record["message"]
         assert f"but for {len(flips)} near-tie flip" in record["message"]
+        # the accepted-draft histogram of the objective's level: [k] = verify cycles that accepted k drafts
+        histogram = record["accept_histograms"]["2"]
+        steps = record["resolved_params"]["num_steps"]
+        assert sum(histogram) > 0 and len(histogram) <= steps + 1, (label, histogram)
         first = flips[0]
         assert f"prompt {first['prompt_index']} ({first['prompt_id']!r}) token {first['position']}" in record["message"]
 
@@ -183,6 +187,9 @@ def test_mlflow_holds_the_parent_and_one_nested_run_per_trial(sweep_run: dict) -
         assert child.info.status in ("FINISHED", "FAILED")
     ok = [c for c in children if c.data.tags["spectune.status"] == "ok"]
     assert len(ok) == 3
+    speculative_ok = [c for c in ok if c.data.params.get("speculative") not in (None, "off", "False", "false")]
+    for child in speculative_ok:
+        assert "accept_histograms.json" in {a.path for a in client.list_artifacts(child.info.run_id)}
     for child in ok:  # NCCL's own per-rank check ran and says why it cannot apply on CPU (gloo)
         assert child.data.tags["spectune.nccl_log"] == "not_applicable"
         assert "nccl_log.json" in {a.path for a in client.list_artifacts(child.info.run_id)}

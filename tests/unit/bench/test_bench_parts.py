@@ -49,6 +49,27 @@ def test_native_stream_counts_tokens_from_meta_info_not_chunks() -> None:
     assert state.output() == "abcdef"
 
 
+def test_the_accepted_draft_histogram_is_read_from_the_final_meta_info_and_summed_per_level() -> None:
+    """SGLang 0.5.23 sends the request's cumulative spec_correct_drafts_histogram ([k] = its verify
+    cycles that accepted k drafts, bonus excluded); lengths differ per request, the sum pads."""
+    from orchestrator.bench.metrics import sum_histograms
+
+    state = _Response("generate", keep_output=False, t0=0.0)
+    state.event({"text": "ab", "meta_info": {"completion_tokens": 2, "finish_reason": None,
+                                             "spec_correct_drafts_histogram": [1]}}, 0.1)
+    assert state.histogram is None  # only the final chunk's figures count
+    state.event({"text": "abcdefg", "meta_info": {"completion_tokens": 7, "spec_verify_ct": 3,
+                                                  "spec_correct_drafts_histogram": [1, 0, 2],
+                                                  "finish_reason": {"type": "length"}}}, 0.2)
+    assert state.histogram == [1, 0, 2]
+    assert sum_histograms([[1, 0, 2], None, [3], [0, 1, 0, 4]]) == [4, 1, 2, 4]
+    assert sum_histograms([None, []]) is None
+    odd = _Response("generate", keep_output=False, t0=0.0)
+    odd.event({"text": "a", "meta_info": {"completion_tokens": 1, "spec_correct_drafts_histogram": "1,2",
+                                          "finish_reason": {"type": "length"}}}, 0.1)
+    assert odd.histogram is None  # not a list of counts: not guessed at
+
+
 def test_native_error_event_and_abort_are_failures() -> None:
     with pytest.raises(_Fail) as info:
         _Response("generate", False, 0.0).event({"error": {"message": "out of memory"}}, 1.0)
