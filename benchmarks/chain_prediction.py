@@ -130,10 +130,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--dtype", default=None, help="--dtype of every engine (default: the preset's)")
+    parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--cuda-graph-max-bs-decode", type=int, default=None,
+                        help="decode CUDA graphs up to this batch (GPU; default: the engine's)")
     parser.add_argument("--start-timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     common = ["--model-path", args.model_path, "--device", args.device, "--max-running-requests", str(max(args.levels))]
+    for flag, value in (("--dtype", args.dtype), ("--context-length", args.context_length),
+                        ("--cuda-graph-max-bs-decode", args.cuda_graph_max_bs_decode)):
+        if value is not None:
+            common += [flag, str(value)]
     settings = {"dataset": "builtin", "num_prompts": args.num_prompts, "output_len": args.output_len,
                 "warmup_requests": 1, "min_repetition_s": 0, "warmup": {"tolerance": None}}
     steps_all = list(range(1, args.max_steps + 1))
@@ -157,7 +165,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
-        "designs": {name: compare(data, levels=args.levels, from_steps=steps) for name, steps in designs.items()},
+        "designs": {name: compare(data, levels=args.levels, from_steps=sorted(set(steps)))
+                    for name, steps in designs.items() if len(set(steps)) > 1},
     }
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
