@@ -164,6 +164,8 @@ class Scheduler:
         self.cache = model.new_cache(
             max_rows=max_running_requests, max_cols=cache_cols(context_length=context_length, scratch=self._scratch())
         )
+        logger.info("Memory pool end. KV cache %d requests x %d columns", max_running_requests,
+                    cache_cols(context_length=context_length, scratch=self._scratch()))  # SGLang's start-phase line
         self.device = model.device
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []

@@ -218,7 +218,10 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     _log_custom_all_reduce(cfg)
 
     preset = get_preset(args.model_path)
+    logger.info("Load weight begin.")  # SGLang's start-phase lines (serving.engine.start_phases reads them)
+    tic = time.perf_counter()
     model = Model(preset=preset, seed=args.random_seed, comm=comm, device=device, dtype=dtype_from_name(args.dtype))
+    logger.info("Load weight end. elapsed=%.2f s, type=%s, dtype=%s.", time.perf_counter() - tic, preset.name, args.dtype)
     if cfg.world_size > 1 and backend == "nccl":
         # First NCCL collective: NCCL_DEBUG=INFO logs the NCCL_* values read here.
         probe = torch.ones(1, device=device)

@@ -52,6 +52,7 @@ from serving.engine.contract import check_engine_contract, contract_request
 from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.config import EngineConfig
 from serving.engine.nccl_log import check_nccl_log, nccl_debug_enabled
+from serving.engine.start_phases import start_phases
 from serving.waiting import wait_until
 
 __all__ = ["TrialContext", "TrialFailure", "engine_config_for", "run_trial"]
@@ -225,6 +226,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         if state.plan.kind != BASELINE_PLAIN:
             baseline = _wait_for_baseline(coordinator, timeout_s=spec.budget.trial_timeout_s)
         session.open()
+        state.learn(start_phases_s=start_phases(session.log_text(), total_s=state.timings.get("engine_start")))
         state.info = session.info
         state.learn(node_id=state.info.get("node_id"), node_ip=state.info.get("node_ip"),
                     cuda_visible_devices=state.info.get("cuda_visible_devices"), engine_nodes=list(session.nodes),

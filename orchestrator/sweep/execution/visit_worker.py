@@ -14,6 +14,7 @@ from orchestrator.errors import BenchmarkError
 from orchestrator.sweep.execution.session import EngineSession, TrialFailure, step_failure
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.sweep.execution.trial import TrialContext
+from serving.engine.start_phases import start_phases
 from serving.engine.config import EngineConfig
 
 __all__ = ["run_visit"]
@@ -29,7 +30,8 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
 
     Returns:
         ``{"values": [...], "status": "ok"|"failed", "reason", "message", "timings": {"engine_start",
-        "bench", "warmup", "teardown"}, "host_cpu_steal", "engine_nodes"}``: timings in seconds,
+        "start_weights", "start_cuda_graphs", "start_other" (``serving.engine.start_phases``, where the log
+        has them), "bench", "warmup", "teardown"}, "host_cpu_steal", "engine_nodes"}``: timings in seconds,
         ``bench`` including ``warmup``; ``host_cpu_steal`` the most of the repetitions', None off
         Linux; ``engine_nodes`` each node the engine ran on, as a trial records it.
     """
@@ -47,6 +49,8 @@ def run_visit(*, engine_config: dict[str, Any], ctx: TrialContext, visit_id: str
     )
     try:
         with session:
+            phases = start_phases(session.log_text(), total_s=timings.get("engine_start"))
+            timings.update({f"start_{name}": seconds for name, seconds in phases.items()})
             session.check_audit()
             level = spec.objective_concurrency
             settings = BenchSettings.for_sweep(spec.benchmark, objective_metric=spec.objective.metric, levels=[level])

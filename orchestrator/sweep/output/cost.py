@@ -103,6 +103,18 @@ def cold_starts(records: Iterable[TrialRecord]) -> set[str]:
     return cold
 
 
+def _phase_split(records: Iterable[TrialRecord]) -> str:
+    """``: weights 6m00s, CUDA graphs 1m10s, other 2m50s`` (each phase's median over the starts whose
+    log gave them: ``TrialRecord.start_phases_s``), or nothing."""
+    phases = [r.start_phases_s for r in records if r.start_phases_s]
+    if not phases:
+        return ""
+    names = (("weights", "weights"), ("cuda_graphs", "CUDA graphs"), ("other", "other"))
+    parts = [f"{shown} {format_duration(statistics.median(p[name] for p in phases if name in p))}"
+             for name, shown in names if any(name in p for p in phases)]
+    return ": " + ", ".join(parts)
+
+
 def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
     """Seconds per engine start and where the figure comes from, in words: the median of the warm
     ``measured_start_times`` (the cold first starts named beside it), else of the cold ones, else
@@ -114,7 +126,9 @@ def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[fl
     if warm:
         first = (f"; the cold first start{'s' * (len(cold) > 1)} took {format_duration(max(cold))}"
                  if cold and max(cold) > 1.2 * statistics.median(warm) else "")
-        return statistics.median(warm), f"measured, median of {len(warm)} warm start{'s' * (len(warm) > 1)}{first}"
+        split = _phase_split(r for r in records if r.trial_id not in cold_ids)
+        return statistics.median(warm), (f"measured, median of {len(warm)} warm start{'s' * (len(warm) > 1)}"
+                                         f"{split}{first}")
     measured = cold
     if measured:
         return statistics.median(measured), (f"measured, median of {len(measured)} cold first start"

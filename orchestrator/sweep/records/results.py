@@ -130,6 +130,10 @@ class TrialRecord(BaseModel):
     )
     timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, contract, probe, bench, "
                                         "teardown (seconds).")
+    start_phases_s: dict[str, float] = Field(
+        default_factory=dict, description="What the engine's start spent its time on, from its own log "
+        "(serving.engine.start_phases): weights, cuda_graphs (the slowest rank's) and other (the rest of "
+        "engine_start); empty where the log has no such lines.")
     time_limits_s: dict[str, float] = Field(
         default_factory=dict, description="The limits the trial ran under: engine_start (to healthy) and trial (launch "
         "to end); the budget's until a trial ended ok, then derived from measured starts and runs "

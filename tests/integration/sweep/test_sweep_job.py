@@ -105,6 +105,10 @@ def test_every_planned_outcome_is_a_recorded_result(sweep_run: dict) -> None:
         assert record["engine_command"].endswith("--skip-server-warmup --cuda-graph-bs-decode 1 2 "
                                                  "--cuda-graph-max-bs-decode 2"), record["engine_command"]
         assert set(record["engine_config"]["extra_args"]) == {"enable_metrics", "context_length"}, record
+        # its start's phases, from the engine's own SGLang-shaped log lines (CPU: no CUDA graphs)
+        phases = record["start_phases_s"]
+        assert set(phases) == {"weights", "cuda_graphs", "other"} and phases["cuda_graphs"] == 0, record
+        assert phases["weights"] + phases["other"] == pytest.approx(record["timings_s"]["engine_start"], abs=0.01)
         # the limits it ran under: the budget's, or derived from the trials before it (never above them)
         assert record["time_limits_s"]["engine_start"] <= 120 and record["time_limits_s"]["trial"] <= 300, record
 
