@@ -233,7 +233,9 @@ class BudgetSpec(_Model):
         default=1, ge=1, le=MAX_PARALLEL_TRIALS, description="Trials running at once (each owns its GPUs)."
     )
     time_limit_s: float | None = Field(
-        default=None, gt=0, le=MAX_DURATION_S, description="Stop starting trials after this many seconds."
+        default=None, gt=0, le=MAX_DURATION_S, description="The whole sweep's time: the search stops starting "
+        "trials in time for the confirmation's least time (min_visits rounds), which then gets what is left; no "
+        "running trial is killed for it (orchestrator.sweep.execution.time_budget)."
     )
     trial_timeout_s: float = Field(
         default=3600.0, gt=0, le=MAX_DURATION_S, description="A trial running longer is stopped and failed."

@@ -426,7 +426,8 @@ def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     return None
 
 
-def _out_of_time(max_minutes: float | None, elapsed_s: float, round_s: float | None) -> str | None:
+def _out_of_time(max_minutes: float | None, elapsed_s: float, round_s: float | None, *,
+                 setting: str = "confirmation.max_minutes") -> str | None:
     """The sentence that ends the round loop before a round ``confirmation.max_minutes`` has no
     time for (a round costs about what the last one did), or None. The bound holds with or without
     a measured spread: discarded or failed visits can leave the look nothing to judge."""
@@ -435,7 +436,7 @@ def _out_of_time(max_minutes: float | None, elapsed_s: float, round_s: float | N
     left_s = max_minutes * 60 - elapsed_s
     if round_s <= left_s:
         return None
-    return (f"confirmation.max_minutes ({max_minutes:g}) leaves {math.floor(max(left_s, 0))} s, less than another "
+    return (f"{setting} ({max_minutes:g}) leaves {math.floor(max(left_s, 0))} s, less than another "
             f"round takes (~{math.ceil(round_s)} s)")
 
 
@@ -454,7 +455,7 @@ def _discard_if_stolen(entry: dict[str, Any], limit: float | None) -> None:
 def run_confirmation(
     spec: SweepSpec, records: list[TrialRecord], *, visit: Visit, say: Callable[[str], None],
     done: Iterable[dict[str, Any]] = (), on_visit: Callable[[dict[str, Any]], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.monotonic, max_minutes: float | None = None,
 ) -> Confirmation | None:
     """Visit the contenders round by round until decided, shown infeasible, or ``confirmation.max_visits``
     rounds ran.
@@ -465,6 +466,8 @@ def run_confirmation(
         done: Visits an earlier (interrupted) run of this confirmation made; not run again.
         on_visit: Called with each new visit's record as it ends (persisted for resume).
         clock: Seconds, monotonic (``confirmation.max_minutes`` is read against it; tests pass their own).
+        max_minutes: The confirmation's time, where the sweep's budget leaves less than
+            ``confirmation.max_minutes`` (default: that setting).
 
     Returns:
         None when there are fewer than two contenders or no SGLang default to judge against.
@@ -490,7 +493,9 @@ def run_confirmation(
     say(confirmation.economy.line())
     round_s: float | None = None  # the last round's wall time: what the next one will about cost
     for round_number in range(settings.max_visits):
-        out_of_time = _out_of_time(settings.max_minutes, clock() - started, round_s)
+        own = settings.max_minutes is not None and (max_minutes is None or max_minutes >= settings.max_minutes)
+        out_of_time = _out_of_time(settings.max_minutes if own else max_minutes, clock() - started, round_s,
+                                   setting="confirmation.max_minutes" if own else "budget.time_limit_s's remainder")
         if out_of_time is not None:
             confirmation.infeasible = out_of_time
             say(f"confirmation: stopped after round {confirmation.rounds}: {out_of_time}")

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,6 +31,7 @@ from orchestrator.sweep.execution.coordinator import (
 )
 from orchestrator.sweep.output.display import Display, QuietWatch, job_console
 from orchestrator.sweep.execution.finish import SweepOutcome, final_records, finish_sweep
+from orchestrator.sweep.execution.time_budget import TimeBudget
 from orchestrator.sweep.execution.sweep_preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import TrialRecord
@@ -131,7 +132,8 @@ def run_sweep(
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
-    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume)
+    budget = TimeBudget(spec, records=lambda: display.records)
+    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume, budget=budget)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     stop = _StopSignal()
@@ -149,8 +151,9 @@ def run_sweep(
             broken = engine_contract_error(records)
             if broken is not None:
                 raise broken
-            confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator,
-                                                    display=display) if spec.confirmation.enabled else None
+            confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator, display=display,
+                                                    max_minutes=budget.confirmation_minutes(),
+                                                    ) if spec.confirmation.enabled else None
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
                                 console=console, started=started)
     except BaseException as exc:
@@ -215,7 +218,8 @@ trial that Tune does not know it started (the searcher would propose it again). 
 set is kept."""
 
 
-def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: CoordinatorRef, resume: bool) -> Any:
+def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: CoordinatorRef, resume: bool,
+           budget: TimeBudget) -> Any:
     """The Tuner: each trial ``trial.run_trial`` in a placement group shaped by
     ``spec.trial_placement``; a resumed sweep restores Tune's experiment. Sets
     ``TUNE_GLOBAL_CHECKPOINT_S`` (:data:`TUNE_STATE_PERIOD_S`) unless it is set."""
@@ -239,7 +243,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
     if resume and tune.Tuner.can_restore(str(experiment)):
         return tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False,
                                   restart_errored=False)
-    _, searcher = sweep_search(spec, slo=bool(spec.objective.slo.limits()))
+    _, searcher = sweep_search(spec, slo=bool(spec.objective.slo.limits()), stop_reason=budget.stop_reason)
     early = spec.search.early_stopping
     scheduler = early_stopping_scheduler(early=early, direction=spec.objective.direction,
                                          repetitions=spec.benchmark.repetitions) if early.enabled else None
@@ -247,7 +251,10 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
         trainable,
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=spec.budget.num_trials,
-            max_concurrent_trials=spec.budget.max_concurrent_trials, time_budget_s=spec.budget.time_limit_s,
+            max_concurrent_trials=spec.budget.max_concurrent_trials,
+            # a backstop only: the searcher stops starting trials in time (``time_budget``), never killing one
+            time_budget_s=None if spec.budget.time_limit_s is None
+            else spec.budget.time_limit_s + spec.budget.trial_timeout_s,
             # one trainable actor (its worker process and imports) serves trial after trial; not under
             # ASHA, whose stopped trial measures on until its next report, past Tune's 2 s reset wait
             reuse_actors=not early.enabled,
@@ -259,12 +266,13 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
     )
 
 
-def sweep_search(spec: SweepSpec, *, slo: bool) -> tuple[DefineByRunSpace, SweepSearcher]:
+def sweep_search(spec: SweepSpec, *, slo: bool,
+                 stop_reason: Callable[[], str | None] | None = None) -> tuple[DefineByRunSpace, SweepSearcher]:
     """The spec's space and its seeded searcher, for the sweep and its dry run (``preview.dry_run``),
     which therefore shows exactly the points the sweep would start with."""
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                              budget=spec.budget.num_trials, slo=slo)
+                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason)
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -44,12 +44,14 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
 
 
 def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, coordinator: Any,
-                             display: Display) -> Confirmation | None:
+                             display: Display, max_minutes: float | None = None) -> Confirmation | None:
     """The confirmation (``confirm.run_confirmation``) with placed visits, persisted by the
     coordinator (a resumed sweep continues where it stopped) and shown while they run.
 
     Args:
         ctx: The trials' ``trial.TrialContext`` (spec, coordinator), which a visit shares.
+        max_minutes: Its time (``time_budget.TimeBudget.confirmation_minutes``); default
+            ``confirmation.max_minutes``.
     """
     import ray
 
@@ -71,6 +73,6 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
             display.visit_ended()
 
     return run_confirmation(
-        spec, records, visit=visit, say=display.line, done=done,
+        spec, records, visit=visit, say=display.line, done=done, max_minutes=max_minutes,
         on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
     )

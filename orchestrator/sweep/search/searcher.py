@@ -13,7 +13,7 @@ import logging
 import math
 import pickle
 import warnings
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import optuna
 from optuna.trial import TrialState
@@ -71,6 +71,7 @@ class SweepSearcher(Searcher):
         sampler: optuna.samplers.BaseSampler | None = None,
         budget: int | None = None,
         staged: bool = True,
+        stop_reason: Callable[[], str | None] | None = None,
     ) -> None:
         super().__init__(metric=OBJECTIVE_KEY, mode=mode)
         self.study = optuna.create_study(
@@ -92,6 +93,7 @@ class SweepSearcher(Searcher):
         self.speculative_stage = self._speculative_stage_length() if staged else 0
         self._exhausted = False
         self._enumerated = 0
+        self._stop_reason = stop_reason  # the time budget (``execution.time_budget``): no trial it cannot fit
 
     def _speculative_stage_length(self) -> int:
         points = len(self.search_space.triples)
@@ -107,6 +109,11 @@ class SweepSearcher(Searcher):
             self._in_flight[trial_id] = candidate_key(plan)
             self._plans[candidate_key(plan)] = plan
             return {"plan": plan.to_config()}
+        reason = self._stop_reason() if self._stop_reason is not None else None
+        if reason is not None:
+            logger.warning("search finished early: %s", reason)
+            self._exhausted = True
+            return Searcher.FINISHED
         queued = self._next_queued()
         if queued is not None:
             return self._propose(trial_id, queued)

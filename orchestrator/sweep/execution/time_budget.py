@@ -1,0 +1,89 @@
+"""``budget.time_limit_s`` bounds the whole sweep: the search stops *starting* trials in time for the
+confirmation, which gets what is left; no running trial is killed for the budget.
+
+Ray Tune's ``time_budget_s`` would stop every trial when it runs out (its ``TimeoutStopper``): the
+running one is killed and its start wasted, and the confirmation after it was outside any bound.
+Instead the searcher asks :meth:`TimeBudget.stop_reason` before each proposal (the baselines always
+run: the probe needs the no-speculation one) and finishes the search when
+
+    elapsed + one trial  >  time_limit_s - the confirmation's least time
+
+where one trial is the median measured trial (its start, probe and benchmark: the sum of its
+timings), else ``budget.engine_start_estimate_s`` or the engine kind's default start; and the
+confirmation's least time is ``confirmation.min_visits`` rounds of its contenders at the visit
+estimate (``cost.visit_estimate_s``): less than that decides nothing. The confirmation then runs
+under ``min(confirmation.max_minutes, what is left)``. Ray's ``time_budget_s`` stays as a backstop,
+a trial's limit past the budget. A resumed sweep counts from its resume.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterable
+
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.output.cost import format_duration, planned_starts, start_time, visit_estimate_s
+from orchestrator.sweep.records.results import TrialRecord
+
+__all__ = ["TimeBudget"]
+
+
+class TimeBudget:
+    """The sweep's clock against ``budget.time_limit_s``.
+
+    Args:
+        spec: The sweep.
+        records: The trials ended so far (read at each question: the display's list).
+        clock: Seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(self, spec: SweepSpec, *, records: Callable[[], Iterable[TrialRecord]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.spec = spec
+        self.records = records
+        self.clock = clock
+        self.started = clock()
+
+    @property
+    def limit_s(self) -> float | None:
+        return self.spec.budget.time_limit_s
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started
+
+    def left_s(self) -> float | None:
+        """Seconds of ``budget.time_limit_s`` left (None without a limit)."""
+        return None if self.limit_s is None else max(0.0, self.limit_s - self.elapsed_s())
+
+    def trial_s(self, records: list[TrialRecord]) -> float:
+        """What one more trial is expected to take: the median measured trial, else one start."""
+        measured = [sum(r.timings_s.values()) for r in records if r.timings_s.get("engine_start")]
+        return statistics.median(measured) if measured else start_time(self.spec, records)[0]
+
+    def confirmation_reserve_s(self, records: list[TrialRecord]) -> float:
+        """The confirmation's least time: ``min_visits`` rounds of its contenders (0 when it is off)."""
+        contenders = planned_starts(self.spec).contenders
+        if not contenders:
+            return 0.0
+        return contenders * self.spec.confirmation.min_visits * visit_estimate_s(self.spec, records)
+
+    def stop_reason(self) -> str | None:
+        """Why the search must start no more trials (in words), or None while one still fits."""
+        if self.limit_s is None:
+            return None
+        records = list(self.records())
+        trial, reserve, elapsed = self.trial_s(records), self.confirmation_reserve_s(records), self.elapsed_s()
+        if elapsed + trial <= self.limit_s - reserve:
+            return None
+        return (f"budget.time_limit_s ({format_duration(self.limit_s)}): {format_duration(elapsed)} spent, another "
+                f"trial takes about {format_duration(trial)} and the confirmation needs at least "
+                f"{format_duration(reserve)}; no more trials are started")
+
+    def confirmation_minutes(self) -> float | None:
+        """The confirmation's time: ``confirmation.max_minutes`` or what the budget has left, the smaller."""
+        left = self.left_s()
+        own = self.spec.confirmation.max_minutes
+        if left is None:
+            return own
+        return left / 60 if own is None else min(own, left / 60)
