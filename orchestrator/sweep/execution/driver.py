@@ -132,7 +132,7 @@ def run_sweep(
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
-    budget = TimeBudget(spec, records=lambda: display.records)
+    budget = TimeBudget(spec, records=WriterRecords(ref))
     tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume, budget=budget)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
@@ -273,6 +273,19 @@ def sweep_search(spec: SweepSpec, *, slo: bool,
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
                               budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason)
+
+
+class WriterRecords:
+    """The sweep's ended trials as the writer holds them: a picklable callable (Ray Tune pickles the
+    searcher whose time budget reads them)."""
+
+    def __init__(self, ref: CoordinatorRef) -> None:
+        self.ref = ref
+
+    def __call__(self) -> list[TrialRecord]:
+        import ray
+
+        return [TrialRecord.model_validate(r) for r in ray.get(self.ref.get().records.remote())]
 
 
 class _Interrupted(KeyboardInterrupt):

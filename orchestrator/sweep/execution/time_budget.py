@@ -32,9 +32,11 @@ __all__ = ["TimeBudget"]
 class TimeBudget:
     """The sweep's clock against ``budget.time_limit_s``.
 
+    Picklable where ``records`` is (Ray Tune pickles the searcher that asks it).
+
     Args:
         spec: The sweep.
-        records: The trials ended so far (read at each question: the display's list).
+        records: The trials ended so far, read at each question (the sweep's writer's records).
         clock: Seconds, monotonic (tests pass their own).
     """
 
@@ -44,6 +46,12 @@ class TimeBudget:
         self.records = records
         self.clock = clock
         self.started = clock()
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (Ray Tune restores the searcher that holds it on ``--resume``): the budget counts
+        from now, as a monotonic clock of another process means nothing here."""
+        self.__dict__.update(state)
+        self.started = self.clock()
 
     @property
     def limit_s(self) -> float | None:

@@ -69,3 +69,23 @@ def test_the_searcher_runs_the_baselines_then_stops_when_told() -> None:
     first, second = searcher.suggest("a"), searcher.suggest("b")
     assert isinstance(first, dict) and isinstance(second, dict)  # the two baselines always run
     assert searcher.suggest("c") == Searcher.FINISHED
+
+
+def test_the_searcher_with_its_budget_pickles_as_ray_tune_saves_it() -> None:
+    """Ray Tune pickles the searcher (experiment state, --resume): the budget it asks must pickle too,
+    and an unpickled one counts from its restore."""
+    import pickle
+
+    from orchestrator.sweep.execution.driver import WriterRecords
+    from orchestrator.sweep.execution.coordinator import CoordinatorRef
+
+    spec = _spec(budget={"time_limit_s": 3600}, search={"speculative": {"num_steps": [1, 2], "eagle_topk": [1]},
+                                                        "nccl_env": {}})
+    budget = TimeBudget(spec, records=WriterRecords(CoordinatorRef("spectune-test")))
+    searcher = SweepSearcher(space=DefineByRunSpace(spec), mode="max", seed=0, slo=False, stop_reason=budget.stop_reason)
+    restored = pickle.loads(pickle.dumps(searcher))
+    assert restored._stop_reason.__self__.spec == spec  # noqa: SLF001 - the budget travelled with it
+    clock = _Clock()
+    counted = TimeBudget(spec, records=list, clock=clock)
+    clock.now += 600
+    assert pickle.loads(pickle.dumps(counted)).elapsed_s() == 0.0
