@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator.sequential import LookDecision, judge, pairs_to_clear, visits_to_decide
+from orchestrator.sequential import LookDecision, critical_value, judge, pairs_to_clear, visits_to_decide
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.sweep.confirmation.margin import confirmation_margin
@@ -217,6 +217,21 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
     }
 
 
+def _early_look_note(confirmation: Confirmation, verdict: dict[str, Any]) -> str:
+    """Why an early look's interval is wide, in one clause: its boundary is stricter than the last
+    look's (O'Brien-Fleming spending keeps most of alpha for the end); empty where that is not so."""
+    critical, visits = verdict.get("critical"), verdict.get("visits")
+    if critical is None or verdict.get("ci95_low") is None:
+        return ""
+    first, last = _looks(confirmation)
+    final = critical_value(last, first=first, last=last, comparisons=verdict.get("comparisons", 1))
+    if not math.isfinite(final) or visits is None or visits >= last or critical <= final * 1.05:
+        return ""
+    return (f"; the interval is wide because an early look is held to a strict boundary (O'Brien-Fleming spending: "
+            f"critical {critical:.2f} at look {visits}, {final:.2f} at look {last}), {critical / final:.1f}x the "
+            "width the last look allows")
+
+
 def _leader(confirmation: Confirmation) -> TrialRecord | None:
     """The search contender with the best geometric mean over its visits."""
     sign = 1.0 if confirmation.direction == "max" else -1.0
@@ -346,8 +361,9 @@ def _conclude(confirmation: Confirmation) -> None:
                 side = "; faster than SGLang's default, but not shown to be by more than the margin"
             elif verdict["ci95_high"] is not None and verdict["ci95_high"] < 1.0:
                 side = "; slower than SGLang's default, but not shown to be by more than the margin"
-            lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}; {hint}; "
-                         "best.yaml keeps SGLang's default")
+            strict = _early_look_note(confirmation, verdict)
+            lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}{strict}; "
+                         f"{hint}; best.yaml keeps SGLang's default")
     elif default is not None and confirmation.searched:
         why = confirmation.infeasible or f"the {confirmation.rounds} round(s) ran"
         lines.append(f"verdict: undecided: no visit of the search's contenders counted before the round stopped "

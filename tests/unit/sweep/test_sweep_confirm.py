@@ -129,6 +129,9 @@ def test_too_noisy_for_the_cap_is_undecided_with_the_visits_it_would_need() -> N
     assert "at the measured between-visit spread" in result.infeasible
     assert result.chosen == 2 and "undecided after 3 interleaved visits each" in result.lines[0]
     assert result.infeasible in result.lines[0]
+    # and why the first look's interval is that wide, in the same line (the summary's `critical`)
+    assert (f"an early look is held to a strict boundary (O'Brien-Fleming spending: critical {verdict['critical']:.2f} "
+            "at look 3") in result.lines[0]
 
 
 def test_no_speculation_faster_than_everything_turns_speculation_off() -> None:
