@@ -120,8 +120,10 @@ def server_info(base_url: str, **kwargs: Any) -> dict[str, Any]:
     return asyncio.run(aserver_info(base_url, **kwargs))
 
 
-async def apost_generate(base_url: str, body: dict[str, Any], *, timeout_s: float = 120.0) -> Any:
-    """One non-streamed native ``POST /generate``: the parsed JSON answer.
+async def apost_generate(base_url: str, body: dict[str, Any], *, timeout_s: float = 120.0,
+                         session: aiohttp.ClientSession | None = None) -> Any:
+    """One non-streamed native ``POST /generate``: the parsed JSON answer (in ``session``, else in a
+    session of its own).
 
     Raises:
         BenchmarkError: the request failed, or the answer was not HTTP 200 with JSON (the status and
@@ -129,12 +131,14 @@ async def apost_generate(base_url: str, body: dict[str, Any], *, timeout_s: floa
     """
     url = base_url.rstrip("/") + "/generate"
     try:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    raise BenchmarkError(f"POST {url} answered HTTP {resp.status}: {text[:300]}")
-                return json.loads(text)
+        if session is None:
+            async with aiohttp.ClientSession() as own:
+                return await apost_generate(base_url, body, timeout_s=timeout_s, session=own)
+        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise BenchmarkError(f"POST {url} answered HTTP {resp.status}: {text[:300]}")
+            return json.loads(text)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
         raise BenchmarkError(f"POST {url} failed: {type(exc).__name__}: {exc}") from None
 

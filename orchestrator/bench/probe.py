@@ -50,6 +50,7 @@ from orchestrator.bench.probe_rule import (
     ProbeRule,
     flip_at,
     flip_rate,
+    logprob_table,
     near_ties,
 )
 from orchestrator.errors import BenchmarkError
@@ -166,10 +167,9 @@ def _rank(alternatives: list[tuple[int, float]], token: int) -> int:
 
 def _rank_note(alternatives: list[tuple[int, float]], *, expected: int, got: int, max_gap: float) -> str:
     """Why a differing token is no near-tie flip, in the baseline's numbers."""
-    table = dict(alternatives)
-    if not table:
+    table, own = logprob_table(alternatives, expected)
+    if own is None:
         return "the baseline has no logprobs there"
-    own = table.get(expected, alternatives[0][1])
     if got in table:
         return (f"the baseline's token {expected} ({own:.3g}) led the trial's {got}, its #{_rank(alternatives, got)} "
                 f"choice ({table[got]:.3g}), by {own - table[got]:.3g} nats > {max_gap:g}: a confident token changed")

@@ -9,25 +9,21 @@ asked for logprobs. OpenAI APIs go through the load generator (text, no logprobs
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 from typing import Any
 
 import aiohttp
 from pydantic import BaseModel
 
+from orchestrator.bench import control as srv
 from orchestrator.bench.loadgen import ApiKind, Sampling, WorkItem, run_load
 from orchestrator.bench.probe_models import ProbeOutput, ProbePrompt
 from orchestrator.errors import BenchmarkError
+from serving.engine.contract import greedy_request
 
-__all__ = ["TOP_LOGPROBS", "Reply", "generate_once", "native_outputs", "openai_outputs", "where"]
+__all__ = ["Reply", "generate_once", "native_outputs", "openai_outputs", "where"]
 
 logger = logging.getLogger(__name__)
-
-TOP_LOGPROBS = 5
-"""Alternatives the baseline keeps per output token (the rule reads the best two; the rest name a
-mismatching token's rank in the report)."""
 
 
 class Reply(BaseModel):
@@ -51,30 +47,20 @@ async def generate_once(
 ) -> Reply:
     """One greedy native ``/generate`` request (``text`` or ``input_ids``), not streamed.
 
-    With ``with_logprobs`` (the no-speculation baseline only) SGLang's ``return_logprob``,
-    ``top_logprobs_num`` and ``logprob_start_len: 0`` (so ``input_token_logprobs`` carries the
-    prompt's token ids) are asked for.
+    With ``with_logprobs`` (the no-speculation baseline only) the logprobs of
+    ``serving.engine.contract.greedy_request`` are asked for (``input_token_logprobs`` then carries
+    the prompt's token ids).
 
     Raises:
         BenchmarkError: the request failed or the answer lacks what the probe reads (``where``
             names the prompt).
     """
-    body: dict[str, Any] = {
-        "text" if isinstance(prompt, str) else "input_ids": prompt,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
-        "stream": False,
-    }
-    if with_logprobs:
-        body.update(return_logprob=True, top_logprobs_num=TOP_LOGPROBS, logprob_start_len=0)
     try:
-        async with session.post(f"{base_url}/generate", json=body,
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            text = await response.text()
-            if response.status != 200:
-                raise BenchmarkError(f"{where}: /generate answered HTTP {response.status}: {text[:300]}")
-            data = json.loads(text)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-        raise BenchmarkError(f"{where}: /generate failed: {type(exc).__name__}: {exc}") from None
+        data = await srv.apost_generate(base_url, greedy_request(prompt, max_new_tokens=max_new_tokens,
+                                                                  logprobs=with_logprobs),
+                                        timeout_s=timeout_s, session=session)
+    except BenchmarkError as exc:
+        raise BenchmarkError(f"{where}: {exc}") from None
     if isinstance(data, list):  # SGLang answers a one-item list for some inputs
         data = data[0] if data else {}
     ids, meta = data.get("output_ids"), data.get("meta_info") or {}

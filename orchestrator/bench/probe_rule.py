@@ -32,6 +32,7 @@ __all__ = [
     "Alternatives",
     "flip_at",
     "flip_rate",
+    "logprob_table",
     "near_ties",
 ]
 
@@ -76,7 +77,7 @@ class FlipRate(BaseModel):
                 f"{self.low:.0%}-{self.high:.0%})")
 
 
-def _logprobs(alternatives: Alternatives, expected: int) -> tuple[dict[int, float], float | None]:
+def logprob_table(alternatives: Alternatives, expected: int) -> tuple[dict[int, float], float | None]:
     """Token -> logprob at a position, and the baseline's own token's logprob (the best listed if its
     token is not among them: a many-way tie at the edge of the list)."""
     table = {int(token): float(logprob) for token, logprob in alternatives}
@@ -93,7 +94,7 @@ def flip_at(alternatives: Alternatives, *, expected: int, got: int, max_gap: flo
     ``max_gap`` nats of the baseline's own token's. That is the baseline's runner-up, or one tied
     with it: in bf16 several tokens often share a logprob to the last bit (the GPU measurement
     saw exact ties at 2% of positions, and flips among them)."""
-    table, own = _logprobs(alternatives, expected)
+    table, own = logprob_table(alternatives, expected)
     if own is None or got == expected or got not in table:
         return None
     gap = max(0.0, own - table[got])
@@ -105,7 +106,7 @@ def near_ties(positions: Sequence[Alternatives], expected: Sequence[int], *, max
     baseline's own (``expected``, one per position)."""
     count = 0
     for alternatives, token in zip(positions, expected):
-        table, own = _logprobs(alternatives, token)
+        table, own = logprob_table(alternatives, token)
         others = [logprob for other, logprob in table.items() if other != token]
         if own is not None and others and own - max(others) <= max_gap:
             count += 1

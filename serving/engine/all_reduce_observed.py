@@ -7,13 +7,13 @@ Sources (SGLang 0.5.23, and the reference engine alike): ``/server_info``'s reso
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from serving.engine.log_lines import rank_lines
+
 __all__ = ["ObservedAllReduce", "observe_all_reduce", "server_args_of"]
 
-_RANK_LINE = re.compile(r"^\[[^\]\n]*?\bTP(\d+)\b[^\]\n]*\](.*)$", re.MULTILINE)
 _CUSTOM_OFF = ("CustomAllreduce is disabled", "Setup Custom allreduce failed")
 
 
@@ -68,10 +68,11 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
     disabled = args.get("disable_custom_all_reduce")
     ranks_seen: set[int] = set()
     ranks_off: set[int] = set()
-    for match in _RANK_LINE.finditer(log_text or ""):
-        rank = int(match.group(1))
+    for rank, line in rank_lines(log_text):
+        if rank is None:
+            continue
         ranks_seen.add(rank)
-        if any(marker in match.group(2) for marker in _CUSTOM_OFF):
+        if any(marker in line for marker in _CUSTOM_OFF):
             ranks_off.add(rank)
     common = dict(fusion_backend=backend, disable_custom_all_reduce=disabled, ranks_custom_off=sorted(ranks_off),
                   ranks_in_log=sorted(ranks_seen))

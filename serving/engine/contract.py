@@ -35,24 +35,37 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ContractCheck", "check_engine_contract", "contract_request"]
+from serving.engine.log_lines import rank_lines
 
-_RANK_PREFIX = re.compile(r"^\[[^\]\n]*?\bTP(\d+)\b[^\]\n]*\]", re.MULTILINE)
+__all__ = ["TOP_LOGPROBS", "ContractCheck", "check_engine_contract", "contract_request", "greedy_request"]
+
 _NCCL_LINE = re.compile(r"^[^\s:]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN) ", re.MULTILINE)
 _SHOWN = 400  # characters of what the engine sent, quoted in a problem
+
+
+TOP_LOGPROBS = 5
+"""Alternatives the probe's baseline asks for per output token (the rule reads the baseline's own
+token and the best others; the rest name a mismatching token's rank in the report)."""
+
+
+def greedy_request(prompt: str | list[int], *, max_new_tokens: int, logprobs: bool) -> dict[str, Any]:
+    """A greedy, non-streamed native ``/generate`` body (``text`` or ``input_ids``); with ``logprobs``
+    (the no-speculation engine only) SGLang's ``return_logprob``, ``top_logprobs_num`` and
+    ``logprob_start_len: 0``, so ``input_token_logprobs`` carries the prompt's token ids."""
+    body: dict[str, Any] = {
+        "text" if isinstance(prompt, str) else "input_ids": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        "stream": False,
+    }
+    if logprobs:
+        body.update(return_logprob=True, top_logprobs_num=TOP_LOGPROBS, logprob_start_len=0)
+    return body
 
 
 def contract_request(*, speculative: bool, max_new_tokens: int = 8) -> dict[str, Any]:
     """The ``/generate`` body whose answer the contract is checked on: a short greedy request;
     on the no-speculation engine with the logprobs the probe's baseline asks for."""
-    body: dict[str, Any] = {
-        "text": "The capital city of France is",
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
-        "stream": False,
-    }
-    if not speculative:
-        body.update(return_logprob=True, top_logprobs_num=5, logprob_start_len=0)
-    return body
+    return greedy_request("The capital city of France is", max_new_tokens=max_new_tokens, logprobs=not speculative)
 
 
 @dataclass(frozen=True)
@@ -193,13 +206,13 @@ def check_engine_contract(
                isinstance(value, list) and bool(value) and all(_triple(v) for v in value),
                "a list of (logprob, token_id, text) triples, one per prompt token", value, keys_of=meta)
         value = meta.get("output_top_logprobs", _ABSENT)
-        c.need("/generate meta_info.output_top_logprobs (top_logprobs_num 5)",
+        c.need(f"/generate meta_info.output_top_logprobs (top_logprobs_num {TOP_LOGPROBS})",
                isinstance(value, list) and bool(value) and all(
                    isinstance(row, list) and row and all(_triple(v) for v in row) for row in value),
                "a list per output token of (logprob, token_id, text) triples", value, keys_of=meta)
 
     if tp_size > 1:
-        ranks = {int(m.group(1)) for m in _RANK_PREFIX.finditer(log_text or "")}
+        ranks = {rank for rank, _ in rank_lines(log_text) if rank is not None}
         missing = sorted(set(range(tp_size)) - ranks)
         c.need("engine log: a '[... TPn]' line from every rank", not missing,
                f"lines from ranks 0-{tp_size - 1}", f"none from rank{'s' if len(missing) > 1 else ''} "

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from serving.engine.log_lines import rank_lines
+
 __all__ = ["start_phases"]
 
-_RANK = re.compile(r"^\[[^\]\n]*?\bTP(\d+)\b[^\]\n]*\]")
 _WEIGHTS = re.compile(r"Load weight end\. (?:.*?elapsed=|Committed real weights.*? in )([0-9.]+) s")
 _GRAPH = re.compile(r"Capture .*?(?:cuda|CUDA) graph end\. .*?elapsed=([0-9.]+) s")
 
@@ -33,9 +34,7 @@ def start_phases(log_text: str, *, total_s: float | None) -> dict[str, float]:
     otherwise, or a start that never loaded)."""
     weights: dict[int | None, float] = {}
     graphs: dict[int | None, float] = defaultdict(float)
-    for line in (log_text or "").splitlines():
-        rank_match = _RANK.match(line)
-        rank = int(rank_match.group(1)) if rank_match else None
+    for rank, line in rank_lines(log_text):
         if (found := _WEIGHTS.search(line)) is not None:
             weights[rank] = max(weights.get(rank, 0.0), float(found.group(1)))
         elif (found := _GRAPH.search(line)) is not None:

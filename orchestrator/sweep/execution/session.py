@@ -129,6 +129,12 @@ class EngineSession:
         return self.info["audit"]
 
     @property
+    def expected_env(self) -> dict[str, Any]:
+        """The variables the audit expected in the engine's processes, its workers' included."""
+        audit = self.audit
+        return {**audit.get("expected", {}), **audit.get("worker_expected", {})}
+
+    @property
     def audit_ok(self) -> bool:
         """Every process of the engine carries the variables it should."""
         return bool(self.audit["ok"])

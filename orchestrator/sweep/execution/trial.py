@@ -317,11 +317,10 @@ def _check_contract(state: _TrialState, session: EngineSession, coordinator: Any
         reply = post_generate(session.url, contract_request(speculative=speculative), timeout_s=300)
     except BenchmarkError as exc:
         raise step_failure(session, "probe_failed", exc) from None
-    audit = session.audit
-    expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
     check = check_engine_contract(
-        server_info=server_info(session.url), generate_reply=reply, log_text=session.log_text() if engine_config.tp_size > 1 else "",
-        speculative=speculative, tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(expected))
+        server_info=server_info(session.url), generate_reply=reply,
+        log_text=session.log_text() if engine_config.tp_size > 1 else "", speculative=speculative,
+        tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(session.expected_env))
     _artifacts(coordinator, state, {"engine_contract.json": _json(check.to_dict())})
     if not check.ok:
         raise TrialFailure("engine_contract", check.summary())
@@ -405,10 +404,9 @@ def _nccl_log_proof(state: _TrialState, session: EngineSession, coordinator: Any
     Raises:
         TrialFailure: ``nccl_log``, a rank read another value or none.
     """
-    audit = session.audit
-    expected = {**audit.get("expected", {}), **audit.get("worker_expected", {})}
+    expected = session.expected_env
     log_text = session.log_text() if nccl_debug_enabled(expected) and tp_size > 1 else ""
-    check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=audit.get("processes", ()))
+    check = check_nccl_log(log_text, expected, tp_size=tp_size, processes=session.audit.get("processes", ()))
     state.learn(nccl_log=check.status)
     _artifacts(coordinator, state, {"nccl_log.json": _json(check.to_dict())})
     if check.status != "not_applicable":
