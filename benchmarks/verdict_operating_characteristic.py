@@ -19,6 +19,18 @@ p = 2.5%, R = 1000); the JSON carries it per cell.
 ``--repetition-s`` with between-visit CV ``--between-cv`` and within-visit CV ``--within-cv``,
 the engine starts to a verdict with today's default (``repetitions_per_visit: auto``, the visit
 economy) against one repetition per visit (the rule before it).
+
+``--extension`` instead measures the false-claim rate of a design extended past its last look
+(``spectune sweep --resume DIR --max-visits N``; ``orchestrator.sequential.extend``) at a true
+ratio on the boundary, from simulated t statistics (``--paths`` per design, seeded): the main
+design alone, main + one extension to each fixed ``N``, main + the extension the undecided verdict
+itself proposes (``confirm._continuation``: ``sequential.decisive_look`` at the measured spread
+and a mean one standard error toward a decision: ``N`` chosen from the data), and an upper bound
+on any choice of ``N`` (a path counts if the extension to *any* of the listed ``N`` would cross,
+as if ``N`` were chosen knowing the future). Each must stay within
+``ALPHA`` = 2.5% (the union bound's guarantee is for ``N`` fixed before the extension's visits).
+
+    python benchmarks/verdict_operating_characteristic.py --extension --paths 200000 > ext.json
 """
 
 from __future__ import annotations
@@ -98,7 +110,7 @@ def simulate(*, ratio: float, between_cv: float, contenders: int, seed: int, set
         return {"values": values, "status": "ok", "reason": None, "message": "",
                 "timings": {"engine_start": start_s, "bench": rep_s * repetitions}}
 
-    result = run_confirmation(settings, records, visit=visit, say=lambda _line: None)
+    result = run_confirmation(settings, records, visit=visit, say=lambda _line: None, advise=False)
     assert result is not None
     verdict = result.vs_sglang_default or {"kind": "undecided", "visits": 0}
     return {"kind": verdict["kind"], "visits": max((v["round"] for v in result.visits), default=-1) + 1,
@@ -169,6 +181,93 @@ def economy(*, runs: int, seed: int, start_s: float, rep_s: float, between_cv: f
     return out
 
 
+def _t_paths(paths: int, looks: int, seed: int) -> tuple[Any, Any, Any]:
+    """Per path and look ``n = 1..looks``: the mean, the sd and the t statistic of ``n`` standard
+    normal pairs (a true ratio on the boundary: the statistic's null distribution)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal((paths, looks))
+    n = np.arange(1, looks + 1, dtype=np.float64)
+    sums, squares = np.cumsum(d, axis=1), np.cumsum(d * d, axis=1)
+    mean = sums / n
+    var = np.maximum((squares - n * mean * mean) / np.maximum(n - 1.0, 1.0), 1e-300)
+    return mean, np.sqrt(var), mean / np.sqrt(var / n)
+
+
+def _crosses(t_stats: Any, design: tuple, *, start: int, stop: int, comparisons: int) -> Any:
+    """Whether each path's t statistic reaches the design's boundary at a look in ``start..stop``."""
+    import numpy as np
+
+    from orchestrator.sequential import critical_value
+
+    critical = np.array([critical_value(n, design=design, comparisons=comparisons) for n in range(start, stop + 1)])
+    return (t_stats[:, start - 1:stop] >= critical).any(axis=1)
+
+
+def extension_error(*, paths: int, seed: int, first: int, last: int, extensions: tuple[int, ...], comparisons: int,
+                    proposed_paths: int = 20_000) -> dict:
+    """One main design ``first..last`` and its extensions: the false-claim rates (one claim, at a true
+    ratio on its boundary) described in the module docstring. The proposed ``N`` depends only on how
+    far the measured mean is from the boundary, in sds (the margin's own size cancels)."""
+    import numpy as np
+
+    from orchestrator.sequential import MAX_LOOK, decisive_look, extend, main_design
+
+    main = main_design(first, last)
+    top = max(max(extensions), MAX_LOOK)
+    mean, sd, t_stats = _t_paths(paths, top, seed)
+    main_cross = _crosses(t_stats, main, start=first, stop=last, comparisons=comparisons)
+    out: dict[str, Any] = {"main_design": [first, last], "comparisons": comparisons, "paths": paths,
+                           "p_main": round(float(main_cross.mean()), 5), "fixed_n": {}}
+    cross_by_n = {}
+    for n in extensions:
+        cross_by_n[n] = _crosses(t_stats, extend(main, n), start=last + 1, stop=n, comparisons=comparisons)
+        out["fixed_n"][str(n)] = round(float((main_cross | cross_by_n[n]).mean()), 5)
+    any_n = np.zeros(paths, dtype=bool)
+    for cross in cross_by_n.values():
+        any_n |= cross
+    out["any_listed_n_upper_bound"] = round(float((main_cross | any_n).mean()), 5)
+    sample = min(paths, proposed_paths)
+    bound = 1.0  # log(1 + margin), in units of the pairs' sd; the true mean sits on it
+    crossed = main_cross[:sample].copy()
+    proposed: list[int] = []
+    for i in np.flatnonzero(~crossed):
+        # the verdict's own proposal (confirm._continuation): the fewest visits a ratio one standard
+        # error from the measured one, toward a decision, would need, by the extension's boundaries
+        measured, spread = abs(bound + float(mean[i, last - 1])), float(sd[i, last - 1])
+        se = spread / math.sqrt(last)
+        targets = [decisive_look(log_mean=m, log_sd=spread, margin=math.exp(bound) - 1.0, design=main,
+                                 comparisons=comparisons) for m in (measured + se, max(measured - se, 0.0))]
+        known = [n for n in targets if n is not None]
+        n = min(known) if known else None
+        if n is None or n <= last:
+            continue
+        proposed.append(n)
+        crossed[i] = bool(_crosses(t_stats[i:i + 1], extend(main, n), start=last + 1, stop=n,
+                                   comparisons=comparisons)[0])
+    rate = float(crossed.mean())
+    out["proposed_n"] = {"p_false": round(rate, 5), "paths": sample,
+                         "extended": len(proposed), "median_n": int(np.median(proposed)) if proposed else None,
+                         "se": round(math.sqrt(max(rate * (1 - rate), 1.0 / sample) / sample), 5)}
+    out["se_at_alpha"] = round(math.sqrt(0.025 * 0.975 / paths), 5)
+    return out
+
+
+def extension(*, paths: int, seed: int) -> dict:
+    from orchestrator.sequential import ALPHA, EXTENSION_RESERVE
+
+    started = time.monotonic()
+    designs = [extension_error(paths=paths, seed=seed + i, first=first, last=last, extensions=extensions,
+                               comparisons=k)
+               for i, (first, last, extensions, k) in enumerate([
+                   (3, 3, (4, 5, 6, 8, 12, 16), 1), (3, 8, (9, 10, 12, 16, 24, 32), 1),
+                   (3, 8, (9, 12, 16, 24), 3), (3, 16, (17, 20, 24, 32, 48), 1)])]
+    return {"command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
+            "alpha": ALPHA, "extension_reserve": EXTENSION_RESERVE, "seed": seed,
+            "wall_s": round(time.monotonic() - started, 1), "designs": designs}
+
+
 def table(data: dict) -> str:
     rows = ["| contenders | between-visit CV | true ratio | P(better) | P(equivalent) | P(worse) | P(undecided) | "
             "mean visits |", "|---|---|---|---|---|---|---|---|"]
@@ -193,9 +292,15 @@ def main() -> int:
     parser.add_argument("--within-cv", type=float, default=0.05)
     parser.add_argument("--ratio", type=float, default=1.05)
     parser.add_argument("--max-visits", type=int, default=16)
+    parser.add_argument("--extension", action="store_true",
+                        help="False claims of extended designs (main + one extension, fixed and proposed N).")
+    parser.add_argument("--paths", type=int, default=200_000, help="Simulated t-statistic paths (--extension).")
     args = parser.parse_args()
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    if args.extension:
+        print(json.dumps(extension(paths=args.paths, seed=args.seed), indent=2))
         return 0
     if args.economy:
         result = economy(runs=args.runs, seed=args.seed, start_s=args.start_s, rep_s=args.repetition_s,

@@ -4,6 +4,20 @@ After each round, the paired log ratios ``d`` are tested with Student's t agains
 a boundary ``c_n`` of their own per look (Lan-DeMets O'Brien-Fleming-type spending, critical
 values found by seeded simulation), for the claims better, worse and equivalent (TOST). The
 design and its references are in docs/confirmation.md.
+
+**Stages.** A design is a tuple of :class:`Stage` (looks ``first..last`` and the one-sided error
+they spend). The confirmation's main design (:func:`main_design`) spends ``ALPHA x (1 -
+EXTENSION_RESERVE)`` over looks ``min_visits..max_visits`` and keeps the rest for extensions
+(``spectune sweep --resume DIR --max-visits N``, :func:`extend`): extension ``j`` spends ``ALPHA x
+EXTENSION_RESERVE x 2^-j`` by O'Brien-Fleming over its own looks (the previous last + 1 .. ``N``),
+its t statistic reading every pair from the first. Each stage's boundaries are set so that, at a
+true ratio on the boundary, its own looks cross with probability at most its alpha (whatever the
+earlier stages did: the simulation does not condition on them); a false claim anywhere needs a
+crossing in some stage, so by the union bound its probability is at most the sum of the stages'
+alphas, below ``ALPHA`` for any number of extensions (``ALPHA x (1 - EXTENSION_RESERVE x 2^-J)``
+after ``J``). The bound takes each stage's looks as fixed before its visits are seen; an extension's
+length chosen from the earlier pairs is discussed (and its effect measured) in docs/confirmation.md.
+Callers that pass ``first``/``last`` alone get one stage at the full ``ALPHA`` (no reserve).
 """
 
 from __future__ import annotations
@@ -15,12 +29,24 @@ from typing import Literal, Sequence
 
 __all__ = [
     "ALPHA",
+    "Design",
+    "EXTENSION_RESERVE",
     "LookDecision",
+    "MAX_LOOK",
+    "Stage",
+    "beyond_level",
     "boundaries",
+    "check_design",
     "critical_value",
+    "decisive_look",
+    "design_alpha",
+    "extend",
+    "extension_alpha",
     "judge",
+    "main_design",
     "obrien_fleming_spent",
     "pairs_to_clear",
+    "single_stage",
     "visits_to_decide",
 ]
 
@@ -32,7 +58,96 @@ PATHS = 200_000
 
 SEED = 20261203
 
+EXTENSION_RESERVE = 0.2
+"""Share of ``ALPHA`` the main design leaves unspent, for extensions: 0.5 points of the 2.5. Its
+cost to a confirmation never extended is a slightly stricter boundary at every look (at the last
+look of a 3..8 design 2.79 instead of 2.65, about 5% wider intervals; 2-7 points of power near
+the margin; docs/confirmation.md)."""
+
+MAX_LOOK = 100
+"""The most pairs a design may reach (``confirmation.max_visits``' own limit; the simulation holds
+``PATHS x looks`` values)."""
+
 Claim = Literal["better", "worse", "equivalent", "undecided"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Looks at ``first .. last`` pairs that spend one-sided error ``alpha`` (before a Bonferroni
+    division) by O'Brien-Fleming over their own information ``n / last``."""
+
+    first: int
+    last: int
+    alpha: float
+
+    def to_list(self) -> list[float]:
+        """``[first, last, alpha]`` (what confirmation.jsonl's design record holds)."""
+        return [self.first, self.last, self.alpha]
+
+
+Design = tuple[Stage, ...]
+"""Stages in look order, contiguous: each starts one look after the previous one's last."""
+
+
+def single_stage(first: int, last: int) -> Design:
+    """One stage spending the whole ``ALPHA`` over ``first..last``: no extension possible (what the
+    functions below use when given ``first``/``last`` alone)."""
+    return (Stage(first, last, ALPHA),)
+
+
+def main_design(first: int, last: int) -> Design:
+    """The confirmation's design: ``ALPHA x (1 - EXTENSION_RESERVE)`` over ``first..last``, the rest
+    held for extensions (:func:`extend`)."""
+    return (Stage(first, last, round(ALPHA * (1.0 - EXTENSION_RESERVE), 12)),)
+
+
+def extension_alpha(j: int) -> float:
+    """What extension ``j`` (1, 2, ...) spends: ``ALPHA x EXTENSION_RESERVE x 2^-j`` (all of them
+    together never more than the reserve)."""
+    return round(ALPHA * EXTENSION_RESERVE * 2.0 ** -j, 12)
+
+
+def design_alpha(design: Design) -> float:
+    """The one-sided error the design's stages spend in all (the union bound's sum)."""
+    return math.fsum(stage.alpha for stage in design)
+
+
+def extend(design: Design, last: int) -> Design:
+    """``design`` with one more stage, looks ``design[-1].last + 1 .. last`` at :func:`extension_alpha`
+    of its number.
+
+    Raises:
+        ValueError: ``last`` not above the design's last look, or above :data:`MAX_LOOK`.
+    """
+    current = design[-1].last
+    if not current < last <= MAX_LOOK:
+        raise ValueError(f"an extension needs {current} < last <= {MAX_LOOK}, got last={last}")
+    return (*design, Stage(current + 1, last, extension_alpha(len(design))))
+
+
+def check_design(design: Design) -> None:
+    """Raise ValueError unless the stages are contiguous, start at 2 pairs or more, and spend at
+    most ``ALPHA`` in all."""
+    if not design:
+        raise ValueError("a design needs at least one stage")
+    if design[0].first < 2:
+        raise ValueError(f"looks need at least 2 pairs, the first stage starts at {design[0].first}")
+    for before, stage in zip(design, design[1:]):
+        if stage.first != before.last + 1:
+            raise ValueError(f"stages must be contiguous: {before} then {stage}")
+    if any(not s.first <= s.last or s.alpha <= 0 for s in design):
+        raise ValueError(f"every stage needs first <= last and alpha > 0: {design}")
+    if design_alpha(design) > ALPHA * (1.0 + 1e-9):
+        raise ValueError(f"the stages spend {design_alpha(design):.4g}, more than ALPHA {ALPHA}")
+
+
+def _design(design: Design | None, first: int | None, last: int | None) -> Design:
+    """``design``, else one full-``ALPHA`` stage over ``first..last``."""
+    if design is not None:
+        return design
+    if first is None or last is None:
+        raise TypeError("give design, or first and last")
+    return single_stage(first, last)
 
 
 def obrien_fleming_spent(t: float, *, alpha: float = ALPHA) -> float:
@@ -44,7 +159,7 @@ def obrien_fleming_spent(t: float, *, alpha: float = ALPHA) -> float:
     return float(2.0 * (1.0 - norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(min(t, 1.0)))))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def boundaries(first: int, last: int, alpha: float = ALPHA) -> tuple[float, ...]:
     """Critical values ``c_n`` of the one-sided t statistic for looks at ``n = first .. last`` pairs
     (``inf`` where the look spends nothing the simulation can resolve).
@@ -86,11 +201,17 @@ def boundaries(first: int, last: int, alpha: float = ALPHA) -> tuple[float, ...]
     return tuple(out)
 
 
-def critical_value(n: int, *, first: int, last: int, comparisons: int = 1) -> float:
-    """``c_n`` at ``n`` pairs for tests at ``ALPHA / comparisons``; ``inf`` before the first look."""
-    if n < first:
+def critical_value(n: int, *, first: int | None = None, last: int | None = None, design: Design | None = None,
+                   comparisons: int = 1) -> float:
+    """``c_n`` at ``n`` pairs: the boundary of the stage holding look ``n`` at its alpha / ``comparisons``;
+    ``inf`` before the first look; past the design's last look, the last look's. ``design`` default:
+    one stage at the full ``ALPHA`` over ``first..last``."""
+    stages = _design(design, first, last)
+    if n < stages[0].first:
         return math.inf
-    return boundaries(first, last, ALPHA / max(1, comparisons))[min(n, last) - first]
+    n = min(n, stages[-1].last)
+    stage = next(s for s in stages if s.first <= n <= s.last)
+    return boundaries(stage.first, stage.last, stage.alpha / max(1, comparisons))[n - stage.first]
 
 
 @dataclass(frozen=True)
@@ -116,8 +237,10 @@ class LookDecision:
     log_sd: float | None
 
 
-def judge(diffs: Sequence[float], *, margin: float, first: int, last: int, comparisons: int = 1) -> LookDecision:
-    """The claim the per-pair log ratios ``diffs`` support at this look (``n = len(diffs)``)."""
+def judge(diffs: Sequence[float], *, margin: float, first: int | None = None, last: int | None = None,
+          design: Design | None = None, comparisons: int = 1) -> LookDecision:
+    """The claim the per-pair log ratios ``diffs`` support at this look (``n = len(diffs)``), by
+    ``design`` (default: one full-``ALPHA`` stage over ``first..last``)."""
     n = len(diffs)
     if n == 0:
         return LookDecision("undecided", 1.0, None, None, math.inf, 0, None)
@@ -125,7 +248,7 @@ def judge(diffs: Sequence[float], *, margin: float, first: int, last: int, compa
     if n < 2:
         return LookDecision("undecided", math.exp(mean), None, None, math.inf, n, None)
     sd = math.sqrt(max(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1), 0.0))
-    critical = critical_value(n, first=first, last=last, comparisons=comparisons)
+    critical = critical_value(n, design=_design(design, first, last), comparisons=comparisons)
     if not math.isfinite(critical):
         return LookDecision("undecided", math.exp(mean), None, None, critical, n, sd)
     half = critical * sd / math.sqrt(n)
@@ -142,18 +265,31 @@ def judge(diffs: Sequence[float], *, margin: float, first: int, last: int, compa
     return LookDecision(claim, math.exp(mean), math.exp(low), math.exp(high), critical, n, sd)
 
 
-def pairs_to_clear(*, distance: float, log_sd: float, first: int, last: int, comparisons: int = 1,
-                   cap: int = 10_000) -> int | None:
+def beyond_level(design: Design) -> float:
+    """The one-sided level a look past the design's last is read at: what the next extension would
+    spend (:func:`extension_alpha`) where the design keeps a reserve; a design spending all of
+    ``ALPHA`` (``first``/``last`` alone) at ``ALPHA``, a fixed-size design of that many pairs."""
+    if design_alpha(design) >= ALPHA * (1.0 - 1e-9):
+        return ALPHA
+    return extension_alpha(len(design))
+
+
+def pairs_to_clear(*, distance: float, log_sd: float, first: int | None = None, last: int | None = None,
+                   design: Design | None = None, comparisons: int = 1, cap: int = 10_000) -> int | None:
     """The fewest pairs whose decision interval's half-width is below ``distance`` (log scale) at
-    spread ``log_sd``: up to ``last`` with this design's boundaries, beyond it at the last look's
-    level; None when ``distance`` or ``log_sd`` is not positive, or beyond ``cap``."""
+    spread ``log_sd``: up to the design's last look with its boundaries, beyond it at the level the
+    next extension would spend (:func:`beyond_level`; the fixed-size t quantile, a little below that
+    extension's own last boundary: an estimate); None when ``distance`` or ``log_sd`` is not
+    positive, or beyond ``cap``."""
     if log_sd <= 0 or distance <= 0:
         return None
-    for n in range(max(first, 2), last + 1):
-        critical = critical_value(n, first=first, last=last, comparisons=comparisons)
+    stages = _design(design, first, last)
+    last = stages[-1].last
+    for n in range(max(stages[0].first, 2), last + 1):
+        critical = critical_value(n, design=stages, comparisons=comparisons)
         if math.isfinite(critical) and critical * log_sd / math.sqrt(n) < distance:
             return n
-    level = ALPHA / max(1, comparisons)
+    level = beyond_level(stages) / max(1, comparisons)
     n = last + 1
     while n <= cap:
         if _t_quantile(1.0 - level, n - 1) * log_sd / math.sqrt(n) < distance:
@@ -162,14 +298,35 @@ def pairs_to_clear(*, distance: float, log_sd: float, first: int, last: int, com
     return None
 
 
-def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int, last: int,
-                     comparisons: int = 1, cap: int = 10_000) -> int | None:
+def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int | None = None,
+                     last: int | None = None, design: Design | None = None, comparisons: int = 1,
+                     cap: int = 10_000) -> int | None:
     """Pairs that would decide if the mean and spread stayed as measured (:func:`pairs_to_clear`
     for the distance from the mean to the margin it must clear); None on the margin itself."""
     bound = math.log(1.0 + margin)
     distance = abs(abs(log_mean) - bound)
-    return pairs_to_clear(distance=distance, log_sd=log_sd, first=first, last=last, comparisons=comparisons,
-                          cap=cap)
+    return pairs_to_clear(distance=distance, log_sd=log_sd, design=_design(design, first, last),
+                          comparisons=comparisons, cap=cap)
+
+
+def decisive_look(*, log_mean: float, log_sd: float, margin: float, design: Design, comparisons: int = 1) -> int | None:
+    """The fewest pairs at which ``design`` would decide if the mean and spread stayed as measured:
+    within the design by its own boundaries; past its last look by the boundaries of the extension
+    to that many pairs (:func:`extend`, simulated: what ``--max-visits`` would run), at most
+    :data:`MAX_LOOK`. None on the margin, without a spread, or past :data:`MAX_LOOK`.
+
+    The extension's last boundary sits 4-8% above the fixed-size t quantile that
+    :func:`pairs_to_clear` estimates with: the estimate is the start, each step a simulation."""
+    distance = abs(abs(log_mean) - math.log(1.0 + margin))
+    estimate = pairs_to_clear(distance=distance, log_sd=log_sd, design=design, comparisons=comparisons, cap=MAX_LOOK)
+    if estimate is None or estimate <= design[-1].last:
+        return estimate
+    n = estimate
+    while n <= MAX_LOOK:
+        if critical_value(n, design=extend(design, n), comparisons=comparisons) * log_sd / math.sqrt(n) < distance:
+            return n
+        n += max(1, n // 20)
+    return None
 
 
 @functools.lru_cache(maxsize=4096)

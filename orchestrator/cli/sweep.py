@@ -1,4 +1,5 @@
-"""``spectune sweep``: run (or resume, or dry-run) a tuning sweep and exit with its outcome."""
+"""``spectune sweep``: run (or resume, or dry-run) a tuning sweep and exit with its outcome; with
+``--resume DIR --max-visits N`` extend its confirmation (``orchestrator.sweep.confirmation.extension``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,30 @@ from orchestrator.cli.inputs import load_spec
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec_file import read_spec_file
 
-__all__ = ["sweep"]
+__all__ = ["extension_refusal", "sweep"]
+
+
+def extension_refusal(*, resume: Path | None, max_visits: int | None, max_minutes: float | None) -> str | None:
+    """Why ``--max-visits`` / ``--max-minutes`` cannot be used as given (one sentence naming the
+    flag, the value and what is allowed), or None. ``--max-visits`` extends the confirmation of the
+    sweep in ``--resume``'s directory past its last look (read from its spec.yaml and
+    confirmation.jsonl); ``--max-minutes`` bounds a resumed confirmation's rounds."""
+    if max_minutes is not None and not max_minutes > 0:
+        return f"--max-minutes {max_minutes:g}: give a positive number of minutes for the confirmation's rounds"
+    if resume is None:
+        if max_visits is not None:
+            return (f"--max-visits {max_visits} extends the confirmation of a sweep that has run: give --resume "
+                    "RESULTS_DIR too (a new sweep takes confirmation.max_visits from its spec)")
+        if max_minutes is not None:
+            return (f"--max-minutes {max_minutes:g} bounds a resumed confirmation: give --resume RESULTS_DIR too (a "
+                    "new sweep takes confirmation.max_minutes from its spec)")
+        return None
+    if max_visits is None or not (resume / "spec.yaml").exists():
+        return None  # a directory without a sweep: the resume itself says so
+    from orchestrator.sweep.confirmation.extension import extension_problem, read_confirmation_lines
+
+    spec = load_spec(resume / "spec.yaml")
+    return extension_problem(spec, read_confirmation_lines(resume), max_visits, results_dir=str(resume))
 
 
 def sweep(
@@ -42,6 +66,17 @@ def sweep(
         typer.Option("--tracking-uri", help="MLflow tracking URI (default: the spec's tracking.mlflow_uri, else "
                      "$MLFLOW_TRACKING_URI, else sqlite:///<results dir>/mlflow.db; a resumed sweep keeps its own)."),
     ] = None,
+    max_visits: Annotated[
+        Optional[int], typer.Option("--max-visits", metavar="N", show_default=False,
+                                    help="With --resume: extend the sweep's confirmation to N visits per contender "
+                                    "(above its last look, at most 100) at alpha held in reserve; no search trial runs "
+                                    "again (docs/confirmation.md).")
+    ] = None,
+    max_minutes: Annotated[
+        Optional[float], typer.Option("--max-minutes", metavar="M", show_default=False,
+                                      help="With --resume: the confirmation's time in this run, in minutes (instead of "
+                                      "confirmation.max_minutes and the budget's remainder).")
+    ] = None,
     wait_for_resources: Annotated[
         float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
                             help="If no node can hold one trial yet (an autoscaling cluster, nodes still joining), wait "
@@ -65,6 +100,10 @@ def sweep(
     if spec is None:
         stderr_console().print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR")
         raise typer.Exit(EXIT_BAD_INPUT)
+    refusal = extension_refusal(resume=resume, max_visits=max_visits, max_minutes=max_minutes)
+    if refusal is not None:
+        stderr_console().print(f"[bold red]cannot extend the confirmation[/]: {escape(refusal)}", soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
     sweep_spec = load_spec(spec)
     if dry_run:
         show_dry_run(sweep_spec, first=first)
@@ -72,7 +111,7 @@ def sweep(
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
                             resume=resume is not None, wait_for_resources_s=wait_for_resources,
-                            tracking_uri=tracking_uri)
+                            tracking_uri=tracking_uri, extend_to=max_visits, confirmation_minutes=max_minutes)
     except PreflightError as exc:
         err = stderr_console()
         err.print("[bold red]cannot start the sweep[/] (nothing was run):")

@@ -155,4 +155,5 @@ def test_the_reference_engine_on_a_gpu_takes_its_own_measured_noise() -> None:
     assert visit_noise_key(spec({"gpus_per_trial": 1}, disable_decode_cuda_graph=True)) == "reference-gpu-eager"
     assert visit_noise_key(spec({"gpus_per_trial": 1}, cuda_graph_backend_decode="disabled")) == "reference-gpu-eager"
     graphs, cpu = confirmation_margin(spec({"gpus_per_trial": 1})), confirmation_margin(spec())
-    assert graphs == pytest.approx(0.02) and cpu > 3 * graphs
+    # 2.5%: the main design's last boundary at 2.0% (0.5 points held for extensions) takes 2% out of reach
+    assert graphs == pytest.approx(0.025) and cpu > 3 * graphs

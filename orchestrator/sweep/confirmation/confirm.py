@@ -17,6 +17,10 @@ decided, shown infeasible, or ``confirmation.max_visits`` rounds ran.
   chosen configuration is worse than it.
 
 Each visit is handed to ``on_visit`` as it ends; visits passed in as ``done`` are not run again.
+**Extension** (``spectune sweep --resume DIR --max-visits N``, ``extend_to``): the design's looks
+grow to ``N`` with a stage of its own at alpha the main design held in reserve
+(``orchestrator.sequential``); the stage is recorded through ``on_visit`` (a ``design`` line,
+``extension.design_record``) before the first visit made under it, and read back from ``done``.
 docs/confirmation.md gives the reasons.
 """
 
@@ -28,11 +32,31 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator.sequential import LookDecision, critical_value, judge, pairs_to_clear, visits_to_decide
+from orchestrator.sequential import (
+    MAX_LOOK,
+    Design,
+    LookDecision,
+    critical_value,
+    decisive_look,
+    extend,
+    judge,
+    main_design,
+    pairs_to_clear,
+    visits_to_decide,
+)
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
+from orchestrator.sweep.confirmation.extension import (
+    DESIGN_KEY,
+    describe_design,
+    design_record,
+    extension_problem,
+    recorded_design,
+    spec_design,
+)
 from orchestrator.sweep.confirmation.margin import confirmation_margin
 from orchestrator.sweep.confirmation.economy import VisitEconomy, visit_economy
+from orchestrator.sweep.output.cost import format_duration, visit_estimate_s
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
@@ -92,6 +116,18 @@ class Confirmation:
     """Repetitions per visit now (``confirmation.repetitions_per_visit``, or chosen by the economy)."""
     infeasible: str | None = None
     """Why the round stopped before ``max_visits`` without a decision (the feasibility sentence)."""
+    design: Design = ()
+    """The sequential design's stages (``orchestrator.sequential``): the main design, then any
+    extensions. ``max_visits`` is its last look where it was extended (else the spec's cap)."""
+    time_limit: tuple[float, str] | None = None
+    """The rounds' time, in minutes, and the setting it comes from (``confirmation.max_minutes``,
+    ``budget.time_limit_s's remainder`` or ``--max-minutes``)."""
+    visit_s: float | None = None
+    """One visit's expected seconds (``cost.visit_estimate_s``): what continuing would take."""
+    results_dir: str | None = None
+    """Where the sweep's results are (the command that continues it names it)."""
+    continuation: dict[str, Any] | None = None
+    """How an undecided verdict could be continued: ``{"command", "max_visits", "rounds", "visits", "minutes"}``."""
 
     def role(self, role: str) -> TrialRecord | None:
         return next((c.record for c in self.contenders if c.role == role), None)
@@ -117,7 +153,17 @@ class Confirmation:
             "error_control": "Lan-DeMets O'Brien-Fleming alpha spending over the looks, one-sided 2.5% per claim, "
                              "the leader's tests Bonferroni-corrected for the search contenders it was picked from "
                              "(orchestrator/sequential.py)",
+            **self._design_dict(),
         }
+
+    def _design_dict(self) -> dict[str, Any]:
+        """The stages (``[[first, last, alpha], ...]``: the main design's alpha, then each extension's;
+        their sum at most 2.5%, a union bound), the extension in words and how to continue; nothing
+        for a Confirmation built without a design."""
+        if not self.design:
+            return {}
+        return {"design": [s.to_list() for s in self.design], "extension": describe_design(self.design) or None,
+                "continuation": self.continuation}
 
 
 def _usable(records: Iterable[TrialRecord]) -> list[TrialRecord]:
@@ -167,9 +213,13 @@ def _is_searched(confirmation: Confirmation, record: TrialRecord) -> bool:
     return any(c.record is record and c.role not in ("default", "no_speculation") for c in confirmation.contenders)
 
 
-def _looks(confirmation: Confirmation) -> tuple[int, int]:
-    """The design's first and last look, in pairs."""
-    return max(MIN_VALUES, confirmation.min_visits), max(MIN_VALUES, confirmation.max_visits)
+def _design(confirmation: Confirmation) -> Design:
+    """The design the looks are judged by: the confirmation's stages (a Confirmation built by hand
+    without them: the main design over ``min_visits..max_visits``)."""
+    if confirmation.design:
+        return confirmation.design
+    last = max(MIN_VALUES, confirmation.max_visits)
+    return main_design(min(max(MIN_VALUES, confirmation.min_visits), last), last)
 
 
 def _comparisons(confirmation: Confirmation, a: TrialRecord) -> int:
@@ -179,8 +229,7 @@ def _comparisons(confirmation: Confirmation, a: TrialRecord) -> int:
 
 def _look(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> LookDecision:
     """``a`` against ``b`` at this look, by the sequential design (``orchestrator.sequential.judge``)."""
-    first, last = _looks(confirmation)
-    return judge(_diffs(confirmation, a.number, b.number), margin=confirmation.margin, first=first, last=last,
+    return judge(_diffs(confirmation, a.number, b.number), margin=confirmation.margin, design=_design(confirmation),
                  comparisons=_comparisons(confirmation, a))
 
 
@@ -189,7 +238,7 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
     claim and its interval, 95% over all looks; a search contender (picked as leader from the same
     visits) is judged at alpha / the number of search contenders."""
     comparisons = _comparisons(confirmation, a)
-    first, last = _looks(confirmation)
+    design = _design(confirmation)
     look = _look(confirmation, a, b)
     needed = None
     if look.claim == "undecided" and look.log_sd:
@@ -197,8 +246,8 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
         # first look's unlucky mean does not end a round that could still decide
         se = look.log_sd / math.sqrt(look.pairs)
         mean = abs(math.log(look.ratio))
-        estimates = [visits_to_decide(log_mean=m, log_sd=look.log_sd, margin=confirmation.margin, first=first,
-                                      last=last, comparisons=comparisons) for m in (mean + se, max(mean - se, 0.0))]
+        estimates = [visits_to_decide(log_mean=m, log_sd=look.log_sd, margin=confirmation.margin, design=design,
+                                      comparisons=comparisons) for m in (mean + se, max(mean - se, 0.0))]
         known = [n for n in estimates if n is not None]
         needed = min(known) if known else None
     if not look.pairs:
@@ -223,8 +272,9 @@ def _early_look_note(confirmation: Confirmation, verdict: dict[str, Any]) -> str
     critical, visits = verdict.get("critical"), verdict.get("visits")
     if critical is None or verdict.get("ci95_low") is None:
         return ""
-    first, last = _looks(confirmation)
-    final = critical_value(last, first=first, last=last, comparisons=verdict.get("comparisons", 1))
+    design = _design(confirmation)
+    last = design[-1].last
+    final = critical_value(last, design=design, comparisons=verdict.get("comparisons", 1))
     if not math.isfinite(final) or visits is None or visits >= last or critical <= final * 1.05:
         return ""
     return (f"; the interval is wide because an early look is held to a strict boundary (O'Brien-Fleming spending: "
@@ -268,7 +318,7 @@ def _unsettled(confirmation: Confirmation) -> list[TrialRecord]:
     if leader is None:
         return []
     floor = math.log(1.0 / (1.0 + confirmation.margin))
-    first, last = _looks(confirmation)
+    design = _design(confirmation)
     out = []
     for contender in confirmation.contenders:
         record = contender.record
@@ -278,8 +328,8 @@ def _unsettled(confirmation: Confirmation) -> list[TrialRecord]:
         if look.low is None:
             out.append(record)
         elif math.log(look.low) < floor:
-            needed = pairs_to_clear(distance=math.log(look.ratio) - floor, log_sd=look.log_sd or 0.0, first=first,
-                                    last=last, comparisons=_comparisons(confirmation, leader))
+            needed = pairs_to_clear(distance=math.log(look.ratio) - floor, log_sd=look.log_sd or 0.0, design=design,
+                                    comparisons=_comparisons(confirmation, leader))
             if confirmation.rounds < _futility_round(confirmation) or (
                     needed is not None and needed <= confirmation.max_visits):
                 out.append(record)
@@ -323,8 +373,9 @@ def _default_rests(confirmation: Confirmation) -> bool:
     return leader is not None and default is not None and _verdict(confirmation, leader, default)["kind"] != "undecided"
 
 
-def _conclude(confirmation: Confirmation) -> None:
-    """The verdicts, the choice and the lines, from the visits made."""
+def _conclude(confirmation: Confirmation, *, advise: bool = True) -> None:
+    """The verdicts, the choice and the lines, from the visits made (an undecided verdict's with how
+    to continue it where ``advise``)."""
     leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
     confirmation.leader = leader.number if leader else None
     margin = f"margin {confirmation.margin:.1%}, 95% over all looks"
@@ -349,13 +400,14 @@ def _conclude(confirmation: Confirmation) -> None:
             elif verdict["ci95_low"] is None:
                 set_aside = sum(1 for v in confirmation.visits if v["status"] != "ok")
                 hint = (f"an interval needs 3 paired visits and {n} counted"
-                        + (f" ({set_aside} visit(s) discarded or failed)" if set_aside else "")
-                        + (f"; raise confirmation.max_visits ({confirmation.max_visits})"
-                           if confirmation.rounds >= confirmation.max_visits else ""))
+                        + (f" ({set_aside} visit(s) discarded or failed)" if set_aside else ""))
             elif needed:
-                hint = f"at the observed spread about {needed} visits each would decide (confirmation.max_visits)"
+                hint = f"at the observed spread about {needed} visits each would decide ({_cap_name(confirmation)})"
             else:
                 hint = "the ratio sits on the margin: no practical number of visits would decide it"
+            onward = _continuation(confirmation, verdict) if advise else ""
+            if onward and (needed is not None or onward.startswith("continue")):  # the margin one says it already
+                hint += f"; {onward}"
             side = ""
             if verdict["ci95_low"] is not None and verdict["ci95_low"] > 1.0:
                 side = "; faster than SGLang's default, but not shown to be by more than the margin"
@@ -364,6 +416,9 @@ def _conclude(confirmation: Confirmation) -> None:
             strict = _early_look_note(confirmation, verdict)
             lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}{strict}; "
                          f"{hint}; best.yaml keeps SGLang's default")
+        extended = describe_design(_design(confirmation))
+        if extended:
+            lines.append(f"  {extended}")
     elif default is not None and confirmation.searched:
         why = confirmation.infeasible or f"the {confirmation.rounds} round(s) ran"
         lines.append(f"verdict: undecided: no visit of the search's contenders counted before the round stopped "
@@ -380,6 +435,59 @@ def _conclude(confirmation: Confirmation) -> None:
                          "turns speculation off")
     confirmation.chosen = chosen.number if chosen is not None else None
     confirmation.lines = lines
+
+
+def _cap_name(confirmation: Confirmation) -> str:
+    """What set the last look: ``--max-visits`` for an extended design, else ``confirmation.max_visits``."""
+    return "--max-visits" if len(_design(confirmation)) > 1 else "confirmation.max_visits"
+
+
+def _active(confirmation: Confirmation) -> int:
+    """Contenders still visited (not dropped by the racing)."""
+    return sum(1 for c in confirmation.contenders if c.record.number not in confirmation.dropped)
+
+
+def _continuation(confirmation: Confirmation, verdict: dict[str, Any]) -> str:
+    """How an undecided verdict could be continued, as one clause: the command (``spectune sweep
+    --resume DIR``, with ``--max-visits N`` where deciding needs rounds past the design's last look,
+    ``N`` the fewest by :func:`orchestrator.sequential.decisive_look` at the measured spread and
+    a ratio one standard error from the measured one toward a decision (the basis of
+    ``visits_needed``), and ``--max-minutes`` where time stopped it or the time limit would not cover it), the
+    rounds and visits that adds and their time at ``cost.visit_estimate_s``; or why no extension
+    would decide. Sets ``confirmation.continuation``. Empty where time stopped a round before any
+    spread was measured."""
+    design, rounds, pairs = _design(confirmation), confirmation.rounds, verdict["visits"] or 0
+    last = design[-1].last
+    if verdict["log_sd"] and verdict["ratio"]:
+        # the basis of visits_needed (_verdict): the fewest visits a ratio one standard error from the
+        # measured one, toward a decision, would need; here by the extension's own boundaries
+        se, mean = verdict["log_sd"] / math.sqrt(pairs), abs(math.log(verdict["ratio"]))
+        targets = [decisive_look(log_mean=m, log_sd=verdict["log_sd"], margin=confirmation.margin, design=design,
+                                 comparisons=verdict["comparisons"]) for m in (mean + se, max(mean - se, 0.0))]
+        known = [n for n in targets if n is not None]
+        if not known:
+            return (f"no extension up to {MAX_LOOK} visits could decide it at the measured spread "
+                    "(a wider confirmation.margin could)")
+        target, basis = min(known), "the fewest that could decide at the measured spread"
+    elif rounds >= confirmation.max_visits:
+        target, basis = max(last + 1, 2 * MIN_VALUES), "no spread measured yet to size it by"
+    else:
+        return ""
+    more = max(1, target - pairs)  # rounds: each adds a pair where both visits count
+    new_last = None if rounds + more <= confirmation.max_visits else max(last + 1, rounds + more)
+    active = _active(confirmation)
+    minutes = more * active * confirmation.visit_s / 60 if confirmation.visit_s else None
+    command = f"spectune sweep --resume {confirmation.results_dir or 'RESULTS_DIR'}"
+    if new_last is not None:
+        command += f" --max-visits {new_last}"
+    limit = confirmation.time_limit[0] if confirmation.time_limit else None
+    if minutes is not None and (new_last is None or (limit is not None and limit < minutes)):
+        command += f" --max-minutes {math.ceil(minutes * 1.25)}"
+    cost = f"about {more} more round{'s' if more != 1 else ''} of {active} visits"
+    cost += f", ~{format_duration(minutes * 60)} at the visit estimate" if minutes is not None else ""
+    confirmation.continuation = {"command": command, "max_visits": new_last, "rounds": more,
+                                 "visits": more * active, "minutes": round(minutes, 1) if minutes is not None else None}
+    return f"continue with: {command} ({cost}; {basis})"
 
 
 def _paired_for_economy(confirmation: Confirmation) -> list[tuple[list[float], list[int]]]:
@@ -410,8 +518,8 @@ def _economy(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirma
 def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     """After a look without a verdict: the sentence that stops the round, or None to go on. It
     stops where, at the measured spread, deciding would take more visits than ``max_visits`` allows,
-    or more time than ``confirmation.max_minutes`` has left (a visit costs a start plus its
-    repetitions, ``VisitEconomy``)."""
+    or more time than the rounds' limit has left (``confirmation.time_limit``: ``confirmation.max_minutes``,
+    the budget's remainder or ``--max-minutes``; a visit costs a start plus its repetitions, ``VisitEconomy``)."""
     leader, default, plain = _leader(confirmation), confirmation.role("default"), confirmation.role("no_speculation")
     a, b = (leader, default) if leader is not None else (default, plain)
     if a is None or b is None:
@@ -423,7 +531,7 @@ def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     visit_s = None
     if economy is not None and economy.start_s and economy.repetition_s:
         visit_s = economy.start_s + confirmation.repetitions * economy.repetition_s
-    active = sum(1 for c in confirmation.contenders if c.record.number not in confirmation.dropped)
+    active = _active(confirmation)
     needed = verdict["visits_needed"]
     spread = f"at the measured between-visit spread {verdict['between_visit_cv']:.1%}"
     goal = f"deciding ±{confirmation.margin:.0%}"
@@ -431,14 +539,13 @@ def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     if needed is None:
         return f"{spread}, {goal} takes more visits than any budget (the ratio, {verdict['text']}, sits on the margin)"
     if needed > confirmation.max_visits:
-        return f"{spread}, {goal} takes about {needed} visits{cost}: more than confirmation.max_visits " \
+        return f"{spread}, {goal} takes about {needed} visits{cost}: more than {_cap_name(confirmation)} " \
                f"({confirmation.max_visits})"
-    limit = spec.confirmation.max_minutes
+    limit, setting = confirmation.time_limit or (spec.confirmation.max_minutes, "confirmation.max_minutes")
     if limit is not None and visit_s is not None:
         left_s = limit * 60 - confirmation.wall_s
         if (needed - verdict["visits"]) * active * visit_s > left_s:
-            return f"{spread}, {goal} takes about {needed} visits{cost}: more than confirmation.max_minutes " \
-                   f"({limit:g}) leaves"
+            return f"{spread}, {goal} takes about {needed} visits{cost}: more than {setting} ({limit:g}) leaves"
     return None
 
 
@@ -468,50 +575,104 @@ def _discard_if_stolen(entry: dict[str, Any], limit: float | None) -> None:
                          f"confirmation.max_host_cpu_steal {limit:.0%})")
 
 
+def _time_limit(own: float | None, budget: float | None, given: float | None) -> tuple[float, str] | None:
+    """The rounds' time in minutes and the setting it comes from: ``--max-minutes`` (``given``)
+    where given, else the smaller of ``confirmation.max_minutes`` (``own``) and the budget's
+    remainder (``budget``); None without either."""
+    if given is not None:
+        return given, "--max-minutes"
+    if own is not None and (budget is None or budget >= own):
+        return own, "confirmation.max_minutes"
+    return (budget, "budget.time_limit_s's remainder") if budget is not None else None
+
+
+def _start_design(spec: SweepSpec, done: list[dict[str, Any]], extend_to: int | None,
+                  results_dir: str | None) -> tuple[Design, float, dict[str, Any] | None]:
+    """The design to run under, the margin, and the design line still to record (None where
+    nothing new): the last design recorded in ``done`` (else the spec's main design) and its
+    margin (else the spec's), extended to ``extend_to`` looks where asked.
+
+    Raises:
+        ValueError: ``extend_to`` is not above the design's last look (``extension.extension_problem``).
+    """
+    recorded = recorded_design(done)
+    design = recorded.stages if recorded is not None else spec_design(spec)
+    margin = recorded.margin if recorded is not None and recorded.margin is not None else confirmation_margin(spec)
+    if extend_to is None:
+        return design, margin, None
+    problem = extension_problem(spec, done, extend_to, results_dir=results_dir or "this results directory")
+    if problem is not None:
+        raise ValueError(problem)
+    extended = extend(design, extend_to)
+    return extended, margin, design_record(extended, margin=margin, extended_from=design[-1].last,
+                                           at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
 def run_confirmation(
     spec: SweepSpec, records: list[TrialRecord], *, visit: Visit, say: Callable[[str], None],
     done: Iterable[dict[str, Any]] = (), on_visit: Callable[[dict[str, Any]], None] | None = None,
     clock: Callable[[], float] = time.monotonic, max_minutes: float | None = None,
+    extend_to: int | None = None, given_minutes: float | None = None, results_dir: str | None = None,
+    advise: bool = True,
 ) -> Confirmation | None:
     """Visit the contenders round by round until decided, shown infeasible, or ``confirmation.max_visits``
-    rounds ran.
+    rounds ran (an extended design's last look).
 
     Args:
         visit: Runs one visit (``visit.run_placed_visit``: ``trial.run_visit`` in a placement group; or a test double).
         say: One line of progress for the job log.
-        done: Visits an earlier (interrupted) run of this confirmation made; not run again.
-        on_visit: Called with each new visit's record as it ends (persisted for resume).
+        done: confirmation.jsonl's lines from an earlier run: visits (not run again) and design lines
+            (the design they were made under, ``extension.recorded_design``).
+        on_visit: Called with each new visit's record as it ends (persisted for resume), and with a
+            new design line before the first visit made under it.
         clock: Seconds, monotonic (``confirmation.max_minutes`` is read against it; tests pass their own).
         max_minutes: The confirmation's time, where the sweep's budget leaves less than
             ``confirmation.max_minutes`` (default: that setting).
+        extend_to: ``--max-visits``: extend the design to this many looks (above its last), with a
+            stage at alpha held in reserve. The stage is recorded only once a visit is made under it,
+            and the feasibility stop is not applied to the rounds read back (it was asked for).
+        given_minutes: ``--max-minutes``: the rounds' time in this run, instead of both of the above.
+        results_dir: Where the sweep's results are (named in the command that would continue it).
+        advise: Work out how an undecided verdict could be continued (``Confirmation.continuation``:
+            simulates an extension's boundaries, up to a second); simulations of many confirmations
+            (``benchmarks/verdict_operating_characteristic.py``) leave it out.
 
     Returns:
         None when there are fewer than two contenders or no SGLang default to judge against.
+
+    Raises:
+        ValueError: ``extend_to`` is not above the design's last look.
     """
     settings = spec.confirmation
     contenders = choose_contenders(records, top_k=settings.top_k, no_speculation=settings.no_speculation)
     if len(contenders) < 2 or not any(c.role == "default" for c in contenders):
         return None
+    done = [dict(v) for v in done]
+    design, margin, pending = _start_design(spec, done, extend_to, results_dir)
     started = clock()
-    confirmation = Confirmation(contenders=contenders, margin=confirmation_margin(spec), direction=spec.objective.direction,
-                                max_visits=settings.max_visits, min_visits=settings.min_visits,
+    confirmation = Confirmation(contenders=contenders, margin=margin, direction=spec.objective.direction,
+                                max_visits=design[-1].last if len(design) > 1 else settings.max_visits,
+                                min_visits=settings.min_visits, design=design, results_dir=results_dir,
+                                time_limit=_time_limit(settings.max_minutes, max_minutes, given_minutes),
                                 searched=sum(1 for c in contenders if c.role not in ("default", "no_speculation")))
     numbers = {c.record.number for c in contenders}
-    confirmation.visits = [dict(v) for v in done if v.get("trial") in numbers]
+    confirmation.visits = [v for v in done if DESIGN_KEY not in v and v.get("trial") in numbers]
     seen = {(v["trial"], v["round"]) for v in confirmation.visits}
     confirmation.economy = _economy(spec, records, confirmation)
     confirmation.repetitions = confirmation.economy.repetitions_per_visit
     say(f"confirmation: {', '.join(f'{c.role} = trial {c.record.number} {c.record.label}' for c in contenders)}; "
-        f"{settings.min_visits}-{settings.max_visits} fresh-engine visits each, interleaved, until the verdict against "
-        f"SGLang's default is decided (margin {confirmation_margin(spec):.1%}; 95% over all looks, alpha spent by "
+        f"{settings.min_visits}-{confirmation.max_visits} fresh-engine visits each, interleaved, until the verdict "
+        f"against SGLang's default is decided (margin {margin:.1%}; 95% over all looks, alpha spent by "
         f"O'Brien-Fleming, the leader's tests at 2.5%/{max(1, confirmation.searched)} one-sided)"
         + (f"; {len(seen)} visits resumed" if seen else ""))
+    if len(design) > 1:
+        say(f"confirmation: {describe_design(design)}")
     say(confirmation.economy.line())
+    time_limit = confirmation.time_limit
     round_s: float | None = None  # the last round's wall time: what the next one will about cost
-    for round_number in range(settings.max_visits):
-        own = settings.max_minutes is not None and (max_minutes is None or max_minutes >= settings.max_minutes)
-        out_of_time = _out_of_time(settings.max_minutes if own else max_minutes, clock() - started, round_s,
-                                   setting="confirmation.max_minutes" if own else "budget.time_limit_s's remainder")
+    for round_number in range(confirmation.max_visits):
+        out_of_time = _out_of_time(time_limit[0] if time_limit else None, clock() - started, round_s,
+                                   setting=time_limit[1] if time_limit else "confirmation.max_minutes")
         if out_of_time is not None:
             confirmation.infeasible = out_of_time
             say(f"confirmation: stopped after round {confirmation.rounds}: {out_of_time}")
@@ -526,6 +687,9 @@ def run_confirmation(
                 continue
             if resting and contender.role == "default":
                 continue
+            if pending is not None and on_visit is not None:  # the extension, before its first visit
+                on_visit(pending)
+            pending = None
             outcome = visit(record, round_number, repetitions=confirmation.repetitions)
             values = [float(v) for v in outcome.get("values", []) if isinstance(v, (int, float))]
             entry = {"trial": record.number, "round": round_number, "values": values, "value": _geomean(values),
@@ -542,7 +706,7 @@ def run_confirmation(
             shown = ", ".join(f"{v:.4g}" for v in values) if measured else entry["reason"]
             if entry["status"] == "discarded":
                 shown += f", discarded: {entry['message']}"
-            say(f"[confirm round {round_number + 1}/{settings.max_visits}] trial {record.number} {record.label} "
+            say(f"[confirm round {round_number + 1}/{confirmation.max_visits}] trial {record.number} {record.label} "
                 f"({contender.role}): {spec.objective.metric} {shown}")
         confirmation.wall_s = clock() - started
         round_s = clock() - round_started
@@ -554,7 +718,8 @@ def run_confirmation(
         if economy.repetitions_per_visit != confirmation.repetitions:
             say(f"confirmation: {economy.line()}")
         confirmation.economy, confirmation.repetitions = economy, economy.repetitions_per_visit
-        infeasible = _feasibility(spec, confirmation)
+        # an extension overrules the stop its rounds read back would have made: asked for, it runs
+        infeasible = _feasibility(spec, confirmation) if pending is None else None
         if infeasible is not None:
             confirmation.infeasible = infeasible
             say(f"confirmation: stopped after round {confirmation.rounds}: {infeasible}")
@@ -563,7 +728,13 @@ def run_confirmation(
             confirmation.dropped[record.number] = confirmation.rounds
             say(f"confirmation: trial {record.number} {record.label} is no longer visited after round "
                 f"{confirmation.rounds}: {why}")
-    _conclude(confirmation)
+    if pending is not None:  # no visit was made under the extension: it is not recorded, nor described
+        confirmation.design = design[:-1]
+        confirmation.max_visits = design[-2].last if len(design) > 2 else settings.max_visits
+        say(f"confirmation: --max-visits {extend_to} made no visit: "
+            + (confirmation.infeasible or "the verdict was decided before the extension's first round"))
+    confirmation.visit_s = visit_estimate_s(spec, records)
+    _conclude(confirmation, advise=advise)
     discarded = [v for v in confirmation.visits if v["status"] == "discarded"]
     if discarded:
         confirmation.lines.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.sequential import critical_value
+from orchestrator.sequential import critical_value, main_design
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
 
@@ -40,13 +40,15 @@ def confirmation_margin(spec: SweepSpec) -> float:
     """``confirmation.margin``, or for ``auto`` the smallest margin (in 0.5% steps, at least 1%)
     within which "equivalent" is reachable by the last look at the engine kind's measured
     between-visit CV: ``c_last * sqrt(2) * cv / sqrt(max_visits)``, ``c_last`` the last look's
-    boundary with the leader's correction for ``top_k`` (``orchestrator.sequential``)."""
+    boundary of the main design (``orchestrator.sequential.main_design``: alpha held in reserve for
+    extensions) with the leader's correction for ``top_k``. An extension keeps the margin the
+    sweep started with (recorded with its stages, ``extension.design_record``)."""
     settings = spec.confirmation
     if settings.margin != "auto":
         return float(settings.margin)
     last = max(MIN_VALUES, settings.max_visits)
     first = min(max(MIN_VALUES, settings.min_visits), last)
-    c_last = critical_value(last, first=first, last=last, comparisons=settings.top_k)
+    c_last = critical_value(last, design=main_design(first, last), comparisons=settings.top_k)
     cv = MEASURED_VISIT_CV[visit_noise_key(spec)]
     reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
     return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)

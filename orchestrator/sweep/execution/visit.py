@@ -44,18 +44,25 @@ def run_placed_visit(*, record: TrialRecord, round_number: int, repetitions: int
 
 
 def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx: Any, coordinator: Any,
-                             display: Display, max_minutes: float | None = None) -> Confirmation | None:
+                             display: Display, max_minutes: float | None = None, extend_to: int | None = None,
+                             given_minutes: float | None = None) -> Confirmation | None:
     """The confirmation (``confirm.run_confirmation``) with placed visits, persisted by the
-    coordinator (a resumed sweep continues where it stopped) and shown while they run.
+    coordinator (a resumed sweep continues where it stopped, under the design recorded with its
+    visits) and shown while they run.
 
     Args:
         ctx: The trials' ``trial.TrialContext`` (spec, coordinator), which a visit shares.
         max_minutes: Its time (``time_budget.TimeBudget.confirmation_minutes``); default
             ``confirmation.max_minutes``.
+        extend_to: ``--max-visits``: extend the design to this many looks (recorded through the
+            coordinator, as visits are, before the first visit under it).
+        given_minutes: ``--max-minutes``: the rounds' time in this run, instead of ``max_minutes``.
     """
     import ray
 
-    done = ray.get(coordinator.confirmation_visits.remote())
+    lines = ray.get(coordinator.confirmation_visits.remote())  # visits and design lines (confirmation.jsonl)
+    done = [line for line in lines if "trial" in line]
+    results_dir = ray.get(coordinator.info.remote())["results_dir"]
     start_timeout_s = trial_limits(spec, records).start_s  # the trials' measured starts: a hung start costs minutes
 
     def visit(record: TrialRecord, round_number: int, *, repetitions: int) -> dict[str, Any]:
@@ -73,6 +80,7 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
             display.visit_ended()
 
     return run_confirmation(
-        spec, records, visit=visit, say=display.line, done=done, max_minutes=max_minutes,
+        spec, records, visit=visit, say=display.line, done=lines, max_minutes=max_minutes, extend_to=extend_to,
+        given_minutes=given_minutes, results_dir=results_dir,
         on_visit=lambda entry: ray.get(coordinator.record_visit.remote(entry)),
     )
