@@ -542,7 +542,7 @@ def final_pick(grid: Grid, trials: list[tuple[str, float | None]], *, seed: int,
 
     confirmation: Confirmation | None = None
     if spec.confirmation.enabled:
-        confirmation = run_confirmation(spec, records, visit=visit, say=lambda _line: None)
+        confirmation = run_confirmation(spec, records, visit=visit, say=lambda _line: None, advise=False)
     if confirmation is not None and confirmation.chosen is not None:
         chosen: int | None = confirmation.chosen
         verdict = (confirmation.vs_sglang_default or {}).get("kind") or "no_search_trial"

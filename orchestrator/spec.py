@@ -47,6 +47,7 @@ from serving.engine.placement import EnginePlacement, engine_placement
 __all__ = [
     "BudgetSpec",
     "DEFAULT_ENGINE_START_S",
+    "DEFAULT_TPOT_MS",
     "ConfirmationSpec",
     "ProbeSpec",
     "EngineSpec",
@@ -76,6 +77,12 @@ MAX_RESOURCES = 1024
 DEFAULT_ENGINE_START_S: dict[str, float] = {"reference": 10.0, "sglang": 600.0}
 """Seconds one engine start is taken to last before a trial has measured one
 (``budget.engine_start_estimate_s``); measurements in docs/design/bench-and-spec.md."""
+
+DEFAULT_TPOT_MS: dict[str, float] = {"reference": 3.0, "sglang": 25.0}
+"""Milliseconds per output token of one request, for the plan's benchmark time before a trial has
+measured one (``budget.tpot_estimate_ms``): the reference engine's ref-tiny on 2 CPU cores (about
+600 tok/s at concurrency 1, slower at 4); for SGLang a Kimi-class MoE on one 8-GPU node, where one
+decode/verify cycle is 18-30 ms (docs/design/bench-and-spec.md)."""
 
 
 class _Model(StrictModel):
@@ -248,6 +255,12 @@ class BudgetSpec(_Model):
         description="Seconds one engine start (launch to healthy) is expected to take, for the plan's cost (engine "
         "starts x start time) until a trial has measured it; default by engine.kind: "
         f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_ENGINE_START_S.items())} (orchestrator.sweep.output.cost).",
+    )
+    tpot_estimate_ms: float | None = Field(
+        default=None, gt=0, le=60_000,
+        description="Milliseconds per output token of one request, for the plan's benchmark time (requests x "
+        "output_len x this, per level and repetition) until a trial has measured it; default by engine.kind: "
+        f"{', '.join(f'{k} {v:g}' for k, v in DEFAULT_TPOT_MS.items())} (orchestrator.sweep.output.night_plan).",
     )
     derive_time_limits: bool = Field(
         default=True,

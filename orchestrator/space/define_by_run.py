@@ -256,6 +256,55 @@ class DefineByRunSpace:
                 plans.append(plan)
         return plans
 
+    def longest_chain(self) -> TrialPlan | None:
+        """The longest top-k 1 chain of the space (default path, NCCL's defaults): its accepted-draft
+        histogram predicts every shorter chain's accept length (``sweep.output.predicted_rows``); None
+        without explicit chains."""
+        if not self.has_explicit:
+            return None
+        chains = [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+        if not chains:
+            return None
+        return TrialPlan("search", Candidate(max(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
+
+    def opening(self) -> list[TrialPlan]:
+        """What the searcher proposes after the baselines and before sampling, in order: SGLang's chain
+        (the first rule of thumb), the longest chain (one start that answers for every shorter one),
+        one start per all-reduce path and NCCL setting (:meth:`setting_points`), then the other rules
+        of thumb; no repeats."""
+        starts = self.starting_points()
+        longest = self.longest_chain()
+        out = starts[:1] + ([longest] if longest is not None else []) + self.setting_points() + starts[1:]
+        unique: list[TrialPlan] = []
+        for plan in out:
+            if plan not in unique:
+                unique.append(plan)
+        return unique
+
+    def setting_points(self) -> list[TrialPlan]:
+        """One start per setting besides the speculative numbers, all at the first starting point (SGLang's
+        default chain): each other all-reduce path, and on each path where NCCL carries decode each NCCL
+        preset (or each value of one NCCL variable, the others at their defaults). NCCL settings and the
+        all-reduce path move the cycle time, not the acceptance, so one start per setting pins what it
+        does; the searcher proposes these right after the starting points, so a night reaches every
+        setting in its first hours. Empty where nothing but the speculative numbers varies."""
+        starts = self.starting_points()
+        if not starts or not self.has_nccl_dimensions:
+            return []
+        first = starts[0].candidate
+        out = [TrialPlan("search", Candidate(first.speculative, path, {})) for path in self.all_reduce
+               if path != first.all_reduce]
+        nccl_paths = [path for path in self.all_reduce if self._space.searches_nccl(path)]
+        if nccl_paths:  # NCCL's settings once, on the path where NCCL surely carries decode
+            path = "nccl" if "nccl" in nccl_paths else nccl_paths[0]
+            base = TrialPlan("search", Candidate(first.speculative, path, {}))
+            out += [v for v in self.variants(base) if v.candidate.all_reduce == path]
+        unique: list[TrialPlan] = []
+        for plan in out:
+            if plan not in unique and plan not in starts and self.holds(plan):
+                unique.append(plan)
+        return unique
+
     def _nearest(self, want: SpeculativeTriple) -> SpeculativeTriple:
         """The explicit point of the space closest to ``want`` (by log ratio, steps first, then top-k, then draft)."""
         if isinstance(self.triples, SpeculativeList):

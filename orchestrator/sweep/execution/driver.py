@@ -24,6 +24,8 @@ from orchestrator.sweep.execution.callbacks import tune_callbacks
 from orchestrator.sweep.execution.contract_stop import contract_stopper, engine_contract_error
 from orchestrator.sweep.execution.ray_connection import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.output.cost import cost_line
+from orchestrator.sweep.output.night_plan import night_plan, plan_lines
+from orchestrator.sweep.search.chain_gate import ChainGate
 from orchestrator.sweep.execution.coordinator import (
     STATE_FILE,
     CoordinatorRef,
@@ -84,12 +86,15 @@ def resolve_tracking_uri(spec: SweepSpec, out: Path, *, given: str | None, resum
 def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
-    tracking_uri: str | None = None,
+    tracking_uri: str | None = None, extend_to: int | None = None, confirmation_minutes: float | None = None,
 ) -> SweepOutcome:
     """Run the whole sweep; returns its outcome (never raises for a failed trial).
 
     Args:
         tracking_uri: ``--tracking-uri`` (see :func:`resolve_tracking_uri` for the rest).
+        extend_to: ``--max-visits`` (with ``resume``): extend the confirmation's design to this many
+            looks (``confirm.run_confirmation``); the search is restored as it ended.
+        confirmation_minutes: ``--max-minutes``: the confirmation's time in this run.
 
     Raises:
         PreflightError: the sweep cannot run as specified here (nothing was started or moved).
@@ -131,7 +136,10 @@ def run_sweep(
 
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
-    display.line(cost_line(spec, [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]))
+    so_far = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
+    display.line(cost_line(spec, so_far))
+    for line in plan_lines(night_plan(spec, so_far)):  # the night up front (a resume: from what it measured)
+        display.line(line)
     budget = TimeBudget(spec, records=WriterRecords(ref))
     tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume, budget=budget)
     started = time.monotonic()
@@ -152,7 +160,8 @@ def run_sweep(
             if broken is not None:
                 raise broken
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator, display=display,
-                                                    max_minutes=budget.confirmation_minutes(),
+                                                    max_minutes=budget.confirmation_minutes(), extend_to=extend_to,
+                                                    given_minutes=confirmation_minutes,
                                                     ) if spec.confirmation.enabled else None
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
                                 console=console, started=started)
@@ -272,7 +281,7 @@ def sweep_search(spec: SweepSpec, *, slo: bool,
     which therefore shows exactly the points the sweep would start with."""
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason)
+                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason, gate=ChainGate(spec))
 
 
 class WriterRecords:

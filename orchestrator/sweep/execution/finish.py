@@ -7,6 +7,7 @@ parent MLflow run and ends the sweep's runs; the outcome's exit code says whethe
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from orchestrator.sweep.output.adaptive_schedule import (
 from orchestrator.sweep.confirmation.confirm import Confirmation
 from orchestrator.sweep.records.results import CONFIRMATION_FILE, TRIALS_FILE
 from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.predicted_rows import PREDICTIONS_FILE, predict_rows, prediction_lines
 from orchestrator.sweep.output.summary_report import SweepReport, build_report, summary_table
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import (
@@ -171,9 +173,14 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
-    for line in report["lines"] + report["per_load_lines"]:
+    predictions = predict_rows(spec, records)  # rows of their own kind: never in trials.jsonl or the verdict
+    report["predictions"] = predictions.to_dict()
+    for line in report["lines"] + report["per_load_lines"] + prediction_lines(predictions, concurrency=level):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     files: list[Path] = []
+    if predictions.rows:
+        write_atomic(out / PREDICTIONS_FILE, "".join(json.dumps(r.to_dict()) + "\n" for r in predictions.rows))
+        files.append(out / PREDICTIONS_FILE)
     best_path = None
     if report["best_config"] is not None:
         header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [

@@ -53,6 +53,7 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     import optuna
 
     from orchestrator.sweep.output.cost import cost_line
+    from orchestrator.sweep.output.night_plan import changes_to_fit, decision_lines, night_plan, plan_lines
     from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
     from orchestrator.sweep.execution.trial import engine_config_for
     from serving.engine.command import build_command
@@ -89,4 +90,14 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
         shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
                       "env": redacted_env(command.env)})
     console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)
+    for line in plan_lines(night_plan(spec)):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    changes = changes_to_fit(spec)
+    if changes:
+        console.print("to fit budget.time_limit_s, change one of (each re-planned alone):", highlight=False,
+                      markup=False, soft_wrap=True)
+        for line in changes:
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    for line in decision_lines(spec):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return shown

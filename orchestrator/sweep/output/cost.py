@@ -17,17 +17,22 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
-from orchestrator.spec import DEFAULT_ENGINE_START_S, SweepSpec
+import math
+
+from orchestrator.spec import DEFAULT_ENGINE_START_S, DEFAULT_TPOT_MS, SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
     "PlannedStarts",
+    "benchmark_estimate_s",
     "cold_starts",
     "cost_line",
     "format_duration",
     "measured_start_times",
     "planned_starts",
+    "repetition_estimate_s",
     "start_time",
+    "tpot_estimate_s",
     "visit_estimate_s",
 ]
 
@@ -139,15 +144,47 @@ def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[fl
         f"estimated: the default for {spec.engine.kind}; budget.engine_start_estimate_s sets it")
 
 
+def tpot_estimate_s(spec: SweepSpec) -> tuple[float, str]:
+    """Seconds per output token of one request before anything is measured, and where it comes from."""
+    if spec.budget.tpot_estimate_ms is not None:
+        return spec.budget.tpot_estimate_ms / 1000, f"{spec.budget.tpot_estimate_ms:g} ms per token (budget.tpot_estimate_ms)"
+    ms = DEFAULT_TPOT_MS[spec.engine.kind]
+    return ms / 1000, f"{ms:g} ms per token, the default for {spec.engine.kind} (budget.tpot_estimate_ms sets it)"
+
+
+def repetition_estimate_s(spec: SweepSpec, concurrency: int) -> float:
+    """Seconds one measured repetition at ``concurrency`` is expected to take before anything is measured:
+    ``ceil(num_prompts / concurrency)`` waves of ``output_len`` tokens at :func:`tpot_estimate_s`, at least
+    ``benchmark.min_repetition_s``."""
+    bench = spec.benchmark
+    tpot, _ = tpot_estimate_s(spec)
+    return max(bench.min_repetition_s, math.ceil(bench.num_prompts / concurrency) * bench.output_len * tpot)
+
+
+def benchmark_estimate_s(spec: SweepSpec) -> float:
+    """Seconds a trial spends after its engine is up, before anything is measured: the correctness probe
+    (one request at a time) and, per concurrency level, its warm-up requests and the most repetitions
+    (``benchmark.repetitions``: the plan does not count on ``target_ci_rel`` stopping early)."""
+    bench, probe = spec.benchmark, spec.probe
+    tpot, _ = tpot_estimate_s(spec)
+    total = probe.num_prompts * probe.max_new_tokens * tpot
+    for concurrency in bench.concurrency:
+        total += math.ceil(bench.warmup_requests / concurrency) * bench.output_len * tpot
+        total += bench.repetition_bounds()[1] * repetition_estimate_s(spec, concurrency)
+    return total
+
+
 def _repetition_s(spec: SweepSpec, records: list[TrialRecord]) -> float:
     """Benchmark seconds per measured repetition (warm-up included), the trials' median; before any,
-    ``benchmark.min_repetition_s``."""
+    the estimate at the objective's level (:func:`repetition_estimate_s`)."""
     paces = []
     for record in records:
         repetitions = sum(len(v) for v in record.level_values.values())
         if repetitions and record.timings_s.get("bench"):
             paces.append(record.timings_s["bench"] / repetitions)
-    return statistics.median(paces) if paces else spec.benchmark.min_repetition_s
+    if paces:
+        return statistics.median(paces)
+    return repetition_estimate_s(spec, spec.objective_concurrency)
 
 
 def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> float:

@@ -21,6 +21,7 @@ from ray.tune.search import Searcher
 
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
+from orchestrator.sweep.search.chain_gate import ChainGate
 from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["SweepSearcher"]
@@ -32,8 +33,10 @@ class SweepSearcher(Searcher):
     """A Ray Tune searcher over :class:`DefineByRunSpace` and one Optuna study (``study``), with
     baselines first, a staged search and honest tells.
 
-    Proposals, in order: the baselines; SGLang's rule-of-thumb points
-    (``DefineByRunSpace.starting_points``); the speculative stage (TPE on the speculative numbers,
+    Proposals, in order: the baselines; the opening (``DefineByRunSpace.opening``: SGLang's chain, the
+    longest chain, whose histogram predicts every shorter one, one start per all-reduce path and NCCL
+    setting at SGLang's chain so the night reaches every setting early, SGLang's other rules of thumb);
+    the speculative stage (TPE on the speculative numbers,
     all-reduce and NCCL at their defaults, ``speculative_stage`` proposals); one-factor variants of
     the best; then alternately TPE pinned to the best's settings and TPE over everything. The two
     middle stages apply only where the space varies more than the speculative numbers; a space the
@@ -72,6 +75,7 @@ class SweepSearcher(Searcher):
         budget: int | None = None,
         staged: bool = True,
         stop_reason: Callable[[], str | None] | None = None,
+        gate: ChainGate | None = None,
     ) -> None:
         super().__init__(metric=OBJECTIVE_KEY, mode=mode)
         self.study = optuna.create_study(
@@ -84,16 +88,20 @@ class SweepSearcher(Searcher):
         self._measured: dict[str, tuple[TrialState, float | None, float | None]] = {}
         self._plans: dict[str, TrialPlan] = {}  # candidate key -> plan, for the one-factor stage
         self._in_flight: dict[str, str] = {}  # trial id -> candidate key
-        self._queue: list[TrialPlan] = space.starting_points()
+        opening = space.opening()  # SGLang's chain, the longest chain, every path and NCCL setting, the rest
+        settings = len(opening) - len(space.starting_points())
+        self._queue: list[TrialPlan] = opening
         self._proposed = 0  # proposals after the baselines
         self.enumerating = budget is not None and budget >= self.ENUMERATE_COVERAGE * (
             len(space.baselines()) + space.size)
         staged = staged and space.has_nccl_dimensions and not self.enumerating
         self._variants_queued = not staged
-        self.speculative_stage = self._speculative_stage_length() if staged else 0
+        self.speculative_stage = self._speculative_stage_length() + settings if staged else 0
         self._exhausted = False
         self._enumerated = 0
         self._stop_reason = stop_reason  # the time budget (``execution.time_budget``): no trial it cannot fit
+        self._gate = gate  # predicted chains that cannot beat the best are not started (``chain_gate``)
+        self._predicted: dict[str, Any] = {}  # candidate key -> the prediction that kept it from a start
 
     def _speculative_stage_length(self) -> int:
         points = len(self.search_space.triples)
@@ -118,16 +126,21 @@ class SweepSearcher(Searcher):
         if queued is not None:
             return self._propose(trial_id, queued)
         if self.enumerating:
-            plan = self._enumerated_plan()
-            if plan is None:
-                return self._finish()
-            return self._propose(trial_id, plan)
+            while True:
+                plan = self._enumerated_plan()
+                if plan is None:
+                    return self._finish()
+                if not self._predicted_out(plan):
+                    return self._propose(trial_id, plan)
         pins = self._pins()
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
             plan = self._ask(trial_id, pins)  # pins: a partial trial, the sampler picks the rest
             key = candidate_key(plan)
             known = self._measured.get(key)
-            if known is None and key not in self._in_flight.values():
+            if known is None and key not in self._in_flight.values() and key not in self._predicted:
+                if self._predicted_out(plan):
+                    self._tell(trial_id, TrialState.PRUNED, None, None)  # cannot beat the best: no start
+                    continue
                 self._accept(trial_id, plan)
                 return {"plan": plan.to_config()}
             # Already measured (or running): answer the sampler from memory, ask again.
@@ -185,6 +198,20 @@ class SweepSearcher(Searcher):
         self._in_flight[trial_id] = key
         self._plans[key] = plan
         self._proposed += 1
+        if self._gate is not None:
+            self._gate.expect(trial_id, plan)  # a chain started despite a prediction: checked when it ends
+
+    def _predicted_out(self, plan: TrialPlan) -> bool:
+        """Whether ``plan`` is a chain predicted not to reach the best measured (then remembered, never
+        proposed again, and said in the log)."""
+        row = self._gate.skip(plan) if self._gate is not None else None
+        if row is None:
+            return False
+        self._predicted[candidate_key(plan)] = row
+        logger.info("not started: %s is predicted at %.4g tok/s [%.4g, %.4g] at concurrency %d, below the best "
+                    "measured there (from trials %s); a predicted row, not a measurement", row.label, row.tok_per_s,
+                    row.low, row.high, row.concurrency, ", ".join(map(str, row.from_trials)))
+        return True
 
     def _pins(self) -> dict[str, Any]:
         """What the sampler may not choose for the next proposal: in the speculative stage, the
@@ -255,8 +282,8 @@ class SweepSearcher(Searcher):
             self.study.tell(ot_trial, state=TrialState.FAIL if state == TrialState.COMPLETE else state)
 
     def _busy(self) -> set[str]:
-        """Keys of the configurations measured or running."""
-        return set(self._measured) | set(self._in_flight.values())
+        """Keys of the configurations measured, running, or predicted not worth a start."""
+        return set(self._measured) | set(self._in_flight.values()) | set(self._predicted)
 
     def _unmeasured(self) -> list[TrialPlan]:
         busy = self._busy()
@@ -275,6 +302,11 @@ class SweepSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)
         result = result or {}
+        if self._gate is not None:
+            self._gate.learn(result)
+            check = self._gate.check(trial_id, result)
+            if check is not None:
+                (logger.warning if "OUTSIDE" in check else logger.info)(check)
         state, value, violation = _outcome(result, error=error)
         if key is not None:
             self._measured[key] = (state, value, violation)

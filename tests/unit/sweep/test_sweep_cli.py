@@ -54,10 +54,15 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     assert all(c.endswith("--skip-server-warmup --cuda-graph-bs-decode " + (
         "1 2 4 8 12 16 24 32 40 48" if i == 0 else "1 2 3 4 5 6 7 8 10 12 14 16 18 20 22 24 26 28 30 32 40 44 48")
         + " --cuda-graph-max-bs-decode 48") for i, c in enumerate(commands)), commands[:2]
-    # the plan's cost: 40 trials + (3 best, SGLang's default, no speculation) x 16 visits, at SGLang's default start
-    assert ("cost: 120 engine starts (40 trials + up to 80 confirmation visits: 5 contenders x 16) x 10m00s per "
-            "start (estimated: the default for sglang; budget.engine_start_estimate_s sets it) = ~20h00m of engine "
-            "starts") in " ".join(out.split())
+    # the plan's cost: 22 trials + (the best, SGLang's default) x 6 visits, at SGLang's default start
+    flat = " ".join(out.split())
+    assert ("cost: 34 engine starts (22 trials + up to 12 confirmation visits: 2 contenders x 6) x 10m00s per "
+            "start (estimated: the default for sglang; budget.engine_start_estimate_s sets it) = ~5h40m of engine "
+            "starts") in flat
+    # ... and the night as a timeline that fits its 8 hours, every path and NCCL setting in its first hours
+    assert "7h03m end at max_visits: fits budget.time_limit_s (8h00m)" in flat
+    assert "first started: no_fusion at 0h50m, nccl at 1h03m, nccl NCCL_ALGO=Ring at 1h16m" in flat
+    assert "chance of a decided verdict by 6 visits (margin 3.0%)" in flat
 
 
 def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_node() -> None:

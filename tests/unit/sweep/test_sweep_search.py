@@ -221,11 +221,13 @@ def _throughput(plan: TrialPlan) -> float:
 
 def test_rules_of_thumb_come_right_after_the_baselines() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5], "eagle_topk": [1, 2, 4], "num_draft_tokens": [4, 6, 8]})
-    plans = _run(_searcher(spec), _throughput, 4)
+    plans = _run(_searcher(spec), _throughput, 6)
     assert [p.kind for p in plans[:2]] == [BASELINE_PLAIN, BASELINE_AUTO]
-    # SGLang's auto choices for DeepSeek (3, 1, 4) and Llama (5, 4, 8), with NCCL's defaults
-    assert [p.candidate.speculative.label() for p in plans[2:4]] == ["steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
-    assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "default" for p in plans[2:4])
+    # SGLang's auto choice for DeepSeek (3, 1, 4), the longest chain (its histogram answers for the shorter
+    # ones), the NCCL setting at SGLang's chain, then the Llama rule (5, 4, 8) with NCCL's defaults
+    assert [p.label() for p in plans[2:6]] == ["steps=3 topk=1 draft=4", "steps=5 topk=1 draft=6",
+                                               "steps=3 topk=1 draft=4 NCCL_ALGO=Ring", "steps=5 topk=4 draft=8"]
+    assert all(p.candidate.all_reduce == "default" for p in plans[2:6])
 
 
 def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
@@ -241,10 +243,16 @@ def test_speculative_stage_holds_nccl_at_defaults_then_varies_one_factor_at_a_ti
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 6]},
                  all_reduce=["default", "nccl"], nccl_env={"NCCL_ALGO": [None, "Ring", "Tree"]})
     searcher = _searcher(spec)
+    settings = DefineByRunSpace(spec).setting_points()
     stage = searcher.speculative_stage
-    assert stage == 9  # 0.4 x 22 speculative points (6 chains, 16 trees), rounded up
+    assert stage == 9 + len(DefineByRunSpace(spec).opening()) - 2  # 0.4 x 22 points, rounded up; the opening
     plans = _run(searcher, _throughput, 2 + stage + 3)
-    speculative_stage = plans[2:2 + stage]
+    # right after SGLang's chain and the longest chain: one start per all-reduce path and NCCL setting there
+    assert [p.candidate for p in plans[4:4 + len(settings)]] == [p.candidate for p in settings]
+    assert sorted((p.candidate.all_reduce, tuple(p.candidate.nccl_env.items())) for p in settings) == [
+        ("nccl", ()), ("nccl", (("NCCL_ALGO", "Ring"),)), ("nccl", (("NCCL_ALGO", "Tree"),))]
+    assert {p.candidate.speculative for p in settings} == {plans[2].candidate.speculative}
+    speculative_stage = plans[2:4] + plans[4 + len(settings):2 + stage]
     assert all(p.candidate.nccl_env == {} and p.candidate.all_reduce == "default" for p in speculative_stage)
     best = max(plans[:2 + stage], key=_throughput).candidate.speculative
     variants = plans[2 + stage:2 + stage + 3]
@@ -278,8 +286,10 @@ def test_one_factor_variants_start_from_a_point_of_the_space_even_when_a_baselin
 
     plans = _run(searcher, auto_wins, 7)
     assert all(p.candidate in spec.space() for p in plans[2:])
-    assert plans[4].candidate.nccl_env == {"NCCL_ALGO": "Ring"}  # the variant, of the best point measured
-    assert plans[4].candidate.speculative == max(plans[2:4], key=_throughput).candidate.speculative
+    # the NCCL variant is of the best *point* measured (here also SGLang's chain, measured with it early)
+    ring = [p for p in plans if p.candidate.nccl_env == {"NCCL_ALGO": "Ring"}]
+    searched = [p for p in plans[2:] if not p.candidate.nccl_env]
+    assert ring and ring[0].candidate.speculative == max(searched, key=_throughput).candidate.speculative
 
 
 def test_after_the_variants_every_other_proposal_keeps_the_best_settings() -> None:
@@ -323,22 +333,24 @@ def test_a_budget_that_covers_the_space_enumerates_it_visiting_each_point_once()
     plans = _run(searcher, _throughput, 20)
     keys = [candidate_key(p) for p in plans]
     assert len(keys) == len(set(keys)) == 1 + len(spec.space())  # every configuration once, then FINISHED
-    # rules of thumb first (after the baselines), then the planned order
-    assert [p.candidate.speculative.label() for p in plans[2:4]] == ["steps=3 topk=1 draft=4", "steps=5 topk=4 draft=8"]
+    # the opening first (after the baselines): SGLang's chain (also the longest), its presets, the Llama rule
+    assert [p.label() for p in plans[2:6]] == [
+        "steps=3 topk=1 draft=4", "steps=3 topk=1 draft=4 NCCL_ALGO=Ring NCCL_PROTO=LL",
+        "steps=3 topk=1 draft=4 NCCL_ALGO=Tree", "steps=5 topk=4 draft=8"]
 
 
 def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}, nccl_env={})
     space = DefineByRunSpace(spec)
-    plans = _run(_budgeted(spec, budget=10), _throughput, 6)
-    steps = [p.candidate.speculative.num_steps for p in plans[2:5]]
-    # the rules of thumb (3 steps; 5, the chain nearest 5-4-8), then, longer chains being better, the
-    # unmeasured point nearest the best (5 steps): 6 (nearer than 4 on the log scale) ...
-    assert steps == [3, 5, 6]
-    measured = [p.candidate for p in plans[:5] if p.speculative]
+    plans = _run(_budgeted(spec, budget=10), _throughput, 7)
+    steps = [p.candidate.speculative.num_steps for p in plans[2:6]]
+    # the opening: SGLang's chain (3 steps), the longest chain (6), the chain nearest 5-4-8 (5); then,
+    # longer chains being better, the unmeasured point nearest the best (6 steps): 4 ...
+    assert steps == [3, 6, 5, 4]
+    measured = [p.candidate for p in plans[:6] if p.speculative]
     farthest = max((p for p in space.candidates() if p.candidate not in measured),
                    key=lambda p: min(space.distance(p.candidate, c) for c in measured))
-    assert plans[5].candidate == farthest.candidate  # ... then the point farthest from everything measured
+    assert plans[6].candidate == farthest.candidate  # ... then the point farthest from everything measured
     assert farthest.candidate.speculative.num_steps == 1
 
 

@@ -1,0 +1,221 @@
+"""Predicted rows: every top-k 1 chain of the space the sweep did not start, predicted from the chains it
+measured (``search.chain_prediction``), as rows of their own kind.
+
+Chains are grouped by what moves the cycle time (all-reduce path, NCCL setting) and predicted per
+benchmark level from the group's measured chains (top-k 1, status ok, an accepted-draft histogram at
+that level): accept length from the longest chain's histogram, cycle time from a line through the
+measured chains' ``cycle_ms``, throughput scaled from the nearest measured chain, each with a 95%
+interval of what a start of it would measure. A group needs two measured chain lengths. The objective
+must be ``output_tok_per_s`` (the model predicts tokens per second).
+
+Each measured chain's relative standard error comes from its repetitions at the level
+(``level_values``: the objective's per-repetition values, log scale) and stands for its cycle time's
+too (the record keeps the cycle's median only; a decode-bound level's throughput and cycle time
+spread alike).
+
+**Check.** Where a group measured three or more chain lengths, every measured chain that is not the
+group's longest is also predicted from the others and compared with its measurement (leave one
+out): ``checks``; a miss outside the interval is said in words, and the predictions of that group
+are then marked ``unchecked_miss`` (start them rather than trust them).
+
+Predicted rows are never mixed with measured values: they go to ``predictions.jsonl`` and a table of
+their own, never to ``trials.jsonl``, the searcher or the confirmation.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from orchestrator.bench.metrics import sum_histograms
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.records.results import TrialRecord
+from orchestrator.sweep.search.chain_prediction import MeasuredChain, predict_chains
+
+__all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
+
+PREDICTIONS_FILE = "predictions.jsonl"
+
+
+@dataclass(frozen=True)
+class PredictedRow:
+    """One chain predicted at one level (``kind`` is always ``predicted``).
+
+    Attributes:
+        label: ``steps=2 topk=1 draft=3`` and the group's settings.
+        num_steps: Draft steps (top-k 1, draft = steps + 1).
+        all_reduce, nccl_env: The group's settings.
+        concurrency: The benchmark level.
+        accept_length, cycle_ms, tok_per_s: The predictions.
+        low, high: 95% interval of what a start of this chain would measure (tok/s).
+        reference_trial: The measured trial the throughput is scaled from.
+        histogram_trial: The measured trial whose histogram gave the accept length.
+        from_trials: Every measured trial of the group.
+        reaches_best: Whether the interval reaches the best measured value at this level (worth a start).
+        unchecked_miss: The group's check missed: measure, do not trust.
+    """
+
+    label: str
+    num_steps: int
+    all_reduce: str
+    nccl_env: dict[str, str]
+    concurrency: int
+    accept_length: float
+    cycle_ms: float
+    tok_per_s: float
+    low: float
+    high: float
+    reference_trial: int
+    histogram_trial: int
+    from_trials: list[int]
+    reaches_best: bool = False
+    unchecked_miss: bool = False
+    kind: str = "predicted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Predictions:
+    """A sweep's predicted rows and the checks of its model against measured chains."""
+
+    rows: list[PredictedRow] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [r.to_dict() for r in self.rows], "checks": self.checks, "skipped": self.skipped}
+
+
+def _rel_se(values: list[float]) -> float:
+    """Relative standard error of the geometric mean (log scale); 0 from fewer than two values."""
+    logs = [math.log(v) for v in values if v > 0]
+    return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+
+
+def _chain_steps(record: TrialRecord) -> int | None:
+    """The record's chain length if it ran a top-k 1 chain (SGLang's auto choice as it resolved)."""
+    params = dict(record.params)
+    if record.resolved_params and params.get("speculative") == "auto":
+        params.update(record.resolved_params)
+    if params.get("speculative") == "off" or params.get("eagle_topk") != 1 or not isinstance(params.get("num_steps"), int):
+        return None
+    return int(params["num_steps"])
+
+
+def _group_key(record: TrialRecord) -> tuple[str, tuple[tuple[str, str], ...]]:
+    nccl = tuple(sorted((k, str(v)) for k, v in record.params.items() if k.startswith("NCCL_") and v not in (None, "default")))
+    return str(record.params.get("all_reduce") or "default"), nccl
+
+
+def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
+    """The record's chain at ``level``, or None where it lacks a histogram, a cycle time or values."""
+    steps = _chain_steps(record)
+    histogram = record.accept_histograms.get(str(level))
+    values = [v for v in record.level_values.get(str(level), []) if v and v > 0]
+    cycle = record.metrics.get(f"c{level}.cycle_ms")
+    accept = record.metrics.get(f"c{level}.accept_length_requests") or record.metrics.get(f"c{level}.accept_length")
+    if steps is None or not histogram or not values or not cycle or not accept:
+        return None
+    rel = _rel_se(values)
+    return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle), cycle_rel_se=rel,
+                         tok_per_s=math.exp(statistics.fmean(math.log(v) for v in values)), tok_rel_se=rel,
+                         histogram=tuple(sum_histograms([histogram]) or ()))
+
+
+def _space_chains(spec: SweepSpec) -> list[int]:
+    """The top-k 1 chain lengths of the spec's space."""
+    return sorted({t.num_steps for t in spec.space().speculative if t.eagle_topk == 1 and t.num_steps})
+
+
+def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions:
+    """Every unmeasured top-k 1 chain of ``spec``'s space, predicted per group and level (see the module)."""
+    records = [r for r in records if r.status == "ok"]
+    if spec.objective.metric != "output_tok_per_s":
+        return Predictions(skipped=f"the objective is {spec.objective.metric}; chains are predicted in output tok/s only")
+    steps_wanted = _space_chains(spec)
+    if not steps_wanted:
+        return Predictions(skipped="the space has no top-k 1 chains")
+    out = Predictions()
+    groups: dict[Any, list[TrialRecord]] = {}
+    for record in records:
+        if _chain_steps(record) is not None:
+            groups.setdefault(_group_key(record), []).append(record)
+    best = {level: max((r.level_values.get(str(level)) and math.exp(statistics.fmean(
+        math.log(v) for v in r.level_values[str(level)] if v > 0)) or 0.0) for r in records)
+        for level in spec.benchmark.concurrency} if records else {}
+    for (all_reduce, nccl), members in sorted(groups.items()):
+        for level in spec.benchmark.concurrency:
+            chains: dict[int, tuple[MeasuredChain, int]] = {}
+            for record in sorted(members, key=lambda r: r.number):
+                chain = _measured(record, level)
+                if chain is not None and chain.steps not in chains:
+                    chains[chain.steps] = (chain, record.number)
+            if len(chains) < 2:
+                continue
+            measured = [c for c, _ in chains.values()]
+            missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl)
+            for p in predict_chains(measured, steps_wanted):
+                env = dict(nccl)
+                label = f"steps={p.steps} topk=1 draft={p.steps + 1}" + "".join(
+                    f" {k}={v}" for k, v in sorted(env.items())) + ("" if all_reduce == "default" else f" all_reduce={all_reduce}")
+                out.rows.append(PredictedRow(
+                    label=label, num_steps=p.steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
+                    accept_length=round(p.accept_length, 4), cycle_ms=round(p.cycle_ms, 4),
+                    tok_per_s=round(p.tok_per_s, 3), low=round(p.low, 3), high=round(p.high, 3),
+                    reference_trial=chains[p.reference_steps][1], histogram_trial=chains[p.histogram_steps][1],
+                    from_trials=sorted(n for _, n in chains.values()),
+                    reaches_best=p.high >= best.get(level, math.inf), unchecked_miss=missed))
+    return out
+
+
+def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tuple[MeasuredChain, int]], *,
+           level: int, all_reduce: str, nccl: tuple) -> bool:
+    """Leave-one-out checks of the group's measured chains (not its longest) where three or more lengths
+    were measured; True where one missed its interval."""
+    if len(measured) < 3:
+        return False
+    longest = max(c.steps for c in measured)
+    missed = False
+    for held in measured:
+        if held.steps == longest:
+            continue
+        others = [c for c in measured if c.steps != held.steps]
+        predicted = next(iter(predict_chains(others, [held.steps])), None)
+        if predicted is None:
+            continue
+        inside = predicted.low <= held.tok_per_s <= predicted.high
+        missed |= not inside
+        out.checks.append({"trial": chains[held.steps][1], "num_steps": held.steps, "concurrency": level,
+                           "all_reduce": all_reduce, "nccl_env": dict(nccl), "predicted": round(predicted.tok_per_s, 3),
+                           "low": round(predicted.low, 3), "high": round(predicted.high, 3),
+                           "measured": round(held.tok_per_s, 3), "inside": inside,
+                           "accept_predicted": round(predicted.accept_length, 4),
+                           "accept_measured": round(held.accept_length, 4)})
+    return missed
+
+
+def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]:
+    """The predicted rows at the objective's level, a line each, and the checks; each marked predicted."""
+    rows = [r for r in predictions.rows if r.concurrency == concurrency]
+    if predictions.skipped:
+        return [f"predicted chains: none ({predictions.skipped})"]
+    if not rows:
+        return []
+    lines = [f"predicted, not measured (top-k 1 chains the sweep did not start; 95% interval of what a start would "
+             f"measure at concurrency {concurrency}; {len(rows)} rows in predictions.jsonl):"]
+    for row in sorted(rows, key=lambda r: -r.tok_per_s):
+        note = "; could beat the best measured: worth a start" if row.reaches_best else ""
+        note += "; the group's check missed: start it to know" if row.unchecked_miss else ""
+        lines.append(f"  ~ {row.label}: {row.tok_per_s:.4g} tok/s [{row.low:.4g}, {row.high:.4g}], accept length "
+                     f"{row.accept_length:.3g} (histogram of trial {row.histogram_trial}, scaled from trial "
+                     f"{row.reference_trial}){note}")
+    for check in (c for c in predictions.checks if c["concurrency"] == concurrency):
+        verdict = "inside" if check["inside"] else "OUTSIDE: the model missed; these predictions are not to be trusted"
+        lines.append(f"  check: trial {check['trial']} (steps={check['num_steps']}) predicted from the others "
+                     f"{check['predicted']:.4g} [{check['low']:.4g}, {check['high']:.4g}], measured "
+                     f"{check['measured']:.4g}: {verdict}")
+    return lines

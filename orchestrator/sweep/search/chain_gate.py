@@ -1,0 +1,94 @@
+"""Which proposed chains need no engine start: one start answers for many (issue 42's gate).
+
+The searcher asks :meth:`ChainGate.skip` before it starts a top-k 1 chain: from the chains measured so
+far (``output.predicted_rows``), a chain whose 95% interval at the objective's level lies wholly below
+the best measured value there cannot win, and is not started (the searcher tells Optuna PRUNED and
+never proposes it again). A chain whose interval reaches the best is started, and its prediction made
+before the start is checked against what it measured (:meth:`check`): a measurement outside the
+interval switches the gate off for the rest of the sweep (every later chain is measured, not
+predicted) and says so. Trees, baselines and the opening are never gated.
+
+Predictions stay out of the records: the gate holds them only to decide and to check.
+Picklable (Ray Tune pickles the searcher that holds it): the spec and the records it was told.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.space import TrialPlan
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.output.predicted_rows import PredictedRow, predict_rows
+from orchestrator.sweep.records.results import TrialRecord
+
+__all__ = ["ChainGate"]
+
+
+class ChainGate:
+    """Predictions that decide whether a proposed chain is worth a start (see the module).
+
+    Args:
+        spec: The sweep (its space, objective level and metric).
+    """
+
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self.records: list[TrialRecord] = []
+        self.expected: dict[str, PredictedRow] = {}  # trial id -> its prediction made before its start
+        self.missed: str | None = None  # the check that switched the gate off, in words
+
+    def learn(self, result: dict[str, Any]) -> None:
+        """Keep a finished trial's record (its final report carries it as JSON)."""
+        text = result.get("record")
+        if isinstance(text, str):
+            self.records.append(TrialRecord.model_validate_json(text))
+
+    def _row(self, plan: TrialPlan) -> PredictedRow | None:
+        """The prediction for ``plan`` at the objective's level, if it is a chain the gate can predict."""
+        triple = plan.candidate.speculative
+        if not plan.speculative or triple.is_auto or triple.eagle_topk != 1:
+            return None
+        level = self.spec.objective_concurrency
+        for row in predict_rows(self.spec, self.records).rows:
+            if (row.concurrency == level and row.num_steps == triple.num_steps
+                    and row.all_reduce == plan.candidate.all_reduce and row.nccl_env == dict(plan.candidate.nccl_env)):
+                return row
+        return None
+
+    def skip(self, plan: TrialPlan) -> PredictedRow | None:
+        """The prediction that makes ``plan`` not worth a start (its interval below the best measured), or
+        None: start it (not a chain, nothing to predict from, the interval reaches the best, or the gate is off)."""
+        if self.missed is not None or self.spec.objective.direction != "max":
+            return None
+        row = self._row(plan)
+        if row is None or row.reaches_best or row.unchecked_miss:
+            return None
+        return row
+
+    def expect(self, trial_id: str, plan: TrialPlan) -> None:
+        """Remember the prediction for a chain about to be started, to check it against its measurement."""
+        row = self._row(plan)
+        if row is not None:
+            self.expected[trial_id] = row
+
+    def check(self, trial_id: str, result: dict[str, Any]) -> str | None:
+        """After :meth:`learn`: the started chain's measurement against its prediction, in words (None
+        without a prediction or a measurement); a miss switches the gate off."""
+        row = self.expected.pop(trial_id, None)
+        if row is None or not self.records:
+            return None
+        record = self.records[-1]
+        values = [v for v in record.level_values.get(str(row.concurrency), []) if v and v > 0]
+        if record.status != "ok" or not values:
+            return None
+        from math import exp, fsum, log
+
+        measured = exp(fsum(log(v) for v in values) / len(values))
+        inside = row.low <= measured <= row.high
+        line = (f"prediction check, trial {record.number} {row.label}: predicted {row.tok_per_s:.4g} tok/s "
+                f"[{row.low:.4g}, {row.high:.4g}] at concurrency {row.concurrency}, measured {measured:.4g}: "
+                + ("inside" if inside else "OUTSIDE"))
+        if not inside:
+            self.missed = line
+            line += "; from now on every chain is measured, not predicted"
+        return line

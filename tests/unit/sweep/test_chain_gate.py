@@ -1,0 +1,123 @@
+"""The chain gate: a chain predicted not to reach the best is not started; a started prediction is checked.
+
+The landscape is made up but follows the model's own premises: each draft is accepted with chance 0.8
+given the ones before it (so a shorter chain accepts min(k, s) of what the longest accepted), a cycle
+costs 5 ms + 1 ms per draft step, and four requests run at once. The best chain is then 3-4 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import optuna
+import pytest
+from ray.tune.search import Searcher
+
+from orchestrator.space import TrialPlan, candidate_key
+from orchestrator.space.define_by_run import DefineByRunSpace
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.records.results import OBJECTIVE_KEY, TrialRecord
+from orchestrator.sweep.search.chain_gate import ChainGate
+from orchestrator.sweep.search.searcher import SweepSearcher
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+ACCEPT, LEVEL = 0.8, 4
+
+
+def _spec() -> SweepSpec:
+    return SweepSpec.from_dict({
+        "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "search": {"speculative": {"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}},
+        "objective": {"metric": "output_tok_per_s", "concurrency": LEVEL},
+        "benchmark": {"concurrency": [LEVEL]},
+    })
+
+
+def _histogram(steps: int, cycles: int = 100_000) -> list[int]:
+    counts = [round(cycles * ACCEPT ** k * (1 - ACCEPT)) for k in range(steps)]
+    return counts + [cycles - sum(counts)]
+
+
+def _tok_per_s(steps: int | None) -> float:
+    if steps is None:
+        return 500.0  # no speculation, and SGLang's auto choice here (not a chain the gate predicts)
+    histogram = _histogram(steps)
+    accept = 1 + sum(k * n for k, n in enumerate(histogram)) / sum(histogram)
+    return accept / (5.0 + steps) * 1000 * LEVEL
+
+
+def _result(number: int, plan: TrialPlan, *, factor: float = 1.0) -> dict:
+    """The final report of a trial of ``plan`` as the trial sends it (its record as JSON included)."""
+    triple = plan.candidate.speculative
+    steps = triple.num_steps if plan.speculative and not triple.is_auto else None
+    value = _tok_per_s(steps) * factor
+    metrics = {}
+    histograms = {}
+    if steps is not None:
+        histogram = _histogram(steps)
+        metrics = {f"c{LEVEL}.cycle_ms": 5.0 + steps,
+                   f"c{LEVEL}.accept_length_requests": 1 + sum(k * n for k, n in enumerate(histogram)) / sum(histogram)}
+        histograms = {str(LEVEL): histogram}
+    record = TrialRecord(trial_id=f"t{number}", number=number, kind=plan.kind, label=plan.label(), status="ok",
+                         params={**plan.params()}, metrics=metrics, accept_histograms=histograms,
+                         level_values={str(LEVEL): [value * 0.999, value, value * 1.001]})
+    return {"final": True, "status": "ok", OBJECTIVE_KEY: value, "record": record.model_dump_json()}
+
+
+def _drive(searcher: SweepSearcher, n: int) -> list[TrialPlan]:
+    plans = []
+    for i in range(n):
+        config = searcher.suggest(f"t{i}")
+        if config == Searcher.FINISHED:
+            break
+        plan = TrialPlan.from_config(config)
+        plans.append(plan)
+        searcher.on_trial_complete(f"t{i}", _result(i + 1, plan))
+    return plans
+
+
+def test_chains_predicted_below_the_best_are_never_started(caplog: pytest.LogCaptureFixture) -> None:
+    spec = _spec()
+    searcher = SweepSearcher(space=DefineByRunSpace(spec), mode="max", seed=0, slo=False, gate=ChainGate(spec))
+    with caplog.at_level(logging.INFO, logger="orchestrator.sweep.search.searcher"):
+        plans = _drive(searcher, 12)
+    started = [p.candidate.speculative.num_steps for p in plans if p.speculative and not p.candidate.speculative.is_auto]
+    # the opening: SGLang's chain (3) and the longest (6), whose histogram predicts the rest; 1 cannot win
+    assert started[:2] == [3, 6]
+    assert 1 not in started, started
+    assert 3 in started and 4 in started  # the best and the chains whose interval reaches it are measured
+    skipped = {key: row for key, row in searcher._predicted.items()}
+    assert skipped and all(row.high < max(_tok_per_s(s) for s in (3, 4)) for row in skipped.values())
+    assert any("not started: steps=1 topk=1 draft=2 is predicted at" in r.getMessage() for r in caplog.records)
+    # the search still finishes: every point is measured or predicted out
+    assert set(searcher._busy()) >= {candidate_key(p) for p in DefineByRunSpace(spec).candidates()}
+
+
+def test_a_started_chain_outside_its_prediction_switches_the_gate_off() -> None:
+    spec, space = _spec(), DefineByRunSpace(_spec())
+    plans = {p.candidate.speculative.num_steps: p for p in space.candidates()}
+    gate = ChainGate(spec)
+    for number, steps in ((1, 3), (2, 6)):
+        gate.learn(_result(number, plans[steps]))
+    assert gate.skip(plans[1]) is not None  # predicted below the best: not worth a start
+    gate.expect("t3", plans[4])
+    measured_low = _result(3, plans[4], factor=0.6)  # the model misses by 40%
+    gate.learn(measured_low)
+    line = gate.check("t3", measured_low)
+    assert line is not None and "OUTSIDE" in line and "measured, not predicted" in line
+    assert gate.skip(plans[1]) is None, "after a miss every chain is measured"
+
+
+def test_a_started_chain_inside_its_prediction_keeps_the_gate_on() -> None:
+    spec, space = _spec(), DefineByRunSpace(_spec())
+    plans = {p.candidate.speculative.num_steps: p for p in space.candidates()}
+    gate = ChainGate(spec)
+    for number, steps in ((1, 3), (2, 6)):
+        gate.learn(_result(number, plans[steps]))
+    gate.expect("t3", plans[4])
+    measured = _result(3, plans[4])
+    gate.learn(measured)
+    assert gate.check("t3", measured).endswith("inside")
+    assert gate.missed is None and gate.skip(plans[1]) is not None
+    assert json.loads(measured["record"])["accept_histograms"]  # the record the gate learned from carries it

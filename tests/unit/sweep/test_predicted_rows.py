@@ -1,0 +1,83 @@
+"""Predicted rows: unmeasured top-k 1 chains predicted from measured ones, as rows of their own kind.
+
+The measured chains are real: the CPU reference engine's chains of 1-6 steps at concurrency 1 and 4
+(docs/measurements/chain-prediction-cpu/run1.json), turned into the records a sweep writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.output.predicted_rows import predict_rows, prediction_lines
+from orchestrator.sweep.records.results import TrialRecord
+
+RUN = json.loads((Path(__file__).resolve().parents[3] / "docs/measurements/chain-prediction-cpu/run1.json")
+                 .read_text(encoding="utf-8"))["designs"]["longest_and_shortest"]
+LEVELS = (1, 4)
+
+
+def _spec(**objective) -> SweepSpec:
+    return SweepSpec.from_dict({
+        "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "search": {"speculative": {"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2], "num_draft_tokens": [4]}},
+        "objective": {"metric": "output_tok_per_s", "concurrency": 4, **objective},
+        "benchmark": {"concurrency": list(LEVELS)},
+    })
+
+
+def _record(number: int, steps: int, *, topk: int = 1, status: str = "ok") -> TrialRecord:
+    """A trial of ``steps`` as the sweep records it, from the measured chain at each level."""
+    metrics, values, histograms = {}, {}, {}
+    for level in LEVELS:
+        chain = RUN[str(level)]["measured"][str(steps)]
+        spread = chain["tok_rel_se"] * math.sqrt(3)  # three repetitions whose log spread gives that standard error
+        values[str(level)] = [chain["tok_per_s"] * math.exp(d) for d in (-spread, 0.0, spread)]
+        metrics[f"c{level}.cycle_ms"] = chain["cycle_ms"]
+        metrics[f"c{level}.accept_length_requests"] = chain["accept_length"]
+        histograms[str(level)] = chain["histogram"]
+    return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"steps={steps}", status=status,
+                       params={"speculative": "explicit", "num_steps": steps, "eagle_topk": topk,
+                               "num_draft_tokens": steps + 1, "all_reduce": "default"},
+                       metrics=metrics, level_values=values, accept_histograms=histograms)
+
+
+def test_two_starts_predict_every_other_chain_within_3_percent_and_inside_the_interval() -> None:
+    predictions = predict_rows(_spec(), [_record(1, 6), _record(2, 1)])
+    rows = {(r.num_steps, r.concurrency): r for r in predictions.rows}
+    assert sorted(rows) == [(s, c) for s in (2, 3, 4, 5) for c in LEVELS]  # measured chains are never predicted
+    for (steps, level), row in rows.items():
+        measured = RUN[str(level)]["measured"][str(steps)]
+        assert row.kind == "predicted" and row.histogram_trial == 1 and row.from_trials == [1, 2]
+        assert abs(row.accept_length / measured["accept_length"] - 1) <= 0.03
+        assert row.low <= measured["tok_per_s"] <= row.high
+        assert 0 < row.low < row.tok_per_s < row.high
+
+
+def test_a_third_chain_is_checked_against_a_prediction_from_the_other_two() -> None:
+    predictions = predict_rows(_spec(), [_record(1, 6), _record(2, 1), _record(3, 3)])
+    checks = [c for c in predictions.checks if c["concurrency"] == 4]
+    assert [(c["trial"], c["num_steps"]) for c in checks] == [(2, 1), (3, 3)]
+    assert all(c["inside"] for c in checks), checks
+    lines = prediction_lines(predictions, concurrency=4)
+    assert lines[0].startswith("predicted, not measured")
+    assert all(line.startswith("  ~ ") for line in lines[1:4])
+    assert any("check: trial 3 (steps=3) predicted from the others" in line and line.endswith("inside") for line in lines)
+
+
+def test_trees_failures_and_other_objectives_are_not_predicted_from() -> None:
+    assert predict_rows(_spec(), [_record(1, 6), _record(2, 1, topk=2)]).rows == []
+    assert predict_rows(_spec(), [_record(1, 6), _record(2, 1, status="failed")]).rows == []
+    skipped = predict_rows(_spec(metric="tpot_ms_p50"), [_record(1, 6), _record(2, 1)])
+    assert skipped.rows == [] and "predicted in output tok/s only" in skipped.skipped
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_prediction_whose_interval_reaches_the_best_is_worth_a_start(level: int) -> None:
+    rows = [r for r in predict_rows(_spec(), [_record(1, 6), _record(2, 1)]).rows if r.concurrency == level]
+    best = max(RUN[str(level)]["measured"][str(s)]["tok_per_s"] for s in (1, 6))
+    assert all(r.reaches_best == (r.high >= best) for r in rows)
