@@ -60,7 +60,7 @@ def _rel_se(values: list[float], *, log: bool) -> float:
 def measure(servers: dict[int, Server], *, levels: list[int], rounds: int, settings: dict[str, Any]) -> dict:
     """steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]}, in rounds."""
     data: dict[int, dict[int, dict[str, list[Any]]]] = {
-        s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": []} for c in levels} for s in servers}
+        s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels} for s in servers}
     bench = BenchSettings(concurrency=levels, repetitions=1, **settings)
     for number in range(rounds):
         order = list(servers) if number % 2 == 0 else list(reversed(servers))  # A B C, C B A: drift hits all alike
@@ -74,12 +74,27 @@ def measure(servers: dict[int, Server], *, levels: list[int], rounds: int, setti
                 cell["accept"].append(rep.accept_length)
                 cell["cycle"].append(rep.cycle_ms)
                 cell["histograms"].append(rep.accept_histogram)
+                cell["steal"].append(rep.host_cpu_steal)
             logger.info("round %d/%d steps %d: %s (%.0f s)", number + 1, rounds, steps,
                         {c: round(data[steps][c]["tok"][-1], 1) for c in levels}, time.monotonic() - tic)
     return data
 
 
+MAX_STEAL = 0.05
+"""A repetition measured while the hypervisor gave more than this share of the host's CPU to other guests
+is set aside (its figure is the neighbours'), as the confirmation does (``confirmation.max_host_cpu_steal``)."""
+
+
+def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The cell without its repetitions measured under CPU steal (all of them if every one was)."""
+    keep = [i for i, steal in enumerate(cell.get("steal") or []) if steal is None or steal <= MAX_STEAL]
+    if not keep or not cell.get("steal"):
+        return cell
+    return {name: [values[i] for i in keep] for name, values in cell.items()}
+
+
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
+    cell = _quiet(cell)
     return MeasuredChain(
         steps=steps, accept_length=statistics.median(cell["accept"]), cycle_ms=statistics.fmean(cell["cycle"]),
         cycle_rel_se=_rel_se(cell["cycle"], log=False), tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
@@ -108,6 +123,8 @@ def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str
             })
         out[str(level)] = {
             "from_steps": from_steps,
+            "set_aside_for_steal": {str(s): len(data[s][level]["tok"]) - len(_quiet(data[s][level])["tok"])
+                                    for s in all_steps},
             "measured": {str(s): {"accept_length": round(measured[s].accept_length, 4),
                                   "tok_per_s": round(measured[s].tok_per_s, 2), "cycle_ms": round(measured[s].cycle_ms, 3),
                                   "tok_rel_se": round(measured[s].tok_rel_se, 4), "histogram": measured[s].histogram}

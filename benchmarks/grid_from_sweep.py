@@ -9,7 +9,9 @@ variation *between* sweeps — the noise a live sweep's single measurement of a 
 carries, drift of a busy machine included. From one sweep, ``noise_cv`` falls back on the spread of
 the repetitions within each trial (pooled CV / sqrt(repetitions)), which misses that drift.
 
-Only ``ok`` trials measured in full give values; any other ending (failed, infeasible, stopped
+Each point also carries, where the trials recorded them, the accepted-draft histogram (summed), the
+cycle time and the accept length at the objective's level: what ``search_efficiency.py`` replays the
+sweep's chain predictions from. Only ``ok`` trials measured in full give values; any other ending (failed, infeasible, stopped
 early) is a failed point, as the searcher would have seen it.
 
 ``--simulate-nccl`` adds NCCL presets for a CPU grid, whose gloo all-reduce NCCL variables cannot
@@ -83,12 +85,38 @@ def _pooled_cv(groups: list[list[float]]) -> float:
     return math.sqrt(statistics.fmean(ratios)) if ratios else 0.0
 
 
+def _keep_chain_figures(into: dict[str, list[Any]], record: dict[str, Any], level: Any) -> None:
+    """Collect what the chain prediction reads (``sweep.output.predicted_rows``) at the objective's level:
+    the accepted-draft histogram, cycle_ms and the accept length, where the record has them."""
+    if level is None:
+        return
+    histogram = (record.get("accept_histograms") or {}).get(str(level))
+    metrics = record.get("metrics") or {}
+    for name, value in (("histogram", histogram), ("cycle_ms", metrics.get(f"c{level}.cycle_ms")),
+                        ("accept_length", metrics.get(f"c{level}.accept_length_requests"))):
+        if value:
+            into.setdefault(name, []).append(value)
+
+
+def _chain_figures(kept: dict[str, list[Any]]) -> dict[str, Any]:
+    """A point's chain figures: the summed histogram, the median cycle time and accept length."""
+    out: dict[str, Any] = {}
+    if kept.get("histogram"):
+        width = max(len(h) for h in kept["histogram"])
+        out["histogram"] = [sum(h[k] if k < len(h) else 0 for h in kept["histogram"]) for k in range(width)]
+    for name in ("cycle_ms", "accept_length"):
+        if kept.get(name):
+            out[name] = round(statistics.median(kept[name]), 4)
+    return out
+
+
 def grid_from_trials(sweeps: list[list[dict[str, Any]]], *, name: str, space: dict[str, Any] | None) -> dict[str, Any]:
     """The grid of one or more sweeps' records (see the module docstring for values and noise)."""
     values: dict[str, list[float]] = {}
     params: dict[str, dict[str, Any]] = {}
     failed: set[str] = set()
     within: list[list[float]] = []
+    chain: dict[str, dict[str, list[Any]]] = {}  # key -> histograms, cycle times, accept lengths (objective level)
     metric, mode = "output_tok_per_s", "max"
     for records in sweeps:
         for i, record in enumerate(records):
@@ -103,6 +131,7 @@ def grid_from_trials(sweeps: list[list[dict[str, Any]]], *, name: str, space: di
             objective = record["objective"]
             metric, mode = objective.get("metric", metric), objective.get("direction", mode)
             within.append(list(objective.get("values") or []))
+            _keep_chain_figures(chain.setdefault(key, {}), record, objective.get("concurrency"))
     if len(sweeps) > 1:
         noise_cv = _pooled_cv(list(values.values()))
     else:
@@ -113,7 +142,7 @@ def grid_from_trials(sweeps: list[list[dict[str, Any]]], *, name: str, space: di
         measured = values.get(key)
         value = round(statistics.median(measured), 2) if measured else None
         points.append({"params": grid_params, "value": value, "status": "ok" if measured else "failed",
-                       "measurements": len(measured or [])})
+                       "measurements": len(measured or []), **_chain_figures(chain.get(key, {}))})
     grid: dict[str, Any] = {"name": name, "metric": metric, "mode": mode, "noise_cv": round(noise_cv, 4)}
     if space is not None:
         grid["space"] = space
@@ -154,7 +183,9 @@ def simulate_nccl(grid: dict[str, Any], presets: list[tuple[dict[str, str], floa
         plain = point["params"].get("speculative") == "off"
         for env, factor in presets[:1] if plain else presets:
             value = round(point["value"] * factor, 2) if point["value"] is not None else None
-            points.append({**point, "params": {**point["params"], **env}, "value": value,
+            # the preset moves the cycle time (tok/s ~ 1 / cycle), not the acceptance
+            cycle = {"cycle_ms": round(point["cycle_ms"] / factor, 4)} if point.get("cycle_ms") else {}
+            points.append({**point, **cycle, "params": {**point["params"], **env}, "value": value,
                            **({"simulated_factor": round(factor, 4)} if env else {})})
     simulated = ("NCCL presets simulated: measured values x factors from 2x H200 decode-step times "
                  "(NCCL's defaults 4.55 ms, forced settings 4.55-5.04 ms; "

@@ -281,7 +281,8 @@ def sweep_search(spec: SweepSpec, *, slo: bool,
     which therefore shows exactly the points the sweep would start with."""
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason, gate=ChainGate(spec))
+                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason,
+                              gate=ChainGate(spec) if spec.search.skip_predicted_chains else None)
 
 
 class WriterRecords:

@@ -69,7 +69,7 @@ def run_cluster_confirmation(spec: SweepSpec, records: list[TrialRecord], *, ctx
         if display.confirmation is None:  # the first visit
             display.confirmation_started(len(choose_contenders(records, top_k=spec.confirmation.top_k,
                                                                  no_speculation=spec.confirmation.no_speculation)),
-                                         done=len(done))
+                                         done=len(done), max_visits=extend_to)
         display.activity = (f"confirmation round {round_number + 1}: trial {record.number} {record.label} on a fresh "
                             "engine (start, warm-up, repetitions)", time.monotonic())
         try:

@@ -77,13 +77,15 @@ class Display:
         left = f", ~{_duration(rest)} left" if rest is not None else ""
         return f"elapsed {_duration(spent)}{left}"
 
-    def confirmation_started(self, contenders: int, *, done: int = 0) -> None:
-        """The confirmation begins with ``contenders`` (``done`` visits resumed): its cost in engine starts."""
-        most = contenders * self.spec.confirmation.max_visits
+    def confirmation_started(self, contenders: int, *, done: int = 0, max_visits: int | None = None) -> None:
+        """The confirmation begins with ``contenders`` (``done`` visits resumed; ``max_visits``: an extension's
+        last look, default ``confirmation.max_visits``): its cost in engine starts."""
+        visits = max_visits or self.spec.confirmation.max_visits
+        most = contenders * visits
         self.confirmation = [most, min(done, most)]
         seconds, basis = start_time(self.spec, self.records)
         self.line(f"confirmation cost: up to {most - self.confirmation[1]} engine starts ({contenders} contenders x "
-                  f"{self.spec.confirmation.max_visits} visits{f', {done} done' if done else ''}) x "
+                  f"{visits} visits{f', {done} done' if done else ''}) x "
                   f"{_duration(seconds)} per start ({basis}); ~{_duration(visit_estimate_s(self.spec, self.records))} "
                   f"per visit with its repetitions")
 

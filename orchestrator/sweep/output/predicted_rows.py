@@ -5,8 +5,10 @@ Chains are grouped by what moves the cycle time (all-reduce path, NCCL setting) 
 benchmark level from the group's measured chains (top-k 1, status ok, an accepted-draft histogram at
 that level): accept length from the longest chain's histogram, cycle time from a line through the
 measured chains' ``cycle_ms``, throughput scaled from the nearest measured chain, each with a 95%
-interval of what a start of it would measure. A group needs two measured chain lengths. The objective
-must be ``output_tok_per_s`` (the model predicts tokens per second).
+interval of what a start of it would measure. A group that measured two chain lengths is predicted from
+its own; a group that measured one (the sweep's opening starts each NCCL setting and path once, at
+SGLang's chain) borrows the shape across chain lengths from a group that measured more
+(:func:`_setting_rows`). The objective must be ``output_tok_per_s`` (the model predicts tokens per second).
 
 Each measured chain's relative standard error comes from its repetitions at the level
 (``level_values``: the objective's per-repetition values, log scale) and stands for its cycle time's
@@ -32,11 +34,15 @@ from typing import Any, Iterable
 from orchestrator.bench.metrics import sum_histograms
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
-from orchestrator.sweep.search.chain_prediction import MeasuredChain, predict_chains
+from orchestrator.sweep.search.chain_prediction import Z95, MeasuredChain, predict_chains
 
 __all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
 
 PREDICTIONS_FILE = "predictions.jsonl"
+
+SETTING_MODEL_REL = 0.02
+"""Relative error allowed for a setting whose effect on the cycle time is not one ratio at every chain
+length (its all-reduces grow with the verify's tokens); checked whenever such a row is started."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class PredictedRow:
         from_trials: Every measured trial of the group.
         reaches_best: Whether the interval reaches the best measured value at this level (worth a start).
         unchecked_miss: The group's check missed: measure, do not trust.
+        basis: ``chains`` (the group's own measured chains) or ``setting`` (the group measured one chain;
+            the shape across chain lengths is borrowed from the base group, see the module).
     """
 
     label: str
@@ -72,6 +80,7 @@ class PredictedRow:
     from_trials: list[int]
     reaches_best: bool = False
     unchecked_miss: bool = False
+    basis: str = "chains"
     kind: str = "predicted"
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,29 +156,90 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
     best = {level: max((r.level_values.get(str(level)) and math.exp(statistics.fmean(
         math.log(v) for v in r.level_values[str(level)] if v > 0)) or 0.0) for r in records)
         for level in spec.benchmark.concurrency} if records else {}
-    for (all_reduce, nccl), members in sorted(groups.items()):
-        for level in spec.benchmark.concurrency:
-            chains: dict[int, tuple[MeasuredChain, int]] = {}
-            for record in sorted(members, key=lambda r: r.number):
-                chain = _measured(record, level)
-                if chain is not None and chain.steps not in chains:
-                    chains[chain.steps] = (chain, record.number)
+    for level in spec.benchmark.concurrency:
+        by_group = {key: _chains_at(members, level) for key, members in sorted(groups.items())}
+        own: dict[Any, tuple[list, bool]] = {}  # group -> (its own predictions, its check missed)
+        for (all_reduce, nccl), chains in by_group.items():
             if len(chains) < 2:
                 continue
             measured = [c for c, _ in chains.values()]
             missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl)
-            for p in predict_chains(measured, steps_wanted):
-                env = dict(nccl)
-                label = f"steps={p.steps} topk=1 draft={p.steps + 1}" + "".join(
-                    f" {k}={v}" for k, v in sorted(env.items())) + ("" if all_reduce == "default" else f" all_reduce={all_reduce}")
-                out.rows.append(PredictedRow(
-                    label=label, num_steps=p.steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
-                    accept_length=round(p.accept_length, 4), cycle_ms=round(p.cycle_ms, 4),
-                    tok_per_s=round(p.tok_per_s, 3), low=round(p.low, 3), high=round(p.high, 3),
-                    reference_trial=chains[p.reference_steps][1], histogram_trial=chains[p.histogram_steps][1],
-                    from_trials=sorted(n for _, n in chains.values()),
-                    reaches_best=p.high >= best.get(level, math.inf), unchecked_miss=missed))
+            own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted), missed)
+            for p in own[(all_reduce, nccl)][0]:
+                out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
+                                     p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
+                                     (n for _, n in chains.values()), best, missed, "chains"))
+        for (all_reduce, nccl), chains in by_group.items():
+            if len(chains) == 1:
+                out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best)
     return out
+
+
+def _chains_at(members: list[TrialRecord], level: int) -> dict[int, tuple[MeasuredChain, int]]:
+    """Chain length -> (the chain at ``level``, its trial number), the first trial of each length."""
+    chains: dict[int, tuple[MeasuredChain, int]] = {}
+    for record in sorted(members, key=lambda r: r.number):
+        chain = _measured(record, level)
+        if chain is not None and chain.steps not in chains:
+            chains[chain.steps] = (chain, record.number)
+    return chains
+
+
+def _row(steps: int, all_reduce: str, nccl: tuple, level: int, accept: float, cycle: float, tok: float, low: float,
+         high: float, reference: int, histogram: int, from_trials: Iterable[int], best: dict[int, float],
+         missed: bool, basis: str) -> PredictedRow:
+    env = dict(nccl)
+    label = f"steps={steps} topk=1 draft={steps + 1}" + "".join(
+        f" {k}={v}" for k, v in sorted(env.items())) + ("" if all_reduce == "default" else f" all_reduce={all_reduce}")
+    return PredictedRow(label=label, num_steps=steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
+                        accept_length=round(accept, 4), cycle_ms=round(cycle, 4), tok_per_s=round(tok, 3),
+                        low=round(low, 3), high=round(high, 3), reference_trial=reference, histogram_trial=histogram,
+                        from_trials=sorted(set(from_trials)), reaches_best=high >= best.get(level, math.inf),
+                        unchecked_miss=missed, basis=basis)
+
+
+def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[MeasuredChain, int]], by_group: dict,
+                  own: dict, steps_wanted: list[int], level: int, best: dict[int, float]) -> list[PredictedRow]:
+    """A group (an all-reduce path or NCCL setting) that measured one chain s0: every other chain predicted
+    as the base group's shape across chain lengths scaled by this group's measured s0. NCCL settings and
+    the path move the cycle time, not the acceptance, so
+
+        tok_G(s) = tok_G(s0) x tok_B(s) / tok_B(s0)
+
+    with tok_B(s) the base group's measurement or prediction. The base is the group with the most measured
+    chains that measured s0 and has its own predictions (the same path first). The interval adds, on the
+    log scale, the base's own (or its measurement's error and a new measurement's noise), both measured
+    s0's errors and :data:`SETTING_MODEL_REL` for a setting whose effect is not one ratio at every length."""
+    (s0, (chain0, trial0)), = chains.items()
+    bases = [key for key, group in by_group.items() if key in own and s0 in group]
+    if not bases:
+        return []
+    base_key = max(bases, key=lambda k: (k[0] == all_reduce, len(by_group[k]), k == ("default", ())))
+    base, (base_predictions, missed) = by_group[base_key], own[base_key]
+    base0 = base[s0][0]
+    predicted = {p.steps: p for p in base_predictions}
+    noise = chain0.tok_rel_se
+    rows = []
+    for steps in steps_wanted:
+        if steps == s0:
+            continue
+        if steps in predicted:
+            p = predicted[steps]
+            tok_b, log_var_b = p.tok_per_s, (math.log(p.high / p.tok_per_s) / Z95) ** 2
+            accept, cycle_b, histogram = p.accept_length, p.cycle_ms, base[p.histogram_steps][1]
+        elif steps in base:
+            measured_b = base[steps][0]
+            tok_b, log_var_b = measured_b.tok_per_s, measured_b.tok_rel_se ** 2 + noise ** 2
+            accept, cycle_b, histogram = measured_b.accept_length, measured_b.cycle_ms, base[steps][1]
+        else:
+            continue
+        tok = chain0.tok_per_s * tok_b / base0.tok_per_s
+        half = Z95 * math.sqrt(log_var_b + base0.tok_rel_se ** 2 + chain0.tok_rel_se ** 2 + SETTING_MODEL_REL ** 2)
+        cycle = cycle_b * chain0.cycle_ms / base0.cycle_ms
+        rows.append(_row(steps, all_reduce, nccl, level, accept, cycle, tok, tok * math.exp(-half),
+                         tok * math.exp(half), trial0, histogram, [trial0, *(n for _, n in base.values())], best,
+                         missed, "setting"))
+    return rows
 
 
 def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tuple[MeasuredChain, int]], *,
@@ -210,9 +280,12 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
     for row in sorted(rows, key=lambda r: -r.tok_per_s):
         note = "; could beat the best measured: worth a start" if row.reaches_best else ""
         note += "; the group's check missed: start it to know" if row.unchecked_miss else ""
+        source = (f"histogram of trial {row.histogram_trial}, scaled from trial {row.reference_trial}"
+                  if row.basis == "chains" else
+                  f"this setting measured once in trial {row.reference_trial}, the shape across chain lengths "
+                  f"from trials {', '.join(str(n) for n in row.from_trials if n != row.reference_trial)}")
         lines.append(f"  ~ {row.label}: {row.tok_per_s:.4g} tok/s [{row.low:.4g}, {row.high:.4g}], accept length "
-                     f"{row.accept_length:.3g} (histogram of trial {row.histogram_trial}, scaled from trial "
-                     f"{row.reference_trial}){note}")
+                     f"{row.accept_length:.3g} ({source}){note}")
     for check in (c for c in predictions.checks if c["concurrency"] == concurrency):
         verdict = "inside" if check["inside"] else "OUTSIDE: the model missed; these predictions are not to be trusted"
         lines.append(f"  check: trial {check['trial']} (steps={check['num_steps']}) predicted from the others "

@@ -45,7 +45,9 @@ def test_an_engine_that_drops_a_relied_on_field_stops_the_sweep_at_its_first_sta
     # broke the contract; a trial that started meanwhile was stopped, none started after
     records = trial_records(results)
     (plain,) = [r for r in records if r["kind"] == "baseline_plain"]
-    assert plain["status"] == "ok", plain  # it answered every field asked of it (it never speculates)
+    # it answered every field asked of it (it never speculates); still benchmarking when the first speculative
+    # engine broke the contract (that engine starts once the probe's baseline is written), it was stopped
+    assert plain["reason"] != "engine_contract" and plain["status"] in ("ok", "interrupted"), plain
     (broken,) = [r for r in records if r["reason"] == "engine_contract"]
     assert broken["kind"] != "baseline_plain" and "spec_verify_ct" in broken["message"], broken
     assert "the object has" in broken["message"]

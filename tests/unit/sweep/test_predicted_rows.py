@@ -30,19 +30,21 @@ def _spec(**objective) -> SweepSpec:
     })
 
 
-def _record(number: int, steps: int, *, topk: int = 1, status: str = "ok") -> TrialRecord:
-    """A trial of ``steps`` as the sweep records it, from the measured chain at each level."""
+def _record(number: int, steps: int, *, topk: int = 1, status: str = "ok", nccl: dict | None = None,
+            speed: float = 1.0) -> TrialRecord:
+    """A trial of ``steps`` as the sweep records it, from the measured chain at each level (``speed``: an
+    NCCL setting that scales the cycle time by 1 / speed)."""
     metrics, values, histograms = {}, {}, {}
     for level in LEVELS:
         chain = RUN[str(level)]["measured"][str(steps)]
         spread = chain["tok_rel_se"] * math.sqrt(3)  # three repetitions whose log spread gives that standard error
-        values[str(level)] = [chain["tok_per_s"] * math.exp(d) for d in (-spread, 0.0, spread)]
-        metrics[f"c{level}.cycle_ms"] = chain["cycle_ms"]
+        values[str(level)] = [chain["tok_per_s"] * speed * math.exp(d) for d in (-spread, 0.0, spread)]
+        metrics[f"c{level}.cycle_ms"] = chain["cycle_ms"] / speed
         metrics[f"c{level}.accept_length_requests"] = chain["accept_length"]
         histograms[str(level)] = chain["histogram"]
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"steps={steps}", status=status,
                        params={"speculative": "explicit", "num_steps": steps, "eagle_topk": topk,
-                               "num_draft_tokens": steps + 1, "all_reduce": "default"},
+                               "num_draft_tokens": steps + 1, "all_reduce": "default", **(nccl or {})},
                        metrics=metrics, level_values=values, accept_histograms=histograms)
 
 
@@ -81,3 +83,21 @@ def test_a_prediction_whose_interval_reaches_the_best_is_worth_a_start(level: in
     rows = [r for r in predict_rows(_spec(), [_record(1, 6), _record(2, 1)]).rows if r.concurrency == level]
     best = max(RUN[str(level)]["measured"][str(s)]["tok_per_s"] for s in (1, 6))
     assert all(r.reaches_best == (r.high >= best) for r in rows)
+
+
+def test_a_setting_measured_once_borrows_the_shape_across_chain_lengths() -> None:
+    # the default setting measured 1, 3 and 6 steps; NCCL_ALGO=Ring only SGLang's chain (3), 10% slower cycles
+    records = [_record(1, 6), _record(2, 1), _record(3, 3), _record(4, 3, nccl={"NCCL_ALGO": "Ring"}, speed=0.9)]
+    rows = [r for r in predict_rows(_spec(), records).rows if r.nccl_env == {"NCCL_ALGO": "Ring"}]
+    assert sorted(r.num_steps for r in rows if r.concurrency == 4) == [1, 2, 4, 5, 6]
+    default = {(r.num_steps, r.concurrency): r for r in predict_rows(_spec(), records[:3]).rows}
+    for row in rows:
+        assert row.basis == "setting" and row.reference_trial == 4 and row.from_trials == [1, 2, 3, 4]
+        measured = RUN[str(row.concurrency)]["measured"][str(row.num_steps)]
+        # the default's own figure for that chain (measured or predicted), scaled by the setting's 0.9
+        base = default[(row.num_steps, row.concurrency)].tok_per_s if (row.num_steps, row.concurrency) in default \
+            else measured["tok_per_s"]
+        assert row.tok_per_s == pytest.approx(0.9 * base, rel=1e-3)
+        assert row.low <= 0.9 * measured["tok_per_s"] <= row.high  # what a start of it would measure
+    line = next(x for x in prediction_lines(predict_rows(_spec(), records), concurrency=4) if "NCCL_ALGO=Ring" in x)
+    assert "this setting measured once in trial 4, the shape across chain lengths from trials 1, 2, 3" in line

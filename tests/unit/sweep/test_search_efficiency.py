@@ -340,3 +340,44 @@ def test_the_shipped_grids_load_and_match_their_spec() -> None:
         else:  # every configuration of a composed grid's space has its value
             assert all(grid.values.get(key) is not None for key in grid.reachable_keys()), path.name
 
+
+
+# --- the chain gate in the replay -------------------------------------------------------------------
+
+
+def _chain_grid() -> dict:
+    """Chains of 1-8 steps whose figures follow the prediction's premises (each draft accepted with
+    chance 0.8 after the ones before it; a cycle costs 5 ms + 1 ms a step; the best chain is 3-4
+    steps), and top-k 2 trees 7-10% below the chain of their steps."""
+    def chain(steps: int) -> tuple[float, list[int], float, float]:
+        counts = [round(100_000 * 0.8 ** k * 0.2) for k in range(steps)]
+        histogram = counts + [100_000 - sum(counts)]
+        accept = 1 + sum(k * n for k, n in enumerate(histogram)) / 100_000
+        return accept / (5.0 + steps) * 8000, histogram, 5.0 + steps, accept
+
+    points = [_point(700.0, speculative="off"), _point(chain(3)[0], speculative="auto")]
+    for steps in range(1, 9):
+        value, histogram, cycle, accept = chain(steps)
+        points.append({**_point(round(value, 2), num_steps=steps, eagle_topk=1, num_draft_tokens=steps + 1),
+                       "histogram": histogram, "cycle_ms": cycle, "accept_length": round(accept, 4)})
+        for draft, factor in ((6, 0.93), (8, 0.9)):
+            if steps > 1:
+                points.append(_point(round(value * factor, 2), num_steps=steps, eagle_topk=2, num_draft_tokens=draft))
+    return {"name": "chains", "metric": "output_tok_per_s", "mode": "max", "noise_cv": 0.01,
+            "space": {"num_steps": list(range(1, 9)), "eagle_topk": [1, 2], "num_draft_tokens": [6, 8],
+                      "include_auto": True}, "points": points}
+
+
+def test_the_gated_replay_starts_no_chain_predicted_below_the_best_and_still_finds_it() -> None:
+    grid = se.grid_from_data(_chain_grid())
+    assert len(grid.chains) == 8  # every chain point carries its histogram, cycle time and accept length
+    chains = {key: plan.candidate.speculative.num_steps for key, plan in grid.plans().items()
+              if plan.speculative and plan.candidate.speculative.eagle_topk == 1}
+    observe = se.noisy_lookup(grid, seed=0, noise_cv=0.01)
+    gated = [key for key, _ in se.spectune_predicted_replay(grid, seed=0, observe=observe, limit=grid.size)]
+    full = [key for key, _ in se.spectune_replay(grid, seed=0, observe=observe, limit=grid.size)]
+    started = sorted(chains[k] for k in gated if k in chains)
+    assert sorted(chains[k] for k in full if k in chains) == list(range(1, 9))  # without the gate: every chain
+    assert 1 not in started and 8 in started and 3 in started, started  # the longest and the best are measured
+    assert len(gated) < len(full)
+    assert se.trials_to_target(grid, [(k, grid.values[k]) for k in gated]) is not None
