@@ -13,7 +13,8 @@ from orchestrator.sweep.output.night_plan import (
 from orchestrator.sweep.records.results import TrialRecord
 
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
-KIMI_SPECS = ["kimi-k2.5-eagle3-8x-h200.yaml", "kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "kimi-k2.5-eagle3-8gpu.yaml"]
+KIMI_SPECS = ["kimi-k2.5-eagle3-8x-h200.yaml", "kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "kimi-k2.5-eagle3-8gpu.yaml",
+              "kimi-k2.5-eagle3-2x8-h100.yaml"]
 
 
 def _spec(**sections) -> SweepSpec:
