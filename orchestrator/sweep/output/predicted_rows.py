@@ -10,10 +10,11 @@ its own; a group that measured one (the sweep's opening starts each NCCL setting
 SGLang's chain) borrows the shape across chain lengths from a group that measured more
 (:func:`_setting_rows`). The objective must be ``output_tok_per_s`` (the model predicts tokens per second).
 
-Each measured chain's relative standard error comes from its repetitions at the level
+Trials that ended ok or early-stopped (ASHA after their first repetitions) count. Each measured chain's
+relative standard error comes from its repetitions at the level
 (``level_values``: the objective's per-repetition values, log scale) and stands for its cycle time's
 too (the record keeps the cycle's median only; a decode-bound level's throughput and cycle time
-spread alike).
+spread alike); a chain measured once takes the median of the others' (:func:`_fill_spread`).
 
 **Check.** Where a group measured three or more chain lengths, every measured chain that is not the
 group's longest is also predicted from the others and compared with its measurement (leave one
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from orchestrator.bench.metrics import sum_histograms
@@ -39,6 +40,13 @@ from orchestrator.sweep.search.chain_prediction import Z95, MeasuredChain, predi
 __all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
 
 PREDICTIONS_FILE = "predictions.jsonl"
+
+USABLE_STATUSES = ("ok", "early_stopped")
+"""Trials whose measured repetitions a prediction may use: an early-stopped trial (ASHA, after its first
+repetitions) measured its chain, only fewer times."""
+
+SINGLE_VALUE_REL = 0.05
+"""Relative standard error given a chain measured once when no chain at its level was measured more often."""
 
 SETTING_MODEL_REL = 0.02
 """Relative error allowed for a setting whose effect on the cycle time is not one ratio at every chain
@@ -129,7 +137,7 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     accept = record.metrics.get(f"c{level}.accept_length_requests") or record.metrics.get(f"c{level}.accept_length")
     if steps is None or not histogram or not values or not cycle or not accept:
         return None
-    rel = _rel_se(values)
+    rel = _rel_se(values) if len(values) > 1 else math.nan  # one repetition: filled in by :func:`_fill_spread`
     return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle), cycle_rel_se=rel,
                          tok_per_s=math.exp(statistics.fmean(math.log(v) for v in values)), tok_rel_se=rel,
                          histogram=tuple(sum_histograms([histogram]) or ()))
@@ -142,7 +150,7 @@ def _space_chains(spec: SweepSpec) -> list[int]:
 
 def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions:
     """Every unmeasured top-k 1 chain of ``spec``'s space, predicted per group and level (see the module)."""
-    records = [r for r in records if r.status == "ok"]
+    records = [r for r in records if r.status in USABLE_STATUSES]
     if spec.objective.metric != "output_tok_per_s":
         return Predictions(skipped=f"the objective is {spec.objective.metric}; chains are predicted in output tok/s only")
     steps_wanted = _space_chains(spec)
@@ -157,7 +165,7 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
         math.log(v) for v in r.level_values[str(level)] if v > 0)) or 0.0) for r in records)
         for level in spec.benchmark.concurrency} if records else {}
     for level in spec.benchmark.concurrency:
-        by_group = {key: _chains_at(members, level) for key, members in sorted(groups.items())}
+        by_group = _fill_spread({key: _chains_at(members, level) for key, members in sorted(groups.items())})
         own: dict[Any, tuple[list, bool]] = {}  # group -> (its own predictions, its check missed)
         for (all_reduce, nccl), chains in by_group.items():
             if len(chains) < 2:
@@ -173,6 +181,15 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
             if len(chains) == 1:
                 out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best)
     return out
+
+
+def _fill_spread(by_group: dict[Any, dict[int, tuple[MeasuredChain, int]]]) -> dict[Any, dict[int, tuple[MeasuredChain, int]]]:
+    """A chain measured once (an early-stopped trial) takes the median relative standard error of the
+    chains measured more often at the level (else :data:`SINGLE_VALUE_REL`): one value has no spread of its own."""
+    known = [c.tok_rel_se for chains in by_group.values() for c, _ in chains.values() if not math.isnan(c.tok_rel_se)]
+    fill = statistics.median(known) if known else SINGLE_VALUE_REL
+    return {key: {steps: ((replace(c, tok_rel_se=fill, cycle_rel_se=fill) if math.isnan(c.tok_rel_se) else c), n)
+                  for steps, (c, n) in chains.items()} for key, chains in by_group.items()}
 
 
 def _chains_at(members: list[TrialRecord], level: int) -> dict[int, tuple[MeasuredChain, int]]:

@@ -101,3 +101,19 @@ def test_a_setting_measured_once_borrows_the_shape_across_chain_lengths() -> Non
         assert row.low <= 0.9 * measured["tok_per_s"] <= row.high  # what a start of it would measure
     line = next(x for x in prediction_lines(predict_rows(_spec(), records), concurrency=4) if "NCCL_ALGO=Ring" in x)
     assert "this setting measured once in trial 4, the shape across chain lengths from trials 1, 2, 3" in line
+
+
+def test_an_early_stopped_setting_measured_once_is_predicted_with_the_others_spread() -> None:
+    # ASHA stopped the NCCL_ALGO=Ring trial after one repetition: it still measured SGLang's chain once
+    ring = _record(4, 3, nccl={"NCCL_ALGO": "Ring"}, speed=0.9)
+    one = ring.model_copy(update={"status": "early_stopped",
+                                  "level_values": {k: v[1:2] for k, v in ring.level_values.items()}})
+    rows = [r for r in predict_rows(_spec(), [_record(1, 6), _record(2, 1), _record(3, 3), one]).rows
+            if r.nccl_env == {"NCCL_ALGO": "Ring"} and r.concurrency == 4]
+    assert sorted(r.num_steps for r in rows) == [1, 2, 4, 5, 6]
+    # its spread is the median of the chains measured three times, not zero: the interval stays honest
+    full = {r.num_steps: r for r in predict_rows(_spec(), [_record(1, 6), _record(2, 1), _record(3, 3), ring]).rows
+            if r.nccl_env == {"NCCL_ALGO": "Ring"} and r.concurrency == 4}
+    for row in rows:
+        assert row.low < row.tok_per_s < row.high
+        assert row.tok_per_s == pytest.approx(full[row.num_steps].tok_per_s, rel=1e-6)
