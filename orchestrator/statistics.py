@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 __all__ = [
     "MIN_VALUES",
     "Ratio",
+    "geometric_mean",
     "half_width",
     "log_interval",
     "t975",
@@ -71,6 +72,12 @@ def half_width(log_sd: float, n: int) -> float:
 
 def _logs(values: Sequence[float]) -> list[float]:
     return [math.log(v) for v in values if isinstance(v, (int, float)) and v > 0 and math.isfinite(v)]
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The geometric mean of the positive finite ``values`` (others left out); None when there is none."""
+    logs = _logs(values)
+    return math.exp(math.fsum(logs) / len(logs)) if logs else None
 
 
 def log_interval(values: Sequence[float]) -> tuple[float, float] | None:

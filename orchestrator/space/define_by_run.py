@@ -267,19 +267,31 @@ class DefineByRunSpace:
             return None
         return TrialPlan("search", Candidate(max(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
 
-    def opening(self) -> list[TrialPlan]:
-        """What the searcher proposes after the baselines and before sampling, in order: SGLang's chain
-        (the first rule of thumb), the longest chain (one start that answers for every shorter one),
-        one start per all-reduce path and NCCL setting (:meth:`setting_points`), then the other rules
-        of thumb; no repeats."""
+    def opening_stages(self) -> list[tuple[str, list[TrialPlan]]]:
+        """The opening (:meth:`opening`) by part, each without a plan an earlier part holds, empty parts
+        left out: ``chains`` (SGLang's chain, the first rule of thumb, and the longest chain: one start
+        that answers for every shorter one), ``settings`` (:meth:`setting_points`), ``rules`` (the other
+        rules of thumb)."""
         starts = self.starting_points()
         longest = self.longest_chain()
-        out = starts[:1] + ([longest] if longest is not None else []) + self.setting_points() + starts[1:]
-        unique: list[TrialPlan] = []
-        for plan in out:
-            if plan not in unique:
-                unique.append(plan)
-        return unique
+        parts = [("chains", starts[:1] + ([longest] if longest is not None else [])),
+                 ("settings", self.setting_points()), ("rules", starts[1:])]
+        seen: list[TrialPlan] = []
+        stages: list[tuple[str, list[TrialPlan]]] = []
+        for name, plans in parts:
+            fresh = []
+            for plan in plans:
+                if plan not in seen:
+                    seen.append(plan)
+                    fresh.append(plan)
+            if fresh:
+                stages.append((name, fresh))
+        return stages
+
+    def opening(self) -> list[TrialPlan]:
+        """What the searcher proposes after the baselines and before sampling, in order: the plans of
+        :meth:`opening_stages`."""
+        return [plan for _, plans in self.opening_stages() for plan in plans]
 
     def setting_points(self) -> list[TrialPlan]:
         """One start per setting besides the speculative numbers, all at the first starting point (SGLang's

@@ -45,7 +45,7 @@ from orchestrator.sequential import (
     visits_to_decide,
 )
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES
+from orchestrator.statistics import MIN_VALUES, geometric_mean
 from orchestrator.sweep.confirmation.extension import (
     DESIGN_KEY,
     describe_design,
@@ -196,11 +196,6 @@ def choose_contenders(records: list[TrialRecord], *, top_k: int, no_speculation:
     return out
 
 
-def _geomean(values: list[float]) -> float | None:
-    positive = [v for v in values if isinstance(v, (int, float)) and v > 0]
-    return math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else None
-
-
 def _diffs(confirmation: Confirmation, a: int, b: int) -> list[float]:
     """Per-round log ratios of ``a`` over ``b`` (oriented: > 0 means ``a`` is better), rounds where both ran."""
     first, second = confirmation.series(a), confirmation.series(b)
@@ -290,7 +285,7 @@ def _leader(confirmation: Confirmation) -> TrialRecord | None:
         if contender.role in ("default", "no_speculation") or contender.record.number in confirmation.dropped:
             continue
         values = [v for v in confirmation.series(contender.record.number) if v is not None]
-        center = _geomean(values)  # type: ignore[arg-type]
+        center = geometric_mean(values)  # type: ignore[arg-type]
         if center is not None and (best is None or sign * center > best[0]):
             best = (sign * center, contender.record)
     return best[1] if best else None
@@ -692,7 +687,7 @@ def run_confirmation(
             pending = None
             outcome = visit(record, round_number, repetitions=confirmation.repetitions)
             values = [float(v) for v in outcome.get("values", []) if isinstance(v, (int, float))]
-            entry = {"trial": record.number, "round": round_number, "values": values, "value": _geomean(values),
+            entry = {"trial": record.number, "round": round_number, "values": values, "value": geometric_mean(values),
                      "status": outcome["status"] if values or outcome["status"] != "ok" else "failed",
                      "reason": outcome.get("reason") or (None if values else "no_values"),
                      "message": outcome.get("message", ""), "repetitions": confirmation.repetitions,

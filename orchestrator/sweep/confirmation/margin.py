@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.sequential import critical_value, main_design
+from orchestrator.sequential import critical_value
 from orchestrator.spec import SweepSpec
-from orchestrator.statistics import MIN_VALUES
+from orchestrator.sweep.confirmation.extension import spec_design
 
 __all__ = ["MEASURED_VISIT_CV", "confirmation_margin", "visit_noise_key"]
 
@@ -46,9 +46,9 @@ def confirmation_margin(spec: SweepSpec) -> float:
     settings = spec.confirmation
     if settings.margin != "auto":
         return float(settings.margin)
-    last = max(MIN_VALUES, settings.max_visits)
-    first = min(max(MIN_VALUES, settings.min_visits), last)
-    c_last = critical_value(last, design=main_design(first, last), comparisons=settings.top_k)
+    design = spec_design(spec)
+    last = design[-1].last
+    c_last = critical_value(last, design=design, comparisons=settings.top_k)
     cv = MEASURED_VISIT_CV[visit_noise_key(spec)]
     reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
     return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)

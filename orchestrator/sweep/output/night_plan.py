@@ -133,7 +133,6 @@ def _bench_s(spec: SweepSpec, records: list[TrialRecord]) -> tuple[float, str]:
 
 def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPlan:
     """The plan of ``spec``'s sweep, from ``records`` where trials have ended (else the spec's estimates)."""
-    from orchestrator.space import candidate_key
     from orchestrator.space.define_by_run import DefineByRunSpace
 
     records = list(records)
@@ -149,23 +148,19 @@ def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPla
     baselines = space.baselines()
     stages = [(len(baselines), "baselines: " + ", ".join(
         "no speculation" if p.kind == "baseline_plain" else "SGLang's own choice" for p in baselines))]
-    opening = space.opening()
-    settings = set(map(candidate_key, space.setting_points()))
-    chains = [p for p in opening[:2] if candidate_key(p) not in settings]
-    if chains:
-        stages.append((len(chains), "SGLang's chain and the longest chain (its histogram predicts the shorter ones): "
-                       + "; ".join(p.label() for p in chains)))
-    setting_plans = [p for p in opening if candidate_key(p) in settings]
-    first_setting = len(baselines) + len(chains) + 1
-    settings_first = tuple((_setting_label(p), n, plan.trial_at_s(n))
-                           for n, p in enumerate(setting_plans, start=first_setting) if n <= plan.trials)
-    if setting_plans:
-        chain = setting_plans[0].candidate.speculative
-        stages.append((len(setting_plans), f"every all-reduce path and NCCL setting at steps={chain.num_steps} "
-                                           f"topk={chain.eagle_topk} draft={chain.num_draft_tokens}"))
-    rest = opening[len(chains) + len(setting_plans):]
-    if rest:
-        stages.append((len(rest), "SGLang's other rules of thumb: " + "; ".join(p.label() for p in rest)))
+    settings_first: tuple[tuple[str, int, float], ...] = ()
+    for part, plans in space.opening_stages():
+        first = sum(n for n, _ in stages) + 1  # its first trial number
+        if part == "settings":
+            settings_first = tuple((_setting_label(p), n, plan.trial_at_s(n))
+                                   for n, p in enumerate(plans, start=first) if n <= plan.trials)
+            chain = plans[0].candidate.speculative
+            what = (f"every all-reduce path and NCCL setting at steps={chain.num_steps} topk={chain.eagle_topk} "
+                    f"draft={chain.num_draft_tokens}")
+        else:
+            what = {"chains": "SGLang's chain and the longest chain (its histogram predicts the shorter ones): ",
+                    "rules": "SGLang's other rules of thumb: "}[part] + "; ".join(p.label() for p in plans)
+        stages.append((len(plans), what))
     stages.append((max(0, plan.trials - sum(n for n, _ in stages)), "the search (Optuna TPE)"))
     steps, number = [], 1
     for count, what in stages:
@@ -320,22 +315,21 @@ def decision_chance(spec: SweepSpec, *, visit_cv: float, gain: float, margin: fl
                     paths: int = DECISION_PATHS, seed: int = 0) -> float:
     """Chance that the confirmation's verdict (its leader against SGLang's default) is decided by
     ``max_visits`` when the true ratio is ``1 + gain`` and a fresh engine's level spreads by ``visit_cv``
-    (sd of its log), by the sweep's own sequential test (``orchestrator.sequential``) at the leader's
-    correction for ``top_k``; seeded simulation of ``paths`` confirmations."""
+    (sd of its log), by the sweep's own sequential test (its main design, ``extension.spec_design``) at
+    the leader's correction for ``top_k``; seeded simulation of ``paths`` confirmations."""
     import numpy as np
 
     from orchestrator.sequential import critical_value
+    from orchestrator.sweep.confirmation.extension import spec_design
 
-    settings = spec.confirmation
-    last = max(MIN_VALUES, settings.max_visits)
-    first = min(max(MIN_VALUES, settings.min_visits), last)
-    comparisons = settings.top_k
+    design = spec_design(spec)  # the main design the sweep judges by (alpha held in reserve for extensions)
+    first, last = design[0].first, design[-1].last
     rng = np.random.default_rng(seed)
     diffs = rng.normal(math.log1p(gain), math.sqrt(2.0) * visit_cv, size=(paths, last))
     bound = math.log1p(margin)
     decided = np.zeros(paths, dtype=bool)
     for n in range(first, last + 1):
-        critical = critical_value(n, first=first, last=last, comparisons=comparisons)
+        critical = critical_value(n, design=design, comparisons=spec.confirmation.top_k)
         if not math.isfinite(critical):
             continue
         sample = diffs[:, :n]

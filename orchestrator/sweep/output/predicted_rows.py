@@ -33,7 +33,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from orchestrator.bench.metrics import sum_histograms
+from orchestrator.space import Candidate, SpeculativeTriple, TrialPlan
 from orchestrator.spec import SweepSpec
+from orchestrator.statistics import geometric_mean
 from orchestrator.sweep.records.results import TrialRecord
 from orchestrator.sweep.search.chain_prediction import Z95, MeasuredChain, predict_chains
 
@@ -108,9 +110,10 @@ class Predictions:
 
 
 def _rel_se(values: list[float]) -> float:
-    """Relative standard error of the geometric mean (log scale); 0 from fewer than two values."""
-    logs = [math.log(v) for v in values if v > 0]
-    return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+    """Relative standard error of the geometric mean of positive ``values`` (log scale); NaN from fewer
+    than two (one value has no spread of its own: :func:`_fill_spread` gives it one)."""
+    logs = [math.log(v) for v in values]
+    return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.nan
 
 
 def _chain_steps(record: TrialRecord) -> int | None:
@@ -132,14 +135,14 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     """The record's chain at ``level``, or None where it lacks a histogram, a cycle time or values."""
     steps = _chain_steps(record)
     histogram = record.accept_histograms.get(str(level))
-    values = [v for v in record.level_values.get(str(level), []) if v and v > 0]
+    values = [v for v in record.values_at(level) if v > 0]
     cycle = record.metrics.get(f"c{level}.cycle_ms")
     accept = record.metrics.get(f"c{level}.accept_length_requests") or record.metrics.get(f"c{level}.accept_length")
     if steps is None or not histogram or not values or not cycle or not accept:
         return None
-    rel = _rel_se(values) if len(values) > 1 else math.nan  # one repetition: filled in by :func:`_fill_spread`
+    rel = _rel_se(values)
     return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle), cycle_rel_se=rel,
-                         tok_per_s=math.exp(statistics.fmean(math.log(v) for v in values)), tok_rel_se=rel,
+                         tok_per_s=geometric_mean(values), tok_rel_se=rel,
                          histogram=tuple(sum_histograms([histogram]) or ()))
 
 
@@ -161,9 +164,8 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
     for record in records:
         if _chain_steps(record) is not None:
             groups.setdefault(_group_key(record), []).append(record)
-    best = {level: max((r.level_values.get(str(level)) and math.exp(statistics.fmean(
-        math.log(v) for v in r.level_values[str(level)] if v > 0)) or 0.0) for r in records)
-        for level in spec.benchmark.concurrency} if records else {}
+    best = {level: max((geometric_mean(r.values_at(level)) or 0.0 for r in records), default=0.0)
+            for level in spec.benchmark.concurrency}
     for level in spec.benchmark.concurrency:
         by_group = _fill_spread({key: _chains_at(members, level) for key, members in sorted(groups.items())})
         own: dict[Any, tuple[list, bool]] = {}  # group -> (its own predictions, its check missed)
@@ -206,8 +208,7 @@ def _row(steps: int, all_reduce: str, nccl: tuple, level: int, accept: float, cy
          high: float, reference: int, histogram: int, from_trials: Iterable[int], best: dict[int, float],
          missed: bool, basis: str) -> PredictedRow:
     env = dict(nccl)
-    label = f"steps={steps} topk=1 draft={steps + 1}" + "".join(
-        f" {k}={v}" for k, v in sorted(env.items())) + ("" if all_reduce == "default" else f" all_reduce={all_reduce}")
+    label = TrialPlan("search", Candidate(SpeculativeTriple(steps, 1, steps + 1), all_reduce, env)).label()
     return PredictedRow(label=label, num_steps=steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
                         accept_length=round(accept, 4), cycle_ms=round(cycle, 4), tok_per_s=round(tok, 3),
                         low=round(low, 3), high=round(high, 3), reference_trial=reference, histogram_trial=histogram,

@@ -4,7 +4,7 @@ The searcher asks :meth:`ChainGate.skip` before it starts a top-k 1 chain: from 
 far (``output.predicted_rows``), a chain whose 95% interval at the objective's level lies wholly below
 the best measured value there cannot win, and is not started (the searcher tells Optuna PRUNED and
 never proposes it again). A chain whose interval reaches the best is started, and its prediction made
-before the start is checked against what it measured (:meth:`check`): a measurement outside the
+before the start is checked against what it measured (:meth:`ChainGate.learn`): a measurement outside the
 interval switches the gate off for the rest of the sweep (every later chain is measured, not
 predicted) and says so. Trees, baselines and the opening are never gated.
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.space import TrialPlan
 from orchestrator.spec import SweepSpec
+from orchestrator.statistics import geometric_mean
 from orchestrator.sweep.output.predicted_rows import PredictedRow, predict_rows
 from orchestrator.sweep.records.results import TrialRecord
 
@@ -36,20 +37,30 @@ class ChainGate:
         self.records: list[TrialRecord] = []
         self.expected: dict[str, PredictedRow] = {}  # trial id -> its prediction made before its start
         self.missed: str | None = None  # the check that switched the gate off, in words
+        self._rows: list[PredictedRow] | None = None  # the predictions from ``records`` (None: not made yet)
 
-    def learn(self, result: dict[str, Any]) -> None:
-        """Keep a finished trial's record (its final report carries it as JSON)."""
+    def learn(self, trial_id: str, result: dict[str, Any]) -> tuple[str, bool] | None:
+        """Keep trial ``trial_id``'s record (its final report carries it as JSON) and, where a prediction
+        was made for it before its start (:meth:`expect`), check that against what it measured: the line
+        to log and whether the measurement fell inside (a miss switches the gate off). None: no check."""
+        row = self.expected.pop(trial_id, None)
         text = result.get("record")
-        if isinstance(text, str):
-            self.records.append(TrialRecord.model_validate_json(text))
+        if not isinstance(text, str):
+            return None
+        record = TrialRecord.model_validate_json(text)
+        self.records.append(record)
+        self._rows = None
+        return self._check(row, record) if row is not None else None
 
     def _row(self, plan: TrialPlan) -> PredictedRow | None:
         """The prediction for ``plan`` at the objective's level, if it is a chain the gate can predict."""
         triple = plan.candidate.speculative
         if not plan.speculative or triple.is_auto or triple.eagle_topk != 1:
             return None
+        if self._rows is None:  # once per finished trial, not per proposal
+            self._rows = predict_rows(self.spec, self.records).rows
         level = self.spec.objective_concurrency
-        for row in predict_rows(self.spec, self.records).rows:
+        for row in self._rows:
             if (row.concurrency == level and row.num_steps == triple.num_steps
                     and row.all_reduce == plan.candidate.all_reduce and row.nccl_env == dict(plan.candidate.nccl_env)):
                 return row
@@ -71,19 +82,11 @@ class ChainGate:
         if row is not None:
             self.expected[trial_id] = row
 
-    def check(self, trial_id: str, result: dict[str, Any]) -> str | None:
-        """After :meth:`learn`: the started chain's measurement against its prediction, in words (None
-        without a prediction or a measurement); a miss switches the gate off."""
-        row = self.expected.pop(trial_id, None)
-        if row is None or not self.records:
+    def _check(self, row: PredictedRow, record: TrialRecord) -> tuple[str, bool] | None:
+        """A started chain's measurement against the prediction made before its start."""
+        measured = geometric_mean(record.values_at(row.concurrency))
+        if record.status != "ok" or measured is None:
             return None
-        record = self.records[-1]
-        values = [v for v in record.level_values.get(str(row.concurrency), []) if v and v > 0]
-        if record.status != "ok" or not values:
-            return None
-        from math import exp, fsum, log
-
-        measured = exp(fsum(log(v) for v in values) / len(values))
         inside = row.low <= measured <= row.high
         line = (f"prediction check, trial {record.number} {row.label}: predicted {row.tok_per_s:.4g} tok/s "
                 f"[{row.low:.4g}, {row.high:.4g}] at concurrency {row.concurrency}, measured {measured:.4g}: "
@@ -91,4 +94,4 @@ class ChainGate:
         if not inside:
             self.missed = line
             line += "; from now on every chain is measured, not predicted"
-        return line
+        return line, inside

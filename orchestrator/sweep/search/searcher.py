@@ -137,10 +137,10 @@ class SweepSearcher(Searcher):
             plan = self._ask(trial_id, pins)  # pins: a partial trial, the sampler picks the rest
             key = candidate_key(plan)
             known = self._measured.get(key)
-            if known is None and key not in self._in_flight.values() and key not in self._predicted:
-                if self._predicted_out(plan):
-                    self._tell(trial_id, TrialState.PRUNED, None, None)  # cannot beat the best: no start
-                    continue
+            if key in self._predicted or (key not in self._busy() and self._predicted_out(plan)):
+                self._tell(trial_id, TrialState.PRUNED, None, None)  # predicted not to beat the best: no start
+                continue
+            if known is None and key not in self._in_flight.values():
                 self._accept(trial_id, plan)
                 return {"plan": plan.to_config()}
             # Already measured (or running): answer the sampler from memory, ask again.
@@ -302,11 +302,10 @@ class SweepSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)
         result = result or {}
-        if self._gate is not None:
-            self._gate.learn(result)
-            check = self._gate.check(trial_id, result)
-            if check is not None:
-                (logger.warning if "OUTSIDE" in check else logger.info)(check)
+        check = self._gate.learn(trial_id, result) if self._gate is not None else None
+        if check is not None:
+            line, inside = check
+            (logger.info if inside else logger.warning)(line)
         state, value, violation = _outcome(result, error=error)
         if key is not None:
             self._measured[key] = (state, value, violation)

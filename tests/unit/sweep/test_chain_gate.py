@@ -94,30 +94,39 @@ def test_chains_predicted_below_the_best_are_never_started(caplog: pytest.LogCap
     assert set(searcher._busy()) >= {candidate_key(p) for p in DefineByRunSpace(spec).candidates()}
 
 
-def test_a_started_chain_outside_its_prediction_switches_the_gate_off() -> None:
-    spec, space = _spec(), DefineByRunSpace(_spec())
-    plans = {p.candidate.speculative.num_steps: p for p in space.candidates()}
-    gate = ChainGate(spec)
+def _gate_after_3_and_6() -> tuple[ChainGate, dict[int, TrialPlan]]:
+    """A gate that learned the opening's two chains (3 and 6 steps), and the space's chains by length."""
+    plans = {p.candidate.speculative.num_steps: p for p in DefineByRunSpace(_spec()).candidates()}
+    gate = ChainGate(_spec())
     for number, steps in ((1, 3), (2, 6)):
-        gate.learn(_result(number, plans[steps]))
+        assert gate.learn(f"t{number}", _result(number, plans[steps])) is None  # no prediction made: no check
+    return gate, plans
+
+
+def test_a_started_chain_outside_its_prediction_switches_the_gate_off() -> None:
+    gate, plans = _gate_after_3_and_6()
     assert gate.skip(plans[1]) is not None  # predicted below the best: not worth a start
     gate.expect("t3", plans[4])
     measured_low = _result(3, plans[4], factor=0.6)  # the model misses by 40%
-    gate.learn(measured_low)
-    line = gate.check("t3", measured_low)
+    line, inside = gate.learn("t3", measured_low)
     assert line is not None and "OUTSIDE" in line and "measured, not predicted" in line
+    assert not inside
     assert gate.skip(plans[1]) is None, "after a miss every chain is measured"
 
 
 def test_a_started_chain_inside_its_prediction_keeps_the_gate_on() -> None:
-    spec, space = _spec(), DefineByRunSpace(_spec())
-    plans = {p.candidate.speculative.num_steps: p for p in space.candidates()}
-    gate = ChainGate(spec)
-    for number, steps in ((1, 3), (2, 6)):
-        gate.learn(_result(number, plans[steps]))
+    gate, plans = _gate_after_3_and_6()
     gate.expect("t3", plans[4])
     measured = _result(3, plans[4])
-    gate.learn(measured)
-    assert gate.check("t3", measured).endswith("inside")
+    line, inside = gate.learn("t3", measured)
+    assert line.endswith("inside") and inside
     assert gate.missed is None and gate.skip(plans[1]) is not None
     assert json.loads(measured["record"])["accept_histograms"]  # the record the gate learned from carries it
+
+
+def test_a_check_reads_the_finished_trials_own_record_not_the_last_one_learned() -> None:
+    gate, plans = _gate_after_3_and_6()
+    gate.expect("t3", plans[4])
+    # the trial ended without a record (an error): nothing to check, and no other trial's record is used
+    assert gate.learn("t3", {"final": True, "status": "failed"}) is None
+    assert gate.missed is None and "t3" not in gate.expected
