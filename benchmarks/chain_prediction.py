@@ -127,7 +127,8 @@ def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str
                                     for s in all_steps},
             "measured": {str(s): {"accept_length": round(measured[s].accept_length, 4),
                                   "tok_per_s": round(measured[s].tok_per_s, 2), "cycle_ms": round(measured[s].cycle_ms, 3),
-                                  "tok_rel_se": round(measured[s].tok_rel_se, 4), "histogram": measured[s].histogram}
+                                  "tok_rel_se": round(measured[s].tok_rel_se, 4),
+                                  "cycle_rel_se": round(measured[s].cycle_rel_se, 4), "histogram": measured[s].histogram}
                          for s in all_steps},
             "predicted": rows,
             "accept_within_3pct": sum(abs(r["accept_error_rel"]) <= 0.03 for r in rows),
@@ -177,13 +178,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
-    designs = {"longest_and_shortest": [1, args.max_steps], "longest_and_default": [3, args.max_steps]}
+    designs = {"longest_and_shortest": [1, args.max_steps], "longest_and_default": [3, args.max_steps],
+               "shortest_default_longest": [1, 3, args.max_steps]}
     report = {
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
         "designs": {name: compare(data, levels=args.levels, from_steps=sorted(set(steps)))
                     for name, steps in designs.items() if len(set(steps)) > 1},
+        "rounds": {str(s): {str(c): {k: v for k, v in data[s][c].items() if k != "histograms"} for c in args.levels}
+                   for s in data},
     }
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -741,6 +741,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="The replayed sweep's budget.num_trials (default: 30%% of the configurations, 10-40).")
     parser.add_argument("--top-k", type=int, default=None, help="confirmation.top_k (default: the spec default).")
     parser.add_argument("--max-visits", type=int, default=None, help="confirmation.max_visits (default: the spec's).")
+    parser.add_argument("--min-visits", type=int, default=None, help="confirmation.min_visits (default: the spec's).")
+    parser.add_argument("--margin", type=float, default=None, help="confirmation.margin (default: the spec's).")
+    parser.add_argument("--no-speculation", choices=("true", "false"), default=None,
+                        help="confirmation.no_speculation: whether no speculation is a contender (default: the "
+                             "spec's). The Kimi specs' night design: --top-k 1 --max-visits 6 --no-speculation "
+                             "false --margin 0.03.")
     parser.add_argument("--no-confirmation", action="store_true",
                         help="End each replayed sweep on its best observed trial (confirmation.enabled: false).")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -761,7 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     except (GridError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    overrides = {k: v for k, v in (("top_k", args.top_k), ("max_visits", args.max_visits)) if v is not None}
+    overrides = {k: v for k, v in (("top_k", args.top_k), ("max_visits", args.max_visits),
+                                   ("min_visits", args.min_visits), ("margin", args.margin)) if v is not None}
+    if args.no_speculation is not None:
+        overrides["no_speculation"] = args.no_speculation == "true"
     if args.no_confirmation:
         overrides["enabled"] = False
     try:

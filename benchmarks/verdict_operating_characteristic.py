@@ -59,9 +59,9 @@ DEFAULT_SPEED = 100.0
 
 
 def spec(*, margin: float | None = None, repetitions: Any = 1, max_visits: int = 16, min_visits: int = 3,
-         top_k: int = 3) -> SweepSpec:
+         top_k: int = 3, no_speculation: bool = True) -> SweepSpec:
     confirmation: dict[str, Any] = {"top_k": top_k, "min_visits": min_visits, "max_visits": max_visits,
-                                    "repetitions_per_visit": repetitions}
+                                    "repetitions_per_visit": repetitions, "no_speculation": no_speculation}
     if margin is not None:
         confirmation["margin"] = margin
     return SweepSpec.from_dict({
@@ -119,8 +119,8 @@ def simulate(*, ratio: float, between_cv: float, contenders: int, seed: int, set
 
 
 def _cell(args: tuple) -> dict:
-    ratio, cv, contenders, runs, seed, margin = args
-    settings = spec(margin=margin, top_k=contenders)
+    ratio, cv, contenders, runs, seed, margin, max_visits, no_speculation = args
+    settings = spec(margin=margin, top_k=contenders, max_visits=max_visits, no_speculation=no_speculation)
     counts = {"better": 0, "equivalent": 0, "worse": 0, "undecided": 0}
     visits = starts = 0
     for r in range(runs):
@@ -138,8 +138,9 @@ def _cell(args: tuple) -> dict:
 
 
 def operating_characteristic(*, runs: int, seed: int, margin: float | None, ratios=RATIOS, cvs=CVS,
-                             contenders=(1, 3), workers: int = 2) -> dict:
-    jobs = [(ratio, cv, k, runs, seed + i, margin) for i, (ratio, cv, k) in
+                             contenders=(1, 3), workers: int = 2, max_visits: int = 16,
+                             no_speculation: bool = True) -> dict:
+    jobs = [(ratio, cv, k, runs, seed + i, margin, max_visits, no_speculation) for i, (ratio, cv, k) in
             enumerate((r, c, k) for k in contenders for c in cvs for r in ratios)]
     started = time.monotonic()
     if workers > 1:
@@ -147,14 +148,15 @@ def operating_characteristic(*, runs: int, seed: int, margin: float | None, rati
             cells = list(pool.map(_cell, jobs))
     else:
         cells = [_cell(job) for job in jobs]
-    settings = spec(margin=margin)
+    settings = spec(margin=margin, max_visits=max_visits, no_speculation=no_speculation)
     return {
         "command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
         "decision": "orchestrator.sweep.confirmation.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
                     "O'Brien-Fleming spending, one-sided 2.5% per claim, the leader Bonferroni-corrected over the "
                     "search contenders, TOST for equivalent)",
         "margin": confirmation_margin(settings), "min_visits": settings.confirmation.min_visits,
-        "max_visits": settings.confirmation.max_visits, "repetitions_per_visit": 1, "round_drift_cv": 0.02,
+        "max_visits": settings.confirmation.max_visits, "no_speculation": settings.confirmation.no_speculation,
+        "repetitions_per_visit": 1, "round_drift_cv": 0.02,
         "seed": seed, "wall_s": round(time.monotonic() - started, 1), "cells": cells,
     }
 
@@ -291,7 +293,13 @@ def main() -> int:
     parser.add_argument("--between-cv", type=float, default=0.01)
     parser.add_argument("--within-cv", type=float, default=0.05)
     parser.add_argument("--ratio", type=float, default=1.05)
-    parser.add_argument("--max-visits", type=int, default=16)
+    parser.add_argument("--max-visits", type=int, default=16, help="confirmation.max_visits (default 16).")
+    parser.add_argument("--no-speculation", choices=("true", "false"), default="true",
+                        help="confirmation.no_speculation (default true). The Kimi specs' night design: "
+                             "--margin 0.03 --max-visits 6 --no-speculation false.")
+    parser.add_argument("--cell", nargs=3, type=float, metavar=("RATIO", "CV", "CONTENDERS"),
+                        help="Only this cell (true ratio, between-visit CV, search contenders), e.g. to re-measure "
+                             "the worst cell of a table with --runs 20000.")
     parser.add_argument("--extension", action="store_true",
                         help="False claims of extended designs (main + one extension, fixed and proposed N).")
     parser.add_argument("--paths", type=int, default=200_000, help="Simulated t-statistic paths (--extension).")
@@ -307,7 +315,11 @@ def main() -> int:
                          between_cv=args.between_cv, within_cv=args.within_cv, ratio=args.ratio, margin=args.margin,
                          max_visits=args.max_visits)
     else:
-        result = operating_characteristic(runs=args.runs, seed=args.seed, margin=args.margin, workers=args.workers)
+        cell = {} if args.cell is None else {"ratios": (args.cell[0],), "cvs": (args.cell[1],),
+                                             "contenders": (int(args.cell[2]),)}
+        result = operating_characteristic(runs=args.runs, seed=args.seed, margin=args.margin, workers=args.workers,
+                                          max_visits=args.max_visits, no_speculation=args.no_speculation == "true",
+                                          **cell)
     print(json.dumps(result, indent=2))
     return 0
 
