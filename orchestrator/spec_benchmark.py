@@ -8,7 +8,7 @@ with the same validation.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -97,10 +97,28 @@ class BenchmarkSpec(StrictModel):
     ``orchestrator.bench.metrics``). Strict like every section a user writes: ``num_prompts: true``
     is refused, not read as 1."""
 
-    dataset: Literal["builtin", "sharegpt", "random"] = Field(
-        default="builtin", description="Prompt source: the shipped prompt set, a ShareGPT JSON file, or random."
+    dataset: Literal["builtin", "sharegpt", "random", "request_log"] = Field(
+        default="builtin", description="Prompt source: the shipped prompt set, a ShareGPT JSON file, random words, or "
+        "request_log: the user's own traffic, an OpenAI-format JSONL request log (one chat or completion request a "
+        "line, as a gateway records it; each request's messages, max_tokens, temperature and top_p are replayed, "
+        "requests that cannot be (tools, images) are counted and reported: orchestrator.bench.request_log)."
     )
-    dataset_path: str | None = Field(default=None, description="Path of the ShareGPT-format JSON file.")
+    dataset_path: str | None = Field(default=None, description="Path of the ShareGPT-format JSON file or the request "
+                                     "log (relative paths: from the working directory, a job's from its working_dir).")
+    api: Literal["auto", "generate", "completions", "chat"] = Field(
+        default="auto", description="Where requests go: generate (SGLang's native /generate, raw text: no chat "
+        "template), completions (/v1/completions), chat (/v1/chat/completions: the server applies the model's chat "
+        "template, as production does for a chat model); auto: /generate if /server_info answers, else "
+        "/v1/completions. Every API returns the per-request speculative counters and accepted-draft histogram "
+        "(the OpenAI ones through SGLang's return_spec_tokens_details).")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Sent with every chat request as SGLang's chat_template_kwargs (e.g. "
+        "{thinking: false} for Kimi's thinking switch): the template production renders. api chat only.")
+    ignore_eos: bool = Field(
+        default=True, description="Generate exactly the output cap (output_len, or a logged request's max_tokens "
+        "below it): equal work per repetition, so trials compare; false replays where the model would stop "
+        "(production's lengths, at the price of noisier repetitions)."
+    )
     allow_random_prompts: bool = Field(
         default=False,
         description="Allow tuning on random prompts (speculation looks better on them than on real text).",
@@ -192,8 +210,15 @@ class BenchmarkSpec(StrictModel):
     def _dataset(self) -> "BenchmarkSpec":
         if self.dataset == "sharegpt" and not self.dataset_path:
             raise ValueError("dataset: sharegpt needs dataset_path (a ShareGPT-format JSON file)")
-        if self.dataset != "sharegpt" and self.dataset_path:
-            raise ValueError(f"dataset_path is only used with dataset: sharegpt (dataset is {self.dataset})")
+        if self.dataset == "request_log" and not self.dataset_path:
+            raise ValueError("dataset: request_log needs dataset_path (an OpenAI-format JSONL request log)")
+        if self.dataset not in ("sharegpt", "request_log") and self.dataset_path:
+            raise ValueError(f"dataset_path is only used with dataset: sharegpt or request_log (dataset is {self.dataset})")
+        if self.dataset == "request_log" and self.api not in ("chat", "completions"):
+            raise ValueError(f"dataset: request_log is replayed through the OpenAI API it was recorded for; set "
+                             f"api: chat (or completions for a completions log), not {self.api}")
+        if self.chat_template_kwargs is not None and self.api != "chat":
+            raise ValueError(f"chat_template_kwargs is only sent with api: chat (api is {self.api})")
         if self.dataset == "random" and not self.allow_random_prompts:
             raise ValueError(
                 "dataset: random is refused for tuning (speculation looks better on random prompts than on "

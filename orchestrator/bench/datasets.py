@@ -46,10 +46,24 @@ class DatasetError(BenchmarkError, ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: a stable id (reports and the probe name prompts by it) and its text."""
+    """One prompt: a stable id (reports and the probe name prompts by it) and its text; a request
+    replayed from a log also carries what that request sent.
+
+    Attributes:
+        id: Stable id.
+        text: The prompt text (a chat request: its last user turn, for display and the probe).
+        messages: A chat request's messages as sent, ``(role, content)`` in order (None: a plain prompt,
+            sent as one user turn to a chat API).
+        max_tokens: The request's own output cap (None: the spec's ``output_len``; a set one is capped by it).
+        temperature, top_p: The request's own sampling (None: the spec's).
+    """
 
     id: str
     text: str
+    messages: tuple[tuple[str, str], ...] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 def load_builtin() -> list[Prompt]:
@@ -141,7 +155,8 @@ def load_prompts(
     random_input_len: int = 128,
 ) -> list[Prompt]:
     """``count`` prompts from the named source, in the seeded order of :func:`select_prompts`
-    (``random_input_len`` is a number of words, see :func:`random_prompts`)."""
+    (``random_input_len`` is a number of words, see :func:`random_prompts`). Every source, a request
+    log included: ``orchestrator.bench.request_log.load_dataset``."""
     if dataset == "builtin":
         return select_prompts(load_builtin(), count=count, seed=seed)
     if dataset == "sharegpt":
@@ -150,4 +165,5 @@ def load_prompts(
         return select_prompts(load_sharegpt(dataset_path), count=count, seed=seed)
     if dataset == "random":
         return random_prompts(count=count, input_len=random_input_len, seed=seed)
-    raise DatasetError(f"unknown dataset {dataset!r}; use builtin, sharegpt or random")
+    raise DatasetError(f"unknown dataset {dataset!r}; use builtin, sharegpt or random (a request log: "
+                       "orchestrator.bench.request_log.load_dataset)")

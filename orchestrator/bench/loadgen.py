@@ -113,10 +113,15 @@ class Sampling(BaseModel):
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One request to send: a prompt and its id."""
+    """One request to send: a prompt and its id, and (a request replayed from a log) its own messages,
+    output cap and sampling, which take the place of the run's (the cap never above the run's)."""
 
     prompt_id: str
     text: str
+    messages: tuple[tuple[str, str], ...] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,25 +142,44 @@ def endpoint_path(api: ApiKind) -> str:
     return _PATHS[api]
 
 
-def build_payload(*, api: ApiKind, text: str, sampling: Sampling, stream: bool, model: str | None) -> dict[str, Any]:
+def build_payload(*, api: ApiKind, text: str, sampling: Sampling, stream: bool, model: str | None,
+                  item: WorkItem | None = None, chat_template_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON body of one request, in the API's own field names (OpenAI's with
-    ``stream_options.include_usage``, so the final chunk carries the token count)."""
+    ``stream_options.include_usage``, so the final chunk carries the token count, and SGLang's
+    ``return_spec_tokens_details``, so it carries the request's speculative counters under
+    ``sglext.spec_tokens_details``: SGLang 0.5.23 ``entrypoints/openai/protocol.py``).
+
+    ``item`` (a request replayed from a log) brings its own messages (chat), output cap (never above
+    ``sampling.max_new_tokens``), temperature and top_p. ``chat_template_kwargs`` goes to the chat API
+    as is (SGLang passes it to the model's chat template, e.g. Kimi's thinking switch).
+    """
+    max_new = sampling.max_new_tokens
+    temperature = sampling.temperature
+    top_p = None
+    if item is not None:
+        if item.max_tokens is not None:
+            max_new = min(max_new, item.max_tokens)
+        if item.temperature is not None:
+            temperature = item.temperature
+        top_p = item.top_p
     if api == "generate":
-        params: dict[str, Any] = {
-            "temperature": sampling.temperature,
-            "max_new_tokens": sampling.max_new_tokens,
-        }
+        params: dict[str, Any] = {"temperature": temperature, "max_new_tokens": max_new}
+        if top_p is not None:
+            params["top_p"] = top_p
         if sampling.ignore_eos:
             params["ignore_eos"] = True
-        if sampling.temperature > 0:
+        if temperature > 0:
             params["sampling_seed"] = sampling.seed
         return {"text": text, "sampling_params": params, "stream": stream}
     body: dict[str, Any] = {
-        "max_tokens": sampling.max_new_tokens,
-        "temperature": sampling.temperature,
+        "max_tokens": max_new,
+        "temperature": temperature,
         "seed": sampling.seed,
         "stream": stream,
+        "return_spec_tokens_details": True,
     }
+    if top_p is not None:
+        body["top_p"] = top_p
     if model is not None:
         body["model"] = model
     if sampling.ignore_eos:
@@ -165,7 +189,10 @@ def build_payload(*, api: ApiKind, text: str, sampling: Sampling, stream: bool, 
     if api == "completions":
         body["prompt"] = text
     else:
-        body["messages"] = [{"role": "user", "content": text}]
+        messages = item.messages if item is not None and item.messages else (("user", text),)
+        body["messages"] = [{"role": role, "content": content} for role, content in messages]
+        if chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(chat_template_kwargs)
     return body
 
 
@@ -304,6 +331,27 @@ class _Response:
                 self.finished = True
                 self.finish_reason = _finish_type(choice.get("finish_reason"))
         self._usage(obj.get("usage"))
+        self._sglext(obj.get("sglext"))
+        self._sglext(obj.get("sglext"))
+
+    def _sglext(self, ext: Any) -> None:
+        """SGLang's ``sglext.spec_tokens_details`` (OpenAI APIs, asked for by ``return_spec_tokens_details``):
+        the same counters as ``/generate``'s meta_info (one request, one choice: the first entry of a list)."""
+        if not isinstance(ext, dict):
+            return
+        details = ext.get("spec_tokens_details")
+        if isinstance(details, list):
+            details = details[0] if details else None
+        if not isinstance(details, dict):
+            return
+        self.verify_ct = _int_or_none(details.get("spec_verify_ct"))
+        accept = details.get("spec_accept_length")
+        self.spec_accept = float(accept) if isinstance(accept, (int, float)) else None
+        self.correct_drafts = _first_int(details, CORRECT_DRAFTS_KEYS)
+        self.proposed_drafts = _first_int(details, PROPOSED_DRAFTS_KEYS)
+        histogram = details.get("spec_correct_drafts_histogram")
+        self.histogram = ([int(v) for v in histogram] if isinstance(histogram, list)
+                          and all(_int_or_none(v) is not None for v in histogram) else None)
 
     def _usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
@@ -338,6 +386,7 @@ class _Response:
         self.finished = True
         self.finish_reason = _finish_type(choice.get("finish_reason"))
         self._usage(obj.get("usage"))
+        self._sglext(obj.get("sglext"))
 
     def output(self) -> str | None:
         if not self.keep_output:
@@ -399,6 +448,7 @@ async def send_request(
     keep_output: bool = False,
     run_start: float | None = None,
     scheduled: float | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> RequestRecord:
     """Send one request and describe its outcome. Never raises for a request that went wrong.
 
@@ -411,8 +461,10 @@ async def send_request(
         run_start: ``perf_counter`` origin for ``sent_s``; defaults to the send time.
         scheduled: ``perf_counter`` time the request was due (open loop); TTFT and e2e are
             measured from it. None measures from the send.
+        chat_template_kwargs: Sent with every chat request (see :func:`build_payload`).
     """
-    payload = build_payload(api=api, text=item.text, sampling=sampling, stream=stream, model=model)
+    payload = build_payload(api=api, text=item.text, sampling=sampling, stream=stream, model=model, item=item,
+                            chat_template_kwargs=chat_template_kwargs)
     url = base_url.rstrip("/") + _PATHS[api]
     t0 = time.perf_counter()
     start = t0 if scheduled is None else min(scheduled, t0)
@@ -529,6 +581,7 @@ async def run_load(
     keep_output: bool = False,
     hang_limit: int | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> LoadResult:
     """Send every item and return one record each, in item order.
 
@@ -571,7 +624,7 @@ async def run_load(
             task = asyncio.create_task(send_request(
                 session=session, base_url=base_url, api=api, item=item, index=index, sampling=sampling,
                 stream=stream, model=model, timeout_s=timeout_s, keep_output=keep_output, run_start=start,
-                scheduled=scheduled,
+                scheduled=scheduled, chat_template_kwargs=chat_template_kwargs,
             ))
             in_flight.add(task)
             try:

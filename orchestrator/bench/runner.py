@@ -22,7 +22,8 @@ from typing import Any, AsyncIterator, Callable, Literal
 import aiohttp
 
 from orchestrator.bench import control as srv
-from orchestrator.bench.datasets import Prompt, load_prompts
+from orchestrator.bench.datasets import Prompt
+from orchestrator.bench.request_log import load_dataset
 from orchestrator.bench.host_cpu import read_cpu_times, steal_fraction
 from orchestrator.bench.loadgen import ApiKind, LoadResult, RequestRecord, Sampling, WorkItem, run_load
 from orchestrator.bench.metrics import (
@@ -129,7 +130,7 @@ async def open_benchmark(
             the dataset cannot be read.
     """
     base_url = base_url.rstrip("/")
-    prompts = load_prompts(
+    prompts = load_dataset(
         dataset=settings.dataset,
         count=settings.num_prompts,
         seed=settings.seed,
@@ -178,7 +179,9 @@ def _log_settings(base_url: str, api: str, model: str | None, settings: BenchSet
 
 def _items(prompts: list[Prompt], count: int) -> list[WorkItem]:
     """``count`` requests cycling through ``prompts`` from the first."""
-    return [WorkItem(prompt_id=p.id, text=p.text) for p in (prompts[i % len(prompts)] for i in range(count))]
+    return [WorkItem(prompt_id=p.id, text=p.text, messages=p.messages, max_tokens=p.max_tokens,
+                     temperature=p.temperature, top_p=p.top_p)
+            for p in (prompts[i % len(prompts)] for i in range(count))]
 
 
 @dataclass
@@ -315,6 +318,7 @@ class BenchRun:
                               ignore_eos=s.ignore_eos),
             timeout_s=s.request_timeout_s, stream=s.stream, model=self.model, request_rate=s.request_rate,
             seed=s.seed, hang_limit=s.hung_after_timeouts, on_record=note,
+            chat_template_kwargs=s.chat_template_kwargs if self.api == "chat" else None,
         )
 
     async def accept_length(self) -> float | None:

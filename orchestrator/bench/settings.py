@@ -29,17 +29,10 @@ class BenchSettings(BenchmarkSpec):
         description="As the spec's benchmark.min_repetition_s; 0 here (spectune bench sends exactly the prompts it "
         "is asked for) unless a spec's section is passed through, which carries its own (default 20 s).",
     )
-    api: ApiChoice = Field(
-        default="auto",
-        description="auto: SGLang's native /generate if /server_info answers, else OpenAI /v1/completions.",
-    )
     model: str | None = Field(
         default=None, description="OpenAI 'model' field (default: the first id of /v1/models)."
     )
     stream: bool = Field(default=True, description="Stream responses (needed for TTFT, TPOT, tokens per chunk).")
-    ignore_eos: bool = Field(
-        default=True, description="Generate exactly output_len tokens (SGLang/vLLM 'ignore_eos')."
-    )
     flush_cache: bool = Field(
         default=True,
         description="POST /flush_cache before each repetition: resets the prefix cache and the server's "

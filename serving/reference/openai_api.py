@@ -2,7 +2,9 @@
 and ``/v1/models/{model}``.
 
 Shapes and errors follow SGLang's ``entrypoints/openai``; what is supported and refused is in
-docs/reference-engine.md ("SGLang compatibility: requests").
+docs/reference-engine.md ("SGLang compatibility: requests"). SGLang's opt-in
+``return_spec_tokens_details`` adds the response-level ``sglext.spec_tokens_details`` (see
+``_respond``); chat's ``chat_template_kwargs`` is checked (an object) and has no effect.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from serving.reference.protocol import GenerateReq
 from serving.reference.sampling import SamplingParams
 from serving.reference.tokenizer import END_OF_TURN_ID, IncrementalDecoder, render_chat
 
-__all__ = ["openai_error", "register"]
+__all__ = ["openai_error", "register", "sglext_of", "spec_tokens_details"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,21 @@ _UNSUPPORTED = ("echo", "suffix", "tools", "response_format", "logit_bias")
 _STREAM_META_INFO = (
     "return_meta_info is not supported with streaming. "
     "Please set stream=false when using return_meta_info=true."
+)
+
+
+# SGLang 0.5.23's ``SpecTokensDetails`` (entrypoints/openai/protocol.py): every field, in its
+# order, with the default a field takes when meta_info lacks it (or holds a falsy value).
+_SPEC_DETAILS_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("spec_accept_rate", 0.0),
+    ("spec_accept_length", 0.0),
+    ("spec_cap_length", 0.0),
+    ("spec_block_accept_length", 0.0),
+    ("spec_num_correct_drafts", 0),
+    ("spec_num_proposed_drafts", 0),
+    ("spec_verify_ct", 0),
+    ("spec_correct_drafts_histogram", []),
+    ("spec_cap_lens_histogram", []),
 )
 
 
@@ -101,6 +118,52 @@ def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
     if not isinstance(options, dict):
         raise RequestError("'stream_options' must be an object")
     return stream, bool(options.get("include_usage", False))
+
+
+def _bool_field(body: Mapping[str, Any], key: str) -> bool:
+    """``body[key]`` as a bool (False when absent); anything else that is not a bool is a 400."""
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise RequestError(f"'{key}' must be true or false, got {show(value)}")
+    return value
+
+
+def _chat_template_kwargs(body: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang's ``chat_template_kwargs``: a JSON object or null (-> {}); anything else is a 400.
+
+    The reference engine's chat template (``render_chat``) takes no keyword arguments, so the
+    checked object is accepted and has no effect, as an unused template variable in SGLang."""
+    value = body.get("chat_template_kwargs")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RequestError(f"'chat_template_kwargs' must be an object, got {show(value)}")
+    return value
+
+
+def spec_tokens_details(meta_info: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """SGLang's ``spec_tokens_details_from_meta_info`` (entrypoints/openai/utils.py).
+
+    Returns:
+        None when ``meta_info`` has none of the speculative keys (no speculation, or no verify
+        pass yet: ``EngineClient.meta_info`` writes them only then); else every
+        ``SpecTokensDetails`` field, a missing or falsy one as its default (0.0, 0 or []), as
+        SGLang serialises the model (no field is ever left out or null).
+    """
+    if not any(key in meta_info for key, _ in _SPEC_DETAILS_DEFAULTS):
+        return None
+    return {key: meta_info.get(key) or (list(default) if isinstance(default, list) else default)
+            for key, default in _SPEC_DETAILS_DEFAULTS}
+
+
+def sglext_of(details: list[Optional[dict[str, Any]]], *, n: int) -> Optional[dict[str, Any]]:
+    """The response-level ``sglext`` from each choice's spec details (choice order), as SGLang's
+    ``_build_*_response`` / ``_generate_*_stream``: a list when the request's ``n`` > 1, else the
+    first choice's details only (also for a batch of prompts); None when no choice has any."""
+    present = [d for d in details if d is not None]
+    if not present:
+        return None
+    return {"spec_tokens_details": present if n > 1 else present[0]}
 
 
 def _finish_reason(state: RequestState) -> Optional[str]:
@@ -184,8 +247,16 @@ async def _respond(
     include_usage: bool,
     chat: bool,
     return_meta_info: bool = False,
+    return_spec_details: bool = False,
 ) -> web.StreamResponse:
-    """Submit ``reqs`` (one, or a completions batch) and answer in SGLang's OpenAI shapes."""
+    """Submit ``reqs`` (one, or a completions batch) and answer in SGLang's OpenAI shapes.
+
+    With ``return_spec_details`` (SGLang's ``return_spec_tokens_details``) and speculative
+    counters to report, the answer carries SGLang's response-level ``sglext`` (``sglext_of``):
+    non-streaming, as a top-level key of the body after ``usage``; streaming, as a chunk of its
+    own (``choices: []``, the ``sglext`` key) after every choice's finish chunk and before the
+    ``include_usage`` chunk, as SGLang 0.5.23's ``_generate_*_stream``.
+    """
     for req in reqs:
         if client.is_in_flight(req.rid):
             raise RequestError(f"request id {req.rid!r} is already in flight")
@@ -219,17 +290,24 @@ async def _respond(
                 choice["meta_info"] = client.meta_info(final, decode=_token_text(state))  # return_text_in_logprobs
             choices.append(choice)
         obj = "chat.completion" if chat else "text_completion"
-        return json_response(
-            {"id": prefix + reqs[0].rid, "object": obj, "created": created, "model": model, "choices": choices,
-             "usage": _usage(finals)}
-        )
+        body = {"id": prefix + reqs[0].rid, "object": obj, "created": created, "model": model, "choices": choices,
+                "usage": _usage(finals)}
+        ext = _request_sglext(client, finals) if return_spec_details else None
+        if ext is not None:
+            body["sglext"] = ext
+        return json_response(body)
 
     chunk_obj = "chat.completion.chunk" if chat else "text_completion"
 
-    def chunk(rid: str, choices: list[dict[str, Any]], usage: Optional[dict[str, int]] = None) -> bytes:
+    def chunk(
+        rid: str, choices: list[dict[str, Any]], usage: Optional[dict[str, int]] = None,
+        sglext: Optional[dict[str, Any]] = None,
+    ) -> bytes:
         out: dict[str, Any] = {"id": prefix + rid, "object": chunk_obj, "created": created, "model": model, "choices": choices}
         if usage is not None:
             out["usage"] = usage
+        if sglext is not None:
+            out["sglext"] = sglext
         return sse(out)
 
     def piece(index: int, text: str, finish: Optional[str], matched: Any = None, logprobs: Any = None) -> dict[str, Any]:
@@ -273,10 +351,19 @@ async def _respond(
                 yield chunk(rs.rid, [piece(index, rest, None, logprobs=new_logprobs(index, rs))])
             tail = new_logprobs(index, rs) if logprobs_sent[index] < len(rs.output_logprobs) else None
             yield chunk(rs.rid, [piece(index, "", _finish_reason(rs), (rs.finish or {}).get("matched"), logprobs=tail)])
+        ext = _request_sglext(client, submitted) if return_spec_details else None
+        if ext is not None:
+            yield chunk(reqs[0].rid, [], sglext=ext)
         if include_usage:
             yield chunk(reqs[0].rid, [], _usage(submitted))
 
     return await stream_response(request, client, submitted, events())
+
+
+def _request_sglext(client: EngineClient, finals: list[RequestState]) -> Optional[dict[str, Any]]:
+    """``sglext`` for finished requests (one per choice, in choice order), from the same
+    ``meta_info`` ``/generate`` returns. ``n`` is 1: the reference engine refuses ``n`` > 1."""
+    return sglext_of([spec_tokens_details(client.meta_info(rs)) for rs in finals], n=1)
 
 
 def _prompts(state: AppState, prompt: Any) -> list[list[int]]:
@@ -312,6 +399,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     prompts = _prompts(state, body.get("prompt"))
     params = _sampling(body, max_tokens_keys=("max_tokens",), default_max_tokens=16)
     stream, include_usage = _stream_flags(body)
+    return_spec_details = _bool_field(body, "return_spec_tokens_details")
     logprobs = body.get("logprobs")
     if isinstance(logprobs, bool):
         raise RequestError(f"'logprobs' of /v1/completions is the number of top logprobs (an integer), got {show(logprobs)}")
@@ -328,7 +416,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         )
         rid = uuid.uuid4().hex
         reqs.append(GenerateReq(rid=rid, input_ids=tuple(ids), params=params, seed=request_seed(state.args, rid, params), **options))
-    return await _respond(request, state=state, client=client, reqs=reqs, stream=stream, include_usage=include_usage, chat=False)
+    return await _respond(
+        request, state=state, client=client, reqs=reqs, stream=stream, include_usage=include_usage, chat=False,
+        return_spec_details=return_spec_details,
+    )
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -338,6 +429,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list")
+    _chat_template_kwargs(body)  # checked; render_chat takes no template kwargs
     try:
         ids = render_chat(messages)
     except ValueError as exc:
@@ -348,9 +440,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         default_max_tokens=max(0, state.args.context_length - len(ids) - 1),
     )
     stream, include_usage = _stream_flags(body)
-    return_meta_info = body.get("return_meta_info", False)
-    if not isinstance(return_meta_info, bool):
-        raise RequestError(f"'return_meta_info' must be true or false, got {show(return_meta_info)}")
+    return_meta_info = _bool_field(body, "return_meta_info")
+    return_spec_details = _bool_field(body, "return_spec_tokens_details")
     if stream and return_meta_info:
         raise RequestError(_STREAM_META_INFO)
     logprobs = body.get("logprobs", False)
@@ -375,7 +466,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     )
     return await _respond(
         request, state=state, client=client, reqs=[req], stream=stream, include_usage=include_usage, chat=True,
-        return_meta_info=return_meta_info,
+        return_meta_info=return_meta_info, return_spec_details=return_spec_details,
     )
 
 

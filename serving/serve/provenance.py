@@ -45,13 +45,18 @@ class Provenance(BaseModel):
         default=None, description="The confirmation's verdict against SGLang's default (better, equivalent, "
                                   "worse or undecided); none without a confirmation round.")
     written_at: str | None = Field(default=None, description="When this block was written (ISO 8601, UTC).")
+    traffic: str | None = Field(
+        default=None, description="The traffic the configuration was tuned on, in one line (dataset, its sha256, "
+        "requests, API, sampling: orchestrator.bench.traffic.TrafficFingerprint.short); a configuration is best for "
+        "the text it was measured on.")
 
     def ready_text(self) -> str:
-        """``from sweep NAME trial N (MLflow run ID)``: the readiness line's account of the run."""
+        """``from sweep NAME trial N (MLflow run ID); tuned on TRAFFIC``: the readiness line's account of the run."""
         parts = [f"from sweep {self.sweep or '?'} trial {self.trial if self.trial is not None else '?'}"]
         if self.mlflow_run_id:
             parts.append(f"(MLflow run {self.mlflow_run_id})")
-        return " ".join(parts)
+        text = " ".join(parts)
+        return f"{text}; tuned on {self.traffic}" if self.traffic else text
 
 
 def info_body(provenance: dict[str, Any] | None, *, served_since: str | None, replicas: dict[str, Any],

@@ -95,7 +95,7 @@ class SweepCoordinator:
 
     def __init__(
         self, *, results_dir: str, tracking_uri: str, experiment_name: str, sweep_name: str, spec_text: str,
-        resume: bool = False,
+        resume: bool = False, traffic: dict[str, Any] | None = None,
     ) -> None:
         self.results_dir = Path(results_dir)
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +116,9 @@ class SweepCoordinator:
             self.tracker.log_text(self.parent_run_id, spec_text, "spec.yaml")
             write_json_file(state_path, {"parent_run_id": self.parent_run_id, "sweep": sweep_name,
                                          "tracking_uri": tracking_uri, "created_at": utc_timestamp()})
+        self._traffic = traffic
+        """The sweep's traffic (``orchestrator.bench.traffic.TrafficFingerprint`` as a dict): every trial's
+        record carries it, and its MLflow run its ``traffic.*`` params."""
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
         self._running: dict[str, TrialRecord] = {}
         self._numbers: dict[str, int] = {}
@@ -190,7 +193,8 @@ class SweepCoordinator:
         number = done.number if done is not None else self.reserve_number(trial_id=rec.trial_id)
         run = self.tracker.trial_run(
             parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=rec.trial_id,
-            run_name=f"trial {number:03d} {rec.label}", params={"trial_kind": rec.kind, **rec.params},
+            run_name=f"trial {number:03d} {rec.label}", params={"trial_kind": rec.kind, **rec.params,
+                                                                **self._traffic_params()},
             tags={TAG_KIND: rec.kind, TAG_LABEL: rec.label},
         )
         if run["existing"]:
@@ -201,6 +205,14 @@ class SweepCoordinator:
             self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
         return {"number": number, "run_id": run["run_id"], "finished": None, "ended": self.records()}
+
+    def _traffic_params(self) -> dict[str, str]:
+        """The traffic's ``traffic.*`` MLflow params (none without a fingerprint)."""
+        if not self._traffic:
+            return {}
+        from orchestrator.bench.traffic import TrafficFingerprint
+
+        return TrafficFingerprint.model_validate(self._traffic).mlflow_params()
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
         """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was
@@ -280,7 +292,7 @@ class SweepCoordinator:
         rec = rec.model_copy(update={
             "number": held.number if held is not None else rec.number,
             "mlflow_run_id": rec.mlflow_run_id or (held.mlflow_run_id if held is not None else None),
-            "ended_at": rec.ended_at or utc_timestamp()})
+            "ended_at": rec.ended_at or utc_timestamp(), "traffic": rec.traffic or self._traffic})
         if rec.mlflow_run_id:
             self._tell_run(rec, told=held)
             summary: dict[str, float | None] = {f"final.{k}": v for k, v in rec.metrics.items()}

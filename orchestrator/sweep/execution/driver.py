@@ -34,6 +34,7 @@ from orchestrator.sweep.execution.coordinator import (
 from orchestrator.sweep.output.display import Display, QuietWatch, job_console
 from orchestrator.sweep.execution.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.execution.time_budget import TimeBudget
+from orchestrator.sweep.execution.traffic_setup import pin_dataset, traffic_fingerprint, traffic_warnings
 from orchestrator.sweep.execution.sweep_preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import TrialRecord
@@ -118,6 +119,11 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         write_atomic(out / "spec.yaml", spec_text)  # what --resume reads back
+    spec = pin_dataset(spec, out, resume=resume)  # before the chdir below: a relative path is the user's
+    traffic = traffic_fingerprint(spec)
+    console.print(f"traffic: {escape(traffic.short())}", highlight=False, soft_wrap=True)
+    for warning in traffic_warnings(spec):
+        console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     # Out of Ray's copy of the working directory, which Ray may remove while the job runs
     # (docs/design/sweep.md); every path below is absolute.
     os.chdir(out)
@@ -126,10 +132,12 @@ def run_sweep(
     ref = CoordinatorRef(coordinator_name(out))
     coordinator = create_coordinator(
         ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
-        sweep_name=spec.name, spec_text=spec_text, resume=resume,
+        sweep_name=spec.name, spec_text=spec_text, resume=resume, traffic=traffic.model_dump(mode="json"),
     )
     info = ray.get(coordinator.info.remote())
-    ray.get(coordinator.log_sweep.remote(params=sweep_params(spec)))  # the parent run's params (a resume: the same)
+    ray.get(coordinator.log_sweep.remote(  # the parent run's params (a resume: the same) and the traffic's file
+        params={**sweep_params(spec), **traffic.mlflow_params()},
+        files=[spec.benchmark.dataset_path] if spec.benchmark.dataset_path and not resume else None))
     console.print(f"MLflow: {escape(tracking_uri)} (experiment {escape(spec.experiment_name)}, "
                   f"parent run {info['parent_run_id']}; from {tracking_from})", highlight=False)
     from orchestrator.sweep.execution.trial import TrialContext

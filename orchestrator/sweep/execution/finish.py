@@ -42,6 +42,7 @@ from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import (
     TrialRecord,
     best_record,
+    traffic_line,
     trial_provenance,
     write_best_yaml,
     write_json_file,
@@ -121,6 +122,10 @@ def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Co
     report["per_load_lines"] += launch_line(report["launch"])
     report["confirmation"] = confirmation.to_dict() if confirmation else None
     report["verdict"] = verdict_summary(confirmation)
+    traffic = next((r.traffic for r in records if r.traffic), None)
+    if traffic:  # records from before traffic was fingerprinted have none: their summary stays as it was
+        report["traffic"] = traffic
+        report["lines"].append(f"tuned on: {traffic_line(traffic)}")
     return report
 
 

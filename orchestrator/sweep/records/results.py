@@ -36,6 +36,7 @@ __all__ = [
     "auto_label",
     "best_record",
     "read_records",
+    "traffic_line",
     "trial_provenance",
     "write_best_yaml",
 ]
@@ -167,6 +168,9 @@ class TrialRecord(BaseModel):
     mlflow_run_id: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
+    traffic: dict[str, Any] | None = Field(
+        default=None, description="What the trial benchmarked: the sweep's TrafficFingerprint "
+        "(orchestrator.bench.traffic: dataset file and hash, requests, API, chat template kwargs, sampling).")
 
     def ended(self, *, status: TrialStatus, reason: str | None, message: str, ended_at: str) -> "TrialRecord":
         """This record at the trial's end: what it had measured so far, with its outcome."""
@@ -286,8 +290,17 @@ def trial_provenance(record: TrialRecord, *, sweep: str, parent_run_id: str | No
             metric=objective.metric, concurrency=objective.concurrency, median=objective.median,
             ci95_low=objective.ci95_low, ci95_high=objective.ci95_high, repetitions=len(objective.values),
         ) if objective is not None else None,
-        verdict=verdict, written_at=written_at,
+        verdict=verdict, written_at=written_at, traffic=traffic_line(record.traffic),
     )
+
+
+def traffic_line(traffic: dict[str, Any] | None) -> str | None:
+    """A record's traffic fingerprint in one line (None without one)."""
+    if not traffic:
+        return None
+    from orchestrator.bench.traffic import TrafficFingerprint
+
+    return TrafficFingerprint.model_validate(traffic).short()
 
 
 def write_json_file(path: Path, data: Any) -> Path:

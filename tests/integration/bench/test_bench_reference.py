@@ -77,14 +77,18 @@ def test_benchmark_accept_length_sources_agree(reference_engine) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_openai_api_of_the_engine_has_no_per_request_speculative_fields(reference_engine) -> None:
-    settings = BenchSettings(api="completions", num_prompts=4, output_len=16, concurrency=[2], repetitions=1,
-                             warmup_requests=0, request_timeout_s=120)
-    rep = run_benchmark(base_url=reference_engine.url, settings=settings).level(2).repetitions[0]
-    assert rep.num_errors == 0 and rep.output_tokens == 4 * 16  # from usage
-    assert rep.accept_length_requests is None and rep.spec_verify_ct is None and rep.cycle_ms is None
-    assert rep.accept_length_mismatch is None  # nothing to cross-check, not "agrees"
-    assert rep.accept_length == rep.accept_length_server  # the server-wide figure is still there
+def test_openai_apis_give_the_per_request_speculative_fields_through_sglext(reference_engine) -> None:
+    """SGLang 0.5.23's ``return_spec_tokens_details``: the OpenAI APIs (chat applies the chat template)
+    report each request's verify count, accept length and accepted-draft histogram as /generate does."""
+    for api in ("completions", "chat"):
+        settings = BenchSettings(api=api, num_prompts=4, output_len=16, concurrency=[2], repetitions=1,
+                                 warmup_requests=0, request_timeout_s=120)
+        rep = run_benchmark(base_url=reference_engine.url, settings=settings).level(2).repetitions[0]
+        assert rep.num_errors == 0 and rep.output_tokens == 4 * 16  # from usage
+        assert rep.spec_verify_ct and rep.spec_verify_ct > 0 and rep.cycle_ms is not None, api
+        assert rep.accept_length_requests is not None and rep.accept_length_requests > 1.0, api
+        assert rep.accept_histogram and sum(rep.accept_histogram) == rep.spec_verify_ct, (api, rep.accept_histogram)
+        assert rep.accept_length_mismatch is False, (api, rep.accept_length_requests, rep.accept_length_server)
 
 
 @pytest.mark.timeout(300)

@@ -115,6 +115,43 @@ def test_payloads_use_each_apis_field_names() -> None:
     assert completions["prompt"] == "hi" and "model" not in completions and "stream_options" not in completions
 
 
+def test_a_logged_request_brings_its_messages_cap_and_sampling_and_asks_for_spec_details() -> None:
+    from orchestrator.bench.loadgen import WorkItem
+
+    sampling = Sampling(max_new_tokens=64, temperature=0.0, seed=3, ignore_eos=True)
+    item = WorkItem(prompt_id="log-1", text="fix it", messages=(("system", "be brief"), ("user", "fix it")),
+                    max_tokens=200, temperature=0.7, top_p=0.9)
+    chat = build_payload(api="chat", text=item.text, sampling=sampling, stream=True, model="m", item=item,
+                         chat_template_kwargs={"thinking": False})
+    assert chat["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "fix it"}]
+    assert (chat["max_tokens"], chat["temperature"], chat["top_p"]) == (64, 0.7, 0.9), "the cap never above the run's"
+    assert chat["return_spec_tokens_details"] is True and chat["chat_template_kwargs"] == {"thinking": False}
+    short = build_payload(api="chat", text="x", sampling=sampling, stream=False, model=None,
+                          item=WorkItem(prompt_id="p", text="x", max_tokens=8))
+    assert short["max_tokens"] == 8 and short["temperature"] == 0.0 and "top_p" not in short
+    native = build_payload(api="generate", text="x", sampling=sampling, stream=True, model=None, item=item)
+    assert "return_spec_tokens_details" not in native and native["sampling_params"]["top_p"] == 0.9
+    assert native["sampling_params"]["sampling_seed"] == 3
+
+
+def test_openai_responses_give_the_spec_counters_from_sglext() -> None:
+    """SGLang 0.5.23's ``sglext.spec_tokens_details`` (non-streamed body, and a stream's final chunk)."""
+    details = {"spec_verify_ct": 4, "spec_accept_length": 2.5, "spec_num_correct_drafts": 6,
+               "spec_num_proposed_drafts": 12, "spec_correct_drafts_histogram": [1, 1, 1, 1]}
+    body = _Response("chat", keep_output=False, t0=0.0)
+    body.body({"choices": [{"message": {"content": "hi"}, "finish_reason": "length"}],
+               "usage": {"completion_tokens": 10, "prompt_tokens": 3}, "sglext": {"spec_tokens_details": details}})
+    assert (body.verify_ct, body.spec_accept, body.correct_drafts, body.proposed_drafts) == (4, 2.5, 6, 12)
+    assert body.histogram == [1, 1, 1, 1]
+    stream = _Response("completions", keep_output=False, t0=0.0)
+    stream.event({"choices": [{"text": "a", "finish_reason": None}]}, 0.1)
+    stream.event({"choices": [], "usage": {"completion_tokens": 10}, "sglext": {"spec_tokens_details": [details]}}, 0.2)
+    assert stream.verify_ct == 4 and stream.histogram == [1, 1, 1, 1]
+    plain = _Response("chat", keep_output=False, t0=0.0)
+    plain.body({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}]})
+    assert plain.verify_ct is None and plain.histogram is None, "absent means not reported, never 0"
+
+
 def test_breaker_trips_on_timeouts_in_a_row_with_nothing_completing() -> None:
     def record(kind: str | None, status: int | None = None) -> RequestRecord:
         return RequestRecord(index=0, prompt_id="p", error=None if kind is None else "x", error_kind=kind, status=status)

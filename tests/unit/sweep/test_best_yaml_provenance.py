@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.bench.traffic import TrafficFingerprint
+
 import pytest
 import yaml
 
@@ -26,8 +28,17 @@ def _record() -> TrialRecord:
         objective=Objective(metric="output_tok_per_s", concurrency=8, direction="max", values=[100.0, 104.0, 102.0],
                             median=102.0, ci95_low=99.5, ci95_high=104.5),
         repetitions_done=3, repetitions_planned=3, measured_in_full=True, engine_config=ENGINE,
-        mlflow_run_id="3f2a9c",
+        mlflow_run_id="3f2a9c", traffic=_traffic(),
     )
+
+
+def _traffic() -> dict:
+    from orchestrator.bench.datasets import load_prompts
+    from orchestrator.bench.traffic import fingerprint
+
+    prompts = load_prompts(dataset="builtin", count=4, seed=0)
+    return fingerprint(source="builtin", prompts=prompts, selected=4, seed=0, api="chat", output_len=64,
+                       temperature=0.0, ignore_eos=True).model_dump(mode="json")
 
 
 def _write(path: Path) -> Path:
@@ -49,6 +60,7 @@ def test_provenance_round_trips_and_the_engine_config_is_unchanged(tmp_path: Pat
         "objective": {"metric": "output_tok_per_s", "concurrency": 8, "median": 102.0, "ci95_low": 99.5,
                       "ci95_high": 104.5, "repetitions": 3},
         "verdict": "indistinguishable", "written_at": "2026-01-02T03:04:05+00:00",
+        "traffic": TrafficFingerprint.model_validate(_traffic()).short(),
     }
     assert load_serve_file(path)[0] == engine  # the two-part loader the older callers use
     # The file is still an EngineConfig once the provenance block is taken off (as a reader that
@@ -56,7 +68,7 @@ def test_provenance_round_trips_and_the_engine_config_is_unchanged(tmp_path: Pat
     data = yaml.safe_load(path.read_text())
     data.pop("provenance")
     assert EngineConfig.model_validate(data).model_dump() == ENGINE
-    assert provenance.ready_text() == "from sweep reference-cpu trial 5 (MLflow run 3f2a9c)"
+    assert provenance.ready_text().startswith("from sweep reference-cpu trial 5 (MLflow run 3f2a9c); tuned on builtin")
 
 
 def test_a_best_yaml_without_provenance_still_serves(tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""The sweep's traffic, pinned at its start: the dataset file kept with the results, its fingerprint,
+and what a person should know about it.
+
+A sweep reads its prompts in every trial, on whichever node runs the trial, long after the driver
+started (and ``ray job submit`` may remove its copy of the working directory meanwhile). So the
+driver copies a dataset file (a request log, a ShareGPT file) into ``RESULTS_DIR/traffic/`` once,
+points the spec at the copy (an absolute path), and fingerprints it (``orchestrator.bench.traffic``):
+every trial records that fingerprint, the sweep's MLflow run logs it as params and the file as an
+artifact, and ``best.yaml``'s provenance names it. A resumed sweep keeps its copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from orchestrator.bench.datasets import Prompt
+from orchestrator.bench.request_log import load_dataset
+from orchestrator.bench.traffic import TrafficFingerprint, fingerprint
+from orchestrator.spec import SweepSpec
+
+__all__ = ["TRAFFIC_DIR", "pin_dataset", "traffic_fingerprint", "traffic_warnings"]
+
+TRAFFIC_DIR = "traffic"
+"""Under the results directory: the sweep's own copy of its dataset file."""
+
+
+def pin_dataset(spec: SweepSpec, results_dir: Path, *, resume: bool) -> SweepSpec:
+    """``spec`` reading its dataset file from ``results_dir/traffic/NAME`` (copied there now; a resumed
+    sweep keeps the copy it made). Specs without a dataset file are returned as they are.
+
+    Raises:
+        orchestrator.bench.datasets.DatasetError: the file does not exist (a new sweep).
+    """
+    from orchestrator.bench.datasets import DatasetError
+
+    source = spec.benchmark.dataset_path
+    if not source:
+        return spec
+    pinned = results_dir / TRAFFIC_DIR / Path(source).name
+    if not (resume and pinned.is_file()):
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise DatasetError(f"benchmark.dataset_path {source!r} does not exist (looked in {Path.cwd()}); "
+                               "give the file's path, absolute or relative to where the sweep starts")
+        pinned.parent.mkdir(parents=True, exist_ok=True)
+        if path.resolve() != pinned.resolve():
+            shutil.copyfile(path, pinned)
+    benchmark = spec.benchmark.model_copy(update={"dataset_path": str(pinned.resolve())})
+    return spec.model_copy(update={"benchmark": benchmark})
+
+
+def _prompts(spec: SweepSpec) -> list[Prompt]:
+    bench = spec.benchmark
+    return load_dataset(dataset=bench.dataset, count=bench.num_prompts, seed=bench.seed,
+                        dataset_path=bench.dataset_path, random_input_len=bench.random_input_len)
+
+
+def traffic_fingerprint(spec: SweepSpec) -> TrafficFingerprint:
+    """What every trial of ``spec`` benchmarks: the prompts one repetition sends, fingerprinted.
+
+    Raises:
+        orchestrator.bench.datasets.DatasetError: the dataset cannot be read.
+    """
+    bench = spec.benchmark
+    prompts = _prompts(spec)
+    log = None
+    if bench.dataset == "request_log" and bench.dataset_path:
+        from orchestrator.bench.request_log import load_request_log
+
+        log = load_request_log(bench.dataset_path)
+    return fingerprint(source=bench.dataset, prompts=prompts, selected=bench.num_prompts, seed=bench.seed,
+                       api=bench.api, output_len=bench.output_len, temperature=bench.temperature,
+                       ignore_eos=bench.ignore_eos, chat_template_kwargs=bench.chat_template_kwargs,
+                       path=bench.dataset_path, log=log)
+
+
+def traffic_warnings(spec: SweepSpec) -> list[str]:
+    """One line each for traffic that is not what production serves: raw text to a chat model, and
+    logged requests replayed with a sampling they were not served with.
+
+    Raises:
+        orchestrator.bench.datasets.DatasetError: a request log cannot be read.
+    """
+    bench, out = spec.benchmark, []
+    if spec.engine.kind == "sglang" and bench.api != "chat":
+        out.append(
+            f"benchmark.api: {bench.api} sends raw text with no chat template; if {spec.engine.model_path} is served "
+            "as a chat model, its draft was trained on chat-formatted text and accepts differently on raw text, so "
+            "the best chain length found here may not be production's: set benchmark.api: chat (and dataset: "
+            "request_log for your own traffic)")
+    unsampled = sum(p.temperature is None for p in _prompts(spec)) if bench.dataset == "request_log" else 0
+    if unsampled:
+        out.append(
+            f"benchmark.dataset_path: {unsampled} of the {bench.num_prompts} requests sent carry no "
+            f"temperature and are replayed at benchmark.temperature {bench.temperature:g}"
+            + (" (greedy)" if bench.temperature == 0 else "")
+            + "; production served them at the server's default (1.0 for SGLang's OpenAI API), and acceptance "
+            "under sampling is lower than under greedy decoding: set their temperature in the log, or "
+            "benchmark.temperature to what you serve")
+    return out
