@@ -17,6 +17,11 @@ JSON goes to stdout, progress to stderr::
 
     python benchmarks/chain_prediction.py --rounds 5 > docs/measurements/chain-prediction-cpu/run1.json
     python benchmarks/chain_prediction.py --model-path ref-gpu-comm --device cuda --levels 1 8 --rounds 5
+
+``--request-log FILE`` also measures every chain, in the same rounds, on a request log through the chat
+API (its requests' own messages, caps and sampling: temperature > 0 where the log says so), predicts
+from it the same way (``request_log.designs``: what holds under sampled traffic) and puts the two
+traffics side by side (``request_log.side_by_side``: accept length, throughput, the fastest chain).
 """
 
 from __future__ import annotations
@@ -57,26 +62,30 @@ def _rel_se(values: list[float], *, log: bool) -> float:
     return sd / math.sqrt(len(xs)) / (1.0 if log else statistics.fmean(values))
 
 
-def measure(servers: dict[int, Server], *, levels: list[int], rounds: int, settings: dict[str, Any]) -> dict:
-    """steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]}, in rounds."""
-    data: dict[int, dict[int, dict[str, list[Any]]]] = {
-        s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels} for s in servers}
-    bench = BenchSettings(concurrency=levels, repetitions=1, **settings)
+def measure(servers: dict[int, Server], *, levels: list[int], rounds: int,
+            traffics: dict[str, dict[str, Any]]) -> dict[str, dict]:
+    """traffic -> steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]},
+    in rounds: every chain on every traffic once per round (the traffics of one chain back to back)."""
+    data: dict[str, dict[int, dict[int, dict[str, list[Any]]]]] = {
+        name: {s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels}
+               for s in servers} for name in traffics}
+    benches = {name: BenchSettings(concurrency=levels, repetitions=1, **settings) for name, settings in traffics.items()}
     for number in range(rounds):
         order = list(servers) if number % 2 == 0 else list(reversed(servers))  # A B C, C B A: drift hits all alike
         for steps in order:
-            tic = time.monotonic()
-            result = run_benchmark(base_url=servers[steps].url, settings=bench)
-            for level in result.levels:
-                rep = level.repetitions[0]
-                cell = data[steps][level.concurrency]
-                cell["tok"].append(rep.output_tok_per_s)
-                cell["accept"].append(rep.accept_length)
-                cell["cycle"].append(rep.cycle_ms)
-                cell["histograms"].append(rep.accept_histogram)
-                cell["steal"].append(rep.host_cpu_steal)
-            logger.info("round %d/%d steps %d: %s (%.0f s)", number + 1, rounds, steps,
-                        {c: round(data[steps][c]["tok"][-1], 1) for c in levels}, time.monotonic() - tic)
+            for name, bench in benches.items():
+                tic = time.monotonic()
+                result = run_benchmark(base_url=servers[steps].url, settings=bench)
+                for level in result.levels:
+                    rep = level.repetitions[0]
+                    cell = data[name][steps][level.concurrency]
+                    cell["tok"].append(rep.output_tok_per_s)
+                    cell["accept"].append(rep.accept_length)
+                    cell["cycle"].append(rep.cycle_ms)
+                    cell["histograms"].append(rep.accept_histogram)
+                    cell["steal"].append(rep.host_cpu_steal)
+                logger.info("round %d/%d steps %d %s: %s (%.0f s)", number + 1, rounds, steps, name,
+                            {c: round(data[name][steps][c]["tok"][-1], 1) for c in levels}, time.monotonic() - tic)
     return data
 
 
@@ -139,6 +148,26 @@ def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str
     return out
 
 
+def side_by_side(data: dict[str, dict], *, levels: list[int]) -> dict[str, Any]:
+    """Per level and chain: accept length and throughput on the built-in prompts and on the request
+    log, measured in the same rounds, and which chain is fastest on each."""
+    out: dict[str, Any] = {}
+    for level in levels:
+        rows = {}
+        for steps in sorted(data["builtin"]):
+            mine = {name: chain_of(steps, data[name][steps][level]) for name in ("builtin", "request_log")}
+            rows[str(steps)] = {f"{name}_{field}": round(getattr(chain, attr), digits)
+                                for name, chain in mine.items()
+                                for field, attr, digits in (("accept_length", "accept_length", 4),
+                                                            ("tok_per_s", "tok_per_s", 2), ("tok_rel_se", "tok_rel_se", 4))}
+        out[str(level)] = {
+            "chains": rows,
+            "fastest_builtin": max(rows, key=lambda s: rows[s]["builtin_tok_per_s"]),
+            "fastest_request_log": max(rows, key=lambda s: rows[s]["request_log_tok_per_s"]),
+        }
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", default="ref-tiny")
@@ -153,6 +182,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--cuda-graph-max-bs-decode", type=int, default=None,
                         help="decode CUDA graphs up to this batch (GPU; default: the engine's)")
     parser.add_argument("--start-timeout", type=float, default=600.0)
+    parser.add_argument("--request-log", default=None, metavar="JSONL",
+                        help="Also measure every chain on this OpenAI-format request log through /v1/chat/completions "
+                             "(each request's messages, output cap and sampling), beside the built-in prompts, in "
+                             "the same rounds: e.g. experiments/traffic/chat-log.jsonl")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     common = ["--model-path", args.model_path, "--device", args.device, "--max-running-requests", str(max(args.levels))]
@@ -162,6 +195,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             common += [flag, str(value)]
     settings = {"dataset": "builtin", "num_prompts": args.num_prompts, "output_len": args.output_len,
                 "warmup_requests": 1, "min_repetition_s": 0, "warmup": {"tolerance": None}}
+    traffics = {"builtin": settings}
+    if args.request_log:
+        traffics["request_log"] = {**settings, "dataset": "request_log", "dataset_path": args.request_log,
+                                   "api": "chat"}
     steps_all = list(range(1, args.max_steps + 1))
     with tempfile.TemporaryDirectory(prefix="chain-prediction-") as tmp:
         servers = {s: Server(name=f"steps{s}", log_dir=Path(tmp),
@@ -173,22 +210,29 @@ def main(argv: Optional[list[str]] = None) -> int:
             for server in servers.values():
                 server.wait_healthy(args.start_timeout)
             tic = time.monotonic()
-            data = measure(servers, levels=args.levels, rounds=args.rounds, settings=settings)
+            data = measure(servers, levels=args.levels, rounds=args.rounds, traffics=traffics)
             elapsed = time.monotonic() - tic
         finally:
             for server in servers.values():
                 server.stop()
     designs = {"longest_and_shortest": [1, args.max_steps], "longest_and_default": [3, args.max_steps],
                "shortest_default_longest": [1, 3, args.max_steps]}
+    def results(measured: dict) -> dict[str, Any]:
+        return {
+            "designs": {name: compare(measured, levels=args.levels, from_steps=sorted(set(steps)))
+                        for name, steps in designs.items() if len(set(steps)) > 1},
+            "rounds": {str(s): {str(c): {k: v for k, v in measured[s][c].items() if k != "histograms"}
+                                for c in args.levels} for s in measured},
+        }
+
     report = {
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
-        "designs": {name: compare(data, levels=args.levels, from_steps=sorted(set(steps)))
-                    for name, steps in designs.items() if len(set(steps)) > 1},
-        "rounds": {str(s): {str(c): {k: v for k, v in data[s][c].items() if k != "histograms"} for c in args.levels}
-                   for s in data},
+        **results(data["builtin"]),
     }
+    if args.request_log:
+        report["request_log"] = {**results(data["request_log"]), "side_by_side": side_by_side(data, levels=args.levels)}
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

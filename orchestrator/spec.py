@@ -455,6 +455,12 @@ class SweepSpec(_Model):
         elif bench.target_ci_rel is not None and bench.min_repetitions is not None and bench.min_repetitions < MIN_VALUES:
             out.append(f"benchmark.min_repetitions: {bench.min_repetitions} acts as {MIN_VALUES} (no interval is stated "
                        f"from fewer values, so no level stops before {MIN_VALUES} repetitions)")
+        if self.engine.kind == "sglang" and bench.api != "chat":
+            out.append(
+                f"benchmark.api: {bench.api} sends raw text with no chat template; if {self.engine.model_path} is "
+                "served as a chat model, its draft was trained on chat-formatted text and accepts differently on raw "
+                "text, so the best chain length found here may not be production's: set benchmark.api: chat (and "
+                "dataset: request_log for your own traffic)")
         confirmation = self.confirmation
         if confirmation.enabled and confirmation.max_visits < MIN_VALUES:
             out.append(f"confirmation.max_visits: {confirmation.max_visits} can never decide a verdict (an interval "

@@ -303,7 +303,16 @@ def test_validate_warns_when_settings_cannot_give_an_interval() -> None:
 
 
 def _not_nccl(warnings: list[str]) -> list[str]:
-    return [w for w in warnings if not w.startswith("engine.env")]
+    return [w for w in warnings if not w.startswith(("engine.env", "benchmark.api"))]
+
+
+def test_validate_warns_when_an_sglang_sweep_sends_raw_text() -> None:
+    """A chat model's draft accepts differently on raw text than on its chat template's: tuned on raw
+    text, the best chain length may not be production's. The reference engine is not warned about."""
+    raw = [w for w in SweepSpec.from_dict(BASE).warnings() if w.startswith("benchmark.api")]
+    assert len(raw) == 1 and "no chat template" in raw[0] and "set benchmark.api: chat" in raw[0], raw
+    chat = SweepSpec.from_dict({**BASE, "benchmark": {"api": "chat"}}).warnings()
+    assert not any(w.startswith("benchmark.api") for w in chat), chat
 
 
 def test_validate_says_which_half_of_the_nccl_proof_is_off() -> None:

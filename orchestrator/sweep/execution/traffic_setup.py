@@ -76,26 +76,20 @@ def traffic_fingerprint(spec: SweepSpec) -> TrafficFingerprint:
 
 
 def traffic_warnings(spec: SweepSpec) -> list[str]:
-    """One line each for traffic that is not what production serves: raw text to a chat model, and
-    logged requests replayed with a sampling they were not served with.
+    """One line each for logged requests replayed with a sampling they were not served with (what the
+    spec alone shows, raw text to a chat model, is ``SweepSpec.warnings``).
 
     Raises:
         orchestrator.bench.datasets.DatasetError: a request log cannot be read.
     """
-    bench, out = spec.benchmark, []
-    if spec.engine.kind == "sglang" and bench.api != "chat":
-        out.append(
-            f"benchmark.api: {bench.api} sends raw text with no chat template; if {spec.engine.model_path} is served "
-            "as a chat model, its draft was trained on chat-formatted text and accepts differently on raw text, so "
-            "the best chain length found here may not be production's: set benchmark.api: chat (and dataset: "
-            "request_log for your own traffic)")
-    unsampled = sum(p.temperature is None for p in _prompts(spec)) if bench.dataset == "request_log" else 0
-    if unsampled:
-        out.append(
-            f"benchmark.dataset_path: {unsampled} of the {bench.num_prompts} requests sent carry no "
-            f"temperature and are replayed at benchmark.temperature {bench.temperature:g}"
-            + (" (greedy)" if bench.temperature == 0 else "")
-            + "; production served them at the server's default (1.0 for SGLang's OpenAI API), and acceptance "
-            "under sampling is lower than under greedy decoding: set their temperature in the log, or "
-            "benchmark.temperature to what you serve")
-    return out
+    bench = spec.benchmark
+    if bench.dataset != "request_log":
+        return []
+    unsampled = sum(p.temperature is None for p in _prompts(spec))
+    if not unsampled:
+        return []
+    return [f"benchmark.dataset_path: {unsampled} of the {bench.num_prompts} requests sent carry no temperature and "
+            f"are replayed at benchmark.temperature {bench.temperature:g}" + (" (greedy)" if bench.temperature == 0 else "")
+            + "; production served them at the server's default (1.0 for SGLang's OpenAI API), and acceptance under "
+            "sampling is lower than under greedy decoding: set their temperature in the log, or benchmark.temperature "
+            "to what you serve"]
