@@ -57,8 +57,11 @@ def bench(
     spec: Annotated[
         Optional[Path], typer.Option("--spec", help="Take the settings from a sweep spec's benchmark section.")
     ] = None,
-    dataset: Annotated[Optional[str], typer.Option(help="builtin (default), sharegpt or random.")] = None,
-    dataset_path: Annotated[Optional[str], typer.Option(help="ShareGPT-format JSON file (dataset sharegpt).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(
+        help="builtin (default), sharegpt, random, or request_log (an OpenAI-format JSONL request log, replayed "
+             "request by request; needs --api chat or completions).")] = None,
+    dataset_path: Annotated[Optional[str], typer.Option(
+        help="ShareGPT-format JSON file (dataset sharegpt) or JSONL request log (dataset request_log).")] = None,
     allow_random_prompts: Annotated[
         bool, typer.Option("--allow-random-prompts", help="Permit dataset random (flatters speculation).")
     ] = False,

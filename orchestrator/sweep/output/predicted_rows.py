@@ -104,9 +104,28 @@ class Predictions:
     rows: list[PredictedRow] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
+    sampling: str | None = None
+    """Under sampled traffic: what the prediction rests on then (:data:`SAMPLING_NOTE`); None for greedy."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [r.to_dict() for r in self.rows], "checks": self.checks, "skipped": self.skipped}
+        return {"rows": [r.to_dict() for r in self.rows], "checks": self.checks, "skipped": self.skipped,
+                "sampling": self.sampling}
+
+
+SAMPLING_NOTE = (
+    "the traffic samples (temperature > 0): a shorter chain's acceptance is predicted in distribution, not request by "
+    "request (SGLang 0.5.23 verifies depth j from the draft prefix, the target's probabilities and one coin, so "
+    "P(accepted(s) >= k) = P(accepted(S) >= k) for k <= s; the coins differ between starts), and the interval's model "
+    "error is what the sweep's own measured chains check")
+"""What holds for the predicted rows under sampling (docs/design/sweep.md, predicted_rows)."""
+
+
+def _samples(spec: SweepSpec, records: list[TrialRecord]) -> bool:
+    """Whether the sweep's traffic sampled: the spec's temperature, or a replayed log's requests'."""
+    if spec.benchmark.temperature > 0:
+        return True
+    traffic = next((r.traffic for r in records if r.traffic), None) or {}
+    return float((traffic.get("temperature") or {}).get("max") or 0.0) > 0
 
 
 def _rel_se(values: list[float]) -> float:
@@ -159,7 +178,7 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
     steps_wanted = _space_chains(spec)
     if not steps_wanted:
         return Predictions(skipped="the space has no top-k 1 chains")
-    out = Predictions()
+    out = Predictions(sampling=SAMPLING_NOTE if _samples(spec, records) else None)
     groups: dict[Any, list[TrialRecord]] = {}
     for record in records:
         if _chain_steps(record) is not None:
@@ -304,6 +323,8 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
                   f"from trials {', '.join(str(n) for n in row.from_trials if n != row.reference_trial)}")
         lines.append(f"  ~ {row.label}: {row.tok_per_s:.4g} tok/s [{row.low:.4g}, {row.high:.4g}], accept length "
                      f"{row.accept_length:.3g} ({source}){note}")
+    if predictions.sampling:
+        lines.append(f"  under sampling: {predictions.sampling}")
     for check in (c for c in predictions.checks if c["concurrency"] == concurrency):
         verdict = "inside" if check["inside"] else "OUTSIDE: the model missed; these predictions are not to be trusted"
         lines.append(f"  check: trial {check['trial']} (steps={check['num_steps']}) predicted from the others "

@@ -117,3 +117,16 @@ def test_an_early_stopped_setting_measured_once_is_predicted_with_the_others_spr
     for row in rows:
         assert row.low < row.tok_per_s < row.high
         assert row.tok_per_s == pytest.approx(full[row.num_steps].tok_per_s, rel=1e-6)
+
+
+def test_sampled_traffic_says_what_the_prediction_rests_on() -> None:
+    """Greedy: no note. A replayed log whose requests sample: the rows say the prediction holds in
+    distribution, not request by request, in predictions.jsonl's summary and the printed block."""
+    greedy = predict_rows(_spec(), [_record(1, 6), _record(2, 1)])
+    assert greedy.sampling is None and not any("under sampling" in line for line in prediction_lines(greedy, concurrency=4))
+    sampled = [r.model_copy(update={"traffic": {"temperature": {"greedy_share": 0.5, "min": 0.0, "p50": 0.2, "max": 0.8}}})
+               for r in (_record(1, 6), _record(2, 1))]
+    predictions = predict_rows(_spec(), sampled)
+    assert predictions.sampling and "in distribution" in predictions.sampling
+    assert predictions.to_dict()["sampling"] == predictions.sampling
+    assert any(line.startswith("  under sampling:") for line in prediction_lines(predictions, concurrency=4))
