@@ -290,14 +290,7 @@ class _Response:
             if self.finish_reason == "abort":
                 message = reason.get("message") if isinstance(reason, dict) else None
                 raise _Fail("server_error", f"request aborted by the server: {message or reason}")
-            self.verify_ct = _int_or_none(meta.get("spec_verify_ct"))
-            accept = meta.get("spec_accept_length")
-            self.spec_accept = float(accept) if isinstance(accept, (int, float)) else None
-            self.correct_drafts = _first_int(meta, CORRECT_DRAFTS_KEYS)
-            self.proposed_drafts = _first_int(meta, PROPOSED_DRAFTS_KEYS)
-            histogram = meta.get("spec_correct_drafts_histogram")
-            self.histogram = ([int(v) for v in histogram] if isinstance(histogram, list)
-                              and all(_int_or_none(v) is not None for v in histogram) else None)
+            self._spec_counters(meta)
             e2e = meta.get("e2e_latency")
             self.server_e2e = float(e2e) if isinstance(e2e, (int, float)) else None
 
@@ -342,14 +335,18 @@ class _Response:
         details = ext.get("spec_tokens_details")
         if isinstance(details, list):
             details = details[0] if details else None
-        if not isinstance(details, dict):
-            return
-        self.verify_ct = _int_or_none(details.get("spec_verify_ct"))
-        accept = details.get("spec_accept_length")
+        if isinstance(details, dict):
+            self._spec_counters(details)
+
+    def _spec_counters(self, fields: dict) -> None:
+        """The request's speculative counters from /generate's meta_info or the OpenAI APIs'
+        ``sglext.spec_tokens_details`` (the same names; an absent one is None, never 0)."""
+        self.verify_ct = _int_or_none(fields.get("spec_verify_ct"))
+        accept = fields.get("spec_accept_length")
         self.spec_accept = float(accept) if isinstance(accept, (int, float)) else None
-        self.correct_drafts = _first_int(details, CORRECT_DRAFTS_KEYS)
-        self.proposed_drafts = _first_int(details, PROPOSED_DRAFTS_KEYS)
-        histogram = details.get("spec_correct_drafts_histogram")
+        self.correct_drafts = _first_int(fields, CORRECT_DRAFTS_KEYS)
+        self.proposed_drafts = _first_int(fields, PROPOSED_DRAFTS_KEYS)
+        histogram = fields.get("spec_correct_drafts_histogram")
         self.histogram = ([int(v) for v in histogram] if isinstance(histogram, list)
                           and all(_int_or_none(v) is not None for v in histogram) else None)
 

@@ -37,7 +37,8 @@ from orchestrator.space import Candidate, SpeculativeTriple, TrialPlan
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import geometric_mean
 from orchestrator.sweep.records.results import TrialRecord
-from orchestrator.sweep.search.chain_prediction import Z95, MeasuredChain, predict_chains
+from orchestrator.sweep.search.chain_prediction import (ACCEPT_MODEL_REL, SAMPLED_ACCEPT_MODEL_REL, Z95, MeasuredChain,
+                                                     predict_chains)
 
 __all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
 
@@ -115,8 +116,9 @@ class Predictions:
 SAMPLING_NOTE = (
     "the traffic samples (temperature > 0): a shorter chain's acceptance is predicted in distribution, not request by "
     "request (SGLang 0.5.23 verifies depth j from the draft prefix, the target's probabilities and one coin, so "
-    "P(accepted(s) >= k) = P(accepted(S) >= k) for k <= s; the coins differ between starts), and the interval's model "
-    "error is what the sweep's own measured chains check")
+    "P(accepted(s) >= k) = P(accepted(S) >= k) for k <= s; the coins differ between starts); measured on a sampled log "
+    "the histogram was 2.4-5.4% low, so the intervals carry a 6% model error instead of greedy's 2%, and the sweep's "
+    "own measured chains check it")
 """What holds for the predicted rows under sampling (docs/design/sweep.md, predicted_rows)."""
 
 
@@ -178,7 +180,9 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
     steps_wanted = _space_chains(spec)
     if not steps_wanted:
         return Predictions(skipped="the space has no top-k 1 chains")
-    out = Predictions(sampling=SAMPLING_NOTE if _samples(spec, records) else None)
+    sampled = _samples(spec, records)
+    out = Predictions(sampling=SAMPLING_NOTE if sampled else None)
+    model_rel = SAMPLED_ACCEPT_MODEL_REL if sampled else ACCEPT_MODEL_REL
     groups: dict[Any, list[TrialRecord]] = {}
     for record in records:
         if _chain_steps(record) is not None:
@@ -192,8 +196,8 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
             if len(chains) < 2:
                 continue
             measured = [c for c, _ in chains.values()]
-            missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl)
-            own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted), missed)
+            missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl, model_rel=model_rel)
+            own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted, accept_model_rel=model_rel), missed)
             for p in own[(all_reduce, nccl)][0]:
                 out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
                                      p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
@@ -280,7 +284,7 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
 
 
 def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tuple[MeasuredChain, int]], *,
-           level: int, all_reduce: str, nccl: tuple) -> bool:
+           level: int, all_reduce: str, nccl: tuple, model_rel: float = ACCEPT_MODEL_REL) -> bool:
     """Leave-one-out checks of the group's measured chains (not its longest) where three or more lengths
     were measured; True where one missed its interval."""
     if len(measured) < 3:
@@ -291,7 +295,7 @@ def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tu
         if held.steps == longest:
             continue
         others = [c for c in measured if c.steps != held.steps]
-        predicted = next(iter(predict_chains(others, [held.steps])), None)
+        predicted = next(iter(predict_chains(others, [held.steps], accept_model_rel=model_rel)), None)
         if predicted is None:
             continue
         inside = predicted.low <= held.tok_per_s <= predicted.high

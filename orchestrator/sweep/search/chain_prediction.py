@@ -37,6 +37,7 @@ from typing import Sequence
 
 __all__ = [
     "ACCEPT_MODEL_REL",
+    "SAMPLED_ACCEPT_MODEL_REL",
     "ChainPrediction",
     "MeasuredChain",
     "accept_length_from_histogram",
@@ -45,8 +46,15 @@ __all__ = [
 ]
 
 ACCEPT_MODEL_REL = 0.02
-"""Relative error of the histogram's accept-length prediction: the CPU reference engine's chains were
-within 1.5% (docs/design; ``benchmarks/chain_prediction.py`` re-measures it), rounded up."""
+"""Relative error of the histogram's accept-length prediction under greedy traffic: the CPU reference
+engine's chains were within 1.5-2.1% (docs/measurements/chain-prediction-cpu; ``benchmarks/chain_prediction.py``
+re-measures it)."""
+
+SAMPLED_ACCEPT_MODEL_REL = 0.06
+"""The same under sampled traffic (temperature > 0): on the shipped request log (19 of 35 requests greedy,
+the rest at 0.3-1.0) the CPU reference engine's shorter chains accepted 2.4-5.4% more than the longest
+chain's histogram says (docs/measurements/chain-prediction-cpu/run4-request-log.json): the acceptance
+holds in distribution, not per request, and one start's sample of coins is not another's."""
 
 Z95 = 1.959964
 
