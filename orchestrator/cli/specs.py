@@ -22,9 +22,11 @@ from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs
 from orchestrator.exit_codes import EXIT_BAD_INPUT
 from orchestrator.space import candidate_from_settings
+from orchestrator.space.points import ALL_REDUCE_ARMS
+from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.summary import describe_spec
 from orchestrator.validation import validation_problems
-from serving.engine.command import build_command
+from serving.engine.command import build_command, render_flags
 from serving.engine.config import EngineConfig
 from serving.engine.nccl import danger_of
 from serving.redaction import REDACTED, is_secret, redacted_env
@@ -95,11 +97,13 @@ def engine_cmd(
         typer.Option(
             "--set",
             help="KEY=VALUE over the space's first point: num_steps, eagle_topk, num_draft_tokens, "
-            "all_reduce (custom|nccl), NCCL_* (default unsets). Repeatable.",
+            f"all_reduce ({'|'.join(ALL_REDUCE_ARMS)}), NCCL_* (default unsets). Repeatable.",
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address the engine binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port the engine listens on.")] = 30000,
+    as_served: Annotated[bool, typer.Option(
+        "--as-served", help="Leave out the sweep-only start flags: the command best.yaml serves with.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print argv and env as JSON.")] = False,
     show_secrets: Annotated[
         bool,
@@ -109,7 +113,9 @@ def engine_cmd(
         ),
     ] = False,
 ) -> None:
-    """Print the exact engine command and environment of one configuration, to reproduce a trial by hand.
+    """Print the exact engine command and environment of one configuration, as a trial runs it, to
+    reproduce the trial by hand: the sweep-only start flags included (--as-served leaves them out),
+    one command per node rank for an engine across nodes.
 
     Secret-looking values (engine.env HF_TOKEN, *_KEY, *PASSWORD*, ... and such string flags) print
     as <redacted> unless --show-secrets is given.
@@ -121,9 +127,14 @@ def engine_cmd(
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         stderr_console().print(f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    command = build_command(config if show_secrets else _shown(config), host=host, port=port, python="python")
+    start_flags = {} if as_served else sweep_start_flags(sweep_spec, config)
+    launched = with_start_flags(config, start_flags)
+    shown = launched if show_secrets else _shown(launched)
+    commands = [build_command(shown, host=host, port=port, python="python", node_rank=rank)
+                for rank in range(config.nnodes)]
     if as_json:
-        typer.echo(json.dumps({"argv": command.argv, "env": command.env, "url": command.url}, indent=2))
+        listed = [{"node_rank": rank, "argv": c.argv, "env": c.env, "url": c.url} for rank, c in enumerate(commands)]
+        typer.echo(json.dumps(listed[0] if len(listed) == 1 else {"commands": listed}, indent=2))
         return
     err = stderr_console()
     if candidate not in sweep_spec.space():  # membership is computed, the space is never listed
@@ -132,7 +143,31 @@ def engine_cmd(
         reason = danger_of(name, value)
         if reason and not sweep_spec.search.is_allowed(name, value):
             err.print(f"warning: {name}={value} is dangerous: {reason}", markup=False)
-    typer.echo(command.shell())
+    for line in _unreached_nccl(sweep_spec, candidate.all_reduce, candidate.nccl_env):
+        err.print(f"warning: {line}", markup=False, soft_wrap=True)
+    if start_flags:
+        err.print(f"note: with the sweep-only start flags a trial adds ({' '.join(render_flags(start_flags))}); "
+                  "best.yaml serves without them (--as-served)", markup=False, soft_wrap=True)
+    for rank, command in enumerate(commands):
+        if len(commands) > 1:
+            typer.echo(f"# node rank {rank} of {len(commands)}" + (
+                " (its host's address and a free port go in --dist-init-addr on every node)" if rank == 0 else ""))
+        typer.echo(command.shell())
+
+
+def _unreached_nccl(spec: Any, arm: str, nccl_env: dict[str, str]) -> list[str]:
+    """A line for NCCL settings on an arm whose decode all-reduce is not NCCL's on the spec's node
+    (they reach no kernel there); none while the node is not known (engine.gpu_kind: auto)."""
+    if not nccl_env:
+        return []
+    plan = spec.arms_on_node()
+    path = plan.paths.get(arm) if plan.gpu_kind is not None else None
+    if path is None or path.nccl_carries_decode:
+        return []
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(nccl_env.items()))
+    return [f"{settings}: on {plan.gpu_kind} the all_reduce arm '{arm}' runs decode's all-reduce on "
+            f"{path.kernel} ({path.reason}), so NCCL's variables reach no decode kernel; use an arm where NCCL "
+            f"carries decode ({', '.join(plan.nccl_arms or ()) or 'none on this node'})"]
 
 
 def examples(

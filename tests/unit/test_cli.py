@@ -272,3 +272,32 @@ def test_validate_prints_the_first_problems_and_counts_the_rest(tmp_path: Path) 
     assert result.exit_code == 2, result.output
     assert "unknown_99: unknown key" in result.output and "unknown_100:" not in result.output
     assert "... and 50 more problems" in result.output
+
+
+def test_engine_cmd_reproduces_a_trial_every_node_rank_and_its_start_flags() -> None:
+    """A trial's command: the sweep-only start flags (--as-served leaves them out, as best.yaml serves),
+    and for an engine across nodes one command per node rank; --help names today's arms."""
+    two_node = REPO / "experiments" / "kimi-k2.5-eagle3-2x8-h100.yaml"
+    result = runner.invoke(app, ["engine-cmd", str(two_node)], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    commands = [line for line in result.output.splitlines() if "sglang.launch_server" in line]
+    assert len(commands) == 2 and "--node-rank 0" in commands[0] and "--node-rank 1" in commands[1], result.output
+    assert all("--skip-server-warmup" in c and "--cuda-graph-max-bs-decode" in c for c in commands)
+    assert "# node rank 1 of 2" in result.output and "best.yaml serves without them" in result.output
+    served = runner.invoke(app, ["engine-cmd", str(two_node), "--as-served"], terminal_width=400)
+    assert served.exit_code == 0 and "--skip-server-warmup" not in served.output, served.output
+    as_json = json.loads(runner.invoke(app, ["engine-cmd", str(two_node), "--json"]).output)
+    assert [c["node_rank"] for c in as_json["commands"]] == [0, 1]
+    assert "default|no_fusion|nccl" in runner.invoke(app, ["engine-cmd", "--help"], terminal_width=200).output
+
+
+def test_engine_cmd_warns_when_an_nccl_setting_reaches_no_kernel_on_the_arm() -> None:
+    h200 = REPO / "experiments" / "kimi-k2.5-eagle3-8x-h200.yaml"  # sm90-nvlink: FlashInfer fusion on 'default'
+    fused = runner.invoke(app, ["engine-cmd", str(h200), "--set", "all_reduce=default", "--set", "NCCL_ALGO=Ring"],
+                          terminal_width=400)
+    assert fused.exit_code == 0, fused.output
+    assert "warning: NCCL_ALGO=Ring: on sm90-nvlink the all_reduce arm 'default'" in fused.output
+    assert "NCCL's variables reach no decode kernel; use an arm where NCCL carries decode (nccl)" in fused.output
+    on_nccl = runner.invoke(app, ["engine-cmd", str(h200), "--set", "all_reduce=nccl", "--set", "NCCL_ALGO=Ring"],
+                            terminal_width=400)
+    assert on_nccl.exit_code == 0 and "reach no decode kernel" not in on_nccl.output, on_nccl.output

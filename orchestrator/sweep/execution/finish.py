@@ -88,13 +88,47 @@ def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
     return tags
 
 
+FALLBACK = "a fallback, not a choice"
+"""How a why begins where best.yaml keeps SGLang's default because the confirmation could not decide."""
+
+
+def confirmation_why(confirmation: Confirmation) -> str:
+    """Why best.yaml holds the confirmation's ``chosen``, in words: its choice (the leader was better;
+    equivalent or worse, so SGLang's default; no speculation was faster), or :data:`FALLBACK` where
+    it kept SGLang's default because it could not decide (undecided, or nothing to decide between)."""
+    default, plain = confirmation.role("default"), confirmation.role("no_speculation")
+    against_default = confirmation.vs_sglang_default or {}
+    kind, visits = against_default.get("kind"), against_default.get("visits")
+    chosen, leader = confirmation.chosen, confirmation.leader
+    if plain is not None and chosen == plain.number and (confirmation.vs_no_speculation or {}).get("kind") == "worse":
+        return ("the confirmation's choice: no speculation was faster than the speculative configuration it "
+                "would otherwise have kept")
+    if default is not None and chosen == default.number:
+        if kind == "equivalent":
+            return f"the confirmation's choice: trial {leader} was equivalent to SGLang's default, the simpler one"
+        if kind == "worse":
+            return f"the confirmation's choice: trial {leader} was worse than SGLang's default"
+        if kind == "undecided":
+            after = f" after {visits} visits each" if visits else ""
+            return (f"{FALLBACK}: the confirmation could not decide between trial {leader} and SGLang's default"
+                    f"{after}, so best.yaml keeps SGLang's default")
+        if leader is None and confirmation.searched:
+            return f"{FALLBACK}: no visit of the search's contenders counted, so best.yaml keeps SGLang's default"
+        if leader is None:
+            return f"{FALLBACK}: no search trial completed apart from SGLang's default"
+    if kind == "better" and chosen == leader:
+        return "the confirmation's choice: better than SGLang's default"
+    return "the confirmation's choice"
+
+
 def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
                      confirmation: Confirmation | None) -> tuple[TrialRecord | None, str]:
-    """The trial whose configuration best.yaml holds, and why: the confirmation's ``chosen`` when it
-    ran, else the search's best. The report, best.yaml and the table's mark all take it from here."""
+    """The trial whose configuration best.yaml holds, and why (:func:`confirmation_why`): the
+    confirmation's ``chosen`` when it ran, else the search's best. The report, best.yaml, the
+    table's mark, the plots and the MLflow tags all take it from here."""
     if confirmation is not None:
         chosen = next((r for r in records if r.number == confirmation.chosen), None)
-        return chosen, "the confirmation's choice"
+        return chosen, confirmation_why(confirmation)
     searched = best_record(records)
     if not spec.confirmation.enabled:
         return searched, "the search's best; the confirmation was off: confirmation.enabled is false"

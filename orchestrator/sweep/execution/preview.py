@@ -81,14 +81,20 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     for number, plan in enumerate(plans, start=1):
         config = engine_config_for(spec, plan)
         config = with_start_flags(config, sweep_start_flags(spec, config))  # as the trial starts it
-        command = build_command(config, host="127.0.0.1", port=30000, python=python)
+        commands = [build_command(config, host="127.0.0.1", port=30000, python=python, node_rank=rank)
+                    for rank in range(config.nnodes)]  # an engine across nodes: one command per node rank
         kind = {"baseline_plain": "baseline: no speculation", "baseline_auto": "baseline: SGLang's own choice"}.get(
             plan.kind, "proposed")
         console.print(f"[bold]trial {number}[/] ({escape(kind)}): {escape(plan.label())}", highlight=False, soft_wrap=True)
-        console.print(command.shell(redacted=True), highlight=False, markup=False, soft_wrap=True)
+        for rank, command in enumerate(commands):
+            if len(commands) > 1:
+                console.print(f"  node rank {rank}:", highlight=False, markup=False)
+            console.print(command.shell(redacted=True), highlight=False, markup=False, soft_wrap=True)
         console.print("")
-        shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": command.argv,
-                      "env": redacted_env(command.env)})
+        shown.append({"number": number, "kind": plan.kind, "label": plan.label(), "argv": commands[0].argv,
+                      "env": redacted_env(commands[0].env),
+                      **({"node_ranks": [{"node_rank": rank, "argv": c.argv} for rank, c in enumerate(commands)]}
+                         if len(commands) > 1 else {})})
     console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)
     for line in plan_lines(night_plan(spec)):
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator.sweep.records.results import TrialRecord
 
-__all__ = ["draw_plots", "pareto_front"]
+__all__ = ["IMPORTANCE_MIN_TRIALS", "draw_plots", "pareto_front", "varied_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +37,32 @@ PLOTTED_STATUSES = ("ok", "infeasible")
 infeasible one drawn grey, off the best-value line, as Optuna draws a violated constraint)."""
 
 
+IMPORTANCE_MIN_TRIALS = 8
+"""Completed trials below which the parameter-importance plot is not drawn: Optuna's fANOVA fits a
+random forest to them, and from a handful of points its ranking is noise drawn as a finding."""
+
+
+def _plotted(records: list[TrialRecord]) -> list[TrialRecord]:
+    """The records the Optuna plots draw as completed trials (:data:`PLOTTED_STATUSES`, with a median)."""
+    return [r for r in records if r.value is not None and r.status in PLOTTED_STATUSES]
+
+
+def varied_params(records: list[TrialRecord]) -> dict[str, list[str]]:
+    """Each parameter that took more than one value across the plotted trials, with its values (as
+    text, sorted); ``env.*`` copies and parameters every measured trial held at one value are left
+    out: a dimension the sweep never varied has no effect to plot or rank."""
+    usable = _plotted(records)
+    names = sorted({k for r in usable for k in r.params if not k.startswith("env.")})
+    choices = {name: sorted({str(r.params.get(name)) for r in usable}) for name in names}
+    return {name: values for name, values in choices.items() if len(values) > 1}
+
+
 def _study(records: list[TrialRecord]) -> Any:
     """An Optuna study whose trial numbers are the sweep's: trial ``n`` of the summary is
     ``study.trials[n].number``. Every number up to the last gets a study trial: measured as
     COMPLETE (infeasible: with its SLO constraint), early-stopped as PRUNED, anything else (and 0)
-    as FAIL; only COMPLETE ones are drawn, the others hold the numbering.
+    as FAIL; only COMPLETE ones are drawn, the others hold the numbering. Its parameters are the
+    varied ones (:func:`varied_params`).
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -50,9 +71,9 @@ def _study(records: list[TrialRecord]) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = next((r.objective.direction for r in records if r.objective), "max")
     study = optuna.create_study(direction="maximize" if direction == "max" else "minimize")
-    usable = [r for r in records if r.value is not None and r.status in PLOTTED_STATUSES]
-    names = sorted({k for r in usable for k in r.params if not k.startswith("env.")})
-    choices = {name: sorted({str(r.params.get(name)) for r in usable}) for name in names}
+    usable = _plotted(records)
+    choices = varied_params(records)
+    names = list(choices)
     measured = {r.number for r in usable}
     by_number = {r.number: r for r in records}
     for number in range(max(by_number, default=0) + 1):
@@ -78,19 +99,39 @@ def _study(records: list[TrialRecord]) -> Any:
     return study
 
 
-def _history(study: Any, *, metric: str) -> Any:
-    """Optuna's optimisation history, with whole trial numbers on the x-axis and a label saying which are drawn."""
+BEST_YAML_MARKER = dict(marker="*", s=320, facecolors="none", edgecolors="tab:green", linewidths=2, zorder=5)
+"""How the history marks best.yaml's trial: a hollow green star around its point."""
+
+
+def _history(study: Any, *, metric: str, best_trial: int | None = None) -> Any:
+    """Optuna's optimisation history, with whole trial numbers on the x-axis and a label saying which
+    are drawn; best.yaml's trial (``best_trial``), which need not be the search's best, is ringed and
+    named in the title."""
     from matplotlib.ticker import MaxNLocator
     from optuna.visualization import matplotlib as ovm
 
     axes = ovm.plot_optimization_history(study, target_name=metric)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("trial, numbered as in the summary (early-stopped and failed trials are not drawn)")
+    if best_trial is None:
+        return axes
+    axes.set_title(f"Optimization history (the search's values); best.yaml holds trial {best_trial}")
+    trial = study.trials[best_trial] if 0 <= best_trial < len(study.trials) else None
+    if trial is not None and trial.state.name == "COMPLETE":
+        axes.scatter([best_trial], [trial.value], label=f"best.yaml: trial {best_trial}", **BEST_YAML_MARKER)
+        axes.legend(loc="best")
     return axes
 
 
-def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concurrency: int) -> list[Path]:
-    """Write the plots into ``out_dir``; returns the files made."""
+def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concurrency: int,
+               best_trial: int | None = None) -> list[Path]:
+    """Write the plots into ``out_dir``; returns the files made. A plot there is too little to draw
+    from is skipped with a log line saying why.
+
+    Args:
+        best_trial: best.yaml's trial (``finish.best_yaml_choice``'s), marked on the optimisation
+            history: the served configuration, where the search's best line may point elsewhere.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -118,14 +159,34 @@ def draw_plots(records: list[TrialRecord], *, out_dir: Path, metric: str, concur
             plt.close("all")
 
     completed = sum(1 for t in study.trials if t.state.name == "COMPLETE")
+    varied = list(varied_params(records))
     if completed >= 1:
-        save("optimization_history", lambda: _history(study, metric=metric))
-    if completed >= 2:
+        save("optimization_history", lambda: _history(study, metric=metric, best_trial=best_trial))
+    skip = _importance_skip(completed=completed, varied=varied)
+    if skip:
+        logger.info("plot param_importances skipped: %s", skip)
+    else:
         save("param_importances", lambda: ovm.plot_param_importances(study, target_name=metric))
+    if completed >= 2 and varied:
         save("parallel_coordinate", lambda: ovm.plot_parallel_coordinate(study, target_name=metric))
+    elif completed >= 2:
+        logger.info("plot parallel_coordinate skipped: no parameter took two values across the %d measured trials",
+                    completed)
     save("pareto_throughput_tpot", lambda: _pareto(records, concurrency=concurrency))
     save("throughput_by_concurrency", lambda: _by_concurrency(records, metric=metric, concurrency=concurrency))
     return made
+
+
+def _importance_skip(*, completed: int, varied: list[str]) -> str | None:
+    """Why the parameter-importance plot is not drawn, or None: it needs two varied parameters to
+    rank and :data:`IMPORTANCE_MIN_TRIALS` completed trials to rank them from."""
+    if len(varied) < 2:
+        which = f"only {varied[0]} varied" if varied else "no parameter varied"
+        return f"{which} across the {completed} measured trial(s); a ranking needs two that did"
+    if completed < IMPORTANCE_MIN_TRIALS:
+        return (f"{completed} measured trial(s) of {', '.join(varied)}; a ranking from fewer than "
+                f"{IMPORTANCE_MIN_TRIALS} is noise")
+    return None
 
 
 TOP_BY_CONCURRENCY = 3

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from orchestrator.sweep.output.figures import NcclEffect, SweepFigures
 from orchestrator.sweep.output.per_load import ESTIMATE, by_concurrency, crossover_dict, describe, per_load_lines, ratio_dict
-from orchestrator.sweep.records.results import TrialRecord
+from orchestrator.sweep.records.results import TrialRecord, served_engine_config
 
 __all__ = ["BEST_MARK", "SweepReport", "build_report", "summary_table"]
 
@@ -38,9 +38,12 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
     improvements over both baselines, the NCCL effects, per-status counts, time shares, and the best
     configuration at each load (``orchestrator.sweep.output.per_load``).
 
+    ``best_config`` is what best.yaml holds (``results.served_engine_config``: SGLang's automatic
+    speculative numbers resolved), with a line saying so under ``best.yaml: trial N ...``.
+
     Args:
         confirmation_lines: The confirmation's verdict lines, added after the search's best.
-        best_why: Why best.yaml holds its trial, for the ``best.yaml: trial N ...`` line.
+        best_why: Why best.yaml holds its trial, for the ``best.yaml: trial N ...`` line and ``best_why``.
     """
     best, searched, plain, auto = figures.best, figures.searched, figures.plain, figures.auto
     lines = []
@@ -54,9 +57,12 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
         if searched is not plain and plain is not None:
             lines.append("  " + describe(figures.searched_vs_no_speculation, "no speculation") + f" ({ESTIMATE})")
     lines += list(confirmation_lines or [])
+    why, best_config = None, None
     if best is not None:
         why = best_why or ("the confirmation's choice" if figures.confirmed else "the search's best")
         lines.append(f"best.yaml: trial {best.number} {best.label} ({why})")
+        best_config, numbers_line = served_engine_config(best)
+        lines += [f"  {numbers_line}"] if numbers_line else []
     effects = [_nccl_effect(effect) for effect in figures.nccl_effects]
     lines += [f"  {e['text']}" for e in effects]
     per_level = by_concurrency(figures.levels)
@@ -66,7 +72,8 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
         best_trial=best.number if best else None,
         best_label=best.label if best else None,
         best_value=best.value if best else None,
-        best_config=best.engine_config if best else None,
+        best_why=why,
+        best_config=best_config,
         metric=metric,
         concurrency=figures.objective_level,
         over_sglang_default=ratio_dict(figures.best_vs_sglang_default),
@@ -87,6 +94,13 @@ def build_report(figures: SweepFigures, *, metric: str, confirmation_lines: list
 
 BEST_MARK = "<- best.yaml"
 """The table's mark on best.yaml's trial (not necessarily the top row: the table ranks the search's estimates)."""
+
+
+def _status_cell(record: TrialRecord) -> str:
+    """``failed (launch_failed)``; the reason once where it is the status (``early_stopped``)."""
+    if record.reason and record.reason != record.status:
+        return f"{record.status} ({record.reason})"
+    return record.status
 
 
 def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, best_trial: int | None) -> Table:
@@ -110,7 +124,7 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
             interval = f"[{obj.ci95_low:.4g}, {obj.ci95_high:.4g}]"
         else:
             interval = "too few reps" if obj and obj.values else "-"
-        status = r.status + (f" ({r.reason})" if r.reason else "") + (f"  {BEST_MARK}" if best is r else "")
+        status = _status_cell(r) + (f"  {BEST_MARK}" if best is r else "")
         cells = [str(r.number), r.label, f"{r.value:.4g}" if r.value is not None else "-", interval,
                  f"{r.repetitions_done}/{r.repetitions_planned}"]
         cells += [r.all_reduce_kernel or "-"] if kernels else []

@@ -20,6 +20,7 @@ from orchestrator.bench.files import write_atomic
 from orchestrator.bench.probe_rule import NearTieFlip
 from orchestrator.space.plan import configuration_key
 from serving.serve.provenance import Provenance, ProvenanceObjective
+from serving.speculative_rules import FIELD_NAMES, speculative_problem
 
 __all__ = [
     "BASELINE_FILE",
@@ -36,6 +37,7 @@ __all__ = [
     "auto_label",
     "best_record",
     "read_records",
+    "served_engine_config",
     "traffic_line",
     "trial_provenance",
     "write_best_yaml",
@@ -265,6 +267,37 @@ def best_record(records: Iterable[TrialRecord]) -> TrialRecord | None:
         if best is None or _better(record.objective.direction, record.value, best.value):  # type: ignore[arg-type]
             best = record
     return best
+
+
+def _numbers_text(numbers: dict[str, Any]) -> str:
+    return f"steps {numbers['num_steps']} topk {numbers['eagle_topk']} draft {numbers['num_draft_tokens']}"
+
+
+def served_engine_config(record: TrialRecord) -> tuple[dict[str, Any], str | None]:
+    """The engine configuration best.yaml holds for ``record``, and a line saying where its
+    speculative numbers come from (None where they are the trial's own, or it has none).
+
+    Where the trial left the numbers to SGLang's automatic choice, best.yaml holds what the engine
+    resolved them to (``resolved_params``), so ``spectune serve`` starts the engine that was
+    measured; SGLang's choice stays null where the engine reported none, or where the resolved
+    numbers break a rule EngineConfig checks (``serving.speculative_rules``: it would refuse them).
+    """
+    config = dict(record.engine_config)
+    fields = {key: FIELD_NAMES[key] for key in ("num_steps", "eagle_topk", "num_draft_tokens")}
+    if config.get("speculative_algorithm") is None or any(config.get(name) is not None for name in fields.values()):
+        return config, None
+    resolved = record.resolved_params or {}
+    if any(resolved.get(key) is None for key in fields):
+        return config, ("speculative numbers: SGLang's automatic choice, left to SGLang at start (the engine did not "
+                        "report what it resolved them to)")
+    numbers = {key: resolved[key] for key in fields}
+    problem = speculative_problem(**numbers, names=FIELD_NAMES)
+    if problem:
+        return config, (f"speculative numbers: SGLang's automatic choice, left to SGLang at start: the engine resolved "
+                        f"them to {_numbers_text(numbers)}, which EngineConfig refuses ({problem})")
+    config.update({name: numbers[key] for key, name in fields.items()})
+    return config, (f"speculative numbers: SGLang's automatic choice, resolved by the engine to "
+                    f"{_numbers_text(numbers)} (best.yaml sets them, so serving starts the engine that was measured)")
 
 
 def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str],

@@ -123,3 +123,13 @@ def test_results_dir_never_inside_rays_temporary_copy(tmp_path: Path, monkeypatc
     job_copy.mkdir(parents=True)
     monkeypatch.setenv("SPECTUNE_RESULTS_ROOT", str(tmp_path / "kept"))
     assert resolve_results_dir(_spec("results").results_dir, cwd=job_copy) == (tmp_path / "kept" / "results").resolve()
+
+
+def test_dry_run_of_a_two_node_spec_shows_every_node_ranks_command() -> None:
+    result = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "1",
+                                      str(REPO / "experiments" / "kimi-k2.5-eagle3-2x8-h100.yaml")], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    trial_1 = result.output.split("trial 1 ", 1)[1].split("trial 2 ", 1)[0]
+    ranks = [line for line in trial_1.splitlines() if "sglang.launch_server" in line]
+    assert len(ranks) == 2 and "--node-rank 0" in ranks[0] and "--node-rank 1" in ranks[1], trial_1
+    assert "node rank 1:" in trial_1
