@@ -134,8 +134,11 @@ class SweepCoordinator:
 
     def log_sweep(self, *, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
                   tags: dict[str, Any] | None = None, files: list[str] | None = None,
-                  texts: dict[str, str] | None = None) -> None:
-        """Figures, tags and files (plots, best.yaml, the summary) of the parent run."""
+                  texts: dict[str, str] | None = None, run_tags: dict[str, dict[str, Any]] | None = None) -> None:
+        """Figures, tags and files (plots, best.yaml, the summary) of the parent run; ``run_tags``:
+        tags of the sweep's trial runs by run id (which one best.yaml holds)."""
+        for run_id, trial_tags in (run_tags or {}).items():
+            self.tracker.set_tags(run_id, trial_tags)
         if params:
             self.tracker.log_params(self.parent_run_id, params)
         if metrics:

@@ -2,7 +2,8 @@
 
 :func:`finish_sweep` writes the summary (job log, ``summary.txt``, ``summary.json``), ``best.yaml``
 / ``best.json`` (with a valid best only), SGLang's adaptive schedule and the plots, logs them to the
-parent MLflow run and ends the sweep's runs; the outcome's exit code says whether a valid best came out.
+parent MLflow run, tags best.yaml's trial's own run (:data:`TAG_BEST_YAML`) and ends the sweep's runs;
+the outcome's exit code says whether a valid best came out.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from orchestrator.sweep.records.results import (
 from orchestrator.timestamps import utc_timestamp
 from serving.serve.provenance import Provenance
 
-__all__ = ["EXIT_NO_BEST", "EXIT_OK", "SweepOutcome", "best_yaml_choice", "final_records", "finish_sweep",
+__all__ = ["EXIT_NO_BEST", "EXIT_OK", "FALLBACK", "SweepOutcome", "TAG_BEST_YAML", "best_yaml_choice",
+           "best_yaml_header", "best_yaml_run_tags", "confirmation_why", "final_records", "finish_sweep",
            "summary_report", "summary_text", "sweep_tags", "verdict_summary"]
 
 EXIT_NO_BEST = EXIT_FAILED  # the sweep ran, but no trial gave a valid best configuration
@@ -76,9 +78,22 @@ def verdict_summary(confirmation: Confirmation | None) -> dict[str, Any] | None:
             "visits": len(confirmation.visits), "wall_s": round(confirmation.wall_s, 1)}
 
 
+TAG_BEST_YAML = "spectune.best_yaml"
+"""On each trial's run at the sweep's end: ``true`` on best.yaml's trial, ``false`` on the others
+(so a resumed sweep's new choice moves it): ``tags.`spectune.best_yaml` = 'true'`` finds the winner."""
+
+
+def best_yaml_run_tags(records: list[TrialRecord], best_trial: int | None) -> dict[str, dict[str, str]]:
+    """:data:`TAG_BEST_YAML` for every trial's MLflow run, by run id (``log_sweep``'s ``run_tags``);
+    none is ``true`` where no best.yaml is written (``best_trial`` None)."""
+    return {r.mlflow_run_id: {TAG_BEST_YAML: "true" if r.number == best_trial else "false"}
+            for r in records if r.mlflow_run_id}
+
+
 def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
-    """The parent run's outcome tags: best.yaml's trial, and the verdict against SGLang's default
-    (``spectune.verdict``, ``spectune.verdict_ratio``). Tags, not params: a resumed sweep may change them."""
+    """The parent run's outcome tags: best.yaml's trial (``spectune.best_trial``; its own run carries
+    :data:`TAG_BEST_YAML`), and the verdict against SGLang's default (``spectune.verdict``,
+    ``spectune.verdict_ratio``). Tags, not params: a resumed sweep may change them."""
     tags: dict[str, Any] = {TAG_BEST_TRIAL: report["best_trial"], TAG_BEST_LABEL: report["best_label"]}
     verdict = (report.get("verdict") or {}).get("vs_sglang_default") or {}
     if verdict.get("kind"):
@@ -170,6 +185,14 @@ def summary_text(records: list[TrialRecord], report: dict[str, Any], *, metric: 
     return text_console.export_text() + "\n".join(report["lines"] + report["per_load_lines"]) + "\n"
 
 
+def best_yaml_header(spec: SweepSpec, report: dict[str, Any], *, path: Path) -> list[str]:
+    """best.yaml's comment lines: what it is, the report's lines (its trial and why, a fallback said
+    as one; where its speculative numbers come from) and how to serve it."""
+    title = (f"spectune sweep {spec.name}: the configuration to serve ({spec.objective.metric} at concurrency "
+             f"{spec.objective_concurrency})")
+    return [title] + [line.strip() for line in report["lines"]] + [f"serve it: spectune serve {path}"]
+
+
 def final_records(coordinator: Any) -> list[TrialRecord]:
     """Every trial's record once the search is over; a trial that had not recorded an end is
     recorded as interrupted first (``--resume`` runs it again)."""
@@ -222,10 +245,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
         files.append(out / PREDICTIONS_FILE)
     best_path = None
     if report["best_config"] is not None:
-        header = [f"spectune sweep {spec.name}: the best configuration ({metric} at concurrency {level})"] + [
-            line.strip() for line in report["lines"]
-        ] + [f"serve it: spectune serve {out / 'best.yaml'}"]
-        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"], header_lines=header,
+        best_path = write_best_yaml(out / "best.yaml", engine_config=report["best_config"],
+                                    header_lines=best_yaml_header(spec, report, path=out / "best.yaml"),
                                     provenance=_best_provenance(spec, records, report, confirmation, coordinator))
         write_json_file(out / "best.json", {k: report[k] for k in ("best_trial", "best_label", "best_value", "metric",
                                                                     "concurrency", "over_sglang_default",
@@ -238,7 +259,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:
         files.append(out / CONFIRMATION_FILE)
-    plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level)
+    plots = draw_plots(records, out_dir=out / "plots", metric=metric, concurrency=level,
+                       best_trial=report["best_trial"])
     figures: dict[str, float] = {"trials": float(len(records)), "wall_s": wall_s}
     if report["best_value"] is not None:
         figures["best." + metric] = report["best_value"]
@@ -253,7 +275,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
                 if report[key].get(end) is not None:
                     figures[f"search.{key}.{end}"] = report[key][end]
     ray.get(coordinator.log_sweep.remote(metrics=figures, tags=sweep_tags(report),
-                                         files=[str(p) for p in files + plots]))
+                                         files=[str(p) for p in files + plots],
+                                         run_tags=best_yaml_run_tags(records, report["best_trial"])))
     ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
     console.print(f"results: {escape(str(out))}", highlight=False)
     console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "

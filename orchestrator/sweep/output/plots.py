@@ -119,7 +119,7 @@ def _history(study: Any, *, metric: str, best_trial: int | None = None) -> Any:
     trial = study.trials[best_trial] if 0 <= best_trial < len(study.trials) else None
     if trial is not None and trial.state.name == "COMPLETE":
         axes.scatter([best_trial], [trial.value], label=f"best.yaml: trial {best_trial}", **BEST_YAML_MARKER)
-        axes.legend(loc="best")
+        axes.legend(bbox_to_anchor=(1.05, 1.0), loc="upper left")  # where Optuna puts its own
     return axes
 
 

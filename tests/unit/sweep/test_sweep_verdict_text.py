@@ -80,13 +80,20 @@ def _summary(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirma
     return report, summary_text(records, report, metric="output_tok_per_s", concurrency=LEVEL)
 
 
-@pytest.mark.parametrize("chosen", [3, 2, 1], ids=["leader", "sglang_default", "no_speculation"])
-def test_the_mark_stands_on_the_confirmations_choice_not_the_searchs_best(chosen: int) -> None:
+@pytest.mark.parametrize(("chosen", "why"), [
+    (3, "the confirmation's choice"),
+    # undecided, so SGLang's default: kept, not chosen (issue 44)
+    (2, "a fallback, not a choice: the confirmation could not decide between trial 5 and SGLang's default after 5 "
+        "visits each, so best.yaml keeps SGLang's default"),
+    (1, "the confirmation's choice"),
+], ids=["leader", "sglang_default", "no_speculation"])
+def test_the_mark_stands_on_the_confirmations_choice_not_the_searchs_best(chosen: int, why: str) -> None:
     records = demo_like()
     report, text = _summary(_spec(), records, _confirmation(records, chosen=chosen))
     assert report["best_trial"] == chosen and _marked(text) == [str(chosen)], text
     label = next(r.label for r in records if r.number == chosen)
-    assert f"best.yaml: trial {chosen} {label} (the confirmation's choice)" in report["lines"]
+    assert f"best.yaml: trial {chosen} {label} ({why})" in report["lines"]
+    assert report["best_why"] == why
     assert report["best_config"] == next(r.engine_config for r in records if r.number == chosen)
 
 
