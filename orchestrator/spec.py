@@ -89,14 +89,27 @@ class _Model(StrictModel):
     """Every section of a spec: strict types, unknown keys refused, immutable."""
 
 
+_SPEC_FIELD_FOR: dict[str, str] = {
+    "model_path": "engine.model_path",
+    "tp_size": "engine.tp_size",
+    "nnodes": "engine.nnodes",
+    "speculative_algorithm": "engine.speculative_algorithm",
+    "speculative_draft_model_path": "engine.draft_model_path",
+    "speculative_num_steps": "search.speculative.num_steps",
+    "speculative_eagle_topk": "search.speculative.eagle_topk (with num_steps, and num_draft_tokens for top-k above 1)",
+    "speculative_num_draft_tokens": "search.speculative.num_draft_tokens (with num_steps, for top-k above 1)",
+    "disable_custom_all_reduce": "search.all_reduce (its 'nccl' arm)",
+    "enforce_disable_flashinfer_allreduce_fusion": "search.all_reduce (its 'no_fusion' arm)",
+    "reference_gpu_kind": "engine.gpu_kind",
+    "(chosen at launch)": "nothing (spectune picks host, port, node rank and rendezvous address at launch)",
+}
+"""Each engine field ``extra_args`` may not set (``serving.engine.config.MANAGED_FLAGS``) -> where a
+spec sets it; tests/unit/test_validator_messages.py follows each advice and loads the spec."""
+
+
 def _spec_field_for(owner: str) -> str:
     """Where in a spec the user sets what engine field ``owner`` holds."""
-    return {
-        "speculative_draft_model_path": "engine.draft_model_path",
-        "disable_custom_all_reduce": "search.all_reduce",
-        "nnodes": "engine.nnodes",
-        "(chosen at launch)": "nothing (spectune picks host, port, node rank and rendezvous address at launch)",
-    }.get(owner, f"engine.{owner} or search.speculative")
+    return _SPEC_FIELD_FOR.get(owner, f"engine.{owner}")
 
 
 class EngineSpec(_Model, EngineFlagChecks):
@@ -149,9 +162,16 @@ class EngineSpec(_Model, EngineFlagChecks):
         return value if value == "auto" else GpuKind.parse(value).name
 
     @model_validator(mode="after")
-    def _node(self) -> "EngineSpec":
+    def _rules(self) -> "EngineSpec":
+        """The node and the draft head: every problem at once, one line each."""
+        problems = []
         if self.kind == "sglang" and self.gpu_kind == "cpu":
-            raise ValueError("gpu_kind: cpu is only for the reference engine; SGLang runs on GPUs (use auto or smNN-...)")
+            problems.append("gpu_kind: cpu is only for the reference engine; SGLang runs on GPUs (use auto or smNN-...)")
+        problem = draft_problem(self.speculative_algorithm, self.draft_model_path, draft_field="draft_model_path")
+        if problem:
+            problems.append(problem)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def template(self) -> EngineConfig:
@@ -172,13 +192,6 @@ class EngineSpec(_Model, EngineFlagChecks):
             speculative_draft_model_path=self.draft_model_path if self.speculative_algorithm else None,
             reference_gpu_kind=reference_gpu_kind, extra_args=extra_args, env=dict(self.env),
         )
-
-    @model_validator(mode="after")
-    def _draft(self) -> "EngineSpec":
-        problem = draft_problem(self.speculative_algorithm, self.draft_model_path, draft_field="draft_model_path")
-        if problem:
-            raise ValueError(problem)
-        return self
 
 
 class SloSpec(_Model):

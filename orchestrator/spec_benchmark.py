@@ -8,7 +8,7 @@ with the same validation.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -190,13 +190,17 @@ class BenchmarkSpec(StrictModel):
         return sorted(value)
 
     @model_validator(mode="after")
-    def _repetition_bounds(self) -> "BenchmarkSpec":
-        if self.min_repetitions is not None and self.min_repetitions > self.repetitions:
-            raise ValueError(
-                f"min_repetitions ({self.min_repetitions}) is above repetitions ({self.repetitions}), the most "
-                "repetitions per level; lower min_repetitions or raise repetitions"
-            )
+    def _rules(self) -> "BenchmarkSpec":
+        """The repetition bounds and the dataset's rules: every problem at once, one line each."""
+        problems = [*self._repetition_problems(), *self._dataset_problems()]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
+
+    def _repetition_problems(self) -> Iterator[str]:
+        if self.min_repetitions is not None and self.min_repetitions > self.repetitions:
+            yield (f"min_repetitions ({self.min_repetitions}) is above repetitions ({self.repetitions}), the most "
+                   "repetitions per level; lower min_repetitions or raise repetitions")
 
     def repetition_bounds(self) -> tuple[int, int]:
         """(fewest, most) repetitions per level: ``min_repetitions`` raised to ``MIN_VALUES`` and
@@ -206,25 +210,21 @@ class BenchmarkSpec(StrictModel):
         fewest = self.min_repetitions if self.min_repetitions is not None else DEFAULT_MIN_REPETITIONS
         return min(max(fewest, MIN_VALUES), self.repetitions), self.repetitions
 
-    @model_validator(mode="after")
-    def _dataset(self) -> "BenchmarkSpec":
+    def _dataset_problems(self) -> Iterator[str]:
         if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset: sharegpt needs dataset_path (a ShareGPT-format JSON file)")
+            yield "dataset: sharegpt needs dataset_path (a ShareGPT-format JSON file)"
         if self.dataset == "request_log" and not self.dataset_path:
-            raise ValueError("dataset: request_log needs dataset_path (an OpenAI-format JSONL request log)")
+            yield "dataset: request_log needs dataset_path (an OpenAI-format JSONL request log)"
         if self.dataset not in ("sharegpt", "request_log") and self.dataset_path:
-            raise ValueError(f"dataset_path is only used with dataset: sharegpt or request_log (dataset is {self.dataset})")
+            yield f"dataset_path is only used with dataset: sharegpt or request_log (dataset is {self.dataset})"
         if self.dataset == "request_log" and self.api not in ("chat", "completions"):
-            raise ValueError(f"dataset: request_log is replayed through the OpenAI API it was recorded for; set "
-                             f"api: chat (or completions for a completions log), not {self.api}")
+            yield (f"dataset: request_log is replayed through the OpenAI API it was recorded for; set "
+                   f"api: chat (or completions for a completions log), not {self.api}")
         if self.chat_template_kwargs is not None and self.api != "chat":
-            raise ValueError(f"chat_template_kwargs is only sent with api: chat (api is {self.api})")
+            yield f"chat_template_kwargs is only sent with api: chat (api is {self.api})"
         if self.dataset == "random" and not self.allow_random_prompts:
-            raise ValueError(
-                "dataset: random is refused for tuning (speculation looks better on random prompts than on "
-                "real text); use builtin or sharegpt, or set allow_random_prompts: true"
-            )
-        return self
+            yield ("dataset: random is refused for tuning (speculation looks better on random prompts than on "
+                   "real text); use builtin or sharegpt, or set allow_random_prompts: true")
 
 
 class ProbeSpec(StrictModel):

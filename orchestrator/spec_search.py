@@ -38,6 +38,7 @@ __all__ = [
     "MAX_CHOICES",
     "SearchSpec",
     "SpeculativeSpec",
+    "dimension_text",
     "dimension_values",
     "socket_thread_problems",
 ]
@@ -103,9 +104,10 @@ def _dimension_parser(*, low: int, high: int) -> Any:
         if isinstance(value, list) and value and all(_is_int(v) for v in value):
             if len(value) > MAX_CHOICES:
                 raise ValueError(f"{len(value)} values; at most {MAX_CHOICES} are allowed")
-            bad = [v for v in value if outside(v)]
+            bad = list(dict.fromkeys(v for v in value if outside(v)))
             if bad:
-                raise ValueError(f"{short_repr(bad[0])} is outside [{low}, {high}]")
+                shown = ", ".join(short_repr(v) for v in bad[:MAX_SHOWN]) + (", ..." if len(bad) > MAX_SHOWN else "")
+                raise ValueError(f"{shown} {'is' if len(bad) == 1 else 'are'} outside [{low}, {high}]")
             return list(value)
         raise ValueError(f"must be {allowed}, got {short_repr(value)}")
 
@@ -147,6 +149,23 @@ def dimension_values(dim: IntDimension) -> list[int]:
     return sorted(set(dim))
 
 
+MAX_SHOWN = 8
+"""Values of one listed dimension shown by ``dimension_text`` before the rest are counted."""
+
+
+def dimension_text(dim: IntDimension) -> str:
+    """One integer dimension as the spec wrote it: ``3``, a list ``[4, 6, 8]`` in its own order
+    (the first ``MAX_SHOWN`` and ``... (+N more)``), a range ``2-8`` or ``1-9 step 2``; never the
+    values the space derives from it (``spectune validate``'s summary; what SGLang's rules drop is
+    ``SweepSpec.warnings``')."""
+    if isinstance(dim, IntRange):
+        return f"{dim.low}-{dim.high}" + (f" step {dim.step}" if dim.step != 1 else "")
+    if isinstance(dim, int):
+        return str(dim)
+    shown = ", ".join(map(str, dim[:MAX_SHOWN]))
+    return f"[{shown}" + (f", ... (+{len(dim) - MAX_SHOWN} more)]" if len(dim) > MAX_SHOWN else "]")
+
+
 def _triples(value: Any) -> list[list[int]]:
     """``search.speculative.triples``: a non-empty list of ``[num_steps, eagle_topk, num_draft_tokens]``,
     each valid by SGLang's rules (``serving.speculative_rules``), without repeats."""
@@ -157,16 +176,20 @@ def _triples(value: Any) -> list[list[int]]:
     if len(value) > MAX_CHOICES:
         raise ValueError(f"{len(value)} triples; at most {MAX_CHOICES} are allowed")
     seen: set[tuple[int, ...]] = set()
+    problems = []
     for i, item in enumerate(value):
         if not (isinstance(item, list) and len(item) == 3 and all(_is_int(v) for v in item)):
-            raise ValueError(f"[{i}] = {short_repr(item)}: a triple is [num_steps, eagle_topk, num_draft_tokens], "
-                             "three integers")
+            problems.append(f"[{i}] = {short_repr(item)}: a triple is [num_steps, eagle_topk, num_draft_tokens], "
+                            "three integers")
+            continue
         problem = triple_problem(SpeculativeTriple(*item))
         if problem:
-            raise ValueError(f"[{i}] = {item}: {problem}")
-        if tuple(item) in seen:
-            raise ValueError(f"[{i}] = {item} is listed twice")
+            problems.append(f"[{i}] = {item}: {problem}")
+        elif tuple(item) in seen:
+            problems.append(f"[{i}] = {item} is listed twice")
         seen.add(tuple(item))
+    if problems:  # every bad triple at once, one line each
+        raise ValueError("\n".join(problems))
     return [list(item) for item in value]
 
 
@@ -212,10 +235,13 @@ class SpeculativeSpec(_Model):
             if both:
                 raise ValueError(f"give triples or {', '.join(both)}, not both: triples lists the exact points")
             return self
+        problems = []
         if self.num_steps is None:
-            raise ValueError("num_steps is required (or list the exact points in triples)")
+            problems.append("num_steps is required (or list the exact points in triples)")
         if self.num_draft_tokens is None and any(k > 1 for k in dimension_values(self.eagle_topk)):
-            raise ValueError("num_draft_tokens is required when eagle_topk has values above 1")
+            problems.append("num_draft_tokens is required when eagle_topk has values above 1")
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @model_serializer(mode="wrap")
@@ -227,6 +253,20 @@ class SpeculativeSpec(_Model):
             for name in ("num_steps", "eagle_topk", "num_draft_tokens"):
                 data.pop(name, None)
         return data
+
+    def values_text(self) -> str:
+        """The three dimensions as written (``dimension_text``), the draft count's rule for top-k 1
+        said where top-k 1 is searched: ``steps [1, 2, 3]; topk [1, 2]; draft 4-8 (top-k 1: steps + 1)``.
+        With ``triples``: empty (the caller lists the triples)."""
+        if self.triples is not None:
+            return ""
+        assert self.num_steps is not None
+        chain = 1 in dimension_values(self.eagle_topk)
+        if self.num_draft_tokens is None:
+            draft = "steps + 1"
+        else:
+            draft = dimension_text(self.num_draft_tokens) + (" (top-k 1: steps + 1)" if chain else "")
+        return f"steps {dimension_text(self.num_steps)}; topk {dimension_text(self.eagle_topk)}; draft {draft}"
 
     def space(self) -> SpeculativeSpace | SpeculativeList:
         """The valid (num_steps, eagle_topk, num_draft_tokens) points (see ``orchestrator.space``)."""
@@ -359,19 +399,31 @@ class SearchSpec(_Model):
     @classmethod
     def _nccl_env(cls, value: dict[str, list[Any]]) -> dict[str, list[str | None]]:
         out: dict[str, list[str | None]] = {}
+        problems = []  # every variable's, one line each ("NAME: ...", filed under nccl_env.NAME)
         for name, choices in value.items():
             if not choices:
-                raise ValueError(f"{name}: give at least one value")
-            normalised = [nccl.searched_value(name, choice) for choice in choices]
+                problems.append(f"{name}: give at least one value")
+                continue
+            normalised, bad = [], []
+            for choice in choices:
+                try:
+                    normalised.append(nccl.searched_value(name, choice))
+                except ValueError as exc:
+                    bad.append(str(exc))
+            if bad:  # each bad value of the variable (a name that is no NCCL variable: once)
+                problems.extend(dict.fromkeys(bad))
+                continue
             if None not in normalised:
-                raise ValueError(
+                problems.append(
                     f"{name}: the choices {short_repr(choices)} leave out NCCL's default; add null (or 'default') — "
                     "NCCL's default is often the best, and a forced setting must beat it measurably. "
                     "To force one value for every trial, put it in engine.env instead"
                 )
-            if len(set(normalised)) != len(normalised):
-                raise ValueError(f"{name}: repeated values in {short_repr(choices)}")
+            elif len(set(normalised)) != len(normalised):
+                problems.append(f"{name}: repeated values in {short_repr(choices)}")
             out[name] = normalised
+        if problems:
+            raise ValueError("\n".join(problems))
         return out
 
     @field_validator("nccl_presets", mode="after")
@@ -379,14 +431,15 @@ class SearchSpec(_Model):
     def _nccl_presets(cls, value: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
         if value is None:
             return None
-        for i, preset in enumerate(value):
-            if preset in value[:i]:
-                raise ValueError(f"preset {i} ({short_repr(preset)}) repeats preset {value.index(preset)}")
+        problems = [f"preset {i} ({short_repr(preset)}) repeats preset {value.index(preset)}"
+                    for i, preset in enumerate(value) if preset in value[:i]]
         if {} not in value:
-            raise ValueError(
+            problems.append(
                 "the presets leave out NCCL's defaults; add {} — NCCL's default is often the best, and a forced "
                 "setting must beat it measurably. To force one setting for every trial, put it in engine.env instead"
             )
+        if problems:
+            raise ValueError("\n".join(problems))
         return value
 
     @model_validator(mode="after")
@@ -413,7 +466,7 @@ class SearchSpec(_Model):
     @field_validator("allow_dangerous")
     @classmethod
     def _allow_dangerous(cls, value: list[str]) -> list[str]:
-        out = []
+        out, problems = [], []
         for item in value:
             name, _, setting = item.partition("=")
             name = name.strip()
@@ -422,8 +475,11 @@ class SearchSpec(_Model):
                 continue
             if name not in nccl.NCCL_VARIABLES or not nccl.NCCL_VARIABLES[name].dangerous:
                 dangerous = sorted([*(n for n, v in nccl.NCCL_VARIABLES.items() if v.dangerous), *DANGEROUS_FLAGS])
-                raise ValueError(f"{item!r}: only {', '.join(dangerous)} can be dangerous")
+                problems.append(f"{item!r}: only {', '.join(dangerous)} can be dangerous")
+                continue
             out.append(f"{name}={nccl.normalise_value(name, setting)}" if setting else name)
+        if problems:  # every bad item at once
+            raise ValueError("\n".join(problems))
         return out
 
     def is_allowed(self, name: str, value: str) -> bool:

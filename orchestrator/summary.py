@@ -16,22 +16,6 @@ from serving.redaction import REDACTED, redact
 __all__ = ["describe_spec", "sweep_params"]
 
 
-def _span(values: list[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``1-3, 5``."""
-    if not values:
-        return "-"
-    runs: list[str] = []
-    start = prev = values[0]
-    for value in values[1:] + [None]:  # type: ignore[list-item]
-        if value is not None and value == prev + 1:
-            prev = value
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if value is not None:
-            start = prev = value
-    return ", ".join(runs)
-
-
 MAX_LISTED = 8
 """Listed points (triples, NCCL presets) shown by name before the rest are counted."""
 
@@ -76,9 +60,8 @@ def describe_spec(spec: SweepSpec) -> dict[str, Any]:
         auto = " + auto" if numbers.include_auto else ""
         if isinstance(numbers, SpeculativeList):
             values = _listed([f"({t.num_steps},{t.eagle_topk},{t.num_draft_tokens})" for t in numbers.triples], ", ")
-        else:
-            steps, topks, drafts = numbers.values_used()
-            values = f"steps {_span(steps)}; topk {_span(topks)}; draft {_span(drafts)}"
+        else:  # as the spec wrote them; values SGLang's rules leave out are a warning (SweepSpec.warnings)
+            values = spec.search.speculative.values_text()
         dimensions.append({"name": "speculative (steps, topk, draft)", "values": values + auto, "count": len(numbers)})
     arms = spec.arms_on_node()
     merged = {arm: to for arm, to in arms.stands_for.items() if arm != to}

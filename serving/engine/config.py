@@ -81,25 +81,45 @@ def managed_flag_field(name: str) -> str | None:
 def validated_extra_args(flags: object, *, use_instead: Callable[[str], str]) -> object:
     """Normalise ``extra_args`` flag names, refusing any that spectune sets from a typed field.
 
-    A pydantic "before" hook shared by the spec and EngineConfig; only the hint differs.
+    A pydantic "before" hook shared by the spec and EngineConfig; only the hint differs. Every
+    refused flag is named at once, one line each (``flag: message``, so the caller's formatter
+    files it under ``extra_args.flag``); a prefix of a managed flag (``speculative_num_step``,
+    which SGLang's parser reads as the whole name) says which flag it stands for.
 
     Args:
         flags: ``{flag: value}`` as written by the user (non-mappings are returned unchanged, for
             pydantic to reject with its own message).
-        use_instead: Owner field -> what the user should set instead, for the error message.
+        use_instead: Owner field (a value of ``MANAGED_FLAGS``) -> what the user should set
+            instead, for the error message; called once per owner.
 
     Raises:
-        ValueError: ``"'<flag>' is set by spectune; use <hint> instead"``.
+        ValueError: ``"<flag>: set by spectune[: SGLang reads it as <flag>]; use <hint> instead"``,
+            one line per refused flag.
     """
     if not isinstance(flags, dict):
         return flags
     out: dict[str, object] = {}
+    problems = []
     for raw, item in flags.items():
         name = normalise_flag_name(str(raw))
-        owner = managed_flag_field(name)
-        if owner:
-            raise ValueError(f"{raw!r} is set by spectune; use {use_instead(owner)} instead")
+        if managed_flag_field(name):
+            read_as = [name] if name in MANAGED_FLAGS else sorted(
+                flag for flag in MANAGED_FLAGS if len(name) >= 2 and flag.startswith(name))
+            owners = dict.fromkeys(MANAGED_FLAGS[flag] for flag in read_as)
+            hints = list(dict.fromkeys(use_instead(owner) for owner in owners))
+            shown = ["--" + flag.replace("_", "-") for flag in read_as]
+            if read_as == [name]:
+                what = "set by spectune"
+            elif len(shown) == 1:
+                what = f"set by spectune: SGLang reads it as {shown[0]}"
+            else:
+                what = f"set by spectune: a prefix of {', '.join(shown[:-1])} and {shown[-1]}"
+            hint = hints[0] if len(hints) == 1 else f"{', '.join(hints[:-1])} or {hints[-1]}"
+            problems.append(f"{name}: {what}; use {hint} instead")
+            continue
         out[name] = item
+    if problems:
+        raise ValueError("\n".join(problems))
     return out
 
 

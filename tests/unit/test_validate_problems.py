@@ -22,15 +22,15 @@ def _problems(**fields) -> list[str]:
 
 def test_a_value_no_union_arm_accepts_is_one_problem_listing_the_arms() -> None:
     assert _problems(extra_args={"mem_fraction_static": {"a": 1}}) == [
-        "extra_args.mem_fraction_static: must be one of bool, int, float, str, list[union[int,float,str]] "
-        "(got {'a': 1})"
+        "extra_args.mem_fraction_static: got {'a': 1} (a mapping); expected true or false, an integer, a number, "
+        "a string or a list"
     ]
 
 
 def test_a_bad_item_inside_a_union_arm_is_reported_at_the_value() -> None:
     (problem,) = _problems(extra_args={"x": [[1]]})
-    assert problem.startswith("extra_args.x: must be one of bool, int, float, str, list[union[int,float,str]]")
-    assert problem.endswith("(got [[1]])")
+    assert problem == ("extra_args.x: got [[1]] (a list); expected true or false, an integer, a number, a string or "
+                       "a list")
 
 
 def test_unknown_key_suggests_the_close_one_for_the_given_model() -> None:
@@ -49,7 +49,7 @@ def test_an_integer_too_long_to_print_is_still_a_spec_error() -> None:
         SweepSpec.from_dict(with_("engine.tp_size", 10**5000))
     (problem,) = excinfo.value.problems
     assert problem.field == "engine.tp_size"
-    assert "less than or equal to 64" in problem.message and "too large to show" in problem.message
+    assert "expected an integer in [1, 64]" in problem.message and "too large to show" in problem.message
 
 
 def test_short_repr_survives_cycles_and_depth() -> None:

@@ -117,7 +117,7 @@ def _steps_as_run(record: TrialRecord) -> int | None:
 
 
 def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, objective_level: int,
-                  confirmed: bool, verdict_kind: str | None = None) -> dict[str, Any] | None:
+                  confirmed: bool, verdict_kind: str | None = None, why: str | None = None) -> dict[str, Any] | None:
     """``summary.json``'s ``launch``: where the schedule (``summary``, from :func:`schedule_summary`)
     and best.yaml (``best``) disagree, which to launch for which traffic and why; None where there is
     no schedule or no best.yaml, or where every entry of the schedule is best.yaml's steps.
@@ -126,6 +126,8 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
         confirmed: best.yaml is the confirmation's choice (else the search's best: the confirmation
             was off or could not run).
         verdict_kind: The confirmation's verdict against SGLang's default (``undecided``, ...), shown.
+        why: Why best.yaml holds that trial, in words (``finish.best_yaml_choice``: a choice or a
+            fallback); default: from ``confirmed`` and ``verdict_kind``.
 
     Returns:
         ``{"best_yaml_trial", "best_yaml_steps", "schedule_steps_at_objective", "objective_concurrency",
@@ -141,11 +143,11 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
     at_objective = next((row["steps"] for row in rows if row["concurrency"] == objective_level), None)
     span = f"concurrency {rows[0]['concurrency']}-{rows[-1]['concurrency']}"
     if confirmed:
-        why = "the confirmation's choice" + (f", verdict {verdict_kind}" if verdict_kind else "")
+        why = why or ("the confirmation's choice" + (f", verdict {verdict_kind}" if verdict_kind else ""))
         source = "a search estimate the confirmation did not bear out"
         elsewhere = f"search estimates; the confirmation measured concurrency {objective_level} only"
     else:
-        why = "the search's best there, no confirmation ran"
+        why = why or "the search's best there, no confirmation ran"
         source = "the best chain configuration's, from the same search estimates"
         elsewhere = "search estimates, like best.yaml"
     head = (f"which to launch: for traffic at concurrency {objective_level}, best.yaml (trial {best.number} "

@@ -159,7 +159,7 @@ def test_where_the_schedule_and_best_yaml_disagree_one_line_says_which_to_launch
     launch = report["launch"]
     assert launch["best_yaml_trial"] == 2 and launch["best_yaml_steps"] == 3 and launch["disagree_at"] == [1, 4]
     expected = ("  which to launch: for traffic at concurrency 4, best.yaml (trial 2 SGLang auto (= steps 3 topk 1 "
-                "draft 4); the confirmation's choice, verdict undecided); sglang_adaptive_spec.json's steps 5 there "
+                "draft 4); a fallback, not a choice: the confirmation could not decide between trial 5 and SGLang's default after 5 visits each, so best.yaml keeps SGLang's default); sglang_adaptive_spec.json's steps 5 there "
                 "are a search estimate the confirmation did not bear out, so launch it only for traffic that swings "
                 "across concurrency 1-4")
     assert report["per_load_lines"][-1] == expected and text.count("which to launch") == 1
@@ -174,7 +174,7 @@ def test_a_schedule_that_agrees_at_the_confirmed_level_is_for_swinging_traffic()
     assert report["launch"]["disagree_at"] == [1]
     assert report["per_load_lines"][-1] == (
         "  which to launch: for traffic at concurrency 4, best.yaml (trial 5 steps=5 topk=1 draft=6; the "
-        "confirmation's choice, verdict better); for traffic that swings across concurrency 1-4, sglang_adaptive_spec.json (steps 2 at 1: "
+        "confirmation's choice: better than SGLang's default); for traffic that swings across concurrency 1-4, sglang_adaptive_spec.json (steps 2 at 1: "
         "search estimates; the confirmation measured concurrency 4 only)")
 
 
