@@ -1,15 +1,33 @@
 """Which kernel carries decode's tensor-parallel all-reduce: SGLang 0.5.23's rule, written once.
 
-In precedence order (sources under ``sglang/srt/``):
+In precedence order (sources under ``sglang/srt/``; ``GroupCoordinator`` is in
+``distributed/parallel_state.py``):
 
 * FlashInfer's fused all-reduce + RMSNorm: ``arg_groups/overrides.py``
-  ``_flashinfer_allreduce_fusion_auto_enable`` (off by ``_enforce_disable_allreduce_fusion``);
+  ``_flashinfer_allreduce_fusion_auto_enable`` (off by ``_enforce_disable_allreduce_fusion``), or
+  ``--flashinfer-allreduce-fusion-backend`` given (checked by ``layers/flashinfer_comm_fusion.py``
+  ``_resolve_backend``); it runs at the RMSNorm call site, before ``GroupCoordinator.all_reduce``;
+* MSCCL++ (``--enable-mscclpp``, opt-in): ``GroupCoordinator.all_reduce`` asks
+  ``should_mscclpp_allreduce`` first and ``_resolve_outplace_all_reduce_method`` puts it ahead of
+  custom all-reduce; ``distributed/device_communicators/pymscclpp.py`` ``PyMscclppCommunicator``
+  (only inside CUDA-graph capture: ``GroupCoordinator.graph_capture`` / ``change_state``);
 * SGLang's custom all-reduce: ``distributed/device_communicators/custom_all_reduce_utils.py``
   ``can_use_custom_all_reduce_with_nvlink``;
+* NCCL with symmetric memory (``--enable-symm-mem``, opt-in): ``GroupCoordinator.all_reduce``
+  sends to pynccl when ``is_symmetric_memory_enabled()`` and neither MSCCL++ nor custom
+  all-reduce takes the tensor (``distributed/device_communicators/pynccl_allocator.py``);
+* PyTorch symmetric memory (``--enable-torch-symm-mem``, opt-in):
+  ``_resolve_outplace_all_reduce_method`` after custom all-reduce and MSCCL++;
+  ``distributed/device_communicators/torch_symm_mem.py`` ``TorchSymmMemCommunicator``;
 * otherwise NCCL.
 
-``predict`` answers from a declared ``GpuKind``; ``serving.engine.all_reduce_observed`` reads what
-a running engine did.
+``--enable-fused-moe-sum-all-reduce`` is no all-reduce path: it fuses the MoE top-k sum into the
+down GEMM (``layers/moe/moe_runner/triton_utils/fused_moe.py`` ``_fused_moe_kernel_sequence``).
+``--enable-nccl-nvls`` is not modelled.
+
+``predict`` answers from a declared ``GpuKind`` for the three default kernels; ``decode_kernel``
+and ``engages`` add the opt-in paths (``PATH_RULES``). ``serving.engine.all_reduce_observed``
+reads what a running engine did.
 """
 
 from __future__ import annotations
@@ -22,12 +40,22 @@ __all__ = [
     "AllReducePath",
     "CUSTOM_ALL_REDUCE_WORLD_SIZES",
     "DECLARED_GPU_KINDS",
+    "DecodeKernel",
     "FUSION_ARCHITECTURES",
+    "FUSION_BACKENDS",
     "GpuKind",
     "Kernel",
     "KERNEL_WORDS",
+    "MSCCLPP_WORLD_SIZES",
+    "OptInPath",
+    "PATH_RULES",
+    "PathRule",
+    "TORCH_SYMM_MEM_WORLD_SIZES",
     "custom_all_reduce_off_line",
+    "decode_kernel",
+    "engages",
     "predict",
+    "resolve_fusion_backend",
 ]
 
 SGLANG_VERSION = "0.5.23"
@@ -40,8 +68,15 @@ KERNEL_WORDS: dict[str, str] = {
     "flashinfer_fusion": "FlashInfer's fused all-reduce + RMSNorm",
     "custom_all_reduce": "SGLang's custom all-reduce",
     "nccl": "NCCL",
+    "mscclpp": "MSCCL++",
+    "nccl_symm_mem": "NCCL on symmetric memory",
+    "torch_symm_mem": "PyTorch's symmetric-memory all-reduce",
 }
-"""What each kernel is, in words for tables and log lines."""
+"""What each kernel is, in words for tables and log lines (``Kernel`` and ``DecodeKernel``)."""
+
+DecodeKernel = Literal["none", "flashinfer_fusion", "custom_all_reduce", "nccl", "mscclpp", "nccl_symm_mem",
+                       "torch_symm_mem"]
+"""``Kernel`` plus the opt-in paths ``decode_kernel`` can answer (``predict`` never does)."""
 
 FUSION_ARCHITECTURES = frozenset({
     "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
@@ -196,3 +231,273 @@ def predict(
     unknown = (architecture is None and sm90_or_sm100 and not enforce_disable_fusion and fusion_backend is None)
     note = " (architecture unknown: assumed no fusion)" if unknown else ""
     return AllReducePath("nccl", None, False, off_line, fusion_line, f"{why}{note}")
+
+
+# --- the opt-in paths (issue 44) -----------------------------------------------------------------------
+
+OptInPath = Literal["torch_symm_mem", "mscclpp", "nccl_symm_mem", "flashinfer_fusion_backend",
+                    "fused_moe_sum_all_reduce"]
+
+FUSION_BACKENDS = ("auto", "trtllm", "mnnvl", "cutedsl")
+"""``--flashinfer-allreduce-fusion-backend`` choices in 0.5.23 (``arg_groups/fields/exec_.py``)."""
+
+TORCH_SYMM_MEM_WORLD_SIZES: dict[int, tuple[int, ...]] = {9: (2, 4, 6, 8), 10: (2, 4, 6, 8)}
+"""``distributed/device_communicators/all_reduce_utils.py`` ``TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES``
+keys (capability major -> world sizes; 64 MiB cap at 2 and 4, 128 MiB at 6 and 8). The flag's help
+says "SM90 supports world size 4, 6, 8. SM100 supports world size 6, 8"; the table is what runs."""
+
+MSCCLPP_WORLD_SIZES = (4, 8, 16, 32, 64)
+"""``pymscclpp.py`` ``_SUPPORTED_WORLD_SIZES``; one IPC domain (a node) has algorithms for 4, 8, 16
+and 32 (``_NATIVE_SUPPORTED_WORLD_SIZES``), several nodes need 2, 4 or 8 IPC domains
+(``_MULTI_NODE_IPC_DOMAIN_COUNTS``) and carry 1 KiB to 1 MiB per domain."""
+
+_MSCCLPP_SINGLE_NODE_WORLD_SIZES = (4, 8, 16, 32)
+_MSCCLPP_IPC_DOMAIN_COUNTS = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """One opt-in path: its flag, where SGLang engages it, and where it ranks.
+
+    Attributes:
+        path: The name ``engages`` takes.
+        flag: The SGLang 0.5.23 server flag.
+        kernel: The ``DecodeKernel`` it carries decode on (None: it is no all-reduce path).
+        source: Where it engages (``sglang/srt/`` file and function).
+        precedence: Where it ranks against the other kernels.
+        declared_kind_cannot_tell: What the rule needs that a declared ``GpuKind`` does not say.
+    """
+
+    path: str
+    flag: str
+    kernel: Optional[str]
+    source: str
+    precedence: str
+    declared_kind_cannot_tell: str
+
+
+PATH_RULES: dict[str, PathRule] = {rule.path: rule for rule in (
+    PathRule("torch_symm_mem", "--enable-torch-symm-mem", "torch_symm_mem",
+             "distributed/device_communicators/torch_symm_mem.py TorchSymmMemCommunicator.__init__ "
+             "(capability 9/10, world size in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES, multicast) and "
+             "should_torch_symm_mem_allreduce (bf16, 4-byte aligned, below 64/128 MiB); picked by "
+             "distributed/parallel_state.py GroupCoordinator._resolve_outplace_all_reduce_method",
+             "after fusion, MSCCL++, custom all-reduce and NCCL symmetric memory; before plain NCCL",
+             "whether torch symmetric memory gets a multicast pointer (NVSwitch; assumed for -nvlink, "
+             "refused for -pcie), the model's activation dtype, a fabric across nodes"),
+    PathRule("mscclpp", "--enable-mscclpp", "mscclpp",
+             "distributed/device_communicators/pymscclpp.py PyMscclppCommunicator.__init__ and "
+             "should_mscclpp_allreduce; distributed/parallel_state.py GroupCoordinator.all_reduce, "
+             "enabled only in GroupCoordinator.graph_capture",
+             "after fusion; ahead of custom all-reduce (ca is taken only when MSCCL++ declines)",
+             "whether the mscclpp package is installed (SGLang 0.5.23 does not require it), the IPC "
+             "domains mscclpp.CommGroup finds, which tuned algorithm wins at start"),
+    PathRule("nccl_symm_mem", "--enable-symm-mem", "nccl_symm_mem",
+             "distributed/parallel_state.py GroupCoordinator.all_reduce (pynccl_comm and "
+             "is_symmetric_memory_enabled(), from distributed/device_communicators/pynccl_allocator.py)",
+             "after fusion, MSCCL++ and custom all-reduce; ahead of FlashInfer all-reduce-only and torch "
+             "symmetric memory; the kernel is NCCL's, so NCCL variables still reach it",
+             "the NCCL version and whether NCCL picks its symmetric kernels for this topology"),
+    PathRule("flashinfer_fusion_backend", "--flashinfer-allreduce-fusion-backend", "flashinfer_fusion",
+             "layers/flashinfer_comm_fusion.py _resolve_backend / resolve_flashinfer_allreduce_fusion_backend; "
+             "model_executor/runner/base_runner.py _pre_initialize_flashinfer_allreduce_workspace",
+             "first: it runs at the RMSNorm call site, and distributed/bootstrap.py _set_all_reduce_flags "
+             "tags the groups so plain all-reduces take flashinfer_allreduce ahead of custom all-reduce",
+             "whether flashinfer.comm's allreduce_fusion API imports; MNNVL fabric on sm100 across nodes"),
+    PathRule("fused_moe_sum_all_reduce", "--enable-fused-moe-sum-all-reduce", None,
+             "layers/moe/moe_runner/triton_utils/fused_moe.py _fused_moe_kernel_sequence "
+             "(use_fused_moe_sum_all_reduce: triton MoE, top-k > 2, not int8/int4 w-a16)",
+             "none: it sums the top-k expert outputs with atomic adds in the down GEMM; the TP "
+             "all-reduce after the MoE layer is chosen as without it",
+             "nothing it would need: it never changes the all-reduce kernel"),
+)}
+"""The five opt-in all-reduce flags of SGLang 0.5.23 (``--enable-nccl-nvls`` is deliberately absent)."""
+
+
+def resolve_fusion_backend(backend: str, *, gpu_kind: GpuKind, nnodes: int = 1) -> tuple[Optional[str], str]:
+    """``_resolve_backend`` (``layers/flashinfer_comm_fusion.py``) for a declared node: the backend
+    SGLang runs, or None and the ValueError it raises at start (then SGLang does not start)."""
+    multi = nnodes > 1
+    major = gpu_kind.capability_major
+    if backend not in FUSION_BACKENDS:
+        return None, f"{backend!r} is not one of {', '.join(FUSION_BACKENDS)}"
+    if major not in (9, 10):
+        return None, "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs."
+    if backend == "cutedsl":
+        return (backend, "cutedsl on sm100") if major == 10 else (
+            None, "FlashInfer allreduce fusion cutedsl backend requires a Blackwell system.")
+    if backend == "auto":
+        if major == 10:
+            return "mnnvl", "auto resolves to mnnvl on sm100"
+        if multi:
+            return None, "FlashInfer allreduce fusion does not support multi-node on non-Blackwell systems."
+        return "trtllm", "auto resolves to trtllm on sm90 single-node"
+    if backend == "trtllm" and multi:
+        return None, "FlashInfer allreduce fusion trtllm backend supports single-node only."
+    if backend == "mnnvl" and not (major == 10 or not multi):
+        return None, "FlashInfer allreduce fusion mnnvl backend requires a Blackwell system, or SM90 single-node."
+    return backend, f"{backend} on sm{major}0 {'across nodes' if multi else 'single-node'}"
+
+
+def _torch_symm_mem_up(gpu_kind: GpuKind, world_size: int, nnodes: int, activation_dtype: str) -> tuple[bool, str]:
+    src = "torch_symm_mem.py TorchSymmMemCommunicator"
+    if gpu_kind.capability_major not in TORCH_SYMM_MEM_WORLD_SIZES:
+        return False, f"{src}.__init__ supports capability 9 and 10 only, not {gpu_kind.name}"
+    if world_size not in TORCH_SYMM_MEM_WORLD_SIZES[gpu_kind.capability_major]:
+        return False, f"{src}.__init__ supports world sizes 2, 4, 6, 8 only, not {world_size}"
+    if nnodes > 1:
+        return False, (f"{src}.__init__ needs a multicast pointer across the group's nodes, which only an "
+                       "MNNVL fabric gives and a declared kind cannot say (assumed absent)")
+    if not gpu_kind.full_nvlink:
+        return False, f"{src}.__init__ disables itself without multicast, which PCIe GPUs lack"
+    if activation_dtype != "bfloat16":
+        return False, f"{src}.should_torch_symm_mem_allreduce takes bf16 only, not {activation_dtype}"
+    kernel = "multimem" if world_size in (4, 6, 8) else "two-shot"
+    return True, (f"{src} comes up ({kernel} kernel; assumes the NVLink node has NVSwitch multicast) and "
+                  "takes decode's bf16 messages (below 64/128 MiB)")
+
+
+def _mscclpp_up(gpu_kind: GpuKind, world_size: int, nnodes: int, installed: bool, cuda_graph: bool) -> tuple[bool, str]:
+    src = "pymscclpp.py PyMscclppCommunicator"
+    if not installed:
+        return False, (f"{src}.__init__ imports mscclpp, which SGLang 0.5.23 does not require; a declared kind "
+                       "cannot say it is installed (assumed not: 'PyMscclpp is unavailable')")
+    if world_size not in MSCCLPP_WORLD_SIZES:
+        return False, f"{src}.__init__ supports world sizes {list(MSCCLPP_WORLD_SIZES)} only, not {world_size}"
+    if not cuda_graph:
+        return False, f"{src} is enabled only inside GroupCoordinator.graph_capture; decode runs without CUDA graphs"
+    if nnodes > 1:
+        if nnodes not in _MSCCLPP_IPC_DOMAIN_COUNTS or world_size % nnodes:
+            return False, f"{src} across nodes needs 2, 4 or 8 IPC domains, not {nnodes} nodes"
+        return True, (f"{src} (allreduce_multi_nodes, 1 KiB to {nnodes} MiB messages) runs in decode's CUDA "
+                      "graphs; assumes one IPC domain per node")
+    if world_size not in _MSCCLPP_SINGLE_NODE_WORLD_SIZES:
+        return False, f"{src} has no single-node algorithm at world size {world_size}"
+    if not gpu_kind.full_nvlink:
+        return False, (f"{src} on PCIe-only GPUs: whether its IPC memory channels tune to a usable algorithm is "
+                       "a runtime fact a declared kind cannot tell (assumed not)")
+    return True, f"{src} tunes an algorithm for decode's sizes and runs in decode's CUDA graphs"
+
+
+def decode_kernel(
+    *,
+    gpu_kind: GpuKind,
+    architecture: Optional[str],
+    tp_size: int,
+    disable_custom_all_reduce: bool = False,
+    enforce_disable_fusion: bool = False,
+    fusion_backend: Optional[str] = None,
+    nnodes: int = 1,
+    attention_dp: bool = False,
+    moe_a2a_backend: str = "none",
+    enable_torch_symm_mem: bool = False,
+    enable_mscclpp: bool = False,
+    enable_symm_mem: bool = False,
+    enable_fused_moe_sum_all_reduce: bool = False,
+    mscclpp_installed: bool = False,
+    cuda_graph: bool = True,
+    activation_dtype: str = "bfloat16",
+) -> tuple[str, str]:
+    """The kernel (a ``DecodeKernel``) that carries decode's per-layer all-reduce with the opt-in
+    flags as well, and one sentence why. Without them it is ``predict``'s kernel and reason.
+
+    Runtime facts a declared kind cannot know are answered conservatively: mscclpp is taken as not
+    installed unless ``mscclpp_installed``; multicast is taken as present on ``-nvlink`` nodes only
+    and absent across nodes. Decode's messages are taken to fit custom all-reduce's buffer (as in
+    ``predict``). ``enable_fused_moe_sum_all_reduce`` changes nothing here (``PATH_RULES``).
+
+    Raises:
+        ValueError: ``fusion_backend`` is one SGLang refuses on this node (its message).
+    """
+    del enable_fused_moe_sum_all_reduce  # fuses the MoE top-k sum, not the TP all-reduce
+    if fusion_backend is not None and tp_size > 1:
+        resolved, why = resolve_fusion_backend(fusion_backend, gpu_kind=gpu_kind, nnodes=nnodes)
+        if resolved is None:
+            raise ValueError(f"SGLang refuses --flashinfer-allreduce-fusion-backend {fusion_backend}: {why}")
+    base = predict(gpu_kind=gpu_kind, architecture=architecture, tp_size=tp_size,
+                   disable_custom_all_reduce=disable_custom_all_reduce, enforce_disable_fusion=enforce_disable_fusion,
+                   fusion_backend=fusion_backend, nnodes=nnodes, attention_dp=attention_dp,
+                   moe_a2a_backend=moe_a2a_backend)
+    if base.kernel in ("none", "flashinfer_fusion") or not gpu_kind.cuda:
+        return base.kernel, base.reason
+    if enable_mscclpp:
+        up, why = _mscclpp_up(gpu_kind, tp_size, nnodes, mscclpp_installed, cuda_graph)
+        if up:
+            return "mscclpp", why + ", ahead of custom all-reduce (parallel_state.py GroupCoordinator.all_reduce)"
+    if base.kernel == "custom_all_reduce":
+        return base.kernel, base.reason
+    if enable_symm_mem:
+        return "nccl_symm_mem", ("parallel_state.py GroupCoordinator.all_reduce sends it to pynccl on symmetric "
+                                 f"memory ({base.reason}); NCCL picks its symmetric kernels at run time")
+    if enable_torch_symm_mem:
+        up, why = _torch_symm_mem_up(gpu_kind, tp_size, nnodes, activation_dtype)
+        if up:
+            return "torch_symm_mem", f"{why} ({base.reason})"
+    return base.kernel, base.reason
+
+
+_PATH_KWARGS = {"torch_symm_mem": "enable_torch_symm_mem", "mscclpp": "enable_mscclpp",
+                "nccl_symm_mem": "enable_symm_mem", "fused_moe_sum_all_reduce": "enable_fused_moe_sum_all_reduce"}
+
+
+def engages(
+    path: str,
+    *,
+    gpu_kind: GpuKind,
+    world_size: int,
+    nnodes: int = 1,
+    architecture: Optional[str] = None,
+    disable_custom_all_reduce: bool = False,
+    enforce_disable_fusion: bool = False,
+    fusion_backend: str = "auto",
+    attention_dp: bool = False,
+    moe_a2a_backend: str = "none",
+    mscclpp_installed: bool = False,
+    cuda_graph: bool = True,
+    activation_dtype: str = "bfloat16",
+) -> tuple[bool, str]:
+    """Whether SGLang 0.5.23 runs decode's all-reduce on ``path`` (a ``PATH_RULES`` key) when its
+    flag is given on a node of ``gpu_kind``, and one sentence why (citing the source). The other
+    arguments are as in ``decode_kernel``; ``fusion_backend`` is the value given with
+    ``--flashinfer-allreduce-fusion-backend`` (used for that path only).
+
+    Raises:
+        ValueError: ``path`` is not one of ``PATH_RULES``.
+    """
+    if path not in PATH_RULES:
+        raise ValueError(f"{path!r} is not an all-reduce path; use one of {', '.join(PATH_RULES)}")
+    rule = PATH_RULES[path]
+    if rule.kernel is None:
+        return False, (f"{rule.flag} changes no all-reduce kernel: it sums the top-k expert outputs with atomic "
+                       "adds in the MoE down GEMM (triton_utils/fused_moe.py _fused_moe_kernel_sequence)")
+    common = dict(gpu_kind=gpu_kind, architecture=architecture, tp_size=world_size,
+                  disable_custom_all_reduce=disable_custom_all_reduce, nnodes=nnodes, attention_dp=attention_dp,
+                  moe_a2a_backend=moe_a2a_backend, mscclpp_installed=mscclpp_installed, cuda_graph=cuda_graph,
+                  activation_dtype=activation_dtype)
+    if path == "flashinfer_fusion_backend":
+        if world_size <= 1:
+            return False, "one rank: no tensor-parallel all-reduce"
+        if enforce_disable_fusion:
+            return False, ("arg_groups/overrides.py _enforce_disable_allreduce_fusion drops the backend "
+                           "(--enforce-disable-flashinfer-allreduce-fusion wins)")
+        resolved, why = resolve_fusion_backend(fusion_backend, gpu_kind=gpu_kind, nnodes=nnodes)
+        if resolved is None:
+            return False, f"SGLang refuses to start (flashinfer_comm_fusion.py _resolve_backend): {why}"
+        return True, (f"flashinfer_comm_fusion.py _resolve_backend: {why}; the fused all-reduce + RMSNorm "
+                      "runs first, and plain all-reduces take flashinfer_allreduce ahead of custom all-reduce "
+                      "(bootstrap.py _set_all_reduce_flags); assumes flashinfer.comm imports")
+    kernel, why = decode_kernel(enforce_disable_fusion=enforce_disable_fusion, **common,
+                                **{_PATH_KWARGS[path]: True})
+    if kernel == rule.kernel:
+        return True, why
+    if path == "torch_symm_mem":
+        up, up_why = _torch_symm_mem_up(gpu_kind, world_size, nnodes, activation_dtype)
+    elif path == "mscclpp":
+        up, up_why = _mscclpp_up(gpu_kind, world_size, nnodes, mscclpp_installed, cuda_graph)
+    else:
+        up, up_why = gpu_kind.cuda and world_size > 1, "pynccl comes up on symmetric memory"
+    if not gpu_kind.cuda:
+        return False, "no CUDA: GroupCoordinator.all_reduce sends CPU tensors to shm or gloo before any GPU path"
+    if up:
+        return False, f"{up_why}, but {KERNEL_WORDS.get(kernel, kernel)} ranks ahead of it: {why}"
+    return False, up_why
