@@ -433,6 +433,7 @@ class SearchSpec(_Model):
             return None
         problems = [f"preset {i} ({short_repr(preset)}) repeats preset {value.index(preset)}"
                     for i, preset in enumerate(value) if preset in value[:i]]
+        problems += [f"preset {i}: {line}" for i, preset in enumerate(value) for line in nccl.conflicts(preset)]
         if {} not in value:
             problems.append(
                 "the presets leave out NCCL's defaults; add {} — NCCL's default is often the best, and a forced "

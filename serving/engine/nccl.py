@@ -14,6 +14,7 @@ from typing import Literal
 from serving.engine.nccl_network import parse_interface_list
 
 __all__ = [
+    "conflicts",
     "NcclVariable",
     "NCCL_VARIABLES",
     "ENGINE_MANAGED_VARIABLES",
@@ -301,6 +302,18 @@ def danger_of(name: str, value: str) -> str | None:
                 return reason
         return None
     return var.dangerous.get(text.upper())
+
+
+def conflicts(env: dict[str, str]) -> list[str]:
+    """What one set of NCCL variables contradicts itself in (one line each; empty when consistent):
+    ``NCCL_MIN_NCHANNELS`` above ``NCCL_MAX_NCHANNELS`` (NCCL's docs: the minimum and maximum number of
+    channels NCCL may use; NCCL keeps the maximum, so the forced minimum silently does not hold)."""
+    out = []
+    low, high = env.get("NCCL_MIN_NCHANNELS"), env.get("NCCL_MAX_NCHANNELS")
+    if low is not None and high is not None and str(low).isdigit() and str(high).isdigit() and int(low) > int(high):
+        out.append(f"NCCL_MIN_NCHANNELS={low} is above NCCL_MAX_NCHANNELS={high}: NCCL keeps the maximum, so the "
+                   "minimum would not hold; lower NCCL_MIN_NCHANNELS or raise NCCL_MAX_NCHANNELS")
+    return out
 
 
 def validated_env(env: object) -> object:

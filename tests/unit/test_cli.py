@@ -50,8 +50,8 @@ def test_validate_kimi_spec_json() -> None:
 
 
 @pytest.mark.parametrize(("spec", "arms", "configurations"), [
-    # eight PCIe GPUs: one arm (NCCL carries decode whatever the flags), the presets on it: 41 x 5
-    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default", 205),
+    # eight PCIe GPUs: one arm (NCCL carries decode whatever the flags), the presets on it: 41 x 6
+    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default", 246),
     # eight NVLink GPUs: fusion, custom, NCCL; NCCL_* only on nccl: 41 x (1 + 1 + 3 x 3)
     ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl", 451),
     # two nodes of eight: NCCL on every arm across nodes, the network variables too: 41 x 3 x 3 x 2 x 2

@@ -319,3 +319,17 @@ def test_the_allowed_values_come_from_pydantic_when_the_model_is_not_known() -> 
     assert shown == ["benchmark.api: got 'x' (a string); expected one of 'auto', 'generate', 'completions', 'chat'",
                      "benchmark.num_prompts: got 0; expected an integer >= 1, e.g. 1"], shown
     assert _target(SweepSpec, ["engine", "nope"]) is None  # a field it cannot find: no guess
+
+
+def test_a_preset_whose_channel_minimum_is_above_its_maximum_is_refused() -> None:
+    """NCCL keeps NCCL_MAX_NCHANNELS, so a preset forcing a larger minimum would silently not hold."""
+    from orchestrator.spec import SweepSpec
+    from orchestrator.errors import SpecError
+
+    data = copy.deepcopy(SHIPPED["kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml"])
+    data["search"]["nccl_presets"].append({"NCCL_MIN_NCHANNELS": "32", "NCCL_MAX_NCHANNELS": "16"})
+    with pytest.raises(SpecError) as info:
+        SweepSpec.from_dict(data)
+    assert "NCCL_MIN_NCHANNELS=32 is above NCCL_MAX_NCHANNELS=16" in str(info.value), str(info.value)
+    shipped = SweepSpec.from_dict(copy.deepcopy(SHIPPED["kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml"]))
+    assert {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8"} in shipped.search.nccl_presets

@@ -20,8 +20,9 @@ def test_dry_run_names_nccl_presets_as_what_is_searched() -> None:
     result = CliRunner().invoke(app, ["sweep", "--dry-run", str(REPO / "experiments" / "kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml")])
     assert result.exit_code == 0, result.output
     first = " ".join(result.output.split("all-reduce arms")[0].split())
-    assert "NCCL variables searched: 5 presets (search.nccl_presets: default; NCCL_ALGO=Ring," in first, first
-    assert "over NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, NCCL_PROTO;" in first
+    assert "NCCL variables searched: 6 presets (search.nccl_presets: default; NCCL_ALGO=Ring," in first, first
+    assert "over NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_MIN_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, " \
+        "NCCL_PROTO;" in first, first
     assert "searched: none" not in first
 
 
