@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.files import write_atomic
+from orchestrator.bench.traffic import TrafficFingerprint
 from orchestrator.mlflow_schema import (
     ENGINE_CONFIG_ARTIFACT,
     ROLE_TRIAL,
@@ -118,7 +119,8 @@ class SweepCoordinator:
                                          "tracking_uri": tracking_uri, "created_at": utc_timestamp()})
         self._traffic = traffic
         """The sweep's traffic (``orchestrator.bench.traffic.TrafficFingerprint`` as a dict): every trial's
-        record carries it, and its MLflow run its ``traffic.*`` params."""
+        record carries it, and its MLflow run its ``traffic.*`` params (:attr:`_traffic_params`)."""
+        self._traffic_params = TrafficFingerprint.model_validate(traffic).mlflow_params() if traffic else {}
         self._records = {r.trial_id: r for r in read_records(self.results_dir / TRIALS_FILE)}
         self._running: dict[str, TrialRecord] = {}
         self._numbers: dict[str, int] = {}
@@ -197,7 +199,7 @@ class SweepCoordinator:
         run = self.tracker.trial_run(
             parent_run_id=self.parent_run_id, sweep=self.sweep_name, trial_id=rec.trial_id,
             run_name=f"trial {number:03d} {rec.label}", params={"trial_kind": rec.kind, **rec.params,
-                                                                **self._traffic_params()},
+                                                                **self._traffic_params},
             tags={TAG_KIND: rec.kind, TAG_LABEL: rec.label},
         )
         if run["existing"]:
@@ -208,14 +210,6 @@ class SweepCoordinator:
             self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
         return {"number": number, "run_id": run["run_id"], "finished": None, "ended": self.records()}
-
-    def _traffic_params(self) -> dict[str, str]:
-        """The traffic's ``traffic.*`` MLflow params (none without a fingerprint)."""
-        if not self._traffic:
-            return {}
-        from orchestrator.bench.traffic import TrafficFingerprint
-
-        return TrafficFingerprint.model_validate(self._traffic).mlflow_params()
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
         """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was

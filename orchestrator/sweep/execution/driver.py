@@ -34,7 +34,7 @@ from orchestrator.sweep.execution.coordinator import (
 from orchestrator.sweep.output.display import Display, QuietWatch, job_console
 from orchestrator.sweep.execution.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.execution.time_budget import TimeBudget
-from orchestrator.sweep.execution.traffic_setup import pin_dataset, traffic_fingerprint, traffic_warnings
+from orchestrator.sweep.execution.traffic_setup import pin_dataset, read_traffic
 from orchestrator.sweep.execution.sweep_preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import TrialRecord
@@ -120,9 +120,9 @@ def run_sweep(
     if not resume:
         write_atomic(out / "spec.yaml", spec_text)  # what --resume reads back
     spec = pin_dataset(spec, out, resume=resume)  # before the chdir below: a relative path is the user's
-    traffic = traffic_fingerprint(spec)
+    traffic, traffic_lines = read_traffic(spec)
     console.print(f"traffic: {escape(traffic.short())}", highlight=False, soft_wrap=True)
-    for warning in traffic_warnings(spec):
+    for warning in traffic_lines:
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     # Out of Ray's copy of the working directory, which Ray may remove while the job runs
     # (docs/design/sweep.md); every path below is absolute.

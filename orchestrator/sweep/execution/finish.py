@@ -163,9 +163,8 @@ def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Co
                           confirmation_lines=confirmation.lines if confirmation else None)
     schedule = schedule_summary(figures.levels)
     report["adaptive_schedule"] = schedule
-    verdict_kind = (confirmation.vs_sglang_default or {}).get("kind") if confirmation is not None else None
-    report["launch"] = launch_advice(schedule, best, objective_level=level, confirmed=confirmation is not None,
-                                     verdict_kind=verdict_kind, why=why if confirmation is not None else None)
+    report["launch"] = launch_advice(schedule, best, objective_level=level,
+                                     confirmed_why=why if confirmation is not None else None)
     if schedule is not None:
         report["per_load_lines"] += schedule_lines(schedule)
     report["per_load_lines"] += launch_line(report["launch"])

@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 
 from orchestrator.bench.datasets import Prompt
-from orchestrator.bench.request_log import load_dataset
+from orchestrator.bench.request_log import load_dataset, load_request_log, sample_requests
 from orchestrator.bench.traffic import TrafficFingerprint, fingerprint
 from orchestrator.spec import SweepSpec
 
-__all__ = ["TRAFFIC_DIR", "pin_dataset", "traffic_fingerprint", "traffic_warnings"]
+__all__ = ["TRAFFIC_DIR", "pin_dataset", "read_traffic"]
 
 TRAFFIC_DIR = "traffic"
 """Under the results directory: the sweep's own copy of its dataset file."""
@@ -50,42 +50,30 @@ def pin_dataset(spec: SweepSpec, results_dir: Path, *, resume: bool) -> SweepSpe
     return spec.model_copy(update={"benchmark": benchmark})
 
 
-def _prompts(spec: SweepSpec) -> list[Prompt]:
-    bench = spec.benchmark
-    return load_dataset(dataset=bench.dataset, count=bench.num_prompts, seed=bench.seed,
-                        dataset_path=bench.dataset_path, random_input_len=bench.random_input_len)
-
-
-def traffic_fingerprint(spec: SweepSpec) -> TrafficFingerprint:
-    """What every trial of ``spec`` benchmarks: the prompts one repetition sends, fingerprinted.
+def read_traffic(spec: SweepSpec) -> tuple[TrafficFingerprint, list[str]]:
+    """What every trial of ``spec`` benchmarks, read once: the prompts one repetition sends,
+    fingerprinted, and one warning line each for logged requests replayed with a sampling they were
+    not served with (what the spec alone shows, raw text to a chat model, is ``SweepSpec.warnings``).
 
     Raises:
         orchestrator.bench.datasets.DatasetError: the dataset cannot be read.
     """
     bench = spec.benchmark
-    prompts = _prompts(spec)
-    log = None
-    if bench.dataset == "request_log" and bench.dataset_path:
-        from orchestrator.bench.request_log import load_request_log
+    log = load_request_log(bench.dataset_path) if bench.dataset == "request_log" and bench.dataset_path else None
+    prompts = (sample_requests(log, count=bench.num_prompts, seed=bench.seed) if log is not None else
+               load_dataset(dataset=bench.dataset, count=bench.num_prompts, seed=bench.seed,
+                            dataset_path=bench.dataset_path, random_input_len=bench.random_input_len))
+    traffic = fingerprint(source=bench.dataset, prompts=prompts, selected=bench.num_prompts, seed=bench.seed,
+                          api=bench.api, output_len=bench.output_len, temperature=bench.temperature,
+                          ignore_eos=bench.ignore_eos, chat_template_kwargs=bench.chat_template_kwargs,
+                          path=bench.dataset_path, log=log)
+    return traffic, _unsampled_lines(spec, prompts) if log is not None else []
 
-        log = load_request_log(bench.dataset_path)
-    return fingerprint(source=bench.dataset, prompts=prompts, selected=bench.num_prompts, seed=bench.seed,
-                       api=bench.api, output_len=bench.output_len, temperature=bench.temperature,
-                       ignore_eos=bench.ignore_eos, chat_template_kwargs=bench.chat_template_kwargs,
-                       path=bench.dataset_path, log=log)
 
-
-def traffic_warnings(spec: SweepSpec) -> list[str]:
-    """One line each for logged requests replayed with a sampling they were not served with (what the
-    spec alone shows, raw text to a chat model, is ``SweepSpec.warnings``).
-
-    Raises:
-        orchestrator.bench.datasets.DatasetError: a request log cannot be read.
-    """
+def _unsampled_lines(spec: SweepSpec, prompts: list[Prompt]) -> list[str]:
+    """The warning for logged requests that carry no temperature (none when every one does)."""
     bench = spec.benchmark
-    if bench.dataset != "request_log":
-        return []
-    unsampled = sum(p.temperature is None for p in _prompts(spec))
+    unsampled = sum(p.temperature is None for p in prompts)
     if not unsampled:
         return []
     return [f"benchmark.dataset_path: {unsampled} of the {bench.num_prompts} requests sent carry no temperature and "

@@ -117,17 +117,15 @@ def _steps_as_run(record: TrialRecord) -> int | None:
 
 
 def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, objective_level: int,
-                  confirmed: bool, verdict_kind: str | None = None, why: str | None = None) -> dict[str, Any] | None:
+                  confirmed_why: str | None) -> dict[str, Any] | None:
     """``summary.json``'s ``launch``: where the schedule (``summary``, from :func:`schedule_summary`)
     and best.yaml (``best``) disagree, which to launch for which traffic and why; None where there is
     no schedule or no best.yaml, or where every entry of the schedule is best.yaml's steps.
 
     Args:
-        confirmed: best.yaml is the confirmation's choice (else the search's best: the confirmation
-            was off or could not run).
-        verdict_kind: The confirmation's verdict against SGLang's default (``undecided``, ...), shown.
-        why: Why best.yaml holds that trial, in words (``finish.best_yaml_choice``: a choice or a
-            fallback); default: from ``confirmed`` and ``verdict_kind``.
+        confirmed_why: Where the confirmation ran, why best.yaml holds its trial, in words
+            (``finish.best_yaml_choice``: a choice or a fallback); None where it did not run (best.yaml
+            is then the search's best: the confirmation was off or could not run).
 
     Returns:
         ``{"best_yaml_trial", "best_yaml_steps", "schedule_steps_at_objective", "objective_concurrency",
@@ -142,12 +140,12 @@ def launch_advice(summary: dict[str, Any] | None, best: TrialRecord | None, *, o
         return None
     at_objective = next((row["steps"] for row in rows if row["concurrency"] == objective_level), None)
     span = f"concurrency {rows[0]['concurrency']}-{rows[-1]['concurrency']}"
-    if confirmed:
-        why = why or ("the confirmation's choice" + (f", verdict {verdict_kind}" if verdict_kind else ""))
+    if confirmed_why is not None:
+        why = confirmed_why
         source = "a search estimate the confirmation did not bear out"
         elsewhere = f"search estimates; the confirmation measured concurrency {objective_level} only"
     else:
-        why = why or "the search's best there, no confirmation ran"
+        why = "the search's best there, no confirmation ran"
         source = "the best chain configuration's, from the same search estimates"
         elsewhere = "search estimates, like best.yaml"
     head = (f"which to launch: for traffic at concurrency {objective_level}, best.yaml (trial {best.number} "

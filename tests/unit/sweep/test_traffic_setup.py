@@ -13,7 +13,7 @@ from helpers.spec_cases import BASE
 from orchestrator.bench.datasets import DatasetError
 from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.execution.traffic_setup import pin_dataset, traffic_fingerprint, traffic_warnings
+from orchestrator.sweep.execution.traffic_setup import pin_dataset, read_traffic
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "experiments" / "traffic" / "chat-log.jsonl"
@@ -58,7 +58,7 @@ def test_the_dataset_is_copied_into_the_results_and_a_resume_keeps_its_copy(tmp_
 def test_the_fingerprint_names_the_file_its_hash_and_what_was_not_replayable() -> None:
     spec = _spec(dataset="request_log", dataset_path=str(SAMPLE), api="chat", num_prompts=8,
                  chat_template_kwargs={"thinking": False})
-    traffic = traffic_fingerprint(spec)
+    traffic, _ = read_traffic(spec)
     assert traffic.sha256 == hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
     assert traffic.source == "request_log" and traffic.api == "chat" and traffic.selected == 8
     assert traffic.not_replayable == {"images": 2, "tools": 2, "not_json": 1}
@@ -75,7 +75,7 @@ def test_logged_requests_without_a_temperature_are_named(tmp_path: Path) -> None
         {"messages": [{"role": "user", "content": "one"}], "temperature": 0.7},
         {"messages": [{"role": "user", "content": "two"}]},
     )) + "\n", encoding="utf-8")
-    lines = traffic_warnings(_spec(dataset="request_log", dataset_path=str(log), api="chat", num_prompts=4))
+    _, lines = read_traffic(_spec(dataset="request_log", dataset_path=str(log), api="chat", num_prompts=4))
     assert len(lines) == 1 and "2 of the 4 requests sent carry no temperature" in lines[0], lines
     assert "benchmark.temperature 0 (greedy)" in lines[0]
-    assert traffic_warnings(_spec()) == [], "built-in prompts: the spec's sampling is the traffic's"
+    assert read_traffic(_spec())[1] == [], "built-in prompts: the spec's sampling is the traffic's"
