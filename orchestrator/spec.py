@@ -16,7 +16,16 @@ from typing import Annotated, Any, Iterator, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.space import TREE_RULE, Candidate, SearchSpace, SpeculativeSpace, SpeculativeTriple, space_problems
+from orchestrator.space import (
+    ARM_MULTICAST,
+    TREE_RULE,
+    Candidate,
+    SearchSpace,
+    SpeculativeSpace,
+    SpeculativeTriple,
+    arm_flag_clashes,
+    space_problems,
+)
 from orchestrator.spec_benchmark import OBJECTIVE_METRICS, BenchmarkSpec, ProbeSpec
 from orchestrator.spec_file import read_spec_file, yaml_data
 from orchestrator.spec_search import (
@@ -101,6 +110,7 @@ _SPEC_FIELD_FOR: dict[str, str] = {
     "disable_custom_all_reduce": "search.all_reduce (its 'nccl' arm)",
     "enforce_disable_flashinfer_allreduce_fusion": "search.all_reduce (its 'no_fusion' arm)",
     "reference_gpu_kind": "engine.gpu_kind",
+    "reference_mscclpp_installed": "engine.mscclpp_installed",
     "(chosen at launch)": "nothing (spectune picks host, port, node rank and rendezvous address at launch)",
 }
 """Each engine field ``extra_args`` may not set (``serving.engine.config.MANAGED_FLAGS``) -> where a
@@ -150,6 +160,12 @@ class EngineSpec(_Model, EngineFlagChecks):
         "which decides whether SGLang turns on FlashInfer all-reduce fusion; default: read from a local model "
         "directory by the preflight (the reference engine: its preset's).",
     )
+    mscclpp_installed: bool = Field(
+        default=False,
+        description="The engine's Python has the mscclpp package (SGLang 0.5.23 does not install it). Without it "
+        "--enable-mscclpp logs 'PyMscclpp is unavailable' and custom all-reduce carries decode, so the 'mscclpp' arm "
+        "is measured as the arm that runs that. The reference engine follows it (--reference-mscclpp-installed).",
+    )
 
     @field_validator("extra_args", mode="before")
     @classmethod
@@ -191,6 +207,7 @@ class EngineSpec(_Model, EngineFlagChecks):
             speculative_algorithm=self.speculative_algorithm,
             speculative_draft_model_path=self.draft_model_path if self.speculative_algorithm else None,
             reference_gpu_kind=reference_gpu_kind, extra_args=extra_args, env=dict(self.env),
+            reference_mscclpp_installed=self.kind == "reference" and self.mscclpp_installed,
         )
 
 
@@ -407,6 +424,15 @@ class SweepSpec(_Model):
         for flag, reason in DANGEROUS_FLAGS.items():
             if engine.extra_args.get(flag) and flag not in search.allow_dangerous:
                 yield f"engine.extra_args.{flag}: {reason}; remove it or add '{flag}' to search.allow_dangerous"
+        for arm in search.all_reduce:
+            if arm in ARM_MULTICAST and arm not in search.allow_dangerous:
+                yield (f"search.all_reduce: the arm '{arm}' turns on NVLink multicast ({ARM_MULTICAST[arm]}), which "
+                       f"can put GPUs others share out of service; on a node nobody shares add '{arm}' to "
+                       "search.allow_dangerous, else drop it")
+        for flag, arms in arm_flag_clashes(search.all_reduce, engine.extra_args).items():
+            yield (f"engine.extra_args.{flag}: the search.all_reduce arm{'s' if len(arms) > 1 else ''} "
+                   f"{', '.join(repr(a) for a in arms)} set{'' if len(arms) > 1 else 's'} it for its trials; drop it "
+                   "from extra_args")
         for name, value in engine.env.items():
             reason = nccl.danger_of(name, value)
             if reason and not search.is_allowed(name, value):
@@ -442,8 +468,14 @@ class SweepSpec(_Model):
             )
 
     def _all_reduce_problems(self) -> Iterator[str]:
-        """NCCL settings searched on a node where no arm of the spec lets NCCL carry decode."""
+        """Arms SGLang refuses on the node, every one; NCCL settings searched on a node where no arm
+        of the spec lets NCCL carry decode."""
         search = self.search
+        plan = self.arms_on_node()
+        if plan.gpu_kind is not None and not plan.measured:
+            yield (f"search.all_reduce: SGLang refuses to start with every arm of {search.all_reduce} on "
+                   f"{plan.gpu_kind} ({'; '.join(plan.lines())}); add 'default'")
+            return
         if not (search.nccl_env or (search.nccl_presets is not None and len(search.nccl_presets) > 1)):
             return
         plan = self.arms_on_node()

@@ -9,7 +9,7 @@ of the spec.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Iterator, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -25,7 +25,16 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.space import SpeculativeList, SpeculativeSpace, SpeculativeTriple, canonical_arm, triple_problem
+from orchestrator.space import (
+    ALL_REDUCE_ARMS,
+    ARM_MULTICAST,
+    SpeculativeList,
+    SpeculativeSpace,
+    SpeculativeTriple,
+    canonical_arm,
+    triple_problem,
+)
+from orchestrator.space.points import AllReduce
 from orchestrator.validation import StrictModel as _Model
 from orchestrator.validation import short_repr, validation_problems
 from serving.engine import nccl
@@ -47,6 +56,10 @@ __all__ = [
 DANGEROUS_FLAGS: dict[str, str] = {
     "enable_nccl_nvls": "turns on NVLink multicast (NCCL_NVLS_ENABLE=1); never do this on shared GPU machines",
     "enable_symm_mem": "turns on NVLink multicast (recent SGLang sets NCCL_NVLS_ENABLE=1 with it); never do this "
+    "on shared GPU machines",
+    "enable_torch_symm_mem": "PyTorch's symmetric-memory all-reduce runs NVLink multicast (multimem) kernels; never "
+    "do this on shared GPU machines",
+    "enable_mscclpp": "MSCCL++ picks NVLS (NVLink multicast) algorithms where the node supports them; never do this "
     "on shared GPU machines",
 }
 """Engine flags spectune refuses unless ``search.allow_dangerous`` names them."""
@@ -347,12 +360,16 @@ class SearchSpec(_Model):
     speculative: SpeculativeSpec | None = Field(
         default=None, description="Speculative dimensions; omit to use SGLang's auto choice only."
     )
-    all_reduce: list[Literal["default", "no_fusion", "nccl"]] = Field(
+    all_reduce: list[AllReduce] = Field(
         default_factory=lambda: ["default"],
         description="All-reduce arms: 'default' = SGLang's own choice (custom all-reduce, or FlashInfer fusion where "
         "SGLang turns it on); 'no_fusion' adds --enforce-disable-flashinfer-allreduce-fusion; 'nccl' adds that and "
-        "--disable-custom-all-reduce ('custom' is read as 'default'). Arms that run one kernel on the node are "
-        "measured once.",
+        "--disable-custom-all-reduce ('custom' is read as 'default'); 'fusion_trtllm' / 'fusion_mnnvl' / "
+        "'fusion_cutedsl' give --flashinfer-allreduce-fusion-backend; 'mscclpp' (--enable-mscclpp, fusion off), "
+        "'torch_symm_mem' (--enable-torch-symm-mem) and 'nccl_symm_mem' (--enable-symm-mem), the last two with custom "
+        "all-reduce and fusion off. Arms that run one kernel on the node are measured once, arms SGLang refuses there "
+        "are left out; fusion_mnnvl, mscclpp, torch_symm_mem and nccl_symm_mem use NVLink multicast and must be named "
+        "in allow_dangerous.",
     )
     nccl_env: dict[str, Annotated[list[NcclChoice], Field(max_length=MAX_CHOICES)]] = Field(
         default_factory=dict,
@@ -365,8 +382,9 @@ class SearchSpec(_Model):
     )
     allow_dangerous: list[str] = Field(
         default_factory=list,
-        description="Dangerous settings to allow anyway: 'NCCL_X=VALUE', 'NCCL_X' (all values), or the engine flags "
-        "'enable_nccl_nvls' / 'enable_symm_mem'.",
+        description="Dangerous settings to allow anyway: 'NCCL_X=VALUE', 'NCCL_X' (all values), the engine flags "
+        "'enable_nccl_nvls' / 'enable_symm_mem' / 'enable_torch_symm_mem' / 'enable_mscclpp', or the NVLink-multicast "
+        "all-reduce arms 'fusion_mnnvl' / 'mscclpp' / 'torch_symm_mem' / 'nccl_symm_mem'. Only on GPUs nobody shares.",
     )
     seed: int = Field(
         default=0, ge=0, le=2**32 - 1, description="Seed of the sampler: the same spec and seed propose the same trials."
@@ -390,7 +408,7 @@ class SearchSpec(_Model):
     @classmethod
     def _all_reduce(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("give at least one of 'default', 'no_fusion', 'nccl'")
+            raise ValueError(f"give at least one of {', '.join(repr(a) for a in ALL_REDUCE_ARMS)}")
         if len(set(value)) != len(value):
             raise ValueError(f"repeated values in {value}")
         return value
@@ -471,11 +489,12 @@ class SearchSpec(_Model):
         for item in value:
             name, _, setting = item.partition("=")
             name = name.strip()
-            if name in DANGEROUS_FLAGS and not setting:
+            if (name in DANGEROUS_FLAGS or name in ARM_MULTICAST) and not setting:
                 out.append(name)
                 continue
             if name not in nccl.NCCL_VARIABLES or not nccl.NCCL_VARIABLES[name].dangerous:
-                dangerous = sorted([*(n for n, v in nccl.NCCL_VARIABLES.items() if v.dangerous), *DANGEROUS_FLAGS])
+                dangerous = sorted([*(n for n, v in nccl.NCCL_VARIABLES.items() if v.dangerous), *DANGEROUS_FLAGS,
+                                    *ARM_MULTICAST])
                 problems.append(f"{item!r}: only {', '.join(dangerous)} can be dangerous")
                 continue
             out.append(f"{name}={nccl.normalise_value(name, setting)}" if setting else name)

@@ -54,6 +54,7 @@ __all__ = [
     "custom_all_reduce_off_line",
     "decode_kernel",
     "engages",
+    "opt_in_rank_lines",
     "predict",
     "resolve_fusion_backend",
 ]
@@ -410,7 +411,7 @@ def decode_kernel(
         ValueError: ``fusion_backend`` is one SGLang refuses on this node (its message).
     """
     del enable_fused_moe_sum_all_reduce  # fuses the MoE top-k sum, not the TP all-reduce
-    if fusion_backend is not None and tp_size > 1:
+    if fusion_backend is not None and tp_size > 1 and not enforce_disable_fusion:  # enforce-disable drops it first
         resolved, why = resolve_fusion_backend(fusion_backend, gpu_kind=gpu_kind, nnodes=nnodes)
         if resolved is None:
             raise ValueError(f"SGLang refuses --flashinfer-allreduce-fusion-backend {fusion_backend}: {why}")
@@ -420,12 +421,14 @@ def decode_kernel(
                    moe_a2a_backend=moe_a2a_backend)
     if base.kernel in ("none", "flashinfer_fusion") or not gpu_kind.cuda:
         return base.kernel, base.reason
+    declined = []
     if enable_mscclpp:
         up, why = _mscclpp_up(gpu_kind, tp_size, nnodes, mscclpp_installed, cuda_graph)
         if up:
             return "mscclpp", why + ", ahead of custom all-reduce (parallel_state.py GroupCoordinator.all_reduce)"
+        declined.append(f"--enable-mscclpp does not engage: {why}")
     if base.kernel == "custom_all_reduce":
-        return base.kernel, base.reason
+        return base.kernel, _with(base.reason, declined)
     if enable_symm_mem:
         return "nccl_symm_mem", ("parallel_state.py GroupCoordinator.all_reduce sends it to pynccl on symmetric "
                                  f"memory ({base.reason}); NCCL picks its symmetric kernels at run time")
@@ -433,7 +436,54 @@ def decode_kernel(
         up, why = _torch_symm_mem_up(gpu_kind, tp_size, nnodes, activation_dtype)
         if up:
             return "torch_symm_mem", f"{why} ({base.reason})"
-    return base.kernel, base.reason
+        declined.append(f"--enable-torch-symm-mem does not engage: {why}")
+    return base.kernel, _with(base.reason, declined)
+
+
+def _with(reason: str, declined: list[str]) -> str:
+    return "; ".join([reason, *declined])
+
+
+def opt_in_rank_lines(
+    *,
+    gpu_kind: GpuKind,
+    world_size: int,
+    nnodes: int = 1,
+    enable_mscclpp: bool = False,
+    enable_torch_symm_mem: bool = False,
+    mscclpp_installed: bool = False,
+) -> list[tuple[str, str]]:
+    """The (level, message) lines every TP rank logs at start about the opt-in communicators, as
+    SGLang 0.5.23 words them (``pymscclpp.py`` ``PyMscclppCommunicator.__init__``,
+    ``torch_symm_mem.py`` ``TorchSymmMemCommunicator.__init__``), by the rule of ``decode_kernel``
+    for a declared node. Empty without CUDA (GroupCoordinator builds neither off the GPU) or at one
+    rank. ``serving.engine.all_reduce_observed`` reads these lines back."""
+    lines: list[tuple[str, str]] = []
+    if not gpu_kind.cuda or world_size <= 1:
+        return lines
+    if enable_mscclpp:
+        if not mscclpp_installed:
+            lines.append(("warning", "PyMscclpp is unavailable because its dependencies failed to import: "
+                                     "No module named 'mscclpp'"))
+        elif world_size not in MSCCLPP_WORLD_SIZES:
+            lines.append(("warning", f"PyMscclpp is disabled due to an unsupported world size: {world_size}. "
+                                     f"Supported world sizes: {list(MSCCLPP_WORLD_SIZES)}. To silence this warning, "
+                                     "specify disable_mscclpp=True explicitly."))
+        elif _mscclpp_up(gpu_kind, world_size, nnodes, True, True)[0]:
+            lines.append(("info", f"Created MSCCL++ communicator: group=tp world_size={world_size} device=cuda "
+                                  "allreduce_configs=4 allgather_configs=4"))
+        else:
+            lines.append(("warning", "PyMscclpp did not produce any usable tuned configurations."))
+    if enable_torch_symm_mem:
+        major = gpu_kind.capability_major
+        prefix = "TorchSymmMemCommunicator: "
+        if major not in TORCH_SYMM_MEM_WORLD_SIZES:
+            lines.append(("warning", f"{prefix}Device capability {major} not supported, communicator is not available."))
+        elif world_size not in TORCH_SYMM_MEM_WORLD_SIZES[major]:
+            lines.append(("warning", f"{prefix}World size {world_size} not supported, communicator is not available."))
+        elif nnodes > 1 or not gpu_kind.full_nvlink:
+            lines.append(("warning", f"{prefix}torch symmetric memory multicast operations are not supported."))
+    return lines
 
 
 _PATH_KWARGS = {"torch_symm_mem": "enable_torch_symm_mem", "mscclpp": "enable_mscclpp",

@@ -97,7 +97,7 @@ def engine_cmd(
         typer.Option(
             "--set",
             help="KEY=VALUE over the space's first point: num_steps, eagle_topk, num_draft_tokens, "
-            f"all_reduce ({'|'.join(ALL_REDUCE_ARMS)}), NCCL_* (default unsets). Repeatable.",
+            f"all_reduce ({', '.join(ALL_REDUCE_ARMS)}), NCCL_* (default unsets). Repeatable.",
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address the engine binds.")] = "127.0.0.1",

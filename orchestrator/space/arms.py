@@ -10,13 +10,13 @@ docs/design/bench-and-spec.md.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from orchestrator.space.points import ALL_REDUCE_ARMS, arm_flags
-from serving.all_reduce_rules import KERNEL_WORDS, AllReducePath, GpuKind, predict
+from orchestrator.space.points import ALL_REDUCE_ARMS, ARM_EXTRA_FLAGS, arm_extra_args, arm_flags
+from serving.all_reduce_rules import KERNEL_WORDS, GpuKind, decode_kernel, predict, resolve_fusion_backend
 
-__all__ = ["ArmsOnNode", "EngineNode", "arms_on_node", "model_architecture"]
+__all__ = ["ArmPath", "ArmsOnNode", "EngineNode", "NCCL_KERNELS", "arm_path", "arms_on_node", "model_architecture"]
 
 AUTO_KIND = "auto"
 
@@ -30,6 +30,7 @@ class EngineNode(Protocol):
     nnodes: int
     gpu_kind: str
     architecture: Optional[str]
+    mscclpp_installed: bool
     extra_args: Mapping[str, Any]
 
 
@@ -56,68 +57,147 @@ def model_architecture(engine: EngineNode) -> Optional[str]:
 
 
 @dataclass(frozen=True)
+class ArmPath:
+    """What one arm runs decode's all-reduce on, on one node, by SGLang 0.5.23's rule.
+
+    Attributes:
+        kernel: The ``DecodeKernel`` (``serving.all_reduce_rules``) that carries decode.
+        fusion_backend: FlashInfer fusion's backend as SGLang resolves it (``auto`` resolved: trtllm
+            on sm90, mnnvl on sm100); None without fusion.
+        reason: One sentence why, citing SGLang's source where the rule is an opt-in path's.
+        custom_off_line: The warning every rank logs when custom all-reduce turns itself off (None
+            when it engages or the arm disables it).
+        refused: Why SGLang refuses to start with this arm's flags on this node (None: it starts).
+    """
+
+    kernel: str
+    fusion_backend: Optional[str]
+    reason: str
+    custom_off_line: Optional[str] = None
+    refused: Optional[str] = None
+
+    @property
+    def nccl_carries_decode(self) -> bool:
+        """Whether NCCL variables can change decode's all-reduce (NCCL's kernel, plain or on
+        symmetric memory)."""
+        return self.refused is None and self.kernel in NCCL_KERNELS
+
+    @property
+    def identity(self) -> tuple[str, Optional[str]]:
+        """Arms with one identity run one configuration of decode's all-reduce: measured once."""
+        return self.kernel, self.fusion_backend
+
+    @property
+    def words(self) -> str:
+        """The kernel in words, with the fusion backend where there is one."""
+        text = KERNEL_WORDS.get(self.kernel, self.kernel)
+        return f"{text} ({self.fusion_backend})" if self.fusion_backend else text
+
+
+NCCL_KERNELS = ("nccl", "nccl_symm_mem")
+"""Decode kernels that are NCCL's: the NCCL variables reach them."""
+
+
+@dataclass(frozen=True)
 class ArmsOnNode:
     """The arms of one spec on one node.
 
     Attributes:
         gpu_kind: The node (``None``: not known yet, nothing collapsed).
-        paths: Each arm's predicted path (empty when the node is not known).
-        measured: The arms the sweep runs, in the spec's order: one per kernel.
-        stands_for: Arm -> the measured arm that runs its kernel (itself when measured).
+        paths: Each arm's predicted path, the spec's arms first, then every other arm (empty when
+            the node is not known).
+        measured: The arms the sweep runs, in the spec's order: one per kernel, none SGLang refuses.
+        stands_for: Arm -> the measured arm that runs its kernel (itself when measured); arms SGLang
+            refuses on this node are absent (``refused``).
         nccl_arms: Measured arms on which NCCL carries decode (the NCCL settings are searched there).
+        refused: Arm -> why SGLang would not start with it on this node (never measured).
     """
 
     gpu_kind: Optional[str]
-    paths: Mapping[str, AllReducePath]
+    paths: Mapping[str, ArmPath]
     measured: tuple[str, ...]
     stands_for: Mapping[str, str]
     nccl_arms: Optional[tuple[str, ...]]
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        """One line per arm: its kernel on this node, and whether it is measured or stands in."""
+        """One line per arm: its kernel on this node, and whether it is measured, stands in, or
+        cannot start here."""
         if self.gpu_kind is None:
             return [f"{', '.join(self.stands_for)}: the kernels depend on the node (engine.gpu_kind: auto; the "
                     "preflight reads it; spectune sweep --dry-run shows them on a PCIe and an NVLink node)"]
         out = []
-        for arm, measured_as in self.stands_for.items():
-            path = self.paths[arm]
+        for arm, path in self.paths.items():
+            if arm in self.refused:
+                out.append(f"{arm}: SGLang refuses to start with it here ({self.refused[arm]}); not measured")
+                continue
+            if arm not in self.stands_for:
+                continue  # an arm the spec does not search (paths holds every arm, for engine-cmd)
+            measured_as = self.stands_for[arm]
             how = "NCCL_* searched here" if self.nccl_arms and arm in self.nccl_arms else (
-                "NCCL's defaults only" if path.kernel != "nccl" else "")
+                "NCCL's defaults only" if not path.nccl_carries_decode else "")
             if measured_as != arm:
                 how = f"same kernel as '{measured_as}': measured once, as '{measured_as}'"
-            out.append(f"{arm}: {KERNEL_WORDS[path.kernel]} ({path.reason}){'; ' + how if how else ''}")
+            out.append(f"{arm}: {path.words} ({path.reason}){'; ' + how if how else ''}")
         return out
+
+
+def arm_path(node: GpuKind, arm: str, *, architecture: Optional[str], tp_size: int, nnodes: int,
+             extra_args: Mapping[str, Any], mscclpp_installed: bool = False) -> ArmPath:
+    """One arm's decode all-reduce on ``node`` (``serving.all_reduce_rules.decode_kernel`` with the
+    arm's flags over the spec's fixed ``extra_args``)."""
+    flags = {**{name: extra_args[name] for name in ARM_EXTRA_FLAGS if name in extra_args}, **arm_extra_args(arm)}
+    switches = arm_flags(arm)
+    backend = flags.get("flashinfer_allreduce_fusion_backend")
+    # --enforce-disable-flashinfer-allreduce-fusion drops a given backend before SGLang resolves it
+    # (arg_groups/overrides.py _enforce_disable_allreduce_fusion)
+    enforce_off = switches["enforce_disable_flashinfer_allreduce_fusion"]
+    backend = backend if isinstance(backend, str) and not enforce_off else None
+    common = dict(gpu_kind=node, architecture=architecture, tp_size=tp_size,
+                  disable_custom_all_reduce=switches["disable_custom_all_reduce"],
+                  enforce_disable_fusion=switches["enforce_disable_flashinfer_allreduce_fusion"], nnodes=nnodes,
+                  attention_dp=bool(extra_args.get("enable_dp_attention")),
+                  moe_a2a_backend=str(extra_args.get("moe_a2a_backend", "none")))
+    base = predict(fusion_backend=backend, **common)
+    try:
+        kernel, why = decode_kernel(fusion_backend=backend, enable_torch_symm_mem=bool(flags.get("enable_torch_symm_mem")),
+                                    enable_mscclpp=bool(flags.get("enable_mscclpp")),
+                                    enable_symm_mem=bool(flags.get("enable_symm_mem")),
+                                    mscclpp_installed=mscclpp_installed,
+                                    cuda_graph=not extra_args.get("disable_cuda_graph"), **common)
+    except ValueError as exc:
+        return ArmPath(base.kernel, None, str(exc), base.custom_off_line, refused=str(exc))
+    resolved = None
+    if kernel == "flashinfer_fusion" and base.fusion_backend:
+        resolved = resolve_fusion_backend(base.fusion_backend, gpu_kind=node, nnodes=nnodes)[0] or base.fusion_backend
+    return ArmPath(kernel, resolved, why, base.custom_off_line)
 
 
 def arms_on_node(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[str] = None) -> ArmsOnNode:
     """The arms of ``arms`` on the node ``gpu_kind`` (default: the spec's ``engine.gpu_kind``).
 
     Flags the spec fixes in ``engine.extra_args`` take part as SGLang would read them:
-    ``flashinfer_allreduce_fusion_backend``, ``enable_dp_attention`` and ``moe_a2a_backend``; and
-    ``engine.nnodes``: across nodes custom all-reduce turns itself off and fusion is not
-    auto-enabled on sm90, so NCCL carries decode there on every arm.
+    ``flashinfer_allreduce_fusion_backend``, ``enable_dp_attention``, ``moe_a2a_backend`` and the
+    opt-in path flags; and ``engine.nnodes``: across nodes custom all-reduce turns itself off and
+    fusion is not auto-enabled on sm90, so NCCL carries decode there on most arms. Arms that run one
+    kernel (and fusion backend) are one configuration: the first in ``arms`` stands for the others.
+    Arms SGLang refuses to start with on this node are left out (``refused``).
     """
     kind = gpu_kind or engine.gpu_kind
     if kind == AUTO_KIND:
         return ArmsOnNode(None, {}, tuple(arms), {arm: arm for arm in arms}, None)
     node = GpuKind.parse(kind)
-    extra = engine.extra_args
-    backend = extra.get("flashinfer_allreduce_fusion_backend")
-    paths = {
-        arm: predict(
-            gpu_kind=node, architecture=model_architecture(engine), tp_size=engine.tp_size,
-            disable_custom_all_reduce=arm_flags(arm)["disable_custom_all_reduce"],
-            enforce_disable_fusion=arm_flags(arm)["enforce_disable_flashinfer_allreduce_fusion"],
-            fusion_backend=backend if isinstance(backend, str) else None, nnodes=engine.nnodes,
-            attention_dp=bool(extra.get("enable_dp_attention")),
-            moe_a2a_backend=str(extra.get("moe_a2a_backend", "none")),
-        )
-        for arm in ALL_REDUCE_ARMS
-    }
-    first_of_kernel: dict[str, str] = {}
+    architecture = model_architecture(engine)
+    installed = engine.mscclpp_installed
+    paths = {arm: arm_path(node, arm, architecture=architecture, tp_size=engine.tp_size, nnodes=engine.nnodes,
+                           extra_args=engine.extra_args, mscclpp_installed=installed)
+             for arm in dict.fromkeys([*arms, *ALL_REDUCE_ARMS])}
+    refused = {arm: paths[arm].refused for arm in arms if paths[arm].refused}
+    first_of_kernel: dict[tuple[str, Optional[str]], str] = {}
     stands_for: dict[str, str] = {}
     for arm in arms:
-        stands_for[arm] = first_of_kernel.setdefault(paths[arm].kernel, arm)
+        if arm not in refused:
+            stands_for[arm] = first_of_kernel.setdefault(paths[arm].identity, arm)
     measured = tuple(dict.fromkeys(stands_for.values()))
     nccl_arms = tuple(arm for arm in measured if paths[arm].nccl_carries_decode)
-    return ArmsOnNode(node.name, paths, measured, stands_for, nccl_arms)
+    return ArmsOnNode(node.name, paths, measured, stands_for, nccl_arms, refused)  # type: ignore[arg-type]

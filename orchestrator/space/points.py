@@ -25,6 +25,9 @@ from serving.speculative_rules import (
 
 __all__ = [
     "ALL_REDUCE_ARMS",
+    "ARM_EXTRA_FLAGS",
+    "ARM_FLAGS",
+    "ARM_MULTICAST",
     "AUTO",
     "AUTO_ONLY",
     "Candidate",
@@ -35,6 +38,8 @@ __all__ = [
     "SpeculativeSpace",
     "SpeculativeTriple",
     "TREE_RULE",
+    "arm_extra_args",
+    "arm_flag_clashes",
     "arm_flags",
     "canonical_arm",
     "count_candidates",
@@ -48,13 +53,48 @@ __all__ = [
 MAX_CONFIGURATIONS = 1_000_000
 """The largest space a spec may define (speculative x all-reduce x NCCL points); beyond it is a typo."""
 
-AllReduce = Literal["default", "no_fusion", "nccl"]
-"""The all-reduce arms a sweep can search (``serving.all_reduce_rules`` says which kernel each runs on
-which node): ``default`` is SGLang's own choice (its custom all-reduce, or FlashInfer's fused
-all-reduce + RMSNorm where SGLang turns that on), ``no_fusion`` adds
-``--enforce-disable-flashinfer-allreduce-fusion``, ``nccl`` adds that and ``--disable-custom-all-reduce``."""
+AllReduce = Literal["default", "no_fusion", "nccl", "fusion_trtllm", "fusion_mnnvl", "fusion_cutedsl", "mscclpp",
+                    "torch_symm_mem", "nccl_symm_mem"]
+"""The all-reduce arms a sweep can search, one per path SGLang 0.5.23 offers that can carry decode on
+some node (``serving.all_reduce_rules`` says which kernel each runs on which node; ``ARM_FLAGS``
+their flags). ``default`` is SGLang's own choice (its custom all-reduce, or FlashInfer's fused
+all-reduce + RMSNorm where SGLang turns that on)."""
 
-ALL_REDUCE_ARMS: tuple[AllReduce, ...] = ("default", "no_fusion", "nccl")
+ALL_REDUCE_ARMS: tuple[AllReduce, ...] = ("default", "no_fusion", "nccl", "fusion_trtllm", "fusion_mnnvl",
+                                          "fusion_cutedsl", "mscclpp", "torch_symm_mem", "nccl_symm_mem")
+
+_NO_FUSION = {"enforce_disable_flashinfer_allreduce_fusion": True}
+_NO_CUSTOM = {"disable_custom_all_reduce": True, **_NO_FUSION}
+
+ARM_FLAGS: dict[str, dict[str, object]] = {
+    "default": {},
+    "no_fusion": _NO_FUSION,
+    "nccl": _NO_CUSTOM,
+    "fusion_trtllm": {"flashinfer_allreduce_fusion_backend": "trtllm"},
+    "fusion_mnnvl": {"flashinfer_allreduce_fusion_backend": "mnnvl"},
+    "fusion_cutedsl": {"flashinfer_allreduce_fusion_backend": "cutedsl"},
+    # MSCCL++ ranks ahead of custom all-reduce, after fusion: fusion off lets it carry decode.
+    "mscclpp": {**_NO_FUSION, "enable_mscclpp": True},
+    # Both symmetric-memory paths rank after custom all-reduce, which takes decode's small messages.
+    "torch_symm_mem": {**_NO_CUSTOM, "enable_torch_symm_mem": True},
+    "nccl_symm_mem": {**_NO_CUSTOM, "enable_symm_mem": True},
+}
+"""Each arm's SGLang flags (by SGLang name): the two switches ``EngineConfig`` owns
+(``disable_custom_all_reduce``, ``enforce_disable_flashinfer_allreduce_fusion``) and the opt-in
+path flags, which travel in ``extra_args`` (``ARM_EXTRA_FLAGS``)."""
+
+ARM_EXTRA_FLAGS = ("flashinfer_allreduce_fusion_backend", "enable_mscclpp", "enable_torch_symm_mem", "enable_symm_mem")
+"""The arm flags an ``EngineConfig`` carries in ``extra_args`` (a spec's ``extra_args`` may not set
+them for an arm that sets them too: ``arm_flag_clashes``)."""
+
+ARM_MULTICAST: dict[str, str] = {
+    "fusion_mnnvl": "FlashInfer's MNNVL all-reduce allocates NVLink multicast memory (McastGPUBuffer)",
+    "mscclpp": "MSCCL++ tunes its NVLS algorithms (NVLink multicast) in where the node supports them",
+    "torch_symm_mem": "PyTorch's symmetric-memory all-reduce runs multimem (NVLink multicast) kernels",
+    "nccl_symm_mem": "--enable-symm-mem makes SGLang set NCCL_NVLS_ENABLE=1 (NVLink multicast)",
+}
+"""Arms that turn on NVLink multicast: refused unless ``search.allow_dangerous`` names the arm,
+never on shared GPU machines (a program using multicast can take a shared host's GPUs out of service)."""
 
 LEGACY_ARM_NAMES: dict[str, AllReduce] = {"custom": "default"}
 """Arm names of earlier versions (specs, trial records, searcher state) -> today's."""
@@ -68,10 +108,25 @@ def canonical_arm(name: str) -> str:
 def arm_flags(arm: str) -> dict[str, bool]:
     """The EngineConfig switches of one arm: ``disable_custom_all_reduce`` and
     ``enforce_disable_flashinfer_allreduce_fusion``."""
-    arm = canonical_arm(arm)
-    return {"disable_custom_all_reduce": arm == "nccl",
-            "enforce_disable_flashinfer_allreduce_fusion": arm in ("no_fusion", "nccl")}
+    flags = ARM_FLAGS[canonical_arm(arm)]
+    return {"disable_custom_all_reduce": bool(flags.get("disable_custom_all_reduce")),
+            "enforce_disable_flashinfer_allreduce_fusion": bool(flags.get("enforce_disable_flashinfer_allreduce_fusion"))}
 
+
+def arm_extra_args(arm: str) -> dict[str, object]:
+    """The arm's opt-in path flags, as ``extra_args`` entries (empty for the three switch-only arms)."""
+    flags = ARM_FLAGS[canonical_arm(arm)]
+    return {name: flags[name] for name in ARM_EXTRA_FLAGS if name in flags}
+
+
+def arm_flag_clashes(arms: "tuple[str, ...] | list[str]", extra_args: Mapping[str, object]) -> dict[str, list[str]]:
+    """``extra_args`` flags that arms of ``arms`` set too -> those arms (empty: none clash)."""
+    out = {}
+    for name in ARM_EXTRA_FLAGS:
+        owners = [arm for arm in arms if name in ARM_FLAGS[canonical_arm(arm)]]
+        if name in extra_args and owners:
+            out[name] = owners
+    return out
 
 
 @dataclass(frozen=True, order=True)
@@ -277,6 +332,7 @@ class Candidate:
             **template.model_dump(), "speculative_num_steps": self.speculative.num_steps,
             "speculative_eagle_topk": self.speculative.eagle_topk,
             "speculative_num_draft_tokens": self.speculative.num_draft_tokens, **arm_flags(self.all_reduce),
+            "extra_args": {**template.extra_args, **arm_extra_args(self.all_reduce)},
             "env": {**template.env, **self.nccl_env},
         })
 

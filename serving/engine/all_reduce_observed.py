@@ -2,7 +2,9 @@
 
 Sources (SGLang 0.5.23, and the reference engine alike): ``/server_info``'s resolved server args
 (``build_server_info``), and the per-rank lines of the engine log that custom all-reduce is off
-(``custom_all_reduce_utils.py``) or failed to set up (``parallel_state.py``).
+(``custom_all_reduce_utils.py``) or failed to set up (``parallel_state.py``), that MSCCL++ came up
+(``pymscclpp.py``: "Created MSCCL++ communicator") and that PyTorch's symmetric-memory communicator
+is not available (``torch_symm_mem.py``). The precedence is ``serving.all_reduce_rules``'.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from serving.engine.log_lines import rank_lines
 __all__ = ["ObservedAllReduce", "observe_all_reduce", "server_args_of"]
 
 _CUSTOM_OFF = ("CustomAllreduce is disabled", "Setup Custom allreduce failed")
+_MSCCLPP_UP = "Created MSCCL++ communicator"
+_TORCH_SYMM_MEM_OFF = "TorchSymmMemCommunicator: "  # every line it logs at start says it is not available
 
 
 @dataclass(frozen=True)
@@ -22,8 +26,9 @@ class ObservedAllReduce:
     """What the running engine's decode all-reduce is on, with what showed it.
 
     Attributes:
-        kernel: ``flashinfer_fusion``, ``custom_all_reduce``, ``nccl`` or ``none`` (TP 1);
-            ``mixed`` when some ranks logged custom all-reduce off and others did not;
+        kernel: ``flashinfer_fusion``, ``mscclpp``, ``custom_all_reduce``, ``nccl_symm_mem``,
+            ``torch_symm_mem``, ``nccl`` or ``none`` (TP 1); ``mixed`` when some ranks logged a
+            communicator up (or custom all-reduce off) and others did not;
             ``unknown`` when the engine reported no server args.
         fusion_backend: ``flashinfer_allreduce_fusion_backend`` from ``/server_info``.
         disable_custom_all_reduce: From ``/server_info``.
@@ -68,29 +73,66 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
     disabled = args.get("disable_custom_all_reduce")
     ranks_seen: set[int] = set()
     ranks_off: set[int] = set()
+    ranks_mscclpp: set[int] = set()
+    ranks_torch_off: set[int] = set()
     for rank, line in rank_lines(log_text):
         if rank is None:
             continue
         ranks_seen.add(rank)
         if any(marker in line for marker in _CUSTOM_OFF):
             ranks_off.add(rank)
+        if _MSCCLPP_UP in line:
+            ranks_mscclpp.add(rank)
+        if _TORCH_SYMM_MEM_OFF in line:
+            ranks_torch_off.add(rank)
+    every = set(range(tp_size))
     common = dict(fusion_backend=backend, disable_custom_all_reduce=disabled, ranks_custom_off=sorted(ranks_off),
                   ranks_in_log=sorted(ranks_seen))
     if backend:
         return ObservedAllReduce("flashinfer_fusion", **common,
                                  evidence=f"/server_info flashinfer_allreduce_fusion_backend={backend}")
-    if disabled:
-        return ObservedAllReduce("nccl", **common, evidence="/server_info disable_custom_all_reduce=true, no fusion")
     emulated = args.get("reference_gpu_kind")  # the reference engine's declared node decides, not its device
-    if emulated == "cpu" or (emulated is None and args.get("device") == "cpu"):
+    on_cpu = emulated == "cpu" or (emulated is None and args.get("device") == "cpu")
+    if args.get("enable_mscclpp") and not on_cpu and not _decode_graphs_off(args):
+        if ranks_mscclpp and ranks_mscclpp >= every:
+            return ObservedAllReduce("mscclpp", **common, evidence=f"/server_info enable_mscclpp=true and every rank "
+                                     f"logged '{_MSCCLPP_UP}' ({len(ranks_mscclpp)} ranks), no fusion")
+        if ranks_mscclpp:
+            return ObservedAllReduce("mixed", **common, evidence=f"ranks {sorted(ranks_mscclpp)} logged "
+                                     f"'{_MSCCLPP_UP}', the others did not")
+    if disabled and not (args.get("enable_symm_mem") or args.get("enable_torch_symm_mem")):
+        return ObservedAllReduce("nccl", **common, evidence="/server_info disable_custom_all_reduce=true, no fusion")
+    if on_cpu:
         return ObservedAllReduce("nccl", **common, evidence="/server_info: a CPU node, no custom all-reduce; "
                                  "torch.distributed's gloo stands in for NCCL")
-    if ranks_off and ranks_off >= set(range(tp_size)):
-        return ObservedAllReduce("nccl", **common,
-                                 evidence=f"every rank logged 'CustomAllreduce is disabled' ({len(ranks_off)} ranks)")
-    if ranks_off:
+    if ranks_off and not ranks_off >= every:
         return ObservedAllReduce("mixed", **common,
                                  evidence=f"ranks {sorted(ranks_off)} logged custom all-reduce off, the others did not")
-    seen = f"ranks {min(ranks_seen)}-{max(ranks_seen)} in the log" if ranks_seen else "no rank lines in the log"
-    return ObservedAllReduce("custom_all_reduce", **common,
-                             evidence=f"no rank logged custom all-reduce off ({seen}), no fusion")
+    custom_off = bool(disabled) or (ranks_off and ranks_off >= every)
+    if not custom_off:
+        seen = f"ranks {min(ranks_seen)}-{max(ranks_seen)} in the log" if ranks_seen else "no rank lines in the log"
+        return ObservedAllReduce("custom_all_reduce", **common,
+                                 evidence=f"no rank logged custom all-reduce off ({seen}), no fusion")
+    off_why = ("/server_info disable_custom_all_reduce=true" if disabled
+               else f"every rank logged 'CustomAllreduce is disabled' ({len(ranks_off)} ranks)")
+    if args.get("enable_symm_mem"):
+        return ObservedAllReduce("nccl_symm_mem", **common,
+                                 evidence=f"{off_why}; /server_info enable_symm_mem=true: NCCL on symmetric memory")
+    if args.get("enable_torch_symm_mem"):
+        if not ranks_torch_off and ranks_seen >= every:
+            return ObservedAllReduce("torch_symm_mem", **common, evidence=f"{off_why}; /server_info "
+                                     "enable_torch_symm_mem=true and no rank logged the communicator unavailable")
+        if ranks_torch_off and not ranks_torch_off >= every:
+            return ObservedAllReduce("mixed", **common, evidence=f"ranks {sorted(ranks_torch_off)} logged "
+                                     "TorchSymmMemCommunicator unavailable, the others did not")
+        if not ranks_torch_off:
+            return ObservedAllReduce("unknown", **common, evidence=f"{off_why}; enable_torch_symm_mem=true, but not "
+                                     "every rank is in the log, so whether its communicator came up is not shown")
+        return ObservedAllReduce("nccl", **common, evidence=f"{off_why}; every rank logged TorchSymmMemCommunicator "
+                                 "unavailable")
+    return ObservedAllReduce("nccl", **common, evidence=off_why)
+
+
+def _decode_graphs_off(args: dict[str, Any]) -> bool:
+    """Whether decode runs without CUDA graphs (MSCCL++ is used only inside graph capture)."""
+    return bool(args.get("disable_cuda_graph")) or args.get("cuda_graph_backend_decode") == "disabled"

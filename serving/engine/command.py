@@ -141,6 +141,7 @@ def build_command(
     flags["disable_custom_all_reduce"] = config.disable_custom_all_reduce
     flags["enforce_disable_flashinfer_allreduce_fusion"] = config.enforce_disable_flashinfer_allreduce_fusion
     flags["reference_gpu_kind"] = config.reference_gpu_kind
+    flags["reference_mscclpp_installed"] = config.reference_mscclpp_installed
     flags["enable_metrics"] = True
     flags.update(config.extra_args)
     argv = [python or sys.executable, "-m", ENGINE_MODULES[config.kind], *render_flags(flags)]

@@ -53,6 +53,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "disable_custom_all_reduce": "disable_custom_all_reduce",
     "enforce_disable_flashinfer_allreduce_fusion": "enforce_disable_flashinfer_allreduce_fusion",
     "reference_gpu_kind": "reference_gpu_kind",
+    "reference_mscclpp_installed": "reference_mscclpp_installed",
     "nnodes": "nnodes",
     "node_rank": "(chosen at launch)",
     "dist_init_addr": "(chosen at launch)",
@@ -243,6 +244,11 @@ class EngineConfig(EngineFlagChecks):
         description="Reference engine only (--reference-gpu-kind): the node whose all-reduce rule it follows and "
         "logs as SGLang would (cpu, sm90-nvlink, sm120-pcie, ...; serving.all_reduce_rules).",
     )
+    reference_mscclpp_installed: bool = Field(
+        default=False,
+        description="Reference engine only (--reference-mscclpp-installed): behave as if the mscclpp package were "
+        "installed, so --enable-mscclpp engages where SGLang's rule lets it (serving.all_reduce_rules).",
+    )
     extra_args: dict[str, FlagValue] = Field(
         default_factory=dict,
         description="Further engine flags by SGLang name (e.g. mem_fraction_static: 0.85); true renders a bare flag.",
@@ -271,6 +277,9 @@ class EngineConfig(EngineFlagChecks):
         if self.reference_gpu_kind is not None and self.kind != "reference":
             raise EngineConfigError(f"reference_gpu_kind={self.reference_gpu_kind!r} is the reference engine's own "
                                     "flag; SGLang reads its node itself (remove it for kind sglang)")
+        if self.reference_mscclpp_installed and self.kind != "reference":
+            raise EngineConfigError("reference_mscclpp_installed is the reference engine's own flag; SGLang imports "
+                                    "mscclpp itself (remove it for kind sglang)")
         numbers = (
             self.speculative_num_steps,
             self.speculative_eagle_topk,

@@ -306,13 +306,16 @@ def danger_of(name: str, value: str) -> str | None:
 
 def conflicts(env: dict[str, str]) -> list[str]:
     """What one set of NCCL variables contradicts itself in (one line each; empty when consistent):
-    ``NCCL_MIN_NCHANNELS`` above ``NCCL_MAX_NCHANNELS`` (NCCL's docs: the minimum and maximum number of
-    channels NCCL may use; NCCL keeps the maximum, so the forced minimum silently does not hold)."""
+    ``NCCL_MIN_NCHANNELS`` above ``NCCL_MAX_NCHANNELS``, or ``NCCL_MIN_CTAS`` above ``NCCL_MAX_CTAS``
+    (NCCL's docs: the minimum and maximum number of channels / CTAs NCCL may use; NCCL keeps the
+    maximum, so the forced minimum silently does not hold)."""
     out = []
-    low, high = env.get("NCCL_MIN_NCHANNELS"), env.get("NCCL_MAX_NCHANNELS")
-    if low is not None and high is not None and str(low).isdigit() and str(high).isdigit() and int(low) > int(high):
-        out.append(f"NCCL_MIN_NCHANNELS={low} is above NCCL_MAX_NCHANNELS={high}: NCCL keeps the maximum, so the "
-                   "minimum would not hold; lower NCCL_MIN_NCHANNELS or raise NCCL_MAX_NCHANNELS")
+    for kind in ("NCHANNELS", "CTAS"):
+        low_name, high_name = f"NCCL_MIN_{kind}", f"NCCL_MAX_{kind}"
+        low, high = env.get(low_name), env.get(high_name)
+        if low is not None and high is not None and str(low).isdigit() and str(high).isdigit() and int(low) > int(high):
+            out.append(f"{low_name}={low} is above {high_name}={high}: NCCL keeps the maximum, so the minimum would "
+                       f"not hold; lower {low_name} or raise {high_name}")
     return out
 
 

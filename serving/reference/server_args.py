@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from serving.reference.checks import SEED_MAX, SEED_MIN, check_finite, check_int
 from serving.reference.config import DTYPE_BYTES, DTYPE_NAMES, PRESETS, get_preset, resolve_draft_layers, scratch_columns
-from serving.all_reduce_rules import GpuKind, predict
+from serving.all_reduce_rules import GpuKind, predict, resolve_fusion_backend
 from serving.cuda_graph_rules import DecodeGraphPlan
 from serving.speculative_rules import FLAG_NAMES, chain_num_draft_tokens, speculative_problem
 
@@ -32,6 +32,7 @@ DEFAULT_MAX_RUNNING_WITH_SPEC = 48
 
 REFERENCE_ONLY_FLAGS: dict[str, str] = {
     "--reference-gpu-kind": "the node whose all-reduce rule to follow and log (SGLang reads its node itself)",
+    "--reference-mscclpp-installed": "whether --enable-mscclpp finds the mscclpp package (SGLang imports it itself)",
 }
 """The reference engine's own flags (option string -> why it exists), the only ones SGLang lacks."""
 
@@ -124,6 +125,9 @@ class ServerArgs:
     architecture: str
     reference_gpu_kind: str
     enable_symm_mem: bool
+    enable_torch_symm_mem: bool
+    enable_mscclpp: bool
+    reference_mscclpp_installed: bool
     enable_nccl_nvls: bool
     decode_log_interval: int
     dist_init_addr: Optional[str]
@@ -245,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="The reference engine's own: the node whose all-reduce rule to follow and log as SGLang "
                    "would (cpu, sm90-nvlink, sm120-pcie, ...; default: cpu on the CPU, else the GPU's sm with pcie).")
     p.add_argument("--enable-symm-mem", action="store_true", help="Sets NCCL_CUMEM_ENABLE=1 as SGLang does.")
+    p.add_argument("--enable-torch-symm-mem", action="store_true",
+                   help="As SGLang: PyTorch's symmetric-memory all-reduce where its rule engages it (logged per rank).")
+    p.add_argument("--enable-mscclpp", action="store_true",
+                   help="As SGLang: MSCCL++ all-reduce where its rule engages it (logged per rank).")
+    p.add_argument("--reference-mscclpp-installed", action="store_true",
+                   help="The reference engine's own: behave as if the mscclpp package were installed.")
     p.add_argument("--enable-nccl-nvls", action="store_true", help="Sets NCCL_NVLS_ENABLE=1 as SGLang does.")
     p.add_argument("--decode-log-interval", type=int, default=40)
     # SGLang's multi-node flags, defaults and help (srt/arg_groups/fields/parallel.py).
@@ -381,6 +391,12 @@ def resolve(
                    fusion_backend=ns.flashinfer_allreduce_fusion_backend)
     if path.fusion_line:
         logger.info("%s", path.fusion_line)  # SGLang's own line (srt/arg_groups/overrides.py)
+    node = GpuKind.parse(gpu_kind)
+    if (ns.flashinfer_allreduce_fusion_backend is not None and ns.tp_size > 1
+            and not ns.enforce_disable_flashinfer_allreduce_fusion):
+        resolved, why = resolve_fusion_backend(ns.flashinfer_allreduce_fusion_backend, gpu_kind=node, nnodes=ns.nnodes)
+        if resolved is None:  # SGLang raises this ValueError at start (layers/flashinfer_comm_fusion.py _resolve_backend)
+            raise ValueError(f"--flashinfer-allreduce-fusion-backend {ns.flashinfer_allreduce_fusion_backend}: {why}")
     no_effect = {name: getattr(ns, name) for name in NO_EFFECT_FLAGS}
     graph_flags = {name: getattr(ns, name) for name in GRAPH_FLAGS}
     if ns.disable_cuda_graph:
@@ -414,6 +430,9 @@ def resolve(
         architecture=architecture,
         reference_gpu_kind=gpu_kind,
         enable_symm_mem=ns.enable_symm_mem,
+        enable_torch_symm_mem=ns.enable_torch_symm_mem,
+        enable_mscclpp=ns.enable_mscclpp,
+        reference_mscclpp_installed=ns.reference_mscclpp_installed,
         enable_nccl_nvls=ns.enable_nccl_nvls,
         decode_log_interval=ns.decode_log_interval,
         dist_init_addr=ns.dist_init_addr,

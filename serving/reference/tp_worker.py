@@ -112,13 +112,20 @@ def env_line(env: dict[str, str]) -> str:
 
 
 def _log_custom_all_reduce(cfg: WorkerConfig) -> None:
-    """Log SGLang's per-rank line where its custom all-reduce turns itself off on this node."""
-    from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_line
+    """Log SGLang's per-rank lines about decode's all-reduce on the declared node: the opt-in
+    communicators that come up or not (``opt_in_rank_lines``) and custom all-reduce turning itself off."""
+    from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_line, opt_in_rank_lines
 
     args = cfg.args
+    node = GpuKind.parse(args.reference_gpu_kind)
+    for level, text in opt_in_rank_lines(gpu_kind=node, world_size=cfg.world_size, nnodes=args.nnodes,
+                                         enable_mscclpp=args.enable_mscclpp,
+                                         enable_torch_symm_mem=args.enable_torch_symm_mem,
+                                         mscclpp_installed=args.reference_mscclpp_installed):
+        getattr(logger, level)("%s", text)
     if args.disable_custom_all_reduce:
         return
-    line = custom_all_reduce_off_line(gpu_kind=GpuKind.parse(args.reference_gpu_kind), world_size=cfg.world_size)
+    line = custom_all_reduce_off_line(gpu_kind=node, world_size=cfg.world_size, nnodes=args.nnodes)
     if line:
         logger.warning("%s", line)
 

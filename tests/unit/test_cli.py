@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.space import ALL_REDUCE_ARMS
 
 from helpers.spec_cases import BROKEN  # the broken specs test_spec.py checks, here through the CLI
 
@@ -50,12 +51,14 @@ def test_validate_kimi_spec_json() -> None:
 
 
 @pytest.mark.parametrize(("spec", "arms", "configurations"), [
-    # eight PCIe GPUs: one arm (NCCL carries decode whatever the flags), the presets on it: 41 x 6
-    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default", 246),
-    # eight NVLink GPUs: fusion, custom, NCCL; NCCL_* only on nccl: 41 x (1 + 1 + 3 x 3)
-    ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl", 451),
-    # two nodes of eight: NCCL on every arm across nodes, the network variables too: 41 x 3 x 3 x 2 x 2
-    ("kimi-k2.5-eagle3-2x8-h100.yaml", "default", 1476),
+    # eight PCIe GPUs: NCCL (whatever the switches) and NCCL on symmetric memory, the presets on both: 41 x 6 x 2
+    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default, nccl_symm_mem", 492),
+    # eight NVLink GPUs: fusion (trtllm), custom, NCCL, fusion on MNNVL, torch and NCCL symmetric memory;
+    # NCCL_* on the two NCCL arms: 41 x (1 + 1 + 3 x 3 + 1 + 1 + 3 x 3)
+    ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl, fusion_mnnvl, torch_symm_mem, nccl_symm_mem", 902),
+    # two nodes of eight: NCCL (plain and on symmetric memory) across nodes, the network variables too:
+    # 41 x 2 x 3 x 3 x 2 x 2
+    ("kimi-k2.5-eagle3-2x8-h100.yaml", "default, nccl_symm_mem", 2952),
 ])
 def test_validate_of_each_node_kinds_spec_states_its_arms(spec: str, arms: str, configurations: int) -> None:
     result = runner.invoke(app, ["validate", "--json", str(KIMI_SPEC.parent / spec)])
@@ -288,7 +291,8 @@ def test_engine_cmd_reproduces_a_trial_every_node_rank_and_its_start_flags() -> 
     assert served.exit_code == 0 and "--skip-server-warmup" not in served.output, served.output
     as_json = json.loads(runner.invoke(app, ["engine-cmd", str(two_node), "--json"]).output)
     assert [c["node_rank"] for c in as_json["commands"]] == [0, 1]
-    assert "default|no_fusion|nccl" in runner.invoke(app, ["engine-cmd", "--help"], terminal_width=200).output
+    help_text = runner.invoke(app, ["engine-cmd", "--help"], terminal_width=400).output
+    assert f"all_reduce ({', '.join(ALL_REDUCE_ARMS)})" in help_text  # today's arms, the opt-in paths' among them
 
 
 def test_engine_cmd_warns_when_an_nccl_setting_reaches_no_kernel_on_the_arm() -> None:
@@ -297,7 +301,7 @@ def test_engine_cmd_warns_when_an_nccl_setting_reaches_no_kernel_on_the_arm() ->
                           terminal_width=400)
     assert fused.exit_code == 0, fused.output
     assert "warning: NCCL_ALGO=Ring: on sm90-nvlink the all_reduce arm 'default'" in fused.output
-    assert "NCCL's variables reach no decode kernel; use an arm where NCCL carries decode (nccl)" in fused.output
+    assert "NCCL's variables reach no decode kernel; use an arm where NCCL carries decode (nccl, nccl_symm_mem)" in fused.output
     on_nccl = runner.invoke(app, ["engine-cmd", str(h200), "--set", "all_reduce=nccl", "--set", "NCCL_ALGO=Ring"],
                             terminal_width=400)
     assert on_nccl.exit_code == 0 and "reach no decode kernel" not in on_nccl.output, on_nccl.output

@@ -21,10 +21,11 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.space import ALL_REDUCE_ARMS, BASELINE_PLAIN, Candidate, TrialPlan
+from orchestrator.space import ALL_REDUCE_ARMS, ARM_FLAGS, BASELINE_PLAIN, Candidate, TrialPlan
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.output.adaptive_schedule import _capture_note
+from serving.all_reduce_rules import FUSION_BACKENDS
 from serving.engine.command import build_command
 from serving.engine.config import EngineConfig
 from serving.reference.server_args import REFERENCE_ONLY_FLAGS, build_parser, option_strings
@@ -113,8 +114,21 @@ def test_every_shipped_spec_renders_only_flags_its_engine_and_sglang_take(path: 
         argv = build_command(_engine_config(spec, plan), port=30000).argv
         assert not command_problems(argv, kind=spec.engine.kind), (plan.label(), argv)
         seen.update(_flags_of(argv))
-    arm_flags = {"--disable-custom-all-reduce", "--enforce-disable-flashinfer-allreduce-fusion"}
+    arm_flags = {"--disable-custom-all-reduce", "--enforce-disable-flashinfer-allreduce-fusion",
+                 "--flashinfer-allreduce-fusion-backend", "--enable-mscclpp", "--enable-torch-symm-mem",
+                 "--enable-symm-mem"}  # the opt-in paths' arms (issue 44): SGLang 0.5.23's names, both engines
     assert arm_flags <= seen, "every all-reduce arm was rendered"
+
+
+def test_each_fusion_backend_arm_renders_a_value_sglang_offers() -> None:
+    # exec_.py's Literal["auto", "trtllm", "mnnvl", "cutedsl"]: each quoted in the flag's help text too
+    help_text = sglang_flags().flags["--flashinfer-allreduce-fusion-backend"].help
+    reference = next(a for a in build_parser()._actions if "--flashinfer-allreduce-fusion-backend" in a.option_strings)
+    backends = [flags["flashinfer_allreduce_fusion_backend"] for flags in ARM_FLAGS.values()
+                if "flashinfer_allreduce_fusion_backend" in flags]
+    assert sorted(backends) == ["cutedsl", "mnnvl", "trtllm"]  # 'auto' is the default arm's, where SGLang turns it on
+    for backend in backends:
+        assert f"'{backend}':" in help_text and backend in FUSION_BACKENDS and backend in reference.choices
 
 
 def test_the_command_check_catches_a_name_sglang_lacks() -> None:

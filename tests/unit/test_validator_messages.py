@@ -79,7 +79,7 @@ VALUES: dict[str, Any] = {
     "speculative_draft_model": "org/another-draft", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
     "speculative_num_draft_tokens": 4, "disable_custom_all_reduce": True,
     "enforce_disable_flashinfer_allreduce_fusion": True, "host": "0.0.0.0", "port": 30000, "node_rank": 0,
-    "dist_init_addr": "10.0.0.1:5000", "nccl_init_addr": "10.0.0.1:5001",
+    "dist_init_addr": "10.0.0.1:5000", "nccl_init_addr": "10.0.0.1:5001", "reference_mscclpp_installed": True,
 }
 """The value a user puts in ``extra_args`` for each flag; flags missing here take the spec's own
 setting (a model, a TP size, a node count, a node kind: another value would break other rules)."""
@@ -146,7 +146,7 @@ def _advice_cases() -> list[Any]:
             if owner in ("disable_custom_all_reduce", "enforce_disable_flashinfer_allreduce_fusion") \
                     and engine.get("tp_size", 1) == 1:
                 continue  # one rank has no all-reduce: the arms are refused there for that reason
-            if flag == "reference_gpu_kind" and engine["kind"] != "reference":
+            if flag in ("reference_gpu_kind", "reference_mscclpp_installed") and engine["kind"] != "reference":
                 continue  # the reference engine's own flag
             cases.append(pytest.param(name, flag, id=f"{name}-{flag}"))
     return cases
@@ -280,7 +280,8 @@ def test_every_dataset_rule_of_the_benchmark_is_reported_at_once() -> None:
     ("engine.speculative_algorithm", "eagle3", "engine.speculative_algorithm: got 'eagle3' (a string); expected "
      "'EAGLE', 'EAGLE3' or null; did you mean 'EAGLE3'?"),
     ("search.all_reduce", ["nccl", "fused"],
-     "search.all_reduce.1: got 'fused' (a string); expected 'default', 'no_fusion' or 'nccl'"),
+     "search.all_reduce.1: got 'fused' (a string); expected one of 'default', 'no_fusion', 'nccl', 'fusion_trtllm', "
+     "'fusion_mnnvl', 'fusion_cutedsl', 'mscclpp', 'torch_symm_mem', 'nccl_symm_mem'"),
     ("engine.model_path", 7, "engine.model_path: got 7 (an integer); expected a string, e.g. '7'"),
     ("engine.draft_model_path", 5,
      "engine.draft_model_path: got 5 (an integer); expected a string or null, e.g. '5'"),
@@ -331,5 +332,8 @@ def test_a_preset_whose_channel_minimum_is_above_its_maximum_is_refused() -> Non
     with pytest.raises(SpecError) as info:
         SweepSpec.from_dict(data)
     assert "NCCL_MIN_NCHANNELS=32 is above NCCL_MAX_NCHANNELS=16" in str(info.value), str(info.value)
+    data["search"]["nccl_presets"][-1] = {"NCCL_MIN_CTAS": "16", "NCCL_MAX_CTAS": "8"}  # the CTA pair alike
+    with pytest.raises(SpecError, match="NCCL_MIN_CTAS=16 is above NCCL_MAX_CTAS=8"):
+        SweepSpec.from_dict(data)
     shipped = SweepSpec.from_dict(copy.deepcopy(SHIPPED["kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml"]))
     assert {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8"} in shipped.search.nccl_presets

@@ -5,14 +5,16 @@ from a spec's arms on a declared node, with the sweep's own command builder."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator.space import ARM_MULTICAST
 from orchestrator.spec import SweepSpec
 from orchestrator.bench.control import server_info
 from serving.engine.all_reduce_observed import observe_all_reduce
 from serving.engine.command import build_command
-from serving.engine.process import EngineProcess
+from serving.engine.process import EngineLaunchError, EngineProcess
 from serving.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -58,3 +60,88 @@ def test_on_a_declared_pcie_node_every_rank_logs_custom_all_reduce_off_and_nccl_
     assert observed.kernel == "nccl" and observed.ranks_custom_off == [0, 1, 2, 3], observed
     assert info["flashinfer_allreduce_fusion_backend"] is None  # sm120: no fusion
     assert log.count("not supported on more than two PCIe-only GPUs") == 4
+
+
+# --- the opt-in paths' arms (issue 44): where each engages, where not, and arms that resolve alike ---------
+
+def _opt_in_spec(gpu_kind: str, tp: int, arms: list[str], *, mscclpp_installed: bool = False,
+                 architecture: str = "LlamaForCausalLM") -> SweepSpec:
+    """A spec searching ``arms`` on a declared node; a dense model, so SGLang turns no fusion on by itself."""
+    return SweepSpec.from_dict({
+        "name": "opt-in", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft",
+                                     "tp_size": tp, "gpu_kind": gpu_kind, "architecture": architecture,
+                                     "mscclpp_installed": mscclpp_installed},
+        "search": {"all_reduce": arms, "allow_dangerous": [a for a in arms if a in ARM_MULTICAST]},
+        "benchmark": {"concurrency": [1]},
+    })
+
+
+def _planned_and_observed(spec: SweepSpec, arm: str, tmp_path: Path) -> tuple[str, Any, str]:
+    observed, info, log = _observed(spec, arm, tmp_path)
+    return spec.arms_on_node().paths[arm].kernel, observed, log
+
+
+@pytest.mark.parametrize(("gpu_kind", "arm", "kernel", "backend"), [
+    ("sm90-nvlink", "fusion_trtllm", "flashinfer_fusion", "trtllm"),
+    ("sm90-nvlink", "fusion_mnnvl", "flashinfer_fusion", "mnnvl"),
+    ("sm100-nvlink", "fusion_cutedsl", "flashinfer_fusion", "cutedsl"),  # Blackwell only
+    ("sm90-nvlink", "torch_symm_mem", "torch_symm_mem", None),
+    ("sm90-nvlink", "nccl_symm_mem", "nccl_symm_mem", None),
+])
+def test_on_a_declared_nvlink_node_each_opt_in_arm_engages_and_the_engine_shows_it(
+        gpu_kind: str, arm: str, kernel: str, backend: str | None, tmp_path: Path) -> None:
+    spec = _opt_in_spec(gpu_kind, 2, ["default", arm])  # a dense model: default is custom all-reduce
+    assert spec.arms_on_node().measured == ("default", arm)
+    predicted, observed, log = _planned_and_observed(spec, arm, tmp_path)
+    assert predicted == observed.kernel == kernel and observed.fusion_backend == backend, observed
+    assert "TorchSymmMemCommunicator" not in log and "CustomAllreduce is disabled" not in log
+
+
+def test_on_a_cpu_node_nccl_symmetric_memory_is_plain_gloo_like_every_arm(tmp_path: Path) -> None:
+    spec = _opt_in_spec("cpu", 2, ["default", "nccl_symm_mem"])
+    assert spec.arms_on_node().stands_for["nccl_symm_mem"] == "default"
+    predicted, observed, _ = _planned_and_observed(spec, "nccl_symm_mem", tmp_path)
+    assert predicted == observed.kernel == "nccl", observed
+
+
+def test_mscclpp_engages_only_where_the_package_is_installed_and_the_world_size_has_an_algorithm(tmp_path: Path) -> None:
+    installed = _opt_in_spec("sm90-nvlink", 4, ["default", "mscclpp"], mscclpp_installed=True)
+    assert installed.arms_on_node().measured == ("default", "mscclpp")
+    predicted, observed, log = _planned_and_observed(installed, "mscclpp", tmp_path)
+    assert predicted == observed.kernel == "mscclpp" and log.count("Created MSCCL++ communicator") == 4, observed
+    absent = _opt_in_spec("sm90-nvlink", 4, ["default", "mscclpp"])  # SGLang 0.5.23 does not install mscclpp
+    assert absent.arms_on_node().stands_for["mscclpp"] == "default"
+    (tmp_path / "absent").mkdir()
+    predicted, observed, log = _planned_and_observed(absent, "mscclpp", tmp_path / "absent")
+    assert predicted == observed.kernel == "custom_all_reduce", observed
+    assert log.count("PyMscclpp is unavailable because its dependencies failed to import") == 4
+
+
+def test_on_a_declared_pcie_node_the_symmetric_memory_and_mscclpp_arms_resolve_alike_and_are_measured_once(
+        tmp_path: Path) -> None:
+    spec = _opt_in_spec("sm120-pcie", 2, ["default", "torch_symm_mem", "mscclpp", "nccl_symm_mem"],
+                        mscclpp_installed=True)
+    plan = spec.arms_on_node()
+    # two PCIe GPUs: custom all-reduce engages; torch symmetric memory has no sm120 table, MSCCL++ no
+    # algorithm at world size 2, so those arms fall back as the rule says; NCCL's symmetric memory differs
+    assert plan.measured == ("default", "torch_symm_mem", "nccl_symm_mem") and plan.stands_for["mscclpp"] == "default"
+    assert plan.paths["torch_symm_mem"].kernel == "nccl"
+    for arm, kernel in (("default", "custom_all_reduce"), ("mscclpp", "custom_all_reduce"), ("torch_symm_mem", "nccl")):
+        predicted, observed, log = _planned_and_observed(spec, arm, tmp_path)
+        assert predicted == observed.kernel == kernel, (arm, observed)
+    assert "TorchSymmMemCommunicator: Device capability 12 not supported" in log
+
+
+@pytest.mark.parametrize(("gpu_kind", "arm", "message"), [
+    ("sm120-pcie", "fusion_trtllm", "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs."),
+    ("sm120-pcie", "fusion_mnnvl", "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs."),
+    ("sm90-nvlink", "fusion_cutedsl", "FlashInfer allreduce fusion cutedsl backend requires a Blackwell system."),
+])
+def test_a_fusion_backend_sglang_refuses_on_the_node_is_left_out_and_the_engine_refuses_it_too(
+        gpu_kind: str, arm: str, message: str, tmp_path: Path) -> None:
+    spec = _opt_in_spec(gpu_kind, 2, ["default", arm])
+    plan = spec.arms_on_node()
+    assert plan.measured == ("default",) and message in plan.refused[arm]
+    with pytest.raises(EngineLaunchError) as failed:
+        _observed(spec, arm, tmp_path)
+    assert message in failed.value.log_tail
