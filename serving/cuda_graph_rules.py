@@ -91,6 +91,22 @@ class DecodeGraphPlan:
         return {"backend": self.backend, "max_bs": self.max_bs, "bs": list(self.bs)}
 
 
+def decode_backend(
+    *,
+    cuda_graph_backend_decode: Optional[Backend] = None,
+    disable_decode_cuda_graph: bool = False,
+    disable_cuda_graph: bool = False,
+) -> Backend:
+    """Decode's CUDA-graph backend from the flags, in SGLang 0.5.23's precedence: the backend flag
+    over ``--disable-decode-cuda-graph`` over the deprecated ``--disable-cuda-graph`` (``full`` unset)."""
+    backend: Backend = "full"
+    if disable_cuda_graph or disable_decode_cuda_graph:
+        backend = "disabled"
+    if cuda_graph_backend_decode is not None:
+        backend = cuda_graph_backend_decode
+    return backend
+
+
 def plan_decode_graphs(
     *,
     speculative: bool,
@@ -114,13 +130,8 @@ def plan_decode_graphs(
         request_pool: The running server's request pool, which cuts the captured sizes (default:
             ``max_running_requests``, else 48 under speculation, else no cut).
     """
-    backend: Backend = "full"
-    if disable_cuda_graph:
-        backend = "disabled"
-    if disable_decode_cuda_graph:
-        backend = "disabled"
-    if cuda_graph_backend_decode is not None:
-        backend = cuda_graph_backend_decode
+    backend = decode_backend(cuda_graph_backend_decode=cuda_graph_backend_decode,
+                             disable_decode_cuda_graph=disable_decode_cuda_graph, disable_cuda_graph=disable_cuda_graph)
     if cuda_graph_bs_decode:
         bs = sorted(set(int(b) for b in cuda_graph_bs_decode))
         max_bs = max(bs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from serving.cuda_graph_rules import decode_backend
 from serving.engine.log_lines import rank_lines
 
 __all__ = ["ObservedAllReduce", "observe_all_reduce", "server_args_of"]
@@ -97,6 +98,9 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
         if ranks_mscclpp and ranks_mscclpp >= every:
             return ObservedAllReduce("mscclpp", **common, evidence=f"/server_info enable_mscclpp=true and every rank "
                                      f"logged '{_MSCCLPP_UP}' ({len(ranks_mscclpp)} ranks), no fusion")
+        if not ranks_seen >= every:
+            return ObservedAllReduce("unknown", **common, evidence="enable_mscclpp=true, but not every rank is in the "
+                                     "log, so whether MSCCL++ came up on each is not shown")
         if ranks_mscclpp:
             return ObservedAllReduce("mixed", **common, evidence=f"ranks {sorted(ranks_mscclpp)} logged "
                                      f"'{_MSCCLPP_UP}', the others did not")
@@ -134,5 +138,13 @@ def observe_all_reduce(*, server_info: Any, log_text: str, tp_size: int) -> Obse
 
 
 def _decode_graphs_off(args: dict[str, Any]) -> bool:
-    """Whether decode runs without CUDA graphs (MSCCL++ is used only inside graph capture)."""
-    return bool(args.get("disable_cuda_graph")) or args.get("cuda_graph_backend_decode") == "disabled"
+    """Whether decode runs without CUDA graphs (MSCCL++ is used only inside graph capture): SGLang
+    0.5.23's resolved ``cuda_graph_config.decode.backend`` where ``/server_info`` has it (resolution
+    hooks turn decode graphs off only there), else the flags."""
+    config = args.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    if isinstance(decode, dict) and decode.get("backend"):
+        return decode["backend"] == "disabled"
+    return decode_backend(cuda_graph_backend_decode=args.get("cuda_graph_backend_decode"),
+                          disable_decode_cuda_graph=bool(args.get("disable_decode_cuda_graph")),
+                          disable_cuda_graph=bool(args.get("disable_cuda_graph"))) == "disabled"

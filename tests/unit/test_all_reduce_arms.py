@@ -84,6 +84,15 @@ def test_a_multicast_arm_must_be_named_in_allow_dangerous_and_a_flag_is_set_once
               extra_args={"enable_symm_mem": True})
 
 
+def test_mscclpp_is_planned_as_custom_all_reduce_where_decode_runs_without_cuda_graphs() -> None:
+    for eager in ({"disable_decode_cuda_graph": True}, {"cuda_graph_backend_decode": "disabled"}):
+        plan = _spec("sm90-nvlink", ["default", "mscclpp"], mscclpp=True, architecture="LlamaForCausalLM",
+                     extra_args=eager).arms_on_node()
+        assert plan.stands_for["mscclpp"] == "default", eager
+    assert _spec("sm90-nvlink", ["default", "mscclpp"], mscclpp=True,
+                 architecture="LlamaForCausalLM").arms_on_node().measured == ("default", "mscclpp")
+
+
 def test_a_fixed_fusion_backend_is_dropped_on_the_arms_that_force_fusion_off() -> None:
     plan = _spec("sm120-pcie", ["default", "no_fusion", "nccl"],
                  extra_args={"flashinfer_allreduce_fusion_backend": "trtllm"}).arms_on_node()
@@ -122,10 +131,17 @@ def test_mscclpp_is_read_from_every_ranks_created_line_and_not_inside_eager_deco
     up = _lines("sm90-nvlink", 4, enable_mscclpp=True, mscclpp_installed=True)
     info = {"enable_mscclpp": True, "disable_custom_all_reduce": False, "device": "cuda"}
     assert observe_all_reduce(server_info=info, log_text=_log({r: up for r in range(4)}), tp_size=4).kernel == "mscclpp"
-    assert observe_all_reduce(server_info=info, log_text=_log({0: up, 1: up}), tp_size=4).kernel == "mixed"
-    eager = {**info, "cuda_graph_backend_decode": "disabled"}  # MSCCL++ runs only inside graph capture
-    assert observe_all_reduce(server_info=eager, log_text=_log({r: up for r in range(4)}),
-                              tp_size=4).kernel == "custom_all_reduce"
+    assert observe_all_reduce(server_info=info, log_text=_log({0: up, 1: up}), tp_size=4).kernel == "unknown"
+    half = _log({0: up, 1: up, 2: ["ready"], 3: ["ready"]})
+    assert observe_all_reduce(server_info=info, log_text=half, tp_size=4).kernel == "mixed"
+    assert observe_all_reduce(server_info=info, log_text="", tp_size=4).kernel == "unknown"
+    every_up = _log({r: up for r in range(4)})
+    for eager in ({"cuda_graph_backend_decode": "disabled"}, {"disable_decode_cuda_graph": True},  # graphs only
+                  {"cuda_graph_config": {"decode": {"backend": "disabled"}}}):  # SGLang's resolved field wins
+        assert observe_all_reduce(server_info={**info, **eager}, log_text=every_up,
+                                  tp_size=4).kernel == "custom_all_reduce", eager
+    resolved_on = {**info, "disable_cuda_graph": True, "cuda_graph_config": {"decode": {"backend": "full"}}}
+    assert observe_all_reduce(server_info=resolved_on, log_text=every_up, tp_size=4).kernel == "mscclpp"
     missing = _lines("sm90-nvlink", 4, enable_mscclpp=True)
     assert missing == ["PyMscclpp is unavailable because its dependencies failed to import: No module named 'mscclpp'"]
     assert observe_all_reduce(server_info=info, log_text=_log({r: missing for r in range(4)}),

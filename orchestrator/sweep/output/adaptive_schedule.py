@@ -65,7 +65,6 @@ def schedule_summary(per_level: Sequence[LevelFigures], *, file_name: str = SCHE
     if config is None:
         return None
     steps = max(row["steps"] for row in rows)
-    bounds = " ".join(row["key"] for row in rows)
     flags = (f"--speculative-adaptive --speculative-adaptive-config {file_name} --speculative-eagle-topk 1 "
              f"--speculative-num-steps {steps}")
     notes = [
