@@ -529,7 +529,7 @@ def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
     active = _active(confirmation)
     needed = verdict["visits_needed"]
     spread = f"at the measured between-visit spread {verdict['between_visit_cv']:.1%}"
-    goal = f"deciding ±{confirmation.margin:.0%}"
+    goal = f"deciding ±{confirmation.margin:.1%}"  # as the verdict's "margin 7.5%" reads it
     cost = "" if visit_s is None or needed is None else f" (~{needed * active * visit_s / 60:.0f} min)"
     if needed is None:
         return f"{spread}, {goal} takes more visits than any budget (the ratio, {verdict['text']}, sits on the margin)"

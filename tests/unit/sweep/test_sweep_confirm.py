@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 
@@ -130,6 +131,9 @@ def test_too_noisy_for_the_cap_is_undecided_with_the_visits_it_would_need() -> N
     assert result.infeasible and "more than confirmation.max_visits (4)" in result.infeasible
     assert "at the measured between-visit spread" in result.infeasible
     assert result.chosen == 2 and "undecided after 3 interleaved visits each" in result.lines[0]
+    # the margin and the goal read as one number (a margin of 7.5% was once beside "deciding ±8%")
+    margin = re.search(r"\(margin (\d+\.\d%)", result.lines[0]).group(1)
+    assert f"deciding ±{margin}" in result.infeasible, (margin, result.infeasible)
     assert result.infeasible in result.lines[0]
     # and why the first look's interval is that wide, in the same line (the summary's `critical`)
     assert (f"an early look is held to a strict boundary (O'Brien-Fleming spending: critical {verdict['critical']:.2f} "
