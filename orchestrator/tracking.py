@@ -135,6 +135,7 @@ class Tracker:
         if existing:
             run_id = existing[-1].info.run_id
             self.client.update_run(run_id, status="RUNNING")
+            self.log_params(run_id, params)  # those a killed driver never logged (the others are kept)
             return TrialRunInfo(run_id=run_id, existing=True)
         run = self.client.create_run(
             self.experiment_id,

@@ -211,15 +211,15 @@ class SweepCoordinator:
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
         return {"number": number, "run_id": run["run_id"], "finished": None, "ended": self.records()}
 
-    def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str]]]:
+    def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
         """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was
-        killed): trial id -> (run id, the run's params)."""
+        killed): trial id -> (run id, the run's params, its tags)."""
         found = {}
         for run_id in self.tracker.running_children(self.parent_run_id):
             run = self.tracker.client.get_run(run_id)
             trial_id = run.data.tags.get(TAG_TRIAL_ID)
             if run.data.tags.get(TAG_ROLE) == ROLE_TRIAL and trial_id and trial_id not in self._records:
-                found[trial_id] = (run_id, dict(run.data.params))
+                found[trial_id] = (run_id, dict(run.data.params), dict(run.data.tags))
         return found
 
     def _adopt_lost_run(self, rec: TrialRecord) -> None:
@@ -229,8 +229,11 @@ class SweepCoordinator:
         if self._left_running.pop(rec.trial_id, None) is not None:
             return  # Tune saved it: it runs again under its own id and finds its run
         wanted = {"trial_kind": rec.kind, **{k: param_text(v) for k, v in rec.params.items()}}
-        for lost, (run_id, logged) in self._left_running.items():
-            if {k: logged.get(k) for k in wanted} == wanted:
+        for lost, (run_id, logged, tags) in self._left_running.items():
+            # killed between creating the run and logging its params: its creation tags say which trial it was
+            same = ({k: logged.get(k) for k in wanted} == wanted if logged
+                    else (tags.get(TAG_KIND), tags.get(TAG_LABEL)) == (rec.kind, rec.label))
+            if same:
                 logger.info("trial %s runs again as %s (the stopped driver's Tune never saved it): continuing its "
                             "MLflow run %s", lost, rec.trial_id, run_id)
                 self.tracker.set_tags(run_id, {TAG_TRIAL_ID: rec.trial_id})

@@ -199,6 +199,26 @@ def test_a_trial_the_killed_drivers_tune_never_saved_continues_its_mlflow_run(re
     assert sorted(r.data.tags["spectune.trial_id"] for r in trials) == ["b", "c"]
 
 
+def test_a_run_killed_before_its_params_were_logged_is_continued_by_its_kind_and_label(results: Path) -> None:
+    """SIGKILL between MLflow's create_run and the params' log_batch (seen in CI): the lost run has its
+    creation tags only, so the rerun is matched by kind and label instead, never given a second run."""
+    first = _coordinator(results)
+    got = first.start_trial(_start("a", params={"num_steps": 3}))
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    made = client.get_run(got["run_id"])  # a second trial's run as create_run left it: tags, no params
+    creation = {k: v for k, v in made.data.tags.items() if k in (
+        "mlflow.parentRunId", "spectune.sweep", "spectune.role", "spectune.kind")}
+    lost = client.create_run(made.info.experiment_id, run_name="trial 002 steps=2",
+                             tags={**creation, "spectune.trial_id": "lost", "spectune.label": "steps=2"})
+    del first
+    resumed = _coordinator(results, resume=True)
+    again = resumed.start_trial(_start("b", label="steps=2", params={"num_steps": 2}))
+    assert again["run_id"] == lost.info.run_id
+    assert client.get_run(lost.info.run_id).data.params["num_steps"] == "2"  # its params logged now
+    trial_ids = sorted(r.data.tags["spectune.trial_id"] for r in _runs(results) if r.data.tags["spectune.role"] == "trial")
+    assert trial_ids == ["a", "b"]
+
+
 def test_the_auto_baselines_run_is_renamed_for_what_sglang_chose_and_gets_its_resolved_params(results: Path) -> None:
     coordinator = _coordinator(results)
     run = coordinator.start_trial(_start("auto", kind="baseline_auto", label="SGLang auto", params={}))
