@@ -126,7 +126,8 @@ def test_on_a_declared_pcie_node_the_symmetric_memory_and_mscclpp_arms_resolve_a
     # algorithm at world size 2, so those arms fall back as the rule says; NCCL's symmetric memory differs
     assert plan.measured == ("default", "torch_symm_mem", "nccl_symm_mem") and plan.stands_for["mscclpp"] == "default"
     assert plan.paths["torch_symm_mem"].kernel == "nccl"
-    for arm, kernel in (("default", "custom_all_reduce"), ("mscclpp", "custom_all_reduce"), ("torch_symm_mem", "nccl")):
+    assert plan.paths["default"].kernel == "custom_all_reduce"  # two PCIe GPUs: mscclpp's engine must run it too
+    for arm, kernel in (("mscclpp", "custom_all_reduce"), ("torch_symm_mem", "nccl")):
         predicted, observed, log = _planned_and_observed(spec, arm, tmp_path)
         assert predicted == observed.kernel == kernel, (arm, observed)
     assert "TorchSymmMemCommunicator: Device capability 12 not supported" in log
