@@ -478,7 +478,6 @@ class SweepSpec(_Model):
             return
         if not (search.nccl_env or (search.nccl_presets is not None and len(search.nccl_presets) > 1)):
             return
-        plan = self.arms_on_node()
         if plan.gpu_kind is None or plan.nccl_arms or self.engine.tp_size == 1:
             return
         where = "search.nccl_env" if search.nccl_env else "search.nccl_presets"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from serving.speculative_rules import SPECULATIVE_MAX_RUNNING_REQUESTS
 
 __all__ = [
     "DecodeGraphPlan",
+    "decode_backend",
+    "decode_backend_of",
     "decode_batch_sizes",
     "default_decode_max_bs",
     "graph_batch_size",
@@ -105,6 +107,13 @@ def decode_backend(
     if cuda_graph_backend_decode is not None:
         backend = cuda_graph_backend_decode
     return backend
+
+
+def decode_backend_of(flags: Mapping[str, Any]) -> Backend:
+    """``decode_backend`` of SGLang flags by name (a spec's ``extra_args``, ``/server_info``'s args)."""
+    return decode_backend(cuda_graph_backend_decode=flags.get("cuda_graph_backend_decode"),
+                          disable_decode_cuda_graph=bool(flags.get("disable_decode_cuda_graph")),
+                          disable_cuda_graph=bool(flags.get("disable_cuda_graph")))
 
 
 def plan_decode_graphs(

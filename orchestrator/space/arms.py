@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from orchestrator.space.points import ALL_REDUCE_ARMS, ARM_EXTRA_FLAGS, arm_extra_args, arm_flags
-from serving.cuda_graph_rules import decode_backend
+from serving.cuda_graph_rules import decode_backend_of
 from serving.all_reduce_rules import KERNEL_WORDS, GpuKind, decode_kernel, predict, resolve_fusion_backend
 
 __all__ = ["ArmPath", "ArmsOnNode", "EngineNode", "NCCL_KERNELS", "arm_path", "arms_on_node", "model_architecture"]
@@ -165,11 +165,7 @@ def arm_path(node: GpuKind, arm: str, *, architecture: Optional[str], tp_size: i
                                     enable_mscclpp=bool(flags.get("enable_mscclpp")),
                                     enable_symm_mem=bool(flags.get("enable_symm_mem")),
                                     mscclpp_installed=mscclpp_installed,
-                                    cuda_graph=decode_backend(
-                                        cuda_graph_backend_decode=extra_args.get("cuda_graph_backend_decode"),
-                                        disable_decode_cuda_graph=bool(extra_args.get("disable_decode_cuda_graph")),
-                                        disable_cuda_graph=bool(extra_args.get("disable_cuda_graph"))) != "disabled",
-                                    **common)
+                                    cuda_graph=decode_backend_of(extra_args) != "disabled", **common)
     except ValueError as exc:
         return ArmPath(base.kernel, None, str(exc), base.custom_off_line, refused=str(exc))
     resolved = None

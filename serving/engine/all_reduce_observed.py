@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from serving.cuda_graph_rules import decode_backend
+from serving.cuda_graph_rules import decode_backend_of
 from serving.engine.log_lines import rank_lines
 
 __all__ = ["ObservedAllReduce", "observe_all_reduce", "server_args_of"]
@@ -145,6 +145,4 @@ def _decode_graphs_off(args: dict[str, Any]) -> bool:
     decode = config.get("decode") if isinstance(config, dict) else None
     if isinstance(decode, dict) and decode.get("backend"):
         return decode["backend"] == "disabled"
-    return decode_backend(cuda_graph_backend_decode=args.get("cuda_graph_backend_decode"),
-                          disable_decode_cuda_graph=bool(args.get("disable_decode_cuda_graph")),
-                          disable_cuda_graph=bool(args.get("disable_cuda_graph"))) == "disabled"
+    return decode_backend_of(args) == "disabled"
