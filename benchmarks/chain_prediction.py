@@ -63,14 +63,19 @@ def _rel_se(values: list[float], *, log: bool) -> float:
 
 
 def measure(servers: dict[int, Server], *, levels: list[int], rounds: int,
-            traffics: dict[str, dict[str, Any]]) -> dict[str, dict]:
+            traffics: dict[str, dict[str, Any]], max_s: float | None = None) -> dict[str, dict]:
     """traffic -> steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]},
-    in rounds: every chain on every traffic once per round (the traffics of one chain back to back)."""
+    in rounds: every chain on every traffic once per round (the traffics of one chain back to back);
+    no round starts after ``max_s`` seconds (a round is whole: every chain measured as often)."""
+    started = time.monotonic()
     data: dict[str, dict[int, dict[int, dict[str, list[Any]]]]] = {
         name: {s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels}
                for s in servers} for name in traffics}
     benches = {name: BenchSettings(concurrency=levels, repetitions=1, **settings) for name, settings in traffics.items()}
     for number in range(rounds):
+        if max_s is not None and time.monotonic() - started > max_s:
+            logger.info("stopping after %d rounds: --max-minutes reached", number)
+            break
         order = list(servers) if number % 2 == 0 else list(reversed(servers))  # A B C, C B A: drift hits all alike
         for steps in order:
             for name, bench in benches.items():
@@ -102,12 +107,23 @@ def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: [values[i] for i in keep] for name, values in cell.items()}
 
 
+def _log_corr(xs: list[float], ys: list[float]) -> float:
+    """Correlation of log ``xs`` and log ``ys`` (the same rounds); 0 from fewer than three or without spread."""
+    if len(xs) < 3:
+        return 0.0
+    try:
+        return statistics.correlation([math.log(x) for x in xs], [math.log(y) for y in ys])
+    except statistics.StatisticsError:
+        return 0.0
+
+
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
     cell = _quiet(cell)
     return MeasuredChain(
         steps=steps, accept_length=statistics.median(cell["accept"]), cycle_ms=statistics.fmean(cell["cycle"]),
         cycle_rel_se=_rel_se(cell["cycle"], log=False), tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
-        tok_rel_se=_rel_se(cell["tok"], log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None)
+        tok_rel_se=_rel_se(cell["tok"], log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None,
+        tok_cycle_corr=_log_corr(cell["tok"], cell["cycle"]))
 
 
 def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str, Any]:
@@ -175,6 +191,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="Start no round after this many minutes of measuring (the rounds made are reported)")
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="--dtype of every engine (default: the preset's)")
@@ -210,7 +228,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             for server in servers.values():
                 server.wait_healthy(args.start_timeout)
             tic = time.monotonic()
-            data = measure(servers, levels=args.levels, rounds=args.rounds, traffics=traffics)
+            data = measure(servers, levels=args.levels, rounds=args.rounds, traffics=traffics,
+                           max_s=args.max_minutes * 60 if args.max_minutes else None)
             elapsed = time.monotonic() - tic
         finally:
             for server in servers.values():
@@ -229,6 +248,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
+        "rounds_made": len(next(iter(next(iter(data["builtin"].values())).values()))["tok"]),
         **results(data["builtin"]),
     }
     if args.request_log:

@@ -478,6 +478,19 @@ def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]
     return out
 
 
+def _level_cycles(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]:
+    """Each measured level's per-repetition cycle_ms beside its objective values, keyed by the
+    concurrency as a string; a level where a repetition lacks either is left out (the pairs would not
+    line up)."""
+    out: dict[str, list[float]] = {}
+    for result in (state.bench, state.other_levels):
+        for level in result.levels if result is not None else ():
+            pairs = [(rep.flat().get(spec.objective.metric), rep.cycle_ms) for rep in level.repetitions]
+            if pairs and all(isinstance(v, (int, float)) and isinstance(c, (int, float)) and c > 0 for v, c in pairs):
+                out[str(level.concurrency)] = [float(c) for _, c in pairs]
+    return out
+
+
 def _accept_histograms(state: _TrialState) -> dict[str, list[int]]:
     """Each measured level's accepted-draft histogram (its repetitions' summed), keyed by the
     concurrency as a string; empty without speculation."""
@@ -500,7 +513,7 @@ def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: s
     state.learn(
         objective=_objective_of(spec, state.objective_values) if state.objective_values else None,
         level_values=_level_values(spec, state), metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
-        accept_histograms=_accept_histograms(state),
+        accept_histograms=_accept_histograms(state), level_cycle_ms=_level_cycles(spec, state),
         measured_in_full=state.measured_in_full, timings_s={k: round(v, 3) for k, v in state.timings.items()},
     )
     return state.record.ended(status=status, reason=reason, message=message,  # type: ignore[arg-type]

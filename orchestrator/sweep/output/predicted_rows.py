@@ -12,9 +12,11 @@ SGLang's chain) borrows the shape across chain lengths from a group that measure
 
 Trials that ended ok or early-stopped (ASHA after their first repetitions) count. Each measured chain's
 relative standard error comes from its repetitions at the level
-(``level_values``: the objective's per-repetition values, log scale) and stands for its cycle time's
-too (the record keeps the cycle's median only; a decode-bound level's throughput and cycle time
-spread alike); a chain measured once takes the median of the others' (:func:`_fill_spread`).
+(``level_values``: the objective's per-repetition values, log scale), its cycle time's from the same
+repetitions' ``level_cycle_ms``, and the two are paired (their correlation: a slow repetition is slow
+in both, so the reference's errors partly cancel in the prediction). A record without per-repetition
+cycle times (older ones, fewer than three repetitions) lets the throughput's error stand for the cycle
+time's, taken as independent (wider); a chain measured once takes the median of the others' (:func:`_fill_spread`).
 
 **Check.** Where a group measured three or more chain lengths, every measured chain that is not the
 group's longest is also predicted from the others and compared with its measurement (leave one
@@ -162,9 +164,20 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     if steps is None or not histogram or not values or not cycle or not accept:
         return None
     rel = _rel_se(values)
-    return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle), cycle_rel_se=rel,
-                         tok_per_s=geometric_mean(values), tok_rel_se=rel,
-                         histogram=tuple(sum_histograms([histogram]) or ()))
+    cycles = [c for c in record.level_cycle_ms.get(str(level), []) if c > 0]
+    paired = len(cycles) == len(values) >= 3
+    return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle),
+                         cycle_rel_se=_rel_se(cycles) if paired else rel, tok_per_s=geometric_mean(values),
+                         tok_rel_se=rel, histogram=tuple(sum_histograms([histogram]) or ()),
+                         tok_cycle_corr=_log_corr(values, cycles) if paired else 0.0)
+
+
+def _log_corr(values: list[float], cycles: list[float]) -> float:
+    """Correlation of the repetitions' log throughput and log cycle time (0 where either has no spread)."""
+    try:
+        return statistics.correlation([math.log(v) for v in values], [math.log(c) for c in cycles])
+    except statistics.StatisticsError:
+        return 0.0
 
 
 def _space_chains(spec: SweepSpec) -> list[int]:

@@ -118,6 +118,11 @@ class TrialRecord(BaseModel):
         default_factory=dict, description="The objective metric's per-repetition values at every measured "
         "concurrency level, keyed by the concurrency as a string (the objective's level included; empty in "
         "records written before per-load results).")
+    level_cycle_ms: dict[str, list[float]] = Field(
+        default_factory=dict, description="Each measured level's per-repetition cycle_ms (decode time per verify "
+        "cycle), keyed by the concurrency as a string, in the order of ``level_values`` (a repetition without "
+        "one is left out of both pairs' use); what the chain prediction pairs with the throughput. Empty "
+        "without speculation and in records written before it.")
     accept_histograms: dict[str, list[int]] = Field(
         default_factory=dict, description="Each measured level's accepted-draft histogram, keyed by the concurrency "
         "as a string: [k] = verify cycles that accepted k drafts (bonus excluded), summed over the level's "

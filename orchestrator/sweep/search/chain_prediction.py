@@ -23,10 +23,15 @@ overheads (prefill, scheduling) that the two ratios leave alone:
 
     tok/s(s) = tok/s(r) x [accept_length(s) / accept_length(r)] x [cycle(r) / cycle(s)]
 
-and its interval is built on the log scale (so it cannot go negative) from four independent
-relative errors: r's measured mean, the accept-length model error, the cycle line's error at s and
-at r, and the repetition noise a measurement of s itself would carry (the interval is for what a
-start of s would measure, so a benchmark can check it). Pure functions: no I/O.
+and its interval is built on the log scale (so it cannot go negative) by the delta method from
+r's measured mean, every measured chain's cycle time (the line is linear in them: its value at s
+and at r are weighted sums of the measured cycle times), the accept-length model error, and the
+repetition noise a measurement of s itself would carry (the interval is for what a start of s would
+measure, so a benchmark can check it). A chain's throughput and cycle time come from the same
+repetitions, and a slow repetition is slow in both (tok/s ~ tokens per cycle / cycle time: on the CPU
+reference engine and on an H100 their logs correlated at -0.99 or closer), so where the caller knows
+their correlation (``MeasuredChain.tok_cycle_corr``) the reference's two errors partly cancel; where
+it does not (0) they are taken as independent, which is wider. Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ class MeasuredChain:
         tok_per_s: Output tokens per second (the level's geometric mean over repetitions).
         tok_rel_se: Relative standard error of ``tok_per_s`` (of the log values).
         histogram: Accepted-draft histogram (None: not reported).
+        tok_cycle_corr: Correlation of log ``tok_per_s`` and ``cycle_ms`` across the same repetitions
+            (0: unknown or fewer than three repetitions; the errors are then taken as independent).
     """
 
     steps: int
@@ -80,6 +87,7 @@ class MeasuredChain:
     tok_per_s: float
     tok_rel_se: float
     histogram: tuple[int, ...] | None = None
+    tok_cycle_corr: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,28 @@ def accept_length_from_histogram(histogram: Sequence[int], steps: int) -> float:
     return 1.0 + sum(min(k, steps) * count for k, count in enumerate(histogram)) / cycles
 
 
+def _weights(chains: Sequence[MeasuredChain]) -> list[float]:
+    """Each chain's weight in the cycle line: 1 / the variance of its ``cycle_ms``."""
+    return [1.0 / max((c.cycle_rel_se * c.cycle_ms) ** 2, 1e-12) for c in chains]
+
+
+def _sums(chains: Sequence[MeasuredChain]) -> tuple[float, float, float, float]:
+    """(sum w, sum w x, sum w x^2, determinant) of the weighted least squares of cycle on steps."""
+    weights = _weights(chains)
+    sw = sum(weights)
+    sx = sum(w * c.steps for w, c in zip(weights, chains))
+    sxx = sum(w * c.steps ** 2 for w, c in zip(weights, chains))
+    return sw, sx, sxx, sw * sxx - sx ** 2
+
+
+def _lack_of_fit(chains: Sequence[MeasuredChain], line: tuple[float, float]) -> float:
+    """The residuals' chi-square per degree of freedom where above 1 (three or more chains), else 1."""
+    if len(chains) <= 2:
+        return 1.0
+    chi2 = sum(w * (c.cycle_ms - line[0] - line[1] * c.steps) ** 2 for w, c in zip(_weights(chains), chains))
+    return max(1.0, chi2 / (len(chains) - 2))
+
+
 def cycle_line(chains: Sequence[MeasuredChain]) -> tuple[tuple[float, float], tuple[tuple[float, float], tuple[float, float]]]:
     """Weighted least squares of ``cycle_ms`` on ``steps``: ((intercept, slope), covariance).
 
@@ -134,29 +164,36 @@ def cycle_line(chains: Sequence[MeasuredChain]) -> tuple[tuple[float, float], tu
     """
     if len({c.steps for c in chains}) < 2:
         raise ValueError("a cycle line needs measured chains of at least two lengths")
-    weights = [1.0 / max((c.cycle_rel_se * c.cycle_ms) ** 2, 1e-12) for c in chains]
-    sw = sum(weights)
-    sx = sum(w * c.steps for w, c in zip(weights, chains))
-    sxx = sum(w * c.steps ** 2 for w, c in zip(weights, chains))
+    weights = _weights(chains)
+    sw, sx, sxx, det = _sums(chains)
     sy = sum(w * c.cycle_ms for w, c in zip(weights, chains))
     sxy = sum(w * c.steps * c.cycle_ms for w, c in zip(weights, chains))
-    det = sw * sxx - sx ** 2
     slope = (sw * sxy - sx * sy) / det
     intercept = (sy - slope * sx) / sw
-    cov = ((sxx / det, -sx / det), (-sx / det, sw / det))
-    if len(chains) > 2:
-        chi2 = sum(w * (c.cycle_ms - intercept - slope * c.steps) ** 2 for w, c in zip(weights, chains))
-        scale = max(1.0, chi2 / (len(chains) - 2))
-        cov = ((cov[0][0] * scale, cov[0][1] * scale), (cov[1][0] * scale, cov[1][1] * scale))
+    scale = _lack_of_fit(chains, (intercept, slope))
+    cov = ((sxx / det * scale, -sx / det * scale), (-sx / det * scale, sw / det * scale))
     return (intercept, slope), cov
 
 
-def _line_at(line: tuple[float, float], cov: tuple[tuple[float, float], tuple[float, float]],
-             steps: float) -> tuple[float, float]:
-    """The line's value at ``steps`` and its variance."""
-    value = line[0] + line[1] * steps
-    variance = cov[0][0] + 2 * steps * cov[0][1] + steps ** 2 * cov[1][1]
-    return value, max(variance, 0.0)
+def _line_loadings(chains: Sequence[MeasuredChain], steps: float) -> list[float]:
+    """d line(steps) / d cycle_ms of each chain: the fitted value is a weighted sum of the measured
+    cycle times, sum_j w_j (sxx - sx (x + x_j) + sw x x_j) / det * cycle_j."""
+    sw, sx, sxx, det = _sums(chains)
+    return [w * (sxx - sx * (steps + c.steps) + sw * steps * c.steps) / det for w, c in zip(_weights(chains), chains)]
+
+
+def _log_ratio_variance(chains: Sequence[MeasuredChain], reference: MeasuredChain, steps: int,
+                        line: tuple[float, float]) -> float:
+    """Variance of log tok(r) + log line(r) - log line(s): r's throughput and every measured cycle
+    time, with r's throughput and cycle time correlated as measured, the cycle part scaled up by the
+    line's lack of fit."""
+    at_r, at_s = line[0] + line[1] * reference.steps, line[0] + line[1] * steps
+    loadings = [a / at_r - b / at_s for a, b in zip(_line_loadings(chains, reference.steps), _line_loadings(chains, steps))]
+    cycle_sd = [c.cycle_rel_se * c.cycle_ms for c in chains]
+    cycles = sum((g * sd) ** 2 for g, sd in zip(loadings, cycle_sd)) * _lack_of_fit(chains, line)
+    cross = sum(2 * g * c.tok_cycle_corr * c.tok_rel_se * sd
+                for g, c, sd in zip(loadings, chains, cycle_sd) if c is reference)
+    return max(reference.tok_rel_se ** 2 + cycles + cross, 0.0)
 
 
 def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
@@ -174,7 +211,7 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
     if not with_histogram:
         raise ValueError("no measured chain reports an accepted-draft histogram")
     longest = max(with_histogram, key=lambda c: c.steps)
-    line, cov = cycle_line(measured)
+    line, _ = cycle_line(measured)
     noise_rel = math.sqrt(sum(c.tok_rel_se ** 2 for c in measured) / len(measured))
     known = {c.steps for c in measured}
     out = []
@@ -185,13 +222,11 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
         accept = accept_length_from_histogram(longest.histogram or (), s)
         accept_ref = accept_length_from_histogram(longest.histogram or (), reference.steps) \
             if reference.steps <= longest.steps else reference.accept_length
-        cycle, cycle_var = _line_at(line, cov, s)
-        cycle_ref, cycle_ref_var = _line_at(line, cov, reference.steps)
+        cycle, cycle_ref = line[0] + line[1] * s, line[0] + line[1] * reference.steps
         if cycle <= 0 or cycle_ref <= 0:
             continue
         tok = reference.tok_per_s * (accept / accept_ref) * (cycle_ref / cycle)
-        log_var = (reference.tok_rel_se ** 2 + accept_model_rel ** 2 + cycle_var / cycle ** 2
-                   + cycle_ref_var / cycle_ref ** 2 + noise_rel ** 2)
+        log_var = (_log_ratio_variance(measured, reference, s, line) + accept_model_rel ** 2 + noise_rel ** 2)
         half = Z95 * math.sqrt(log_var)
         out.append(ChainPrediction(steps=s, accept_length=accept, cycle_ms=cycle, tok_per_s=tok,
                                    low=tok * math.exp(-half), high=tok * math.exp(half),

@@ -132,6 +132,9 @@ def test_speculative_trials_pass_the_probe_with_their_near_tie_flips_reported(sw
         histogram = record["accept_histograms"]["2"]
         steps = record["resolved_params"]["num_steps"]
         assert sum(histogram) > 0 and len(histogram) <= steps + 1, (label, histogram)
+        # each repetition's cycle time beside its throughput: what the chain prediction pairs
+        cycles = record["level_cycle_ms"]["2"]
+        assert len(cycles) == len(record["level_values"]["2"]) and all(c > 0 for c in cycles), (label, cycles)
         first = flips[0]
         assert f"prompt {first['prompt_index']} ({first['prompt_id']!r}) token {first['position']}" in record["message"]
 

@@ -29,9 +29,9 @@ def test_the_histogram_predicts_every_shorter_chain() -> None:
         accept_length_from_histogram((), 3)
 
 
-def _chain(steps: int, cycle: float, *, tok: float = 100.0, rel: float = 0.02, hist=None) -> MeasuredChain:
+def _chain(steps: int, cycle: float, *, tok: float = 100.0, rel: float = 0.02, hist=None, corr: float = 0.0) -> MeasuredChain:
     return MeasuredChain(steps=steps, accept_length=accept_length_from_histogram(HISTOGRAM, steps), cycle_ms=cycle,
-                         cycle_rel_se=rel, tok_per_s=tok, tok_rel_se=rel, histogram=hist)
+                         cycle_rel_se=rel, tok_per_s=tok, tok_rel_se=rel, histogram=hist, tok_cycle_corr=corr)
 
 
 def test_the_cycle_line_goes_through_two_chains_and_weighs_more() -> None:
@@ -61,3 +61,26 @@ def test_predictions_scale_the_nearest_measured_chain_and_carry_an_interval() ->
 def test_no_histogram_no_prediction() -> None:
     with pytest.raises(ValueError, match="histogram"):
         predict_chains([_chain(1, 12.0), _chain(6, 22.0)], [3])
+
+
+def test_the_interval_is_the_delta_method_over_the_reference_and_every_measured_cycle() -> None:
+    """Steps 5 from chains 1 (12 ms) and 6 (22 ms, the reference): the line's value at 6 is cycle(6) and
+    at 5 is 0.2 cycle(1) + 0.8 cycle(6), so log line(6) - log line(5) moves with cycle(1) by -0.2/20 per ms
+    and with cycle(6) by 1/22 - 0.8/20; the reference's throughput adds its own error, and where its
+    repetitions were slow in both throughput and cycle time (correlation -1) the two partly cancel."""
+    for corr in (0.0, -1.0):
+        measured = [_chain(1, 12.0, tok=150.0), _chain(6, 22.0, tok=180.0, hist=HISTOGRAM, corr=corr)]
+        p5 = next(p for p in predict_chains(measured, [5]) if p.steps == 5)
+        g1, g6 = -0.2 / 20.0, 1 / 22.0 - 0.8 / 20.0
+        ratio = 0.02 ** 2 + (g1 * 0.24) ** 2 + (g6 * 0.44) ** 2 + 2 * g6 * corr * 0.02 * 0.44
+        half = 1.959964 * math.sqrt(ratio + ACCEPT_MODEL_REL ** 2 + 0.02 ** 2)
+        assert p5.reference_steps == 6
+        assert math.log(p5.high / p5.tok_per_s) == pytest.approx(half, rel=1e-9), corr
+
+
+def test_a_reference_slow_in_both_throughput_and_cycle_time_gives_a_narrower_interval() -> None:
+    independent = predict_chains([_chain(1, 12.0, tok=150.0), _chain(6, 22.0, tok=180.0, hist=HISTOGRAM)], [4])[0]
+    paired = predict_chains([_chain(1, 12.0, tok=150.0, corr=-0.99),
+                             _chain(6, 22.0, tok=180.0, hist=HISTOGRAM, corr=-0.99)], [4])[0]
+    assert paired.tok_per_s == pytest.approx(independent.tok_per_s)  # the same prediction
+    assert paired.half_width_rel < independent.half_width_rel

@@ -31,21 +31,24 @@ def _spec(**objective) -> SweepSpec:
 
 
 def _record(number: int, steps: int, *, topk: int = 1, status: str = "ok", nccl: dict | None = None,
-            speed: float = 1.0) -> TrialRecord:
+            speed: float = 1.0, paired: bool = False) -> TrialRecord:
     """A trial of ``steps`` as the sweep records it, from the measured chain at each level (``speed``: an
-    NCCL setting that scales the cycle time by 1 / speed)."""
-    metrics, values, histograms = {}, {}, {}
+    NCCL setting that scales the cycle time by 1 / speed; ``paired``: each repetition's cycle time
+    recorded too, slow where its throughput is)."""
+    metrics, values, histograms, cycles = {}, {}, {}, {}
     for level in LEVELS:
         chain = RUN[str(level)]["measured"][str(steps)]
         spread = chain["tok_rel_se"] * math.sqrt(3)  # three repetitions whose log spread gives that standard error
         values[str(level)] = [chain["tok_per_s"] * speed * math.exp(d) for d in (-spread, 0.0, spread)]
+        if paired:
+            cycles[str(level)] = [chain["cycle_ms"] / speed * math.exp(-d) for d in (-spread, 0.0, spread)]
         metrics[f"c{level}.cycle_ms"] = chain["cycle_ms"] / speed
         metrics[f"c{level}.accept_length_requests"] = chain["accept_length"]
         histograms[str(level)] = chain["histogram"]
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"steps={steps}", status=status,
                        params={"speculative": "explicit", "num_steps": steps, "eagle_topk": topk,
                                "num_draft_tokens": steps + 1, "all_reduce": "default", **(nccl or {})},
-                       metrics=metrics, level_values=values, accept_histograms=histograms)
+                       metrics=metrics, level_values=values, accept_histograms=histograms, level_cycle_ms=cycles)
 
 
 def test_two_starts_predict_every_other_chain_within_3_percent_and_inside_the_interval() -> None:
@@ -58,6 +61,20 @@ def test_two_starts_predict_every_other_chain_within_3_percent_and_inside_the_in
         assert abs(row.accept_length / measured["accept_length"] - 1) <= 0.03
         assert row.low <= measured["tok_per_s"] <= row.high
         assert 0 < row.low < row.tok_per_s < row.high
+
+
+def test_repetitions_slow_in_both_throughput_and_cycle_time_narrow_the_interval() -> None:
+    """A record that keeps each repetition's cycle time beside its throughput lets the reference's two
+    errors cancel where they move together; one without it takes them as independent (wider)."""
+    unpaired = {(r.num_steps, r.concurrency): r for r in predict_rows(_spec(), [_record(1, 6), _record(2, 1)]).rows}
+    paired = {(r.num_steps, r.concurrency): r
+              for r in predict_rows(_spec(), [_record(1, 6, paired=True), _record(2, 1, paired=True)]).rows}
+    assert sorted(paired) == sorted(unpaired)
+    for key, row in paired.items():
+        measured = RUN[str(key[1])]["measured"][str(key[0])]
+        assert row.tok_per_s == pytest.approx(unpaired[key].tok_per_s)
+        assert row.high - row.low < unpaired[key].high - unpaired[key].low, key
+        assert row.low <= measured["tok_per_s"] <= row.high, key
 
 
 def test_a_third_chain_is_checked_against_a_prediction_from_the_other_two() -> None:
