@@ -430,21 +430,24 @@ def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int, bud
 def _replay_record(grid: Grid, plan: TrialPlan, key: str, value: float | None, number: int, noise_cv: float) -> str:
     """The trial's record as JSON, as the chain gate reads it from a final report: the observed value as
     three repetitions whose standard error is ``noise_cv`` (one trial's noise in the grid), and the point's
-    histogram, accept length and cycle time (scaled by the same noise: tok/s ~ accept / cycle)."""
+    histogram, accept length and cycle time (scaled by the same noise: tok/s ~ accept / cycle), each
+    repetition's cycle time beside its value (``level_cycle_ms``), as a sweep's trial records them."""
     level = grid.spec.objective_concurrency
     ok = value is not None and value > 0
     spread = noise_cv * math.sqrt(3)
     figures = grid.chains.get(key) or {}
     true = grid.values.get(key)
-    metrics, histograms = {}, {}
+    metrics, histograms, cycles = {}, {}, {}
     if ok and figures and true:
         metrics = {f"c{level}.cycle_ms": figures["cycle_ms"] * true / value,
                    f"c{level}.accept_length_requests": figures["accept_length"]}
         histograms = {str(level): list(figures["histogram"])}
+        # each repetition's cycle time moves against its throughput, as measured ones do (logs at -0.999)
+        cycles = {str(level): [figures["cycle_ms"] * true / value * math.exp(-d) for d in (-spread, 0.0, spread)]}
     record = TrialRecord(
         trial_id=f"replay_{number:05d}", number=number, kind=plan.kind, label=plan.label(),
         params={**plan.params(), **plan.candidate.nccl_env}, status="ok" if ok else "failed",
-        metrics=metrics, accept_histograms=histograms,
+        metrics=metrics, accept_histograms=histograms, level_cycle_ms=cycles,
         level_values={str(level): [value * math.exp(d) for d in (-spread, 0.0, spread)]} if ok else {})
     return record.model_dump_json()
 

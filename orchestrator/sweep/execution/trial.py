@@ -100,6 +100,9 @@ class _TrialState:
     bench: BenchResult | None = None
     other_levels: BenchResult | None = None
     measured_in_full: bool = False
+    repetitions: dict[int, list[RepetitionMetrics]] = field(default_factory=dict)
+    """Every measured repetition by concurrency, as it arrives: what an early-stopped trial's record
+    (its last report) keeps of its histogram, cycle times and medians."""
 
     @property
     def trial_id(self) -> str:
@@ -425,12 +428,16 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
 
     def on_repetition(metrics: RepetitionMetrics) -> None:
         result: dict[str, Any] = {"repetition": metrics.repetition, "repetition_metrics": _rep_metrics(metrics)}
+        state.repetitions.setdefault(metrics.concurrency, []).append(metrics)
         if metrics.concurrency == objective_level:
             value = metrics.flat().get(metric)
             if isinstance(value, (int, float)):
                 state.objective_values.append(float(value))
+                # what ASHA may stop the trial after: the record it then keeps is this one
                 state.learn(objective=_objective_of(spec, state.objective_values),
-                            level_values=_level_values(spec, state))
+                            level_values=_level_values(spec, state),
+                            metrics={**state.record.metrics, **_medians(objective_level, state.repetitions[objective_level])},
+                            accept_histograms=_accept_histograms(state), level_cycle_ms=_level_cycles(spec, state))
             result.update({OBJECTIVE_KEY: value, OBJECTIVE_REPETITION_KEY: metrics.repetition + 1,
                            "repetitions_planned": planned})
         state.report(**result)
@@ -478,16 +485,38 @@ def _level_values(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]
     return out
 
 
+def _levels_measured(state: _TrialState) -> dict[int, list[RepetitionMetrics]]:
+    """Each measured level's repetitions: the benchmark's results where they came back, else the
+    repetitions reported so far (a trial stopped or failed part-way)."""
+    out = {concurrency: list(reps) for concurrency, reps in state.repetitions.items()}
+    for result in (state.bench, state.other_levels):
+        for level in result.levels if result is not None else ():
+            out[level.concurrency] = list(level.repetitions)
+    return out
+
+
+def _medians(concurrency: int, repetitions: list[RepetitionMetrics]) -> dict[str, float]:
+    """``c{concurrency}.{metric}`` -> the median over ``repetitions`` (present values only), as a
+    finished level's ``BenchResult.flat`` gives it."""
+    import statistics
+
+    out: dict[str, float] = {}
+    for name in repetitions[0].flat() if repetitions else ():
+        values = [v for v in (rep.flat().get(name) for rep in repetitions) if isinstance(v, (int, float))]
+        if values:
+            out[f"c{concurrency}.{name}"] = float(statistics.median(values))
+    return out
+
+
 def _level_cycles(spec: SweepSpec, state: _TrialState) -> dict[str, list[float]]:
     """Each measured level's per-repetition cycle_ms beside its objective values, keyed by the
     concurrency as a string; a level where a repetition lacks either is left out (the pairs would not
     line up)."""
     out: dict[str, list[float]] = {}
-    for result in (state.bench, state.other_levels):
-        for level in result.levels if result is not None else ():
-            pairs = [(rep.flat().get(spec.objective.metric), rep.cycle_ms) for rep in level.repetitions]
-            if pairs and all(isinstance(v, (int, float)) and isinstance(c, (int, float)) and c > 0 for v, c in pairs):
-                out[str(level.concurrency)] = [float(c) for _, c in pairs]
+    for concurrency, repetitions in _levels_measured(state).items():
+        pairs = [(rep.flat().get(spec.objective.metric), rep.cycle_ms) for rep in repetitions]
+        if pairs and all(isinstance(v, (int, float)) and isinstance(c, (int, float)) and c > 0 for v, c in pairs):
+            out[str(concurrency)] = [float(c) for _, c in pairs]
     return out
 
 
@@ -495,11 +524,10 @@ def _accept_histograms(state: _TrialState) -> dict[str, list[int]]:
     """Each measured level's accepted-draft histogram (its repetitions' summed), keyed by the
     concurrency as a string; empty without speculation."""
     out: dict[str, list[int]] = {}
-    for result in (state.bench, state.other_levels):
-        for level in result.levels if result is not None else ():
-            histogram = sum_histograms(rep.accept_histogram for rep in level.repetitions)
-            if histogram is not None:
-                out[str(level.concurrency)] = histogram
+    for concurrency, repetitions in _levels_measured(state).items():
+        histogram = sum_histograms(rep.accept_histogram for rep in repetitions)
+        if histogram is not None:
+            out[str(concurrency)] = histogram
     return out
 
 
@@ -507,6 +535,8 @@ def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: s
                   message: str) -> TrialRecord:
     """The trial's record at its end: what it measured and ran on, with its outcome."""
     metrics: dict[str, float] = {}
+    for concurrency, repetitions in state.repetitions.items():  # a level the benchmark did not return whole
+        metrics.update(_medians(concurrency, repetitions))
     for result in (state.bench, state.other_levels):
         if result is not None:
             metrics.update(result.flat())
