@@ -66,14 +66,15 @@ def measure(servers: dict[int, Server], *, levels: list[int], rounds: int,
             traffics: dict[str, dict[str, Any]], max_s: float | None = None) -> dict[str, dict]:
     """traffic -> steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]},
     in rounds: every chain on every traffic once per round (the traffics of one chain back to back);
-    no round starts after ``max_s`` seconds (a round is whole: every chain measured as often)."""
+    no round after the third starts after ``max_s`` seconds (a round is whole: every chain measured as
+    often; three rounds at least, so every chain has a spread of its own)."""
     started = time.monotonic()
     data: dict[str, dict[int, dict[int, dict[str, list[Any]]]]] = {
         name: {s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels}
                for s in servers} for name in traffics}
     benches = {name: BenchSettings(concurrency=levels, repetitions=1, **settings) for name, settings in traffics.items()}
     for number in range(rounds):
-        if max_s is not None and time.monotonic() - started > max_s:
+        if max_s is not None and number >= 3 and time.monotonic() - started > max_s:
             logger.info("stopping after %d rounds: --max-minutes reached", number)
             break
         order = list(servers) if number % 2 == 0 else list(reversed(servers))  # A B C, C B A: drift hits all alike
@@ -107,14 +108,14 @@ def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: [values[i] for i in keep] for name, values in cell.items()}
 
 
-def _log_corr(xs: list[float], ys: list[float]) -> float:
-    """Correlation of log ``xs`` and log ``ys`` (the same rounds); 0 from fewer than three or without spread."""
+def _log_corr(xs: list[float], ys: list[float]) -> float | None:
+    """Correlation of log ``xs`` and log ``ys`` (the same rounds); None from fewer than three or without spread."""
     if len(xs) < 3:
-        return 0.0
+        return None
     try:
         return statistics.correlation([math.log(x) for x in xs], [math.log(y) for y in ys])
     except statistics.StatisticsError:
-        return 0.0
+        return None
 
 
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
@@ -192,7 +193,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-minutes", type=float, default=None,
-                        help="Start no round after this many minutes of measuring (the rounds made are reported)")
+                        help="Start no round after this many minutes of measuring, the first three rounds aside "
+                             "(the rounds made are reported)")
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="--dtype of every engine (default: the preset's)")
@@ -229,7 +231,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 server.wait_healthy(args.start_timeout)
             tic = time.monotonic()
             data = measure(servers, levels=args.levels, rounds=args.rounds, traffics=traffics,
-                           max_s=args.max_minutes * 60 if args.max_minutes else None)
+                           max_s=args.max_minutes * 60 if args.max_minutes is not None else None)
             elapsed = time.monotonic() - tic
         finally:
             for server in servers.values():

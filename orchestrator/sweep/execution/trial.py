@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -428,17 +429,8 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
 
     def on_repetition(metrics: RepetitionMetrics) -> None:
         result: dict[str, Any] = {"repetition": metrics.repetition, "repetition_metrics": _rep_metrics(metrics)}
-        state.repetitions.setdefault(metrics.concurrency, []).append(metrics)
-        if metrics.concurrency == objective_level:
-            value = metrics.flat().get(metric)
-            if isinstance(value, (int, float)):
-                state.objective_values.append(float(value))
-                # what ASHA may stop the trial after: the record it then keeps is this one
-                state.learn(objective=_objective_of(spec, state.objective_values),
-                            level_values=_level_values(spec, state),
-                            metrics={**state.record.metrics, **_medians(objective_level, state.repetitions[objective_level])},
-                            accept_histograms=_accept_histograms(state), level_cycle_ms=_level_cycles(spec, state))
-            result.update({OBJECTIVE_KEY: value, OBJECTIVE_REPETITION_KEY: metrics.repetition + 1,
+        if _learn_repetition(spec, state, metrics):
+            result.update({OBJECTIVE_KEY: metrics.flat().get(metric), OBJECTIVE_REPETITION_KEY: metrics.repetition + 1,
                            "repetitions_planned": planned})
         state.report(**result)
 
@@ -461,6 +453,23 @@ def _benchmark(spec: SweepSpec, ctx: TrialContext, state: _TrialState, session: 
     if state.other_levels is not None:
         texts["benchmark-other-levels.json"] = state.other_levels.model_dump_json(indent=2)
     _artifacts(coordinator, state, texts)
+
+
+def _learn_repetition(spec: SweepSpec, state: _TrialState, metrics: RepetitionMetrics) -> bool:
+    """Keep one measured repetition; at the objective's level (True) the record learns its value and
+    what was measured so far (medians, histogram, cycle times): ASHA may stop the trial after this
+    report, and the record the sweep then keeps is this one."""
+    state.repetitions.setdefault(metrics.concurrency, []).append(metrics)
+    level = spec.objective_concurrency
+    if metrics.concurrency != level:
+        return False
+    value = metrics.flat().get(spec.objective.metric)
+    if isinstance(value, (int, float)):
+        state.objective_values.append(float(value))
+        state.learn(objective=_objective_of(spec, state.objective_values), level_values=_level_values(spec, state),
+                    metrics={**state.record.metrics, **_medians(level, state.repetitions[level])},
+                    accept_histograms=_accept_histograms(state), level_cycle_ms=_level_cycles(spec, state))
+    return True
 
 
 def _store_bench(state: _TrialState, result: BenchResult, *, objective: bool) -> None:
@@ -502,7 +511,8 @@ def _medians(concurrency: int, repetitions: list[RepetitionMetrics]) -> dict[str
 
     out: dict[str, float] = {}
     for name in repetitions[0].flat() if repetitions else ():
-        values = [v for v in (rep.flat().get(name) for rep in repetitions) if isinstance(v, (int, float))]
+        values = [v for v in (rep.flat().get(name) for rep in repetitions)
+                  if isinstance(v, (int, float)) and math.isfinite(v)]
         if values:
             out[f"c{concurrency}.{name}"] = float(statistics.median(values))
     return out

@@ -240,7 +240,8 @@ def _pareto(records: list[TrialRecord], *, concurrency: int) -> Any:
     import matplotlib.pyplot as plt
 
     x_key, y_key = f"c{concurrency}.output_tok_per_s", f"c{concurrency}.tpot_ms_p99"
-    usable = [r for r in records if x_key in r.metrics and y_key in r.metrics]
+    # an early-stopped trial's medians are of the one or two repetitions ASHA let it make: not a point to trade off
+    usable = [r for r in records if x_key in r.metrics and y_key in r.metrics and r.status != "early_stopped"]
     if not usable:
         raise ValueError(f"no trial has both {x_key} and {y_key}")
     points = [(r.metrics[x_key], r.metrics[y_key]) for r in usable]

@@ -16,7 +16,8 @@ relative standard error comes from its repetitions at the level
 repetitions' ``level_cycle_ms``, and the two are paired (their correlation: a slow repetition is slow
 in both, so the reference's errors partly cancel in the prediction). A record without per-repetition
 cycle times (older ones, fewer than three repetitions) lets the throughput's error stand for the cycle
-time's, taken as independent (wider); a chain measured once takes the median of the others' (:func:`_fill_spread`).
+time's, their correlation unknown (the wider of independent and fully paired); a chain measured fewer than
+three times takes the median of the others' (:func:`_fill_spread`).
 
 **Check.** Where a group measured three or more chain lengths, every measured chain that is not the
 group's longest is also predicted from the others and compared with its measurement (leave one
@@ -134,9 +135,10 @@ def _samples(spec: SweepSpec, records: list[TrialRecord]) -> bool:
 
 def _rel_se(values: list[float]) -> float:
     """Relative standard error of the geometric mean of positive ``values`` (log scale); NaN from fewer
-    than two (one value has no spread of its own: :func:`_fill_spread` gives it one)."""
+    than three (one value has no spread of its own, and two give one degree of freedom, often far too
+    small: :func:`_fill_spread` gives them the others')."""
     logs = [math.log(v) for v in values]
-    return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.nan
+    return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 2 else math.nan
 
 
 def _chain_steps(record: TrialRecord) -> int | None:
@@ -169,15 +171,15 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle),
                          cycle_rel_se=_rel_se(cycles) if paired else rel, tok_per_s=geometric_mean(values),
                          tok_rel_se=rel, histogram=tuple(sum_histograms([histogram]) or ()),
-                         tok_cycle_corr=_log_corr(values, cycles) if paired else 0.0)
+                         tok_cycle_corr=_log_corr(values, cycles) if paired else None)
 
 
-def _log_corr(values: list[float], cycles: list[float]) -> float:
-    """Correlation of the repetitions' log throughput and log cycle time (0 where either has no spread)."""
+def _log_corr(values: list[float], cycles: list[float]) -> float | None:
+    """Correlation of the repetitions' log throughput and log cycle time (None where either has no spread)."""
     try:
         return statistics.correlation([math.log(v) for v in values], [math.log(c) for c in cycles])
     except statistics.StatisticsError:
-        return 0.0
+        return None
 
 
 def _space_chains(spec: SweepSpec) -> list[int]:
@@ -222,8 +224,9 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
 
 
 def _fill_spread(by_group: dict[Any, dict[int, tuple[MeasuredChain, int]]]) -> dict[Any, dict[int, tuple[MeasuredChain, int]]]:
-    """A chain measured once (an early-stopped trial) takes the median relative standard error of the
-    chains measured more often at the level (else :data:`SINGLE_VALUE_REL`): one value has no spread of its own."""
+    """A chain measured fewer than three times (an early-stopped trial) takes the median relative standard
+    error of the chains measured more often at the level (else :data:`SINGLE_VALUE_REL`): one value has no
+    spread of its own, two too little to weigh the chain by."""
     known = [c.tok_rel_se for chains in by_group.values() for c, _ in chains.values() if not math.isnan(c.tok_rel_se)]
     fill = statistics.median(known) if known else SINGLE_VALUE_REL
     return {key: {steps: ((replace(c, tok_rel_se=fill, cycle_rel_se=fill) if math.isnan(c.tok_rel_se) else c), n)

@@ -120,9 +120,9 @@ class TrialRecord(BaseModel):
         "records written before per-load results).")
     level_cycle_ms: dict[str, list[float]] = Field(
         default_factory=dict, description="Each measured level's per-repetition cycle_ms (decode time per verify "
-        "cycle), keyed by the concurrency as a string, in the order of ``level_values`` (a repetition without "
-        "one is left out of both pairs' use); what the chain prediction pairs with the throughput. Empty "
-        "without speculation and in records written before it.")
+        "cycle), keyed by the concurrency as a string, in the order of ``level_values``; a level where a "
+        "repetition lacks one is left out whole (the pairs would not line up). What the chain prediction pairs "
+        "with the throughput. Empty without speculation and in records written before it.")
     accept_histograms: dict[str, list[int]] = Field(
         default_factory=dict, description="Each measured level's accepted-draft histogram, keyed by the concurrency "
         "as a string: [k] = verify cycles that accepted k drafts (bonus excluded), summed over the level's "

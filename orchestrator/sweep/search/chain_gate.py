@@ -39,15 +39,22 @@ class ChainGate:
         self.missed: str | None = None  # the check that switched the gate off, in words
         self._rows: list[PredictedRow] | None = None  # the predictions from ``records`` (None: not made yet)
 
-    def learn(self, trial_id: str, result: dict[str, Any]) -> tuple[str, bool] | None:
+    def learn(self, trial_id: str, result: dict[str, Any], *, error: bool = False) -> tuple[str, bool] | None:
         """Keep trial ``trial_id``'s record (its final report carries it as JSON) and, where a prediction
         was made for it before its start (:meth:`expect`), check that against what it measured: the line
-        to log and whether the measurement fell inside (a miss switches the gate off). None: no check."""
+        to log and whether the measurement fell inside (a miss switches the gate off). None: no check.
+
+        A trial that ended without its final report (ASHA stopped it after a repetition; ``error``: its
+        worker failed) left its last report's record, still ``running``: it is kept as the sweep records
+        it (early-stopped, or failed), so an early-stopped chain's repetitions count as they do at the end."""
         row = self.expected.pop(trial_id, None)
         text = result.get("record")
         if not isinstance(text, str):
             return None
         record = TrialRecord.model_validate_json(text)
+        if record.status == "running":
+            record = record.model_copy(update={"status": "failed" if error else "early_stopped",
+                                               "reason": "error" if error else "early_stopped"})
         self.records.append(record)
         self._rows = None
         return self._check(row, record) if row is not None else None

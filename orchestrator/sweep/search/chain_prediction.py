@@ -30,8 +30,9 @@ repetition noise a measurement of s itself would carry (the interval is for what
 measure, so a benchmark can check it). A chain's throughput and cycle time come from the same
 repetitions, and a slow repetition is slow in both (tok/s ~ tokens per cycle / cycle time: on the CPU
 reference engine and on an H100 their logs correlated at -0.99 or closer), so where the caller knows
-their correlation (``MeasuredChain.tok_cycle_corr``) the reference's two errors partly cancel; where
-it does not (0) they are taken as independent, which is wider. Pure functions: no I/O.
+their correlation (``MeasuredChain.tok_cycle_corr``) the reference's two errors partly cancel between
+the measured chains and add up beyond them; where it does not (None) the interval is the wider of the
+two extremes, independent and fully paired (-1). Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class MeasuredChain:
         tok_rel_se: Relative standard error of ``tok_per_s`` (of the log values).
         histogram: Accepted-draft histogram (None: not reported).
         tok_cycle_corr: Correlation of log ``tok_per_s`` and ``cycle_ms`` across the same repetitions
-            (0: unknown or fewer than three repetitions; the errors are then taken as independent).
+            (None: unknown or fewer than three repetitions; the wider of 0 and -1 is then used).
     """
 
     steps: int
@@ -87,7 +88,7 @@ class MeasuredChain:
     tok_per_s: float
     tok_rel_se: float
     histogram: tuple[int, ...] | None = None
-    tok_cycle_corr: float = 0.0
+    tok_cycle_corr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,14 +186,16 @@ def _line_loadings(chains: Sequence[MeasuredChain], steps: float) -> list[float]
 def _log_ratio_variance(chains: Sequence[MeasuredChain], reference: MeasuredChain, steps: int,
                         line: tuple[float, float]) -> float:
     """Variance of log tok(r) + log line(r) - log line(s): r's throughput and every measured cycle
-    time, with r's throughput and cycle time correlated as measured, the cycle part scaled up by the
-    line's lack of fit."""
+    time, with r's throughput and cycle time correlated as measured (unknown: the wider of 0 and -1;
+    a negative correlation narrows the interval between the measured chains and widens it beyond
+    them), the cycle part scaled up by the line's lack of fit."""
     at_r, at_s = line[0] + line[1] * reference.steps, line[0] + line[1] * steps
     loadings = [a / at_r - b / at_s for a, b in zip(_line_loadings(chains, reference.steps), _line_loadings(chains, steps))]
     cycle_sd = [c.cycle_rel_se * c.cycle_ms for c in chains]
     cycles = sum((g * sd) ** 2 for g, sd in zip(loadings, cycle_sd)) * _lack_of_fit(chains, line)
-    cross = sum(2 * g * c.tok_cycle_corr * c.tok_rel_se * sd
-                for g, c, sd in zip(loadings, chains, cycle_sd) if c is reference)
+    g_ref, sd_ref = next((g, sd) for g, c, sd in zip(loadings, chains, cycle_sd) if c is reference)
+    corrs = (0.0, -1.0) if reference.tok_cycle_corr is None else (reference.tok_cycle_corr,)
+    cross = max(2 * g_ref * corr * reference.tok_rel_se * sd_ref for corr in corrs)
     return max(reference.tok_rel_se ** 2 + cycles + cross, 0.0)
 
 

@@ -302,7 +302,7 @@ class SweepSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)
         result = result or {}
-        check = self._gate.learn(trial_id, result) if self._gate is not None else None
+        check = self._gate.learn(trial_id, result, error=error) if self._gate is not None else None
         if check is not None:
             line, inside = check
             (logger.info if inside else logger.warning)(line)

@@ -130,3 +130,18 @@ def test_a_check_reads_the_finished_trials_own_record_not_the_last_one_learned()
     # the trial ended without a record (an error): nothing to check, and no other trial's record is used
     assert gate.learn("t3", {"final": True, "status": "failed"}) is None
     assert gate.missed is None and "t3" not in gate.expected
+
+
+def test_a_chain_asha_stopped_counts_as_the_sweep_records_it() -> None:
+    """ASHA ends a trial on its last report, whose record still says running: the gate keeps it as the
+    sweep does (early-stopped), so its chain predicts like one that ended ok; a failed worker's is failed."""
+    plans = {p.candidate.speculative.num_steps: p for p in DefineByRunSpace(_spec()).candidates()}
+    gate = ChainGate(_spec())
+    stopped = _result(1, plans[3])
+    record = json.loads(stopped["record"]) | {"status": "running"}
+    gate.learn("t1", {**stopped, "final": False, "record": json.dumps(record)})
+    gate.learn("t2", _result(2, plans[6]))
+    assert [r.status for r in gate.records] == ["early_stopped", "ok"]
+    assert gate.skip(plans[1]) is not None  # predicted from the stopped chain and the finished one
+    gate.learn("t3", {**stopped, "final": False, "record": json.dumps(record | {"trial_id": "t3"})}, error=True)
+    assert gate.records[-1].status == "failed" and gate.records[-1].reason == "error"

@@ -84,3 +84,15 @@ def test_a_reference_slow_in_both_throughput_and_cycle_time_gives_a_narrower_int
                              _chain(6, 22.0, tok=180.0, hist=HISTOGRAM, corr=-0.99)], [4])[0]
     assert paired.tok_per_s == pytest.approx(independent.tok_per_s)  # the same prediction
     assert paired.half_width_rel < independent.half_width_rel
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_an_unknown_correlation_takes_the_wider_of_independent_and_paired(steps: int) -> None:
+    """From chains 3 and 6: a chain between them (4) is narrower when its reference's errors are paired,
+    one beyond them (1) wider (the loading on the reference's cycle changes sign); unknown takes the wider."""
+    def half(corr):
+        measured = [_chain(3, 16.0, tok=170.0, corr=corr), _chain(6, 22.0, tok=180.0, hist=HISTOGRAM, corr=corr)]
+        return predict_chains(measured, [steps])[0].half_width_rel
+    independent, paired, unknown = half(0.0), half(-1.0), half(None)
+    assert unknown == pytest.approx(max(independent, paired))
+    assert (paired < independent) if steps == 4 else (paired > independent)

@@ -147,3 +147,19 @@ def test_sampled_traffic_says_what_the_prediction_rests_on() -> None:
     assert predictions.sampling and "in distribution" in predictions.sampling
     assert predictions.to_dict()["sampling"] == predictions.sampling
     assert any(line.startswith("  under sampling:") for line in prediction_lines(predictions, concurrency=4))
+
+
+def test_a_chain_stopped_after_two_repetitions_takes_the_others_spread() -> None:
+    """Two repetitions give one degree of freedom, often far below the chain's real spread: such a chain
+    takes the median spread of the chains measured three times, as one measured once does."""
+    two_close = _record(2, 1).model_copy(update={
+        "status": "early_stopped",
+        "level_values": {k: [v[1] * 0.9999, v[1]] for k, v in _record(2, 1).level_values.items()}})
+    three_close = _record(2, 1).model_copy(update={
+        "level_values": {k: [v[1] * 0.9999, v[1], v[1] * 1.0001] for k, v in _record(2, 1).level_values.items()}})
+    by_two = {(r.num_steps, r.concurrency): r for r in predict_rows(_spec(), [_record(1, 6), two_close]).rows}
+    by_three = {(r.num_steps, r.concurrency): r for r in predict_rows(_spec(), [_record(1, 6), three_close]).rows}
+    assert sorted(by_two) == sorted(by_three)
+    for key, row in by_two.items():  # steps 2 is scaled from the stopped chain: its own 0.01% spread is not used
+        if key[0] == 2:
+            assert row.high / row.low > by_three[key].high / by_three[key].low, key

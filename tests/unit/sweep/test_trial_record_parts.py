@@ -50,3 +50,31 @@ def test_a_level_whose_repetition_lacks_a_cycle_time_is_not_paired() -> None:
     spec = SimpleNamespace(objective=SimpleNamespace(metric="output_tok_per_s"))
     assert _level_cycles(spec, state) == {}
     assert _accept_histograms(SimpleNamespace(repetitions={4: [plain]}, bench=None, other_levels=None)) == {}
+
+
+def test_each_objective_level_repetition_teaches_the_record_what_was_measured_so_far() -> None:
+    """The record a report carries after each objective-level repetition (what ASHA's stop leaves) has the
+    objective's values, the medians, the summed histogram and the paired cycle times; another level's
+    repetition is kept but teaches the record nothing yet."""
+    from orchestrator.spec import SweepSpec
+    from orchestrator.sweep.execution.trial import _learn_repetition, _TrialState
+    from orchestrator.sweep.records.results import TrialRecord
+
+    spec = SweepSpec.from_dict({
+        "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "search": {"speculative": {"num_steps": [2], "eagle_topk": [1]}},
+        "objective": {"metric": "output_tok_per_s", "concurrency": 4}, "benchmark": {"concurrency": [4, 8]}})
+    record = TrialRecord(trial_id="t1", number=1, kind="search", label="steps=2", params={}, status="running")
+    state = _TrialState(plan=None, record=record, limits=None)  # type: ignore[arg-type]
+    first, second = _repetition(0, slow=1.0), _repetition(1, slow=1.5)
+    assert _learn_repetition(spec, state, first) is True
+    assert _learn_repetition(spec, state, second) is True
+    learned = state.record
+    assert learned.level_values == {"4": [first.output_tok_per_s, second.output_tok_per_s]}
+    assert learned.accept_histograms == {"4": [2, 6, 16]}
+    assert learned.level_cycle_ms["4"] == pytest.approx([50.0, 75.0])
+    assert learned.metrics["c4.cycle_ms"] == pytest.approx(62.5)
+    other = compute_repetition_metrics(records=[], duration_s=1.0, concurrency=8, repetition=0, request_rate=None,
+                                       accept_length_server=None, accept_length_tolerance=0.1)
+    assert _learn_repetition(spec, state, other) is False and state.record is learned
+    assert 8 in state.repetitions
