@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from typing import Optional
 
 from aiohttp import web
@@ -77,6 +78,14 @@ async def serve_follower(args: ServerArgs, *, faults: Faults) -> int:
     health: Optional[web.AppRunner] = None
     exit_code = 0
     stop_grace_s = SIGTERM_GRACE_S  # for ranks still running once one has exited
+    # The health port is bound now and listened on once the ranks are ready (refused until then, as
+    # SGLang's node is): starting the ranks opens sockets on ephemeral ports (gloo, the rendezvous), and
+    # one of them could otherwise take the port the launcher picked for this node.
+    try:
+        port_socket = _bind(args.host, args.port)
+    except OSError as exc:
+        logger.error("node_rank %d: cannot listen on %s:%d: %s", node, args.host, args.port, exc)
+        return 1
     try:
         prepare_environment(args)
         workers.start()
@@ -101,7 +110,7 @@ async def serve_follower(args: ServerArgs, *, faults: Faults) -> int:
                                shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await health.setup()
         try:
-            await web.TCPSite(health, host=args.host, port=args.port).start()
+            await web.SockSite(health, port_socket).start()
         except OSError as exc:
             logger.error("node_rank %d: cannot listen on %s:%d: %s", node, args.host, args.port, exc)
             exit_code = 1
@@ -131,8 +140,24 @@ async def serve_follower(args: ServerArgs, *, faults: Faults) -> int:
         signalled.set()  # a signal from here on changes nothing
         if health is not None:
             await health.cleanup()
+        port_socket.close()
         await loop.run_in_executor(None, lambda: workers.stop(grace_s=stop_grace_s))
         logger.info("node_rank %d stopped (exit status %d)", node, exit_code)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and not yet listening (connections are refused until the
+    health server listens on it); raises OSError where the port is taken. No SO_REUSEADDR: on Linux two
+    sockets that both set it may share a port nobody listens on yet, and the hold must be exclusive."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _outcome(node: int, first: RankExit, *, signalled: bool) -> int:
