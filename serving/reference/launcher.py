@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from serving.ports import free_port
 from serving.reference.faults import CORRUPTION, EnvCondition, Faults
@@ -240,12 +240,12 @@ class WorkerGroup:
                 pass
         deadline = time.monotonic() + grace_s
         for proc in self.processes:
-            proc.join(max(0.0, deadline - time.monotonic()))
+            _join(proc, max(0.0, deadline - time.monotonic()))
         for proc in self.processes:
             if proc.exitcode is None:
                 logger.warning("%s (pid %d) did not exit within %.0fs; killing it", proc.name, proc.pid, grace_s)
                 proc.kill()
-                proc.join(5.0)
+                _join(proc, 5.0)
         for conn in self.conns:
             conn.close()
         logger.info("TP workers stopped (exit codes %s)", [p.exitcode for p in self.processes])
@@ -264,3 +264,15 @@ class WorkerGroup:
             for r in self.ready
         ]
 
+
+def _join(proc: Any, timeout_s: float) -> None:
+    """``proc.join`` until it has an exit code or ``timeout_s`` passed. A process's sentinel can be
+    ready (its descriptors closed as it exits) a moment before it can be reaped, and ``join`` then
+    returns with no exit code yet: seen in CI as "did not exit within 5s; killing it" logged at once
+    for a rank that was exiting cleanly."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.exitcode is not None or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
