@@ -48,7 +48,7 @@ from reference_engine import Server, spec_flags  # noqa: E402
 from orchestrator.bench.metrics import sum_histograms  # noqa: E402
 from orchestrator.bench.runner import run_benchmark  # noqa: E402
 from orchestrator.bench.settings import BenchSettings  # noqa: E402
-from orchestrator.sweep.search.chain_prediction import MeasuredChain, predict_chains  # noqa: E402
+from orchestrator.sweep.search.chain_prediction import MeasuredChain, log_correlation, predict_chains  # noqa: E402
 
 logger = logging.getLogger("benchmarks.chain_prediction")
 
@@ -108,23 +108,13 @@ def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: [values[i] for i in keep] for name, values in cell.items()}
 
 
-def _log_corr(xs: list[float], ys: list[float]) -> float | None:
-    """Correlation of log ``xs`` and log ``ys`` (the same rounds); None from fewer than three or without spread."""
-    if len(xs) < 3:
-        return None
-    try:
-        return statistics.correlation([math.log(x) for x in xs], [math.log(y) for y in ys])
-    except statistics.StatisticsError:
-        return None
-
-
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
     cell = _quiet(cell)
     return MeasuredChain(
         steps=steps, accept_length=statistics.median(cell["accept"]), cycle_ms=statistics.fmean(cell["cycle"]),
         cycle_rel_se=_rel_se(cell["cycle"], log=False), tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
         tok_rel_se=_rel_se(cell["tok"], log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None,
-        tok_cycle_corr=_log_corr(cell["tok"], cell["cycle"]))
+        tok_cycle_corr=log_correlation(cell["tok"], cell["cycle"]))
 
 
 def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str, Any]:

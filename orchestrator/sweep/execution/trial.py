@@ -26,7 +26,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from orchestrator.bench.metrics import RepetitionMetrics, sum_histograms
+from orchestrator.bench.metrics import Distribution, RepetitionMetrics, sum_histograms
 from orchestrator.bench.probe import ProbeResult, run_probe
 from orchestrator.bench.report import BenchResult
 from orchestrator.bench.control import SPECULATIVE_FIELDS, post_generate, resolved_speculative, server_info
@@ -505,16 +505,14 @@ def _levels_measured(state: _TrialState) -> dict[int, list[RepetitionMetrics]]:
 
 
 def _medians(concurrency: int, repetitions: list[RepetitionMetrics]) -> dict[str, float]:
-    """``c{concurrency}.{metric}`` -> the median over ``repetitions`` (present values only), as a
-    finished level's ``BenchResult.flat`` gives it."""
-    import statistics
-
+    """``c{concurrency}.{metric}`` -> the median over ``repetitions`` (present, finite values), the
+    summary a finished level's ``BenchResult.flat`` gives (``summarise_level``: ``Distribution.of``)."""
+    flats = [rep.flat() for rep in repetitions]
     out: dict[str, float] = {}
-    for name in repetitions[0].flat() if repetitions else ():
-        values = [v for v in (rep.flat().get(name) for rep in repetitions)
-                  if isinstance(v, (int, float)) and math.isfinite(v)]
-        if values:
-            out[f"c{concurrency}.{name}"] = float(statistics.median(values))
+    for name in flats[0] if flats else ():
+        median = Distribution.of(v for flat in flats if (v := flat.get(name)) is not None and math.isfinite(v)).median
+        if median is not None:
+            out[f"c{concurrency}.{name}"] = median
     return out
 
 
@@ -545,11 +543,8 @@ def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: s
                   message: str) -> TrialRecord:
     """The trial's record at its end: what it measured and ran on, with its outcome."""
     metrics: dict[str, float] = {}
-    for concurrency, repetitions in state.repetitions.items():  # a level the benchmark did not return whole
+    for concurrency, repetitions in _levels_measured(state).items():  # the results', else those reported so far
         metrics.update(_medians(concurrency, repetitions))
-    for result in (state.bench, state.other_levels):
-        if result is not None:
-            metrics.update(result.flat())
     state.learn(
         objective=_objective_of(spec, state.objective_values) if state.objective_values else None,
         level_values=_level_values(spec, state), metrics=metrics, slo_violation=_slo_violation(spec, state.bench),

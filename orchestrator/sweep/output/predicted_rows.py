@@ -41,7 +41,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.statistics import geometric_mean
 from orchestrator.sweep.records.results import TrialRecord
 from orchestrator.sweep.search.chain_prediction import (ACCEPT_MODEL_REL, SAMPLED_ACCEPT_MODEL_REL, Z95, MeasuredChain,
-                                                     predict_chains)
+                                                     log_correlation, predict_chains)
 
 __all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
 
@@ -171,15 +171,7 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle),
                          cycle_rel_se=_rel_se(cycles) if paired else rel, tok_per_s=geometric_mean(values),
                          tok_rel_se=rel, histogram=tuple(sum_histograms([histogram]) or ()),
-                         tok_cycle_corr=_log_corr(values, cycles) if paired else None)
-
-
-def _log_corr(values: list[float], cycles: list[float]) -> float | None:
-    """Correlation of the repetitions' log throughput and log cycle time (None where either has no spread)."""
-    try:
-        return statistics.correlation([math.log(v) for v in values], [math.log(c) for c in cycles])
-    except statistics.StatisticsError:
-        return None
+                         tok_cycle_corr=log_correlation(values, cycles) if paired else None)
 
 
 def _space_chains(spec: SweepSpec) -> list[int]:

@@ -38,6 +38,7 @@ two extremes, independent and fully paired (-1). Pure functions: no I/O.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -48,6 +49,7 @@ __all__ = [
     "MeasuredChain",
     "accept_length_from_histogram",
     "cycle_line",
+    "log_correlation",
     "predict_chains",
 ]
 
@@ -130,6 +132,17 @@ def accept_length_from_histogram(histogram: Sequence[int], steps: int) -> float:
     if cycles <= 0 or steps < 1:
         raise ValueError(f"need a histogram with cycles and steps >= 1 (got {sum(histogram)} cycles, steps {steps})")
     return 1.0 + sum(min(k, steps) * count for k, count in enumerate(histogram)) / cycles
+
+
+def log_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Correlation of log ``xs`` and log ``ys`` taken from the same repetitions (``MeasuredChain.tok_cycle_corr``);
+    None from fewer than three pairs or where either has no spread."""
+    if len(xs) < 3 or len(xs) != len(ys):
+        return None
+    try:
+        return statistics.correlation([math.log(x) for x in xs], [math.log(y) for y in ys])
+    except statistics.StatisticsError:
+        return None
 
 
 def _weights(chains: Sequence[MeasuredChain]) -> list[float]:
