@@ -80,3 +80,24 @@ def test_the_history_is_drawn_from_one_measured_trial_on(tmp_path: Path, measure
     records = [_record(1, [60.0, 59.0, 58.0])][:measured] + [_record(2, [10.0], status="early_stopped")]
     made = draw_plots(records, out_dir=tmp_path, metric="output_tok_per_s", concurrency=4)
     assert (tmp_path / "optimization_history.png" in made) == bool(measured)
+
+
+def test_the_pareto_plot_leaves_out_early_stopped_trials() -> None:
+    """An early-stopped trial's record now carries the medians of the one or two repetitions ASHA let it
+    make: not a point to trade throughput against latency on. Here it would have been the whole front."""
+    from orchestrator.sweep.output.plots import _pareto
+
+    def with_metrics(record: TrialRecord, tok: float, tpot: float) -> TrialRecord:
+        return record.model_copy(update={"metrics": {"c4.output_tok_per_s": tok, "c4.tpot_ms_p99": tpot}})
+
+    records = [with_metrics(_record(2, [250.0, 255.0, 254.0]), 254.0, 20.0),
+               with_metrics(_record(3, [176.0], status="early_stopped"), 400.0, 5.0),  # beats every other point
+               with_metrics(_record(4, [266.0, 274.0, 248.0]), 266.0, 25.0)]
+    ax = _pareto(records, concurrency=4)
+    try:
+        labels = sorted(text.get_text() for text in ax.texts)
+        assert labels == ["2", "4"], labels
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(ax.figure)
