@@ -115,17 +115,28 @@ class DecodeGraphs:
         self._pool = torch.cuda.graph_pool_handle() if use_cuda_graphs else None
 
     @property
-    def captures_draft(self) -> bool:
-        """SGLang builds its draft runner only for ``--speculative-num-steps`` > 1."""
-        return self.spec is not None and self.spec.num_steps > 1
+    def draft_graph_name(self) -> Optional[str]:
+        """Which of SGLang's draft graphs carries the draft loop (None: not speculating).
+
+        SGLang 0.5.23 (``eagle_worker_v2.py``) builds its draft *decode* runner only for
+        ``--speculative-num-steps`` > 1: with one step ``draft_forward`` only samples, the one draft
+        token coming from the draft-extend forward after verify, which has its own graph runner
+        (``EAGLEDraftExtendCudaGraphRunner``, captured for every step count). The reference engine's
+        draft has no separate extend (it shares the target's early layers, whose KV the verify
+        writes), so its whole draft loop is one graph: "draft decode" for more than one step, "draft
+        extend" for one, where SGLang's only draft forward is the extend (before 2026-12-06 the
+        one-step draft ran eagerly here, which made a one-step chain's cycle slower than a two-step
+        chain's on an H100: docs/measurements/chain-prediction-h100x1)."""
+        if self.spec is None:
+            return None
+        return "draft decode" if self.spec.num_steps > 1 else "draft extend"
 
     def capture(self) -> None:
         """Capture every (size, key length) shape, largest first, logging as SGLang does."""
         if self.spec is None:
             self._capture_phase("target decode", "decode", num_tokens_per_req=1)
         else:
-            if self.captures_draft:
-                self._capture_phase("draft decode", "draft", num_tokens_per_req=self.spec.topk)
+            self._capture_phase(self.draft_graph_name or "draft decode", "draft", num_tokens_per_req=self.spec.topk)
             self._capture_phase("target verify", "verify", num_tokens_per_req=self.spec.num_draft_tokens)
         logger.info(
             "reference engine: each size captured at key lengths %s (dense attention reads a fixed length; "
@@ -248,13 +259,7 @@ class DecodeGraphs:
         bs, key_len = shape
         self._load(self._ids, roots, bs)
         self._load(self._prefix, prefix, bs)
-        if self.captures_draft:
-            tree = self._recorded["draft", bs, key_len].replay()
-        else:  # one draft step: SGLang runs it outside a graph too
-            tree = draft_tree(
-                model=self.model, cache=self.cache, roots=self._ids[:bs], prefix=self._prefix[:bs],
-                config=spec, key_len=key_len,
-            )
+        tree = self._recorded["draft", bs, key_len].replay()
         assert isinstance(tree, VerifyTree)
         self._tree_tokens[:bs].copy_(tree.tokens)
         self._tree_depth[:bs].copy_(tree.depth)

@@ -101,12 +101,17 @@ def test_graphs_allocate_the_cache_whole_and_report_the_sizes(tp1_models) -> Non
     assert _scheduler(tp1_models, (3, 1, 4), graphs=False).internal_state()["decode_cuda_graph_bs"] == []
 
 
-def test_draft_loop_is_captured_only_for_more_than_one_step(tp1_models) -> None:
-    """SGLang builds its draft runner only for --speculative-num-steps > 1."""
-    assert _scheduler(tp1_models, (3, 1, 4), graphs=True).graphs.captures_draft
-    one_step = _scheduler(tp1_models, (1, 1, 2), graphs=True).graphs
-    assert not one_step.captures_draft
-    assert {phase for phase, _bs, _len in one_step._recorded} == {"verify"}  # noqa: SLF001
+def test_a_one_step_draft_is_captured_as_sglang_captures_its_draft_extend(tp1_models, caplog) -> None:
+    """SGLang's draft decode runner exists only for --speculative-num-steps > 1, but a one-step draft's
+    forward (the draft extend) has a graph of its own: the reference engine's one-step draft loop is
+    captured too, under the extend's name, and replayed (it used to run eagerly, slower on a GPU)."""
+    assert _scheduler(tp1_models, (3, 1, 4), graphs=True).graphs.draft_graph_name == "draft decode"
+    with caplog.at_level(logging.INFO, logger="serving.reference.cuda_graphs"):
+        one_step = _scheduler(tp1_models, (1, 1, 2), graphs=True).graphs
+    assert one_step.draft_graph_name == "draft extend"
+    assert {phase for phase, _bs, _len in one_step._recorded} == {"draft", "verify"}  # noqa: SLF001
+    assert any(r.getMessage().startswith("Capture draft extend CUDA graph begin.") for r in caplog.records)
+    assert not any("draft decode" in r.getMessage() for r in caplog.records)
 
 
 def test_decode_log_line_says_whether_the_graph_ran(tp1_models, caplog) -> None:
