@@ -18,21 +18,35 @@ length, draft steps plus one verify of s + 1 tokens: a weighted least-squares li
 measured chains of the same arm, NCCL setting and level, its covariance from each chain's
 repetition spread (and, with three or more chains, the residuals).
 
-Throughput is predicted relative to the nearest measured chain r, which carries the level's
-overheads (prefill, scheduling) that the two ratios leave alone:
+Throughput: a token's time is part decode, part not (prefill, scheduling, a last cycle that overshoots
+the output cap), and only the decode part scales with the chain. So the time per output token is fitted
+as a line in the decode time per token, over the measured chains (weighted by their throughput spread):
 
-    tok/s(s) = tok/s(r) x [accept_length(s) / accept_length(r)] x [cycle(r) / cycle(s)]
+    1000 / tok/s(s) = fixed + slope x cycle(s) / accept_length(s)
 
-and its interval is built on the log scale (so it cannot go negative) by the delta method from
-r's measured mean, every measured chain's cycle time (the line is linear in them: its value at s
-and at r are weighted sums of the measured cycle times), the accept-length model error, and the
-repetition noise a measurement of s itself would carry (the interval is for what a start of s would
-measure, so a benchmark can check it). A chain's throughput and cycle time come from the same
-repetitions, and a slow repetition is slow in both (tok/s ~ tokens per cycle / cycle time: on the CPU
-reference engine and on an H100 their logs correlated at -0.99 or closer), so where the caller knows
-their correlation (``MeasuredChain.tok_cycle_corr``) the reference's two errors partly cancel between
-the measured chains and add up beyond them; where it does not (None) the interval is the wider of the
-two extremes, independent and fully paired (-1). Pure functions: no I/O.
+with cycle(s) the cycle line's value. Through two chains it interpolates; a chain between them moves
+less than the cycle ratio says (the fixed part fitted through steps 1 and 6: 10-12% of a token's time at
+concurrency 1 and 24-26% at 4 on the CPU reference engine; through 1 and 4, 25-28% on an H100 at 8). The
+earlier model, all of a token's time scaled from the nearest measured chain, missed the chains between
+steps 1 and 6 by -2.3% .. +4.7% on the CPU engine, this one by -2.0% .. +1.3%
+(docs/measurements/chain-prediction-cpu, run 5). Where the measured chains' decode times per token are
+close (two long chains), the fit is ill-conditioned and the delta method's interval says so. The fixed part is not clamped at zero: a fit through noisy
+chains may put it below (least squares is unbiased; a clamp chosen on the estimate would not be, and its
+interval would not carry the choice). Where the slope is not positive (a longer decode time per token
+that does not cost time: noise, or a landscape this does not describe) the throughput falls back to the
+nearest measured chain r, scaled:
+tok/s(s) = tok/s(r) x [accept_length(s) / accept_length(r)] x [cycle(r) / cycle(s)].
+
+The interval is built on the log scale (so it cannot go negative) by the delta method over every measured
+chain's throughput and cycle time (derivatives by central differences of the whole computation: the
+cycle line, the fit and the prediction), scaled up by the line's or the fit's lack of fit with three or
+more chains; plus the accept-length model error (the share of the token's time that scales with the
+cycle carries it) and the repetition noise a measurement of s itself would carry (the interval is for
+what a start of s would measure, so a benchmark can check it). A chain's throughput and cycle time come
+from the same repetitions, and a slow repetition is slow in both (on the CPU reference engine and on an
+H100 their logs correlated at -0.99 or closer), so where the caller knows their correlation
+(``MeasuredChain.tok_cycle_corr``) a chain's two errors are paired; where it does not (None) the interval
+is the wider of the two extremes, independent and fully paired (-1). Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -101,10 +115,15 @@ class ChainPrediction:
         steps: Draft steps.
         accept_length: From the longest measured chain's histogram.
         cycle_ms: From the cycle line.
-        tok_per_s: Relative to the nearest measured chain (``reference_steps``).
+        tok_per_s: From the token-time fit over the measured chains (or scaled from ``reference_steps``
+            where the fit has no positive slope).
         low, high: 95% interval of what a start of this chain would measure (``tok_per_s``).
-        reference_steps: The measured chain the throughput is scaled from.
+        reference_steps: The measured chain nearest to this one (the one the throughput is scaled from
+            where the token-time fit falls back to scaling).
         histogram_steps: The chain whose histogram gave the accept length.
+        fixed_share: The share of this chain's time per token that does not scale with the cycle
+            (prefill, scheduling, the last cycle's overshoot), from the token-time fit (an estimate: it
+            can come out below 0 through noisy chains); 0 where it fell back to scaling the nearest chain.
     """
 
     steps: int
@@ -115,6 +134,7 @@ class ChainPrediction:
     high: float
     reference_steps: int
     histogram_steps: int
+    fixed_share: float = 0.0
 
     @property
     def half_width_rel(self) -> float:
@@ -150,21 +170,20 @@ def _weights(chains: Sequence[MeasuredChain]) -> list[float]:
     return [1.0 / max((c.cycle_rel_se * c.cycle_ms) ** 2, 1e-12) for c in chains]
 
 
-def _sums(chains: Sequence[MeasuredChain]) -> tuple[float, float, float, float]:
-    """(sum w, sum w x, sum w x^2, determinant) of the weighted least squares of cycle on steps."""
-    weights = _weights(chains)
+def _wls(xs: Sequence[float], ys: Sequence[float], weights: Sequence[float]) -> tuple[float, float, float]:
+    """Weighted least-squares line: (intercept, slope, the residuals' chi-square per degree of freedom
+    where above 1 with three or more points, else 1)."""
     sw = sum(weights)
-    sx = sum(w * c.steps for w, c in zip(weights, chains))
-    sxx = sum(w * c.steps ** 2 for w, c in zip(weights, chains))
-    return sw, sx, sxx, sw * sxx - sx ** 2
-
-
-def _lack_of_fit(chains: Sequence[MeasuredChain], line: tuple[float, float]) -> float:
-    """The residuals' chi-square per degree of freedom where above 1 (three or more chains), else 1."""
-    if len(chains) <= 2:
-        return 1.0
-    chi2 = sum(w * (c.cycle_ms - line[0] - line[1] * c.steps) ** 2 for w, c in zip(_weights(chains), chains))
-    return max(1.0, chi2 / (len(chains) - 2))
+    mean_x = sum(w * x for w, x in zip(weights, xs)) / sw
+    mean_y = sum(w * y for w, y in zip(weights, ys)) / sw
+    # centred sums: stable where one weight dwarfs another (a chain with no spread)
+    slope = (sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys))
+             / sum(w * (x - mean_x) ** 2 for w, x in zip(weights, xs)))
+    intercept = mean_y - slope * mean_x
+    if len(xs) <= 2:
+        return intercept, slope, 1.0
+    chi2 = sum(w * (y - intercept - slope * x) ** 2 for w, x, y in zip(weights, xs, ys))
+    return intercept, slope, max(1.0, chi2 / (len(xs) - 2))
 
 
 def cycle_line(chains: Sequence[MeasuredChain]) -> tuple[tuple[float, float], tuple[tuple[float, float], tuple[float, float]]]:
@@ -179,37 +198,86 @@ def cycle_line(chains: Sequence[MeasuredChain]) -> tuple[tuple[float, float], tu
     if len({c.steps for c in chains}) < 2:
         raise ValueError("a cycle line needs measured chains of at least two lengths")
     weights = _weights(chains)
-    sw, sx, sxx, det = _sums(chains)
-    sy = sum(w * c.cycle_ms for w, c in zip(weights, chains))
-    sxy = sum(w * c.steps * c.cycle_ms for w, c in zip(weights, chains))
-    slope = (sw * sxy - sx * sy) / det
-    intercept = (sy - slope * sx) / sw
-    scale = _lack_of_fit(chains, (intercept, slope))
+    intercept, slope, scale = _wls([c.steps for c in chains], [c.cycle_ms for c in chains], weights)
+    sw = sum(weights)
+    sx = sum(w * c.steps for w, c in zip(weights, chains))
+    sxx = sum(w * c.steps ** 2 for w, c in zip(weights, chains))
+    det = sw * sxx - sx ** 2
     cov = ((sxx / det * scale, -sx / det * scale), (-sx / det * scale, sw / det * scale))
     return (intercept, slope), cov
 
 
-def _line_loadings(chains: Sequence[MeasuredChain], steps: float) -> list[float]:
-    """d line(steps) / d cycle_ms of each chain: the fitted value is a weighted sum of the measured
-    cycle times, sum_j w_j (sxx - sx (x + x_j) + sw x x_j) / det * cycle_j."""
-    sw, sx, sxx, det = _sums(chains)
-    return [w * (sxx - sx * (steps + c.steps) + sw * steps * c.steps) / det for w, c in zip(_weights(chains), chains)]
+@dataclass(frozen=True)
+class _Model:
+    """What one prediction is computed from: the measured chains' values (perturbed by the delta
+    method's differences), the weights and the model's form (fixed at the unperturbed values)."""
+
+    steps: tuple[int, ...]
+    accepts: tuple[float, ...]
+    cycle_weights: tuple[float, ...]
+    time_weights: tuple[float, ...]
+    affine: bool
+    reference: int
+
+    def log_tok(self, log_toks: Sequence[float], log_cycles: Sequence[float], steps: int, accept: float) -> float:
+        """log tok/s of a chain of ``steps`` accepting ``accept`` tokens per cycle."""
+        cycles = [math.exp(v) for v in log_cycles]
+        times = [1000.0 * math.exp(-v) for v in log_toks]
+        a, b, _ = _wls(self.steps, cycles, self.cycle_weights)
+        decode = [(a + b * s) / acc for s, acc in zip(self.steps, self.accepts)]  # the line's, as at ``steps``
+        decode_s = (a + b * steps) / accept
+        if self.affine:
+            alpha, beta, _ = _wls(decode, times, self.time_weights)
+            time_s = alpha + beta * decode_s
+        elif decode[self.reference] > 0:
+            time_s = times[self.reference] * decode_s / decode[self.reference]
+        else:
+            return math.nan
+        return math.log(1000.0 / time_s) if time_s > 0 else math.nan
 
 
-def _log_ratio_variance(chains: Sequence[MeasuredChain], reference: MeasuredChain, steps: int,
-                        line: tuple[float, float]) -> float:
-    """Variance of log tok(r) + log line(r) - log line(s): r's throughput and every measured cycle
-    time, with r's throughput and cycle time correlated as measured (unknown: the wider of 0 and -1;
-    a negative correlation narrows the interval between the measured chains and widens it beyond
-    them), the cycle part scaled up by the line's lack of fit."""
-    at_r, at_s = line[0] + line[1] * reference.steps, line[0] + line[1] * steps
-    loadings = [a / at_r - b / at_s for a, b in zip(_line_loadings(chains, reference.steps), _line_loadings(chains, steps))]
-    cycle_sd = [c.cycle_rel_se * c.cycle_ms for c in chains]
-    cycles = sum((g * sd) ** 2 for g, sd in zip(loadings, cycle_sd)) * _lack_of_fit(chains, line)
-    g_ref, sd_ref = next((g, sd) for g, c, sd in zip(loadings, chains, cycle_sd) if c is reference)
-    corrs = (0.0, -1.0) if reference.tok_cycle_corr is None else (reference.tok_cycle_corr,)
-    cross = max(2 * g_ref * corr * reference.tok_rel_se * sd_ref for corr in corrs)
-    return max(reference.tok_rel_se ** 2 + cycles + cross, 0.0)
+def _token_time_fit(measured: Sequence[MeasuredChain], accepts: Sequence[float],
+                    line: tuple[float, float]) -> tuple[float, float, float]:
+    """Time per output token (ms) against decode time per token (the cycle line's value / accept length)
+    over the measured chains: (fixed part, slope, lack of fit), weighted by each chain's throughput spread."""
+    times = [1000.0 / c.tok_per_s for c in measured]
+    decode = [(line[0] + line[1] * c.steps) / acc for c, acc in zip(measured, accepts)]
+    weights = [1.0 / max((t * c.tok_rel_se) ** 2, 1e-12) for t, c in zip(times, measured)]
+    try:
+        return _wls(decode, times, weights)
+    except ZeroDivisionError:  # every chain at one decode time per token: no slope to fit
+        return -1.0, 0.0, 1.0
+
+
+def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: int, accept: float) -> float:
+    """Variance of the predicted log tok/s from the measured chains' throughputs and cycle times: the delta
+    method's, its derivatives by central differences, each chain's two errors correlated as measured
+    (unknown: the wider of independent and fully paired)."""
+    log_toks = [math.log(c.tok_per_s) for c in measured]
+    log_cycles = [math.log(c.cycle_ms) for c in measured]
+    h = 1e-5
+
+    def derivative(values: list[float], index: int, other: list[float], tok_side: bool) -> float:
+        up, down = list(values), list(values)
+        up[index] += h
+        down[index] -= h
+        if tok_side:
+            return (model.log_tok(up, other, steps, accept) - model.log_tok(down, other, steps, accept)) / (2 * h)
+        return (model.log_tok(other, up, steps, accept) - model.log_tok(other, down, steps, accept)) / (2 * h)
+
+    independent = paired = 0.0
+    for j, chain in enumerate(measured):
+        g_tok = derivative(log_toks, j, log_cycles, True)
+        g_cycle = derivative(log_cycles, j, log_toks, False)
+        own = (g_tok * chain.tok_rel_se) ** 2 + (g_cycle * chain.cycle_rel_se) ** 2
+        cross = 2 * g_tok * g_cycle * chain.tok_rel_se * chain.cycle_rel_se
+        if chain.tok_cycle_corr is None:
+            independent, paired = independent + own, paired + own - cross
+        else:
+            independent, paired = independent + own + chain.tok_cycle_corr * cross, paired + own + chain.tok_cycle_corr * cross
+    if not (math.isfinite(independent) and math.isfinite(paired)):
+        return math.nan
+    return max(independent, paired, 0.0)
 
 
 def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
@@ -221,30 +289,48 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
     than it are predicted (a histogram says nothing of drafts past its own length).
 
     Raises:
-        ValueError: no measured chain has a histogram, or the chains give no cycle line.
+        ValueError: no measured chain has a histogram, a chain's throughput or cycle time is not
+            positive, or the chains give no cycle line.
     """
     with_histogram = [c for c in measured if c.histogram]
     if not with_histogram:
         raise ValueError("no measured chain reports an accepted-draft histogram")
+    if any(not (c.tok_per_s > 0 and c.cycle_ms > 0) for c in measured):
+        raise ValueError("every measured chain needs a positive tok_per_s and cycle_ms")
     longest = max(with_histogram, key=lambda c: c.steps)
+    histogram = longest.histogram or ()
+    measured = list(measured)
     line, _ = cycle_line(measured)
+    _, line_lack = _wls([c.steps for c in measured], [c.cycle_ms for c in measured], _weights(measured))[1:]
+    accepts = [accept_length_from_histogram(histogram, c.steps) if c.steps <= longest.steps else c.accept_length
+               for c in measured]
+    fixed, per_decode, time_lack = _token_time_fit(measured, accepts, line)
+    affine = per_decode > 0
     noise_rel = math.sqrt(sum(c.tok_rel_se ** 2 for c in measured) / len(measured))
     known = {c.steps for c in measured}
     out = []
     for s in sorted(set(steps) - known):
         if not 1 <= s <= longest.steps:
             continue
-        reference = min(measured, key=lambda c: (abs(c.steps - s), -c.steps))
-        accept = accept_length_from_histogram(longest.histogram or (), s)
-        accept_ref = accept_length_from_histogram(longest.histogram or (), reference.steps) \
-            if reference.steps <= longest.steps else reference.accept_length
-        cycle, cycle_ref = line[0] + line[1] * s, line[0] + line[1] * reference.steps
-        if cycle <= 0 or cycle_ref <= 0:
+        reference = min(range(len(measured)), key=lambda j: (abs(measured[j].steps - s), -measured[j].steps))
+        model = _Model(steps=tuple(c.steps for c in measured), accepts=tuple(accepts),
+                       cycle_weights=tuple(_weights(measured)),
+                       time_weights=tuple(1.0 / max((1000.0 / c.tok_per_s * c.tok_rel_se) ** 2, 1e-12) for c in measured),
+                       affine=affine, reference=reference)
+        accept = accept_length_from_histogram(histogram, s)
+        cycle = line[0] + line[1] * s
+        log_tok = model.log_tok([math.log(c.tok_per_s) for c in measured], [math.log(c.cycle_ms) for c in measured], s, accept)
+        if cycle <= 0 or not math.isfinite(log_tok):
             continue
-        tok = reference.tok_per_s * (accept / accept_ref) * (cycle_ref / cycle)
-        log_var = (_log_ratio_variance(measured, reference, s, line) + accept_model_rel ** 2 + noise_rel ** 2)
+        tok = math.exp(log_tok)
+        decode_share = per_decode * (cycle / accept) / (1000.0 / tok) if affine else 1.0
+        log_var = (_chains_variance(model, measured, s, accept) * max(line_lack, time_lack if affine else 1.0)
+                   + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2)
+        if not math.isfinite(log_var):  # a perturbation took the fit past zero time: no honest interval
+            continue
         half = Z95 * math.sqrt(log_var)
         out.append(ChainPrediction(steps=s, accept_length=accept, cycle_ms=cycle, tok_per_s=tok,
                                    low=tok * math.exp(-half), high=tok * math.exp(half),
-                                   reference_steps=reference.steps, histogram_steps=longest.steps))
+                                   reference_steps=measured[reference].steps, histogram_steps=longest.steps,
+                                   fixed_share=1.0 - decode_share))
     return out
