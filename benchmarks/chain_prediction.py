@@ -2,16 +2,23 @@
 
 ``orchestrator.sweep.search.chain_prediction`` predicts a chain it did not start from the chains a
 sweep measured: the accept length from the longest chain's accepted-draft histogram, the cycle time
-from a line through the measured chains' cycle times, the throughput scaled from the nearest
-measured chain, with a 95% interval on the log scale. This script starts one reference engine per
+from a line through the measured chains' cycle times, the throughput from a line of time per token
+in decode time per token through the measured chains, with a 95% interval on the log scale. This script starts one reference engine per
 chain (steps 1..N, top-k 1, draft = steps + 1), all resident at once, and measures them in
 interleaved rounds (every chain once per round, each round at every level), then predicts every
 chain from the fewest starts the design needs (the longest chain, for its histogram and a cycle
 point, and the shortest, for the second cycle point) and compares, per level:
 
 * accept length: predicted vs measured (median over rounds), relative error;
-* throughput: predicted vs measured (geometric mean over rounds) and whether the interval covers it;
+* throughput: predicted vs measured (geometric mean over rounds) and whether the interval covers it,
+  with two intervals from the one formula: ``between_starts`` from each chain's raw repetition spread
+  (the interval a sweep prints: its trials are starts minutes apart, the machine's slow drift between
+  them included) and ``within_rounds`` from the spread left once each round's common speed is taken out
+  (the comparison made here: the prediction and the measurement come from the same rounds, so what
+  slowed a whole round cancels); ``summary`` pools the levels;
 * the held-out check a sweep makes: SGLang's default chain (3, 1, 4) predicted, then measured.
+
+``--reanalyse REPORT`` starts nothing and analyses a saved report's rounds again with this version.
 
 JSON goes to stdout, progress to stderr::
 
@@ -27,6 +34,7 @@ traffics side by side (``request_log.side_by_side``: accept length, throughput, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -105,7 +113,8 @@ def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     keep = [i for i, steal in enumerate(cell.get("steal") or []) if steal is None or steal <= MAX_STEAL]
     if not keep or not cell.get("steal"):
         return cell
-    return {name: [values[i] for i in keep] for name, values in cell.items()}
+    rounds = len(cell["tok"])
+    return {name: [values[i] for i in keep] if len(values) == rounds else values for name, values in cell.items()}
 
 
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
@@ -117,26 +126,108 @@ def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
         tok_cycle_corr=log_correlation(cell["tok"], cell["cycle"]))
 
 
+def _aligned(cells: dict[int, dict[str, list[Any]]]) -> list[int]:
+    """Rounds in which no chain's repetition was under CPU steal: the within-round analysis needs every
+    chain in every round it keeps (all rounds if every one had steal somewhere)."""
+    rounds = min(len(cell["tok"]) for cell in cells.values())
+    keep = [i for i in range(rounds)
+            if all((cell.get("steal") or [None] * rounds)[i] is None or cell["steal"][i] <= MAX_STEAL for cell in cells.values())]
+    return keep or list(range(rounds))
+
+
+def _residuals(columns: dict[int, list[float]]) -> dict[int, list[float]]:
+    """Round x chain residuals of a two-way layout: each value less its round's mean and its chain's mean,
+    plus the grand mean (what is left once the rounds' common speed is taken out)."""
+    chains = list(columns)
+    rounds = len(columns[chains[0]])
+    round_mean = [statistics.fmean(columns[c][i] for c in chains) for i in range(rounds)]
+    chain_mean = {c: statistics.fmean(columns[c]) for c in chains}
+    grand = statistics.fmean(round_mean)
+    return {c: [columns[c][i] - round_mean[i] - chain_mean[c] + grand for i in range(rounds)] for c in chains}
+
+
+def within_round_chains(cells: dict[int, dict[str, list[Any]]]) -> dict[int, MeasuredChain]:
+    """Every chain as measured (``chain_of``'s means), its standard errors those of a comparison within
+    the rounds.
+
+    All chains are measured in the same interleaved rounds, so a round in which the machine is slow is
+    slow for every chain, and a prediction (built from measured chains) is compared with a measurement
+    made in the same rounds: the rounds' common speed cancels from the comparison (the prediction's
+    derivatives over the measured chains' log throughputs sum to one and over their log cycle times to
+    zero). The spread that does not cancel is each chain's own, estimated from the round x chain
+    two-way residuals (logs of throughput and of cycle time, rounds under CPU steal set aside whole) as
+    k/(k-2) [S_j/(n-1) - sum_l S_l / ((n-1) k (k-1))], which stays unbiased when the chains' own noises
+    differ (the plain k/(k-1) S_j/(n-1) gives a noisy chain too little and the quiet ones too much); the
+    throughput/cycle correlation is the residuals'. ``chain_of`` keeps the raw spread: the between-starts
+    interval a sweep prints, its trials measured at different times."""
+    keep = _aligned(cells)
+    n, k = len(keep), len(cells)
+    tok_logs = {s: [math.log(cell["tok"][i]) for i in keep] for s, cell in cells.items()}
+    cycle_logs = {s: [math.log(cell["cycle"][i]) for i in keep] for s, cell in cells.items()}
+    tok_res, cycle_res = _residuals(tok_logs), _residuals(cycle_logs)
+
+    def spreads(res: dict[int, list[float]]) -> dict[int, float]:
+        """Each chain's standard error of its mean from the residuals (0 from fewer than two rounds or chains)."""
+        if n < 2 or k < 2:
+            return {s: 0.0 for s in res}
+        squares = {s: sum(r * r for r in values) / (n - 1) for s, values in res.items()}
+        if k == 2:  # the two chains' residuals mirror each other: only their pooled spread is known
+            return {s: math.sqrt(squares[s] * 2 / n) for s in res}
+        pooled = sum(squares.values()) / (k * (k - 1))
+        return {s: math.sqrt(max(k / (k - 2) * (squares[s] - pooled), 0.0) / n) for s in res}
+
+    tok_se, cycle_se = spreads(tok_res), spreads(cycle_res)
+    return {s: dataclasses.replace(chain_of(s, cell), tok_rel_se=tok_se[s], cycle_rel_se=cycle_se[s],
+                                   tok_cycle_corr=_correlation(tok_res[s], cycle_res[s]))
+            for s, cell in cells.items()}
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson correlation of residuals; None from fewer than three or without spread."""
+    if len(xs) < 3:
+        return None
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return None
+
+
+def _rows(measured: dict[int, MeasuredChain], *, from_steps: list[int]) -> dict[str, Any]:
+    """Every chain not in ``from_steps`` predicted from those, beside its measurement."""
+    predictions = predict_chains([measured[s] for s in from_steps], sorted(measured))
+    rows = []
+    for p in predictions:
+        m = measured[p.steps]
+        rows.append({
+            "steps": p.steps, "predicted_accept_length": round(p.accept_length, 4),
+            "measured_accept_length": round(m.accept_length, 4),
+            "accept_error_rel": round(p.accept_length / m.accept_length - 1, 4),
+            "predicted_tok_per_s": round(p.tok_per_s, 2), "interval": [round(p.low, 2), round(p.high, 2)],
+            "half_width_rel": round(p.half_width_rel, 4), "measured_tok_per_s": round(m.tok_per_s, 2),
+            "measured_rel_se": round(m.tok_rel_se, 4), "covered": p.low <= m.tok_per_s <= p.high,
+            "tok_error_rel": round(p.tok_per_s / m.tok_per_s - 1, 4),
+            "predicted_cycle_ms": round(p.cycle_ms, 3), "measured_cycle_ms": round(m.cycle_ms, 3),
+        })
+    return {
+        "predicted": rows,
+        "accept_within_3pct": sum(abs(r["accept_error_rel"]) <= 0.03 for r in rows),
+        "covered": sum(r["covered"] for r in rows),
+        "chains_predicted": len(rows),
+        "median_half_width_rel": round(statistics.median(r["half_width_rel"] for r in rows), 4) if rows else None,
+        "tok_rel_se": {str(s): round(c.tok_rel_se, 4) for s, c in measured.items()},
+    }
+
+
 def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str, Any]:
-    """Per level: every chain not in ``from_steps`` predicted from those, beside its measurement."""
+    """Per level: every chain not in ``from_steps`` predicted from those, beside its measurement, with
+    two intervals from one formula (``predict_chains``): ``between_starts`` from each chain's raw
+    repetition spread (what a sweep prints: its trials are starts at different times) and
+    ``within_rounds`` from the spread left once the rounds' common speed is taken out (the comparison this
+    benchmark makes: every chain measured in the same rounds); ``summary`` pools the levels."""
     out: dict[str, Any] = {}
     all_steps = sorted(data)
     for level in levels:
         measured = {s: chain_of(s, data[s][level]) for s in all_steps}
-        predictions = predict_chains([measured[s] for s in from_steps], all_steps)
-        rows = []
-        for p in predictions:
-            m = measured[p.steps]
-            rows.append({
-                "steps": p.steps, "predicted_accept_length": round(p.accept_length, 4),
-                "measured_accept_length": round(m.accept_length, 4),
-                "accept_error_rel": round(p.accept_length / m.accept_length - 1, 4),
-                "predicted_tok_per_s": round(p.tok_per_s, 2), "interval": [round(p.low, 2), round(p.high, 2)],
-                "half_width_rel": round(p.half_width_rel, 4), "measured_tok_per_s": round(m.tok_per_s, 2),
-                "measured_rel_se": round(m.tok_rel_se, 4), "covered": p.low <= m.tok_per_s <= p.high,
-                "tok_error_rel": round(p.tok_per_s / m.tok_per_s - 1, 4),
-                "predicted_cycle_ms": round(p.cycle_ms, 3), "measured_cycle_ms": round(m.cycle_ms, 3),
-            })
         out[str(level)] = {
             "from_steps": from_steps,
             "set_aside_for_steal": {str(s): len(data[s][level]["tok"]) - len(_quiet(data[s][level])["tok"])
@@ -146,12 +237,18 @@ def compare(data: dict, *, levels: list[int], from_steps: list[int]) -> dict[str
                                   "tok_rel_se": round(measured[s].tok_rel_se, 4),
                                   "cycle_rel_se": round(measured[s].cycle_rel_se, 4), "histogram": measured[s].histogram}
                          for s in all_steps},
-            "predicted": rows,
-            "accept_within_3pct": sum(abs(r["accept_error_rel"]) <= 0.03 for r in rows),
-            "covered": sum(r["covered"] for r in rows),
-            "chains_predicted": len(rows),
-            "median_half_width_rel": round(statistics.median(r["half_width_rel"] for r in rows), 4) if rows else None,
+            "between_starts": _rows(measured, from_steps=from_steps),
+            "within_rounds": _rows(within_round_chains({s: data[s][level] for s in all_steps}), from_steps=from_steps),
         }
+    out["summary"] = {
+        kind: {
+            "covered": sum(out[str(c)][kind]["covered"] for c in levels),
+            "chains_predicted": sum(out[str(c)][kind]["chains_predicted"] for c in levels),
+            "accept_within_3pct": sum(out[str(c)][kind]["accept_within_3pct"] for c in levels),
+            "median_half_width_rel": round(statistics.median(
+                r["half_width_rel"] for c in levels for r in out[str(c)][kind]["predicted"]), 4)
+            if any(out[str(c)][kind]["predicted"] for c in levels) else None,
+        } for kind in ("within_rounds", "between_starts")}
     return out
 
 
@@ -175,6 +272,33 @@ def side_by_side(data: dict[str, dict], *, levels: list[int]) -> dict[str, Any]:
     return out
 
 
+def results(data: dict, *, levels: list[int], max_steps: int) -> dict[str, Any]:
+    """Every design's predictions against the measurements, and the rounds kept (histograms aside)."""
+    designs = {"longest_and_shortest": [1, max_steps], "longest_and_default": [3, max_steps],
+               "shortest_default_longest": [1, 3, max_steps]}
+    return {
+        "designs": {name: compare(data, levels=levels, from_steps=sorted(set(steps)))
+                    for name, steps in designs.items() if len(set(steps)) > 1},
+        "rounds": {str(s): {str(c): {k: v for k, v in data[s][c].items() if k != "histograms"} for c in levels}
+                   for s in data},
+    }
+
+
+def reanalyse(path: Path) -> dict[str, Any]:
+    """A saved report's rounds analysed again: each chain's cells rebuilt from ``rounds`` with the summed
+    histogram its report kept (one entry: the accept length's prediction reads the histogram's shape)."""
+    old = json.loads(path.read_text())
+    levels = [int(c) for c in old["settings"]["levels"]]
+    steps_all = sorted(int(s) for s in old["rounds"])
+    kept = next(iter(old["designs"].values()))
+    data = {s: {c: {**old["rounds"][str(s)][str(c)],
+                    "histograms": [kept[str(c)]["measured"][str(s)].get("histogram")]} for c in levels}
+            for s in steps_all}
+    return {"reanalysed_from": str(path), "machine": old.get("machine"), "settings": old.get("settings"),
+            "measure_s": old.get("measure_s"), "rounds_made": old.get("rounds_made"),
+            **results(data, levels=levels, max_steps=max(steps_all))}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", default="ref-tiny")
@@ -196,8 +320,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="Also measure every chain on this OpenAI-format request log through /v1/chat/completions "
                              "(each request's messages, output cap and sampling), beside the built-in prompts, in "
                              "the same rounds: e.g. experiments/traffic/chat-log.jsonl")
+    parser.add_argument("--reanalyse", default=None, metavar="REPORT_JSON",
+                        help="Start nothing: analyse the rounds a report of this script kept (its 'rounds' and each "
+                             "chain's histogram) again, with this version's designs and intervals")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    if args.reanalyse:
+        json.dump(reanalyse(Path(args.reanalyse)), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     common = ["--model-path", args.model_path, "--device", args.device, "--max-running-requests", str(max(args.levels))]
     for flag, value in (("--dtype", args.dtype), ("--context-length", args.context_length),
                         ("--cuda-graph-max-bs-decode", args.cuda_graph_max_bs_decode)):
@@ -226,25 +357,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
-    designs = {"longest_and_shortest": [1, args.max_steps], "longest_and_default": [3, args.max_steps],
-               "shortest_default_longest": [1, 3, args.max_steps]}
-    def results(measured: dict) -> dict[str, Any]:
-        return {
-            "designs": {name: compare(measured, levels=args.levels, from_steps=sorted(set(steps)))
-                        for name, steps in designs.items() if len(set(steps)) > 1},
-            "rounds": {str(s): {str(c): {k: v for k, v in measured[s][c].items() if k != "histograms"}
-                                for c in args.levels} for s in measured},
-        }
-
     report = {
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
         "rounds_made": len(next(iter(next(iter(data["builtin"].values())).values()))["tok"]),
-        **results(data["builtin"]),
+        **results(data["builtin"], levels=args.levels, max_steps=args.max_steps),
     }
     if args.request_log:
-        report["request_log"] = {**results(data["request_log"]), "side_by_side": side_by_side(data, levels=args.levels)}
+        report["request_log"] = {**results(data["request_log"], levels=args.levels, max_steps=args.max_steps),
+                                 "side_by_side": side_by_side(data, levels=args.levels)}
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -1,0 +1,102 @@
+"""benchmarks/chain_prediction.py: the within-round analysis, the steal filter that keeps rounds whole,
+and a saved report analysed again."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+BENCHMARKS = REPO / "benchmarks"
+HISTOGRAM = [10, 20, 15, 12, 9, 8, 30]  # a 6-step chain's accepted-draft histogram
+
+
+def _load():
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("chain_prediction_bench", BENCHMARKS / "chain_prediction.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load()
+
+
+def _cells(*, drift: list[float], own: dict[int, list[float]], steal: dict[int, list[float]] | None = None) -> dict:
+    """Chains 1-6: throughput = base(s) x the round's speed x the chain's own factor; cycle the inverse."""
+    cells = {}
+    for s in range(1, 7):
+        base_tok, base_cycle = 1000.0 + 60.0 * s, 2.0 + 0.3 * s
+        factors = [d * o for d, o in zip(drift, own.get(s, [1.0] * len(drift)))]
+        cells[s] = {"tok": [base_tok * f for f in factors], "cycle": [base_cycle / f for f in factors],
+                    "accept": [1.0 + s * 0.7] * len(drift),
+                    "histograms": [HISTOGRAM[: s + 1] if s < 6 else HISTOGRAM] * len(drift),
+                    "steal": (steal or {}).get(s, [0.0] * len(drift))}
+    return cells
+
+
+def test_a_speed_every_chain_shares_leaves_no_within_round_spread() -> None:
+    """The machine slowing down for a whole round is in the raw spread (a sweep's starts are minutes apart)
+    but cancels from a comparison made within the rounds: there the spread is each chain's own."""
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1, 0.8]
+    cells = _cells(drift=drift, own={})
+    within = bench.within_round_chains(cells)
+    raw = {s: bench.chain_of(s, cells[s]) for s in cells}
+    for s in cells:
+        assert within[s].tok_per_s == raw[s].tok_per_s and within[s].cycle_ms == raw[s].cycle_ms
+        assert raw[s].tok_rel_se > 0.05
+        assert within[s].tok_rel_se < 1e-9 and within[s].cycle_rel_se < 1e-9
+
+
+def test_a_chain_of_its_own_keeps_its_spread_within_rounds_and_lends_none_to_the_others() -> None:
+    """Only chain 3 has noise of its own: it keeps all of it, and the others, whose residuals carry what
+    chain 3 moved the round means by, get none (the plain k/(k-1) scaling would give them a fifth of it
+    and chain 3 too little)."""
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1, 0.8]
+    own = {3: [1.0, 1.05, 0.95, 1.04, 0.96, 1.0]}
+    within = bench.within_round_chains(_cells(drift=drift, own=own))
+    logs = [math.log(v) for v in own[3]]
+    assert within[3].tok_rel_se == pytest.approx(statistics.stdev(logs) / math.sqrt(len(logs)), rel=1e-9)
+    assert max(within[s].tok_rel_se for s in (1, 2, 4, 5, 6)) < 1e-6
+    assert within[3].tok_cycle_corr is not None and within[3].tok_cycle_corr < -0.99
+
+
+def test_a_round_under_steal_is_set_aside_for_every_chain() -> None:
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1, 0.8]
+    steal = {4: [0.0, 0.0, 0.3, 0.0, 0.0, 0.0]}
+    assert bench._aligned(_cells(drift=drift, own={}, steal=steal)) == [0, 1, 3, 4, 5]  # noqa: SLF001
+
+
+def test_compare_reports_both_intervals_from_one_formula() -> None:
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1, 0.8, 1.05, 0.75]
+    own = {s: [1.0 + 0.01 * ((i * s) % 3 - 1) for i in range(len(drift))] for s in range(1, 7)}
+    data = {s: {1: cell} for s, cell in _cells(drift=drift, own=own).items()}
+    level = bench.compare(data, levels=[1], from_steps=[1, 6])["1"]
+    within, between = level["within_rounds"], level["between_starts"]
+    assert [r["steps"] for r in within["predicted"]] == [2, 3, 4, 5]
+    assert [r["predicted_tok_per_s"] for r in within["predicted"]] == [r["predicted_tok_per_s"] for r in between["predicted"]]
+    assert within["median_half_width_rel"] < between["median_half_width_rel"]
+
+
+def test_a_saved_report_analysed_again_gives_the_same_designs(tmp_path: Path) -> None:
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1]
+    own = {s: [1.0 + 0.02 * ((i + s) % 2) for i in range(len(drift))] for s in range(1, 7)}
+    data = {s: {1: cell, 4: cell} for s, cell in _cells(drift=drift, own=own).items()}
+    report = {"settings": {"levels": [1, 4]}, "rounds_made": len(drift),
+              **bench.results(data, levels=[1, 4], max_steps=6)}
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(report))
+    again = bench.reanalyse(saved)
+    assert again["reanalysed_from"] == str(saved)
+    for name, design in report["designs"].items():
+        for kind in ("within_rounds", "between_starts"):
+            assert again["designs"][name]["summary"][kind] == design["summary"][kind]
+            first = again["designs"][name]["1"][kind]["predicted"][0]
+            assert math.isclose(first["half_width_rel"], design["1"][kind]["predicted"][0]["half_width_rel"])
