@@ -110,10 +110,13 @@ class Predictions:
     skipped: str | None = None
     sampling: str | None = None
     """Under sampled traffic: what the prediction rests on then (:data:`SAMPLING_NOTE`); None for greedy."""
+    start_rel: float | None = None
+    """The spread a fresh start adds, carried by the intervals (the confirmation's between-visit estimate);
+    None: not measured, the intervals carry the repetitions' spread only."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "checks": self.checks, "skipped": self.skipped,
-                "sampling": self.sampling}
+                "sampling": self.sampling, "start_rel": self.start_rel}
 
 
 SAMPLING_NOTE = (
@@ -179,8 +182,11 @@ def _space_chains(spec: SweepSpec) -> list[int]:
     return sorted({t.num_steps for t in spec.space().speculative if t.eagle_topk == 1 and t.num_steps})
 
 
-def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions:
-    """Every unmeasured top-k 1 chain of ``spec``'s space, predicted per group and level (see the module)."""
+def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: float | None = None) -> Predictions:
+    """Every unmeasured top-k 1 chain of ``spec``'s space, predicted per group and level (see the module).
+
+    ``start_rel``: the spread a fresh engine start adds beyond its repetitions (the confirmation's
+    between-visit estimate, sd of logs), carried by every interval where known (None: not measured)."""
     records = [r for r in records if r.status in USABLE_STATUSES]
     if spec.objective.metric != "output_tok_per_s":
         return Predictions(skipped=f"the objective is {spec.objective.metric}; chains are predicted in output tok/s only")
@@ -188,7 +194,7 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
     if not steps_wanted:
         return Predictions(skipped="the space has no top-k 1 chains")
     sampled = _samples(spec, records)
-    out = Predictions(sampling=SAMPLING_NOTE if sampled else None)
+    out = Predictions(sampling=SAMPLING_NOTE if sampled else None, start_rel=start_rel)
     model_rel = SAMPLED_ACCEPT_MODEL_REL if sampled else ACCEPT_MODEL_REL
     groups: dict[Any, list[TrialRecord]] = {}
     for record in records:
@@ -203,15 +209,18 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord]) -> Predictions
             if len(chains) < 2:
                 continue
             measured = [c for c, _ in chains.values()]
-            missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl, model_rel=model_rel)
-            own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted, accept_model_rel=model_rel), missed)
+            missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl, model_rel=model_rel,
+                            start_rel=start_rel)
+            own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted, accept_model_rel=model_rel,
+                                                      start_rel=start_rel), missed)
             for p in own[(all_reduce, nccl)][0]:
                 out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
                                      p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
                                      (n for _, n in chains.values()), best, missed, "chains"))
         for (all_reduce, nccl), chains in by_group.items():
             if len(chains) == 1:
-                out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best)
+                out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best,
+                                          start_rel=start_rel)
     return out
 
 
@@ -248,7 +257,8 @@ def _row(steps: int, all_reduce: str, nccl: tuple, level: int, accept: float, cy
 
 
 def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[MeasuredChain, int]], by_group: dict,
-                  own: dict, steps_wanted: list[int], level: int, best: dict[int, float]) -> list[PredictedRow]:
+                  own: dict, steps_wanted: list[int], level: int, best: dict[int, float],
+                  start_rel: float | None = None) -> list[PredictedRow]:
     """A group (an all-reduce path or NCCL setting) that measured one chain s0: every other chain predicted
     as the base group's shape across chain lengths scaled by this group's measured s0. NCCL settings and
     the path move the cycle time, not the acceptance, so
@@ -258,7 +268,9 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
     with tok_B(s) the base group's measurement or prediction. The base is the group with the most measured
     chains that measured s0 and has its own predictions (the same path first). The interval adds, on the
     log scale, the base's own (or its measurement's error and a new measurement's noise), both measured
-    s0's errors and :data:`SETTING_MODEL_REL` for a setting whose effect is not one ratio at every length."""
+    s0's errors and :data:`SETTING_MODEL_REL` for a setting whose effect is not one ratio at every length;
+    with ``start_rel`` known, the starts of both s0 measurements (and, for a measured base chain, its
+    start and the new one's: a base prediction carries those already)."""
     (s0, (chain0, trial0)), = chains.items()
     bases = [key for key, group in by_group.items() if key in own and s0 in group]
     if not bases:
@@ -278,12 +290,13 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
             accept, cycle_b, histogram = p.accept_length, p.cycle_ms, base[p.histogram_steps][1]
         elif steps in base:
             measured_b = base[steps][0]
-            tok_b, log_var_b = measured_b.tok_per_s, measured_b.tok_rel_se ** 2 + noise ** 2
+            tok_b, log_var_b = measured_b.tok_per_s, measured_b.tok_rel_se ** 2 + noise ** 2 + 2 * (start_rel or 0.0) ** 2
             accept, cycle_b, histogram = measured_b.accept_length, measured_b.cycle_ms, base[steps][1]
         else:
             continue
         tok = chain0.tok_per_s * tok_b / base0.tok_per_s
-        half = Z95 * math.sqrt(log_var_b + base0.tok_rel_se ** 2 + chain0.tok_rel_se ** 2 + SETTING_MODEL_REL ** 2)
+        half = Z95 * math.sqrt(log_var_b + base0.tok_rel_se ** 2 + chain0.tok_rel_se ** 2 + SETTING_MODEL_REL ** 2
+                               + 2 * (start_rel or 0.0) ** 2)
         cycle = cycle_b * chain0.cycle_ms / base0.cycle_ms
         rows.append(_row(steps, all_reduce, nccl, level, accept, cycle, tok, tok * math.exp(-half),
                          tok * math.exp(half), trial0, histogram, [trial0, *(n for _, n in base.values())], best,
@@ -292,7 +305,8 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
 
 
 def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tuple[MeasuredChain, int]], *,
-           level: int, all_reduce: str, nccl: tuple, model_rel: float = ACCEPT_MODEL_REL) -> bool:
+           level: int, all_reduce: str, nccl: tuple, model_rel: float = ACCEPT_MODEL_REL,
+           start_rel: float | None = None) -> bool:
     """Leave-one-out checks of the group's measured chains (not its longest) where three or more lengths
     were measured; True where one missed its interval."""
     if len(measured) < 3:
@@ -303,7 +317,7 @@ def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tu
         if held.steps == longest:
             continue
         others = [c for c in measured if c.steps != held.steps]
-        predicted = next(iter(predict_chains(others, [held.steps], accept_model_rel=model_rel)), None)
+        predicted = next(iter(predict_chains(others, [held.steps], accept_model_rel=model_rel, start_rel=start_rel)), None)
         if predicted is None:
             continue
         inside = predicted.low <= held.tok_per_s <= predicted.high
@@ -324,12 +338,16 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
         return [f"predicted chains: none ({predictions.skipped})"]
     if not rows:
         return []
+    spread = ("no start-to-start spread measured: the intervals carry the repetitions' only"
+              if predictions.start_rel is None else
+              f"with the start-to-start spread the confirmation measured, {predictions.start_rel:.1%}")
     lines = [f"predicted, not measured (top-k 1 chains the sweep did not start; 95% interval of what a start would "
-             f"measure at concurrency {concurrency}; {len(rows)} rows in predictions.jsonl):"]
+             f"measure at concurrency {concurrency}, {spread}; {len(rows)} rows in predictions.jsonl):"]
     for row in sorted(rows, key=lambda r: -r.tok_per_s):
         note = "; could beat the best measured: worth a start" if row.reaches_best else ""
         note += "; the group's check missed: start it to know" if row.unchecked_miss else ""
-        source = (f"histogram of trial {row.histogram_trial}, scaled from trial {row.reference_trial}"
+        source = (f"histogram of trial {row.histogram_trial}, time per token through trials "
+                  f"{', '.join(str(n) for n in row.from_trials)}"
                   if row.basis == "chains" else
                   f"this setting measured once in trial {row.reference_trial}, the shape across chain lengths "
                   f"from trials {', '.join(str(n) for n in row.from_trials if n != row.reference_trial)}")

@@ -249,10 +249,12 @@ def _token_time_fit(measured: Sequence[MeasuredChain], accepts: Sequence[float],
         return -1.0, 0.0, 1.0
 
 
-def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: int, accept: float) -> float:
+def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: int, accept: float,
+                     start_rel: float = 0.0) -> tuple[float, float]:
     """Variance of the predicted log tok/s from the measured chains' throughputs and cycle times: the delta
     method's, its derivatives by central differences, each chain's two errors correlated as measured
-    (unknown: the wider of independent and fully paired)."""
+    (unknown: the wider of independent and fully paired); and, apart, what each measured chain's start
+    adds (an engine that landed faster by d: log tok + d, log cycle - d, in every repetition)."""
     log_toks = [math.log(c.tok_per_s) for c in measured]
     log_cycles = [math.log(c.cycle_ms) for c in measured]
     h = 1e-5
@@ -265,10 +267,11 @@ def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: in
             return (model.log_tok(up, other, steps, accept) - model.log_tok(down, other, steps, accept)) / (2 * h)
         return (model.log_tok(other, up, steps, accept) - model.log_tok(other, down, steps, accept)) / (2 * h)
 
-    independent = paired = 0.0
+    independent = paired = starts = 0.0
     for j, chain in enumerate(measured):
         g_tok = derivative(log_toks, j, log_cycles, True)
         g_cycle = derivative(log_cycles, j, log_toks, False)
+        starts += ((g_tok - g_cycle) * start_rel) ** 2
         own = (g_tok * chain.tok_rel_se) ** 2 + (g_cycle * chain.cycle_rel_se) ** 2
         cross = 2 * g_tok * g_cycle * chain.tok_rel_se * chain.cycle_rel_se
         if chain.tok_cycle_corr is None:
@@ -276,14 +279,20 @@ def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: in
         else:
             independent, paired = independent + own + chain.tok_cycle_corr * cross, paired + own + chain.tok_cycle_corr * cross
     if not (math.isfinite(independent) and math.isfinite(paired)):
-        return math.nan
-    return max(independent, paired, 0.0)
+        return math.nan, math.nan
+    return max(independent, paired, 0.0), starts
 
 
 def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
-                   accept_model_rel: float = ACCEPT_MODEL_REL) -> list[ChainPrediction]:
+                   accept_model_rel: float = ACCEPT_MODEL_REL, start_rel: float | None = None) -> list[ChainPrediction]:
     """Predictions for the chains of ``steps`` (measured ones are skipped: a measured value is never
     replaced by a prediction).
+
+    ``start_rel`` is the spread a fresh engine start adds to a measurement beyond its repetitions (sd
+    on the log scale: the confirmation's between-visit estimate); each measured chain is one start and
+    so is the one the interval is for, so where it is known the interval carries both. None: not
+    measured, the repetitions' spread only (an engine's own offset then shows only as a third chain's
+    lack of fit).
 
     The accept length comes from the longest measured chain with a histogram; only chains no longer
     than it are predicted (a histogram says nothing of drafts past its own length).
@@ -324,7 +333,8 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
             continue
         tok = math.exp(log_tok)
         decode_share = per_decode * (cycle / accept) / (1000.0 / tok) if affine else 1.0
-        log_var = (_chains_variance(model, measured, s, accept) * max(line_lack, time_lack if affine else 1.0)
+        chains_var, starts_var = _chains_variance(model, measured, s, accept, start_rel or 0.0)
+        log_var = (chains_var * max(line_lack, time_lack if affine else 1.0) + starts_var + (start_rel or 0.0) ** 2
                    + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2)
         if not math.isfinite(log_var):  # a perturbation took the fit past zero time: no honest interval
             continue

@@ -144,3 +144,16 @@ def test_an_unknown_correlation_takes_the_wider_of_independent_and_paired(steps:
     independent, paired, unknown = half(0.0), half(-1.0), half(None)
     assert unknown == pytest.approx(max(independent, paired))
     assert independent != pytest.approx(paired)
+
+
+def test_a_measured_start_to_start_spread_widens_the_interval_by_every_start_it_rests_on() -> None:
+    """Each measured chain is one engine start and so is the start the interval is for: a known spread
+    between starts (the confirmation's) adds at least the new start's own, and the measured chains' through
+    the prediction's loading on them (an engine landing faster moves its throughput up and its cycle down)."""
+    measured = [_chain(1, 12.0, tok=150.0), _chain(6, 22.0, tok=180.0, hist=HISTOGRAM)]
+    base = predict_chains(measured, [3])[0]
+    wide = predict_chains(measured, [3], start_rel=0.05)[0]
+    assert wide.tok_per_s == pytest.approx(base.tok_per_s)
+    grown = math.log(wide.high / wide.tok_per_s) ** 2 - math.log(base.high / base.tok_per_s) ** 2
+    assert grown > (1.959964 * 0.05) ** 2 * 1.2  # the new start's, and the measured chains' on top
+    assert predict_chains(measured, [3], start_rel=0.0)[0].half_width_rel == pytest.approx(base.half_width_rel)

@@ -88,6 +88,20 @@ def test_a_third_chain_is_checked_against_a_prediction_from_the_other_two() -> N
     assert any("check: trial 3 (steps=3) predicted from the others" in line and line.endswith("inside") for line in lines)
 
 
+def test_the_confirmations_start_to_start_spread_reaches_every_interval_and_the_header() -> None:
+    """At the sweep's end the confirmation has measured what a fresh start adds: every predicted row (and
+    the check) carries it, and the header says which spread the intervals carry."""
+    records = [_record(1, 6), _record(2, 1), _record(3, 3)]
+    plain, spread = predict_rows(_spec(), records), predict_rows(_spec(), records, start_rel=0.04)
+    assert len(plain.rows) == len(spread.rows) > 0
+    for a, b in zip(plain.rows, spread.rows):
+        assert b.tok_per_s == pytest.approx(a.tok_per_s) and b.high - b.low > a.high - a.low
+    assert all(b["high"] - b["low"] > a["high"] - a["low"] for a, b in zip(plain.checks, spread.checks))
+    assert "no start-to-start spread measured" in prediction_lines(plain, concurrency=4)[0]
+    assert "the start-to-start spread the confirmation measured, 4.0%" in prediction_lines(spread, concurrency=4)[0]
+    assert spread.to_dict()["start_rel"] == 0.04
+
+
 def test_trees_failures_and_other_objectives_are_not_predicted_from() -> None:
     assert predict_rows(_spec(), [_record(1, 6), _record(2, 1, topk=2)]).rows == []
     assert predict_rows(_spec(), [_record(1, 6), _record(2, 1, status="failed")]).rows == []
