@@ -126,6 +126,17 @@ def test_the_components_are_recovered_from_visits() -> None:
         within=economy.within_cv**2, between=economy.between_cv**2, start_s=60, repetition_s=10)
 
 
+def test_the_between_visit_spread_is_settled_only_with_enough_degrees_of_freedom() -> None:
+    """The predicted rows carry the between-visit spread only once the economy would act on it: from three
+    pairs (2 degrees of freedom) it is often 0 and says nothing."""
+    visits = [{"status": "ok", "values": [100.0, 102.0, 99.0], "timings": {"engine_start": 60.0, "bench": 30.0}}] * 4
+    few = visit_economy(records=[], visits=visits, paired_diffs=[([0.05, -0.03, 0.02], [3, 3, 3])], fixed=None)
+    assert few.between_cv is not None and few.between_df == 2 and few.settled_between_cv is None
+    many = visit_economy(records=[], visits=visits, paired_diffs=[([0.05, -0.03, 0.02, -0.06, 0.04, 0.0], [3] * 6)],
+                         fixed=None)
+    assert many.between_df == 5 and many.settled_between_cv == many.between_cv
+
+
 def test_the_auto_margin_is_the_one_the_measured_noise_can_reach() -> None:
     def margin(kind: str, **confirmation) -> float:
         engine = {"kind": kind, "model_path": "ref-tiny" if kind == "reference" else "org/m",

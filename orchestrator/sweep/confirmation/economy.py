@@ -37,6 +37,7 @@ class VisitEconomy:
         repetition_s: Seconds one repetition takes.
         repetitions_per_visit: The choice.
         basis: Where the numbers came from.
+        between_df: Degrees of freedom behind ``between_cv`` (acted on from :data:`MIN_BETWEEN_DF`).
     """
 
     within_cv: float | None
@@ -45,6 +46,12 @@ class VisitEconomy:
     repetition_s: float | None
     repetitions_per_visit: int
     basis: str
+    between_df: int = 0
+
+    @property
+    def settled_between_cv(self) -> float | None:
+        """``between_cv`` once it has :data:`MIN_BETWEEN_DF` degrees of freedom, else None."""
+        return self.between_cv if self.between_df >= MIN_BETWEEN_DF else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,5 +144,5 @@ def visit_economy(*, records: Sequence[TrialRecord], visits: Sequence[dict[str, 
     return VisitEconomy(
         within_cv=math.sqrt(within) if within is not None else None,
         between_cv=math.sqrt(between) if between is not None else None,
-        start_s=start_s, repetition_s=repetition_s, repetitions_per_visit=chosen, basis=basis,
+        start_s=start_s, repetition_s=repetition_s, repetitions_per_visit=chosen, basis=basis, between_df=between_df,
     )

@@ -235,9 +235,9 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     report["wall_s"] = round(wall_s, 1)
     console.print(summary_table(records, metric=metric, concurrency=level, best_trial=report["best_trial"]))
     # rows of their own kind: never in trials.jsonl or the verdict; their intervals carry the start-to-start
-    # spread the confirmation measured, where it did
+    # spread the confirmation measured, once it has the degrees of freedom the economy acts on
     economy = confirmation.economy if confirmation is not None else None
-    predictions = predict_rows(spec, records, start_rel=economy.between_cv if economy is not None else None)
+    predictions = predict_rows(spec, records, start_rel=economy.settled_between_cv if economy is not None else None)
     report["predictions"] = predictions.to_dict()
     for line in report["lines"] + report["per_load_lines"] + prediction_lines(predictions, concurrency=level):
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -338,7 +338,9 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
         return [f"predicted chains: none ({predictions.skipped})"]
     if not rows:
         return []
-    spread = ("no start-to-start spread measured: the intervals carry the repetitions' only"
+    spread = ("no start-to-start spread settled yet (the confirmation's, once it has the degrees of freedom the visit "
+              "economy acts on): the intervals carry "
+              "the repetitions' only"
               if predictions.start_rel is None else
               f"with the start-to-start spread the confirmation measured, {predictions.start_rel:.1%}")
     lines = [f"predicted, not measured (top-k 1 chains the sweep did not start; 95% interval of what a start would "

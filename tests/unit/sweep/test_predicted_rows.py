@@ -97,7 +97,7 @@ def test_the_confirmations_start_to_start_spread_reaches_every_interval_and_the_
     for a, b in zip(plain.rows, spread.rows):
         assert b.tok_per_s == pytest.approx(a.tok_per_s) and b.high - b.low > a.high - a.low
     assert all(b["high"] - b["low"] > a["high"] - a["low"] for a, b in zip(plain.checks, spread.checks))
-    assert "no start-to-start spread measured" in prediction_lines(plain, concurrency=4)[0]
+    assert "no start-to-start spread settled" in prediction_lines(plain, concurrency=4)[0]
     assert "the start-to-start spread the confirmation measured, 4.0%" in prediction_lines(spread, concurrency=4)[0]
     assert spread.to_dict()["start_rel"] == 0.04
 
