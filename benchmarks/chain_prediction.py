@@ -18,6 +18,12 @@ point, and the shortest, for the second cycle point) and compares, per level:
   slowed a whole round cancels); ``summary`` pools the levels;
 * the held-out check a sweep makes: SGLang's default chain (3, 1, 4) predicted, then measured.
 
+``--restart-every K`` starts every engine afresh before every K-th round: an engine's own speed offset
+(CPU run 6: 5-7% between resident engines at concurrency 4) is the same in every round of one start, so
+one start's rounds cannot show it and the intervals above would leave it out; with restarts each chain's
+standard error comes from its starts' means (``per_start``), the offset included, and the means average
+it over the starts.
+
 ``--reanalyse REPORT`` starts nothing and analyses a saved report's rounds again with this version.
 
 JSON goes to stdout, progress to stderr::
@@ -45,7 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -71,20 +77,32 @@ def _rel_se(values: list[float], *, log: bool) -> float:
 
 
 def measure(servers: dict[int, Server], *, levels: list[int], rounds: int,
-            traffics: dict[str, dict[str, Any]], max_s: float | None = None) -> dict[str, dict]:
-    """traffic -> steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...]},
-    in rounds: every chain on every traffic once per round (the traffics of one chain back to back);
-    no round after the third starts after ``max_s`` seconds (a round is whole: every chain measured as
-    often; three rounds at least, so every chain has a spread of its own)."""
+            traffics: dict[str, dict[str, Any]], max_s: float | None = None,
+            restart_every: int = 0, restart: Optional[Callable[[], None]] = None) -> dict[str, dict]:
+    """traffic -> steps -> level -> {"tok": [...], "accept": [...], "cycle": [...], "histograms": [...],
+    "steal": [...], "start": [...]}, in rounds: every chain on every traffic once per round (the traffics of
+    one chain back to back); no round after the third starts after ``max_s`` seconds (a round is whole:
+    every chain measured as often; three rounds at least, so every chain has a spread of its own).
+
+    With ``restart_every`` = k > 0, ``restart()`` starts every engine afresh before every k-th round (not
+    before the first): ``start`` numbers the start each repetition was measured on, so the analysis sees
+    an engine's own offset, which no spread within one start shows, as the spread it is."""
     started = time.monotonic()
     data: dict[str, dict[int, dict[int, dict[str, list[Any]]]]] = {
-        name: {s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": []} for c in levels}
-               for s in servers} for name in traffics}
+        name: {s: {c: {"tok": [], "accept": [], "cycle": [], "histograms": [], "steal": [], "start": []}
+                   for c in levels} for s in servers} for name in traffics}
     benches = {name: BenchSettings(concurrency=levels, repetitions=1, **settings) for name, settings in traffics.items()}
+    start = 0
     for number in range(rounds):
         if max_s is not None and number >= 3 and time.monotonic() - started > max_s:
             logger.info("stopping after %d rounds: --max-minutes reached", number)
             break
+        if restart is not None and restart_every > 0 and number > 0 and number % restart_every == 0:
+            tic = time.monotonic()
+            restart()
+            start += 1
+            logger.info("round %d/%d: every engine started afresh (start %d, %.0f s)", number + 1, rounds,
+                        start + 1, time.monotonic() - tic)
         order = list(servers) if number % 2 == 0 else list(reversed(servers))  # A B C, C B A: drift hits all alike
         for steps in order:
             for name, bench in benches.items():
@@ -98,6 +116,7 @@ def measure(servers: dict[int, Server], *, levels: list[int], rounds: int,
                     cell["cycle"].append(rep.cycle_ms)
                     cell["histograms"].append(rep.accept_histogram)
                     cell["steal"].append(rep.host_cpu_steal)
+                    cell["start"].append(start)
                 logger.info("round %d/%d steps %d %s: %s (%.0f s)", number + 1, rounds, steps, name,
                             {c: round(data[name][steps][c]["tok"][-1], 1) for c in levels}, time.monotonic() - tic)
     return data
@@ -117,13 +136,32 @@ def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: [values[i] for i in keep] if len(values) == rounds else values for name, values in cell.items()}
 
 
+def per_start(values: list[float], starts: Optional[list[Any]]) -> list[float]:
+    """Each engine start's mean of ``values``, in the order the starts came; the values themselves where
+    they all come from one start or the cell does not say (its rounds then stand for independent
+    measurements: an engine's own offset is in none of them, and no spread can show it)."""
+    if not starts or len(starts) != len(values) or len(set(starts)) < 2:
+        return list(values)
+    groups: dict[Any, list[float]] = {}
+    for value, start in zip(values, starts):
+        groups.setdefault(start, []).append(value)
+    return [statistics.fmean(group) for group in groups.values()]
+
+
 def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
+    """A chain's means over every kept repetition; its standard errors, and the throughput/cycle
+    correlation, from the spread of its starts' means where it was measured on several starts
+    (``per_start``: repetitions of one start share that start's offset), else of its repetitions."""
     cell = _quiet(cell)
+    starts = cell.get("start")
+    tok_means = [math.exp(v) for v in per_start([math.log(v) for v in cell["tok"]], starts)]
+    cycle_means = per_start(cell["cycle"], starts)
+    cycle_rel_se = _rel_se(cycle_means, log=False) * statistics.fmean(cycle_means) / statistics.fmean(cell["cycle"])
     return MeasuredChain(
         steps=steps, accept_length=statistics.median(cell["accept"]), cycle_ms=statistics.fmean(cell["cycle"]),
-        cycle_rel_se=_rel_se(cell["cycle"], log=False), tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
-        tok_rel_se=_rel_se(cell["tok"], log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None,
-        tok_cycle_corr=log_correlation(cell["tok"], cell["cycle"]))
+        cycle_rel_se=cycle_rel_se, tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
+        tok_rel_se=_rel_se(tok_means, log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None,
+        tok_cycle_corr=log_correlation(tok_means, cycle_means))
 
 
 def _aligned(cells: dict[int, dict[str, list[Any]]]) -> list[int]:
@@ -158,12 +196,16 @@ def within_round_chains(cells: dict[int, dict[str, list[Any]]]) -> dict[int, Mea
     two-way residuals (logs of throughput and of cycle time, rounds under CPU steal set aside whole) as
     k/(k-2) [S_j/(n-1) - sum_l S_l / ((n-1) k (k-1))], which stays unbiased when the chains' own noises
     differ (the plain k/(k-1) S_j/(n-1) gives a noisy chain too little and the quiet ones too much); the
-    throughput/cycle correlation is the residuals'. ``chain_of`` keeps the raw spread: the between-starts
-    interval a sweep prints, its trials measured at different times."""
+    throughput/cycle correlation is the residuals'. Where the engines were started afresh between rounds
+    (``start``), the layout is start x chain over each start's means, so an engine's own offset counts as
+    the spread it is. ``chain_of`` keeps the raw spread: the between-starts interval a sweep prints, its
+    trials measured at different times."""
     keep = _aligned(cells)
-    n, k = len(keep), len(cells)
-    tok_logs = {s: [math.log(cell["tok"][i]) for i in keep] for s, cell in cells.items()}
-    cycle_logs = {s: [math.log(cell["cycle"][i]) for i in keep] for s, cell in cells.items()}
+    first = next(iter(cells.values()))
+    starts = [first["start"][i] for i in keep] if len(first.get("start") or []) == len(first["tok"]) else None
+    tok_logs = {s: per_start([math.log(cell["tok"][i]) for i in keep], starts) for s, cell in cells.items()}
+    cycle_logs = {s: per_start([math.log(cell["cycle"][i]) for i in keep], starts) for s, cell in cells.items()}
+    n, k = len(next(iter(tok_logs.values()))), len(cells)
     tok_res, cycle_res = _residuals(tok_logs), _residuals(cycle_logs)
 
     def spreads(res: dict[int, list[float]]) -> dict[int, float]:
@@ -296,6 +338,7 @@ def reanalyse(path: Path) -> dict[str, Any]:
             for s in steps_all}
     return {"reanalysed_from": str(path), "machine": old.get("machine"), "settings": old.get("settings"),
             "measure_s": old.get("measure_s"), "rounds_made": old.get("rounds_made"),
+            "starts_made": old.get("starts_made", 1),
             **results(data, levels=levels, max_steps=max(steps_all))}
 
 
@@ -316,6 +359,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--cuda-graph-max-bs-decode", type=int, default=None,
                         help="decode CUDA graphs up to this batch (GPU; default: the engine's)")
     parser.add_argument("--start-timeout", type=float, default=600.0)
+    parser.add_argument("--restart-every", type=int, default=0, metavar="K",
+                        help="Start every engine afresh before every K-th round (default 0: one start for the whole "
+                             "run): the chains' standard errors then come from their starts' means, an engine's own "
+                             "offset included, which no spread within one start shows")
     parser.add_argument("--request-log", default=None, metavar="JSONL",
                         help="Also measure every chain on this OpenAI-format request log through /v1/chat/completions "
                              "(each request's messages, output cap and sampling), beside the built-in prompts, in "
@@ -324,6 +371,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="Start nothing: analyse the rounds a report of this script kept (its 'rounds' and each "
                              "chain's histogram) again, with this version's designs and intervals")
     args = parser.parse_args(argv)
+    if args.restart_every < 0:
+        parser.error(f"--restart-every must be 0 (never) or a number of rounds, got {args.restart_every}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     if args.reanalyse:
         json.dump(reanalyse(Path(args.reanalyse)), sys.stdout, indent=2)
@@ -345,14 +394,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         servers = {s: Server(name=f"steps{s}", log_dir=Path(tmp),
                              flags=[*spec_flags(f"{s},1,{s + 1}"), "--speculative-draft-model-path",
                                     f"{args.model_path}-draft"]) for s in steps_all}
-        try:
+
+        def start_all() -> None:
             for server in servers.values():
                 server.start(common, dict(os.environ))
             for server in servers.values():
                 server.wait_healthy(args.start_timeout)
+
+        def restart_all() -> None:
+            for server in servers.values():
+                server.stop()
+            start_all()
+
+        try:
+            start_all()
             tic = time.monotonic()
             data = measure(servers, levels=args.levels, rounds=args.rounds, traffics=traffics,
-                           max_s=args.max_minutes * 60 if args.max_minutes is not None else None)
+                           max_s=args.max_minutes * 60 if args.max_minutes is not None else None,
+                           restart_every=args.restart_every, restart=restart_all)
             elapsed = time.monotonic() - tic
         finally:
             for server in servers.values():
@@ -362,6 +421,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
         "rounds_made": len(next(iter(next(iter(data["builtin"].values())).values()))["tok"]),
+        "starts_made": len(set(next(iter(next(iter(data["builtin"].values())).values()))["start"])),
         **results(data["builtin"], levels=args.levels, max_steps=args.max_steps),
     }
     if args.request_log:

@@ -100,3 +100,49 @@ def test_a_saved_report_analysed_again_gives_the_same_designs(tmp_path: Path) ->
             assert again["designs"][name]["summary"][kind] == design["summary"][kind]
             first = again["designs"][name]["1"][kind]["predicted"][0]
             assert math.isclose(first["half_width_rel"], design["1"][kind]["predicted"][0]["half_width_rel"])
+
+
+def test_an_engine_offset_across_restarts_counts_once_per_start_not_once_per_round() -> None:
+    """Chain 3's engine ran 5% fast on its first start and 5% slow on its second, steady within each:
+    four rounds per start are two measurements of its offset, not eight. Its standard error comes from
+    the two starts' means, raw and within rounds; read as eight independent rounds it would be half that."""
+    drift = [1.0, 0.7, 1.2, 0.9, 1.1, 0.8, 1.05, 0.75]
+    own = {3: [1.05] * 4 + [0.95] * 4}
+    cells = _cells(drift=drift, own=own)
+    for cell in cells.values():
+        cell["start"] = [0] * 4 + [1] * 4
+    offsets = [math.log(1.05), math.log(0.95)]
+    per_start_se = statistics.stdev(offsets) / math.sqrt(2)
+    within = bench.within_round_chains(cells)
+    assert within[3].tok_rel_se == pytest.approx(per_start_se, rel=1e-9)
+    assert max(within[s].tok_rel_se for s in (1, 2, 4, 5, 6)) < 1e-6
+    raw = bench.chain_of(3, cells[3])
+    drift_logs = [math.log(d * o) for d, o in zip(drift, own[3])]
+    assert raw.tok_rel_se == pytest.approx(statistics.stdev(bench.per_start(drift_logs, cells[3]["start"])) / math.sqrt(2))
+    assert raw.tok_per_s == pytest.approx(math.exp(statistics.fmean(math.log(v) for v in cells[3]["tok"])))
+    one_start = {s: {k: v for k, v in cell.items() if k != "start"} for s, cell in cells.items()}
+    assert bench.within_round_chains(one_start)[3].tok_rel_se < per_start_se / 1.9
+
+
+def test_restart_every_starts_every_engine_afresh_and_numbers_the_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure() calls restart() before rounds 3 and 5 of 6 with --restart-every 2 and tags each
+    repetition with its start; the benchmark itself is stubbed (this is about the rounds' bookkeeping)."""
+    class _Rep:
+        output_tok_per_s, accept_length, cycle_ms, accept_histogram, host_cpu_steal = 100.0, 2.0, 3.0, [1, 2], 0.0
+
+    class _Level:
+        def __init__(self, concurrency: int) -> None:
+            self.concurrency, self.repetitions = concurrency, [_Rep()]
+
+    class _Result:
+        levels = [_Level(1)]
+
+    class _Server:
+        url = "http://127.0.0.1:1"
+
+    restarts: list[int] = []
+    monkeypatch.setattr(bench, "run_benchmark", lambda **_: _Result())
+    data = bench.measure({1: _Server(), 2: _Server()}, levels=[1], rounds=6, traffics={"builtin": {}},
+                         restart_every=2, restart=lambda: restarts.append(1))
+    assert len(restarts) == 2
+    assert data["builtin"][1][1]["start"] == [0, 0, 1, 1, 2, 2] == data["builtin"][2][1]["start"]
