@@ -22,7 +22,8 @@ point, and the shortest, for the second cycle point) and compares, per level:
 (CPU run 6: 5-7% between resident engines at concurrency 4) is the same in every round of one start, so
 one start's rounds cannot show it and the intervals above would leave it out; with restarts each chain's
 standard error comes from its starts' means (``per_start``), the offset included, and the means average
-it over the starts.
+it over the starts. ``--settle-rounds N`` leaves each start's first N rounds out of the analysis (an engine
+still warming up: on an H100 a start's first round was 20-50% slow; not on the CPU).
 
 ``--reanalyse REPORT`` starts nothing and analyses a saved report's rounds again with this version.
 
@@ -314,22 +315,60 @@ def side_by_side(data: dict[str, dict], *, levels: list[int]) -> dict[str, Any]:
     return out
 
 
-def results(data: dict, *, levels: list[int], max_steps: int) -> dict[str, Any]:
-    """Every design's predictions against the measurements, and the rounds kept (histograms aside)."""
+def settled(data: dict, *, settle_rounds: int) -> dict:
+    """``data`` (steps -> level -> cell) without each start's first ``settle_rounds`` rounds: an engine's
+    first round after a start can still be warming up (one H100, run 8: 20-50% slower than the next round
+    of the same start), which the harness's warm-up windows settle in a sweep and this benchmark's one
+    warm-up request does not. Lists with one value per round are cut, the rest kept; a start with no
+    round left (the last one, cut short by ``--max-minutes``) drops out.
+
+    Raises:
+        ValueError: no round is left at all.
+    """
+    if settle_rounds <= 0:
+        return data
+    out: dict = {}
+    for steps, by_level in data.items():
+        out[steps] = {}
+        for level, cell in by_level.items():
+            rounds = len(cell["tok"])
+            starts = cell.get("start") if len(cell.get("start") or []) == rounds else [0] * rounds
+            seen: dict[Any, int] = {}
+            keep = []
+            for i, start in enumerate(starts):
+                seen[start] = seen.get(start, 0) + 1
+                if seen[start] > settle_rounds:
+                    keep.append(i)
+            if not keep:
+                raise ValueError(f"settle_rounds={settle_rounds} leaves steps {steps} at c{level} no round "
+                                 f"(rounds per start: {sorted(seen.values())})")
+            out[steps][level] = {name: [values[i] for i in keep] if len(values) == rounds else values
+                                 for name, values in cell.items()}
+    return out
+
+
+def results(data: dict, *, levels: list[int], max_steps: int, settle_rounds: int = 0) -> dict[str, Any]:
+    """Every design's predictions against the measurements (each start's first ``settle_rounds`` rounds
+    left out: ``settled``), and every round made (histograms aside)."""
     designs = {"longest_and_shortest": [1, max_steps], "longest_and_default": [3, max_steps],
                "shortest_default_longest": [1, 3, max_steps]}
+    kept = settled(data, settle_rounds=settle_rounds)
     return {
-        "designs": {name: compare(data, levels=levels, from_steps=sorted(set(steps)))
+        "settle_rounds": settle_rounds,
+        "designs": {name: compare(kept, levels=levels, from_steps=sorted(set(steps)))
                     for name, steps in designs.items() if len(set(steps)) > 1},
         "rounds": {str(s): {str(c): {k: v for k, v in data[s][c].items() if k != "histograms"} for c in levels}
                    for s in data},
     }
 
 
-def reanalyse(path: Path) -> dict[str, Any]:
+def reanalyse(path: Path, *, settle_rounds: Optional[int] = None) -> dict[str, Any]:
     """A saved report's rounds analysed again: each chain's cells rebuilt from ``rounds`` with the summed
-    histogram its report kept (one entry: the accept length's prediction reads the histogram's shape)."""
+    histogram its report kept (one entry: the accept length's prediction reads the histogram's shape);
+    ``settle_rounds`` defaults to the report's own."""
     old = json.loads(path.read_text())
+    if settle_rounds is None:
+        settle_rounds = int(old.get("settle_rounds") or 0)
     levels = [int(c) for c in old["settings"]["levels"]]
     steps_all = sorted(int(s) for s in old["rounds"])
     kept = next(iter(old["designs"].values()))
@@ -339,7 +378,7 @@ def reanalyse(path: Path) -> dict[str, Any]:
     return {"reanalysed_from": str(path), "machine": old.get("machine"), "settings": old.get("settings"),
             "measure_s": old.get("measure_s"), "rounds_made": old.get("rounds_made"),
             "starts_made": old.get("starts_made", 1),
-            **results(data, levels=levels, max_steps=max(steps_all))}
+            **results(data, levels=levels, max_steps=max(steps_all), settle_rounds=settle_rounds)}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -367,17 +406,26 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="Also measure every chain on this OpenAI-format request log through /v1/chat/completions "
                              "(each request's messages, output cap and sampling), beside the built-in prompts, in "
                              "the same rounds: e.g. experiments/traffic/chat-log.jsonl")
+    parser.add_argument("--settle-rounds", type=int, default=None, metavar="N",
+                        help="Leave each start's first N rounds out of the analysis (they stay in 'rounds'): an engine "
+                             "still warming up after a start (default 0; with --reanalyse, the report's own)")
     parser.add_argument("--reanalyse", default=None, metavar="REPORT_JSON",
                         help="Start nothing: analyse the rounds a report of this script kept (its 'rounds' and each "
                              "chain's histogram) again, with this version's designs and intervals")
     args = parser.parse_args(argv)
     if args.restart_every < 0:
         parser.error(f"--restart-every must be 0 (never) or a number of rounds, got {args.restart_every}")
+    if args.settle_rounds is not None and args.settle_rounds < 0:
+        parser.error(f"--settle-rounds must be 0 or more, got {args.settle_rounds}")
+    if args.restart_every and args.settle_rounds and args.settle_rounds >= args.restart_every:
+        parser.error(f"--settle-rounds {args.settle_rounds} would leave out every round of a start: each start "
+                     f"has --restart-every {args.restart_every} rounds; use fewer settle rounds or restart less often")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     if args.reanalyse:
-        json.dump(reanalyse(Path(args.reanalyse)), sys.stdout, indent=2)
+        json.dump(reanalyse(Path(args.reanalyse), settle_rounds=args.settle_rounds), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    settle_rounds = args.settle_rounds or 0
     common = ["--model-path", args.model_path, "--device", args.device, "--max-running-requests", str(max(args.levels))]
     for flag, value in (("--dtype", args.dtype), ("--context-length", args.context_length),
                         ("--cuda-graph-max-bs-decode", args.cuda_graph_max_bs_decode)):
@@ -422,10 +470,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         "measure_s": round(elapsed, 1),
         "rounds_made": len(next(iter(next(iter(data["builtin"].values())).values()))["tok"]),
         "starts_made": len(set(next(iter(next(iter(data["builtin"].values())).values()))["start"])),
-        **results(data["builtin"], levels=args.levels, max_steps=args.max_steps),
+        **results(data["builtin"], levels=args.levels, max_steps=args.max_steps, settle_rounds=settle_rounds),
     }
     if args.request_log:
-        report["request_log"] = {**results(data["request_log"], levels=args.levels, max_steps=args.max_steps),
+        report["request_log"] = {**results(data["request_log"], levels=args.levels, max_steps=args.max_steps,
+                                           settle_rounds=settle_rounds),
                                  "side_by_side": side_by_side(data, levels=args.levels)}
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -146,3 +146,21 @@ def test_restart_every_starts_every_engine_afresh_and_numbers_the_starts(monkeyp
                          restart_every=2, restart=lambda: restarts.append(1))
     assert len(restarts) == 2
     assert data["builtin"][1][1]["start"] == [0, 0, 1, 1, 2, 2] == data["builtin"][2][1]["start"]
+
+
+def test_each_starts_first_rounds_can_be_left_out_as_warm_up() -> None:
+    """--settle-rounds 1: the first round of every start (an engine still warming up) leaves the analysis,
+    the other rounds and the summed histogram stay; a start with no round left drops out, and nothing
+    left at all is an error that says so."""
+    drift = [0.6, 1.0, 0.6, 1.0, 0.6]
+    cells = _cells(drift=drift, own={})
+    for cell in cells.values():
+        cell["start"] = [0, 0, 1, 1, 2]
+        cell["histograms"] = [HISTOGRAM]
+    kept = bench.settled({s: {1: cell} for s, cell in cells.items()}, settle_rounds=1)
+    assert kept[1][1]["start"] == [0, 1]
+    assert kept[1][1]["tok"] == [cells[1]["tok"][1], cells[1]["tok"][3]]
+    assert kept[1][1]["histograms"] == [HISTOGRAM]
+    assert bench.settled({1: {1: cells[1]}}, settle_rounds=0)[1][1] is cells[1]
+    with pytest.raises(ValueError, match="settle_rounds=2 leaves steps 1 at c1 no round"):
+        bench.settled({1: {1: cells[1]}}, settle_rounds=2)
