@@ -41,7 +41,8 @@ The interval is built on the log scale (so it cannot go negative) by the delta m
 chain's throughput and cycle time (derivatives by central differences of the whole computation: the
 cycle line, the fit and the prediction), scaled up by the line's or the fit's lack of fit with three or
 more chains; plus the accept-length model error (the share of the token's time that scales with the
-cycle carries it) and the repetition noise a measurement of s itself would carry (the interval is for
+cycle carries it), below the shortest measured chain the gap between the line and the nearest chain
+scaled whole (:data:`MODEL_GAP_SD`: two measured chains show no lack of fit), and the repetition noise a measurement of s itself would carry (the interval is for
 what a start of s would measure, so a benchmark can check it). A chain's throughput and cycle time come
 from the same repetitions, and a slow repetition is slow in both (on the CPU reference engine and on an
 H100 their logs correlated at -0.99 or closer), so where the caller knows their correlation
@@ -53,11 +54,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 __all__ = [
     "ACCEPT_MODEL_REL",
+    "MODEL_GAP_SD",
     "SAMPLED_ACCEPT_MODEL_REL",
     "ChainPrediction",
     "MeasuredChain",
@@ -105,6 +107,13 @@ class MeasuredChain:
     tok_rel_se: float
     histogram: tuple[int, ...] | None = None
     tok_cycle_corr: float | None = None
+MODEL_GAP_SD = 0.5
+"""Below the shortest measured chain the data cannot choose between the token-time line and the nearest
+chain scaled whole (the two agree at every measured chain); the interval carries their gap there as model
+uncertainty, with the sd of an even mixture of the two (half the gap). From SGLang's chain and the longest
+(3 + 6, the sweep's opening) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
+engine (docs/measurements/chain-prediction-cpu, run 7); over CPU runs 5-7 and H100 runs 6-8 the gap took the
+3 + longest design from 24 to 27 of 30 covered, and changed no interpolated chain's interval."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,9 @@ class ChainPrediction:
         fixed_share: The share of this chain's time per token that does not scale with the cycle
             (prefill, scheduling, the last cycle's overshoot), from the token-time fit (an estimate: it
             can come out below 0 through noisy chains); 0 where it fell back to scaling the nearest chain.
+        model_gap_rel: Below the shortest measured chain, the gap (log scale) between the token-time line
+            and the nearest chain scaled whole, :data:`MODEL_GAP_SD` of which the interval carries as model
+            uncertainty; 0 between measured chains, where the line's lack of fit speaks instead.
     """
 
     steps: int
@@ -135,6 +147,7 @@ class ChainPrediction:
     reference_steps: int
     histogram_steps: int
     fixed_share: float = 0.0
+    model_gap_rel: float = 0.0
 
     @property
     def half_width_rel(self) -> float:
@@ -334,13 +347,18 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
         tok = math.exp(log_tok)
         decode_share = per_decode * (cycle / accept) / (1000.0 / tok) if affine else 1.0
         chains_var, starts_var = _chains_variance(model, measured, s, accept, start_rel or 0.0)
+        gap = 0.0
+        if affine and s < min(known):  # extrapolating: the other model the measured chains cannot rule out
+            scaled = replace(model, affine=False).log_tok([math.log(c.tok_per_s) for c in measured],
+                                                          [math.log(c.cycle_ms) for c in measured], s, accept)
+            gap = abs(log_tok - scaled) if math.isfinite(scaled) else 0.0
         log_var = (chains_var * max(line_lack, time_lack if affine else 1.0) + starts_var + (start_rel or 0.0) ** 2
-                   + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2)
+                   + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2 + (MODEL_GAP_SD * gap) ** 2)
         if not math.isfinite(log_var):  # a perturbation took the fit past zero time: no honest interval
             continue
         half = Z95 * math.sqrt(log_var)
         out.append(ChainPrediction(steps=s, accept_length=accept, cycle_ms=cycle, tok_per_s=tok,
                                    low=tok * math.exp(-half), high=tok * math.exp(half),
                                    reference_steps=measured[reference].steps, histogram_steps=longest.steps,
-                                   fixed_share=1.0 - decode_share))
+                                   fixed_share=1.0 - decode_share, model_gap_rel=gap))
     return out

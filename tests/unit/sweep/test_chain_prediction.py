@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.sweep.search.chain_prediction import (
     ACCEPT_MODEL_REL,
+    MODEL_GAP_SD,
     MeasuredChain,
     accept_length_from_histogram,
     cycle_line,
@@ -157,3 +158,22 @@ def test_a_measured_start_to_start_spread_widens_the_interval_by_every_start_it_
     grown = math.log(wide.high / wide.tok_per_s) ** 2 - math.log(base.high / base.tok_per_s) ** 2
     assert grown > (1.959964 * 0.05) ** 2 * 1.2  # the new start's, and the measured chains' on top
     assert predict_chains(measured, [3], start_rel=0.0)[0].half_width_rel == pytest.approx(base.half_width_rel)
+
+
+def test_below_the_shortest_measured_chain_the_interval_carries_the_gap_to_scaling_the_nearest_chain() -> None:
+    """From chains 3 and 6 (the sweep's opening) the token-time line and the nearest chain scaled whole both
+    pass through the measured chains, and the two chains cannot say which holds below them: the prediction
+    for steps 1 and 2 stays the line's, its interval widened by half the gap between the two (an even
+    mixture's sd); between the measured chains nothing is added."""
+    measured = [_chain(3, 16.0, tok=178.5, rel=0.005), _chain(6, 22.0, tok=180.0, rel=0.005, hist=HISTOGRAM)]
+    predicted = {p.steps: p for p in predict_chains(measured, range(1, 7))}
+    fixed, _slope, _u, _t, _u_s, time_1 = _time_line(measured, 1)
+    assert fixed > 0 and predicted[1].tok_per_s == pytest.approx(1000.0 / time_1)  # the line's prediction
+    scaled_1 = 178.5 * (accept_length_from_histogram(HISTOGRAM, 1) / accept_length_from_histogram(HISTOGRAM, 3)) * (16.0 / 12.0)
+    gap = abs(math.log(predicted[1].tok_per_s / scaled_1))
+    assert gap > 0.05 and predicted[1].model_gap_rel == pytest.approx(gap)
+    assert math.log(predicted[1].high / predicted[1].tok_per_s) >= 1.96 * MODEL_GAP_SD * gap
+    assert predicted[1].low < scaled_1 * 1.02  # the interval reaches toward the other model
+    assert predicted[2].model_gap_rel > 0
+    assert predicted[4].model_gap_rel == 0.0 and predicted[5].model_gap_rel == 0.0
+    assert predicted[4].half_width_rel < predicted[2].half_width_rel
