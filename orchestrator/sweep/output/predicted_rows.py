@@ -77,6 +77,8 @@ class PredictedRow:
         unchecked_miss: The group's check missed: measure, do not trust.
         basis: ``chains`` (the group's own measured chains) or ``setting`` (the group measured one chain;
             the shape across chain lengths is borrowed from the base group, see the module).
+        extrapolated: Shorter than every chain the prediction rests on: its interval carries the gap
+            between the token-time line and the nearest chain scaled whole (``chain_prediction.MODEL_GAP_SD``).
     """
 
     label: str
@@ -95,6 +97,7 @@ class PredictedRow:
     reaches_best: bool = False
     unchecked_miss: bool = False
     basis: str = "chains"
+    extrapolated: bool = False
     kind: str = "predicted"
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,7 +219,8 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: 
             for p in own[(all_reduce, nccl)][0]:
                 out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
                                      p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
-                                     (n for _, n in chains.values()), best, missed, "chains"))
+                                     (n for _, n in chains.values()), best, missed, "chains",
+                                     extrapolated=p.steps < min(chains)))
         for (all_reduce, nccl), chains in by_group.items():
             if len(chains) == 1:
                 out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best,
@@ -246,14 +250,14 @@ def _chains_at(members: list[TrialRecord], level: int) -> dict[int, tuple[Measur
 
 def _row(steps: int, all_reduce: str, nccl: tuple, level: int, accept: float, cycle: float, tok: float, low: float,
          high: float, reference: int, histogram: int, from_trials: Iterable[int], best: dict[int, float],
-         missed: bool, basis: str) -> PredictedRow:
+         missed: bool, basis: str, *, extrapolated: bool = False) -> PredictedRow:
     env = dict(nccl)
     label = TrialPlan("search", Candidate(SpeculativeTriple(steps, 1, steps + 1), all_reduce, env)).label()
     return PredictedRow(label=label, num_steps=steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
                         accept_length=round(accept, 4), cycle_ms=round(cycle, 4), tok_per_s=round(tok, 3),
                         low=round(low, 3), high=round(high, 3), reference_trial=reference, histogram_trial=histogram,
                         from_trials=sorted(set(from_trials)), reaches_best=high >= best.get(level, math.inf),
-                        unchecked_miss=missed, basis=basis)
+                        unchecked_miss=missed, basis=basis, extrapolated=extrapolated)
 
 
 def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[MeasuredChain, int]], by_group: dict,
@@ -300,7 +304,7 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
         cycle = cycle_b * chain0.cycle_ms / base0.cycle_ms
         rows.append(_row(steps, all_reduce, nccl, level, accept, cycle, tok, tok * math.exp(-half),
                          tok * math.exp(half), trial0, histogram, [trial0, *(n for _, n in base.values())], best,
-                         missed, "setting"))
+                         missed, "setting", extrapolated=steps in predicted and steps < min(base)))
     return rows
 
 
@@ -346,7 +350,9 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
     lines = [f"predicted, not measured (top-k 1 chains the sweep did not start; 95% interval of what a start would "
              f"measure at concurrency {concurrency}, {spread}; {len(rows)} rows in predictions.jsonl):"]
     for row in sorted(rows, key=lambda r: -r.tok_per_s):
-        note = "; could beat the best measured: worth a start" if row.reaches_best else ""
+        note = ("; shorter than every measured chain: the interval carries the gap to scaling the nearest one"
+                if row.extrapolated else "")
+        note += "; could beat the best measured: worth a start" if row.reaches_best else ""
         note += "; the group's check missed: start it to know" if row.unchecked_miss else ""
         source = (f"histogram of trial {row.histogram_trial}, time per token through trials "
                   f"{', '.join(str(n) for n in row.from_trials)}"

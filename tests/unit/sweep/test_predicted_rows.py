@@ -177,3 +177,17 @@ def test_a_chain_stopped_after_two_repetitions_takes_the_others_spread() -> None
     for key, row in by_two.items():  # steps 2 is scaled from the stopped chain: its own 0.01% spread is not used
         if key[0] == 2:
             assert row.high / row.low > by_three[key].high / by_three[key].low, key
+
+
+def test_a_chain_shorter_than_every_measured_one_is_marked_extrapolated_and_says_so() -> None:
+    """From SGLang's chain (3) and the longest (6): steps 1 and 2 lie below every measured chain, for the
+    default setting and for a setting that measured 3 alone (it borrows the default's shape), and their
+    line says the interval carries the gap to scaling the nearest chain; 4 and 5 lie between."""
+    records = [_record(1, 6), _record(2, 3), _record(3, 3, nccl={"NCCL_ALGO": "Ring"}, speed=0.9)]
+    rows = predict_rows(_spec(), records).rows
+    assert {(r.num_steps, r.basis) for r in rows if r.extrapolated and r.concurrency == 4} == {
+        (1, "chains"), (2, "chains"), (1, "setting"), (2, "setting")}
+    assert not any(r.extrapolated for r in rows if r.num_steps in (4, 5))
+    line = next(x for x in prediction_lines(predict_rows(_spec(), records), concurrency=4)
+                if x.startswith("  ~ steps=1 topk=1 draft=2:"))
+    assert "shorter than every measured chain: the interval carries the gap to scaling the nearest one" in line
