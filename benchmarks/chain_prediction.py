@@ -128,13 +128,25 @@ MAX_STEAL = 0.05
 is set aside (its figure is the neighbours'), as the confirmation does (``confirmation.max_host_cpu_steal``)."""
 
 
+def _take(cell: dict[str, list[Any]], keep: list[int]) -> dict[str, list[Any]]:
+    """The cell's rounds ``keep``: lists with one value per round are cut, the rest (a reanalysed report's one
+    summed histogram) kept."""
+    rounds = len(cell["tok"])
+    return {name: [values[i] for i in keep] if len(values) == rounds else values for name, values in cell.items()}
+
+
+def _starts(cell: dict[str, list[Any]]) -> Optional[list[Any]]:
+    """Which engine start each of the cell's rounds was measured on; None where the cell does not say."""
+    starts = cell.get("start") or []
+    return starts if len(starts) == len(cell["tok"]) else None
+
+
 def _quiet(cell: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The cell without its repetitions measured under CPU steal (all of them if every one was)."""
     keep = [i for i, steal in enumerate(cell.get("steal") or []) if steal is None or steal <= MAX_STEAL]
     if not keep or not cell.get("steal"):
         return cell
-    rounds = len(cell["tok"])
-    return {name: [values[i] for i in keep] if len(values) == rounds else values for name, values in cell.items()}
+    return _take(cell, keep)
 
 
 def per_start(values: list[float], starts: Optional[list[Any]]) -> list[float]:
@@ -202,8 +214,8 @@ def within_round_chains(cells: dict[int, dict[str, list[Any]]]) -> dict[int, Mea
     the spread it is. ``chain_of`` keeps the raw spread: the between-starts interval a sweep prints, its
     trials measured at different times."""
     keep = _aligned(cells)
-    first = next(iter(cells.values()))
-    starts = [first["start"][i] for i in keep] if len(first.get("start") or []) == len(first["tok"]) else None
+    first = _starts(next(iter(cells.values())))
+    starts = [first[i] for i in keep] if first is not None else None
     tok_logs = {s: per_start([math.log(cell["tok"][i]) for i in keep], starts) for s, cell in cells.items()}
     cycle_logs = {s: per_start([math.log(cell["cycle"][i]) for i in keep], starts) for s, cell in cells.items()}
     n, k = len(next(iter(tok_logs.values()))), len(cells)
@@ -331,8 +343,7 @@ def settled(data: dict, *, settle_rounds: int) -> dict:
     for steps, by_level in data.items():
         out[steps] = {}
         for level, cell in by_level.items():
-            rounds = len(cell["tok"])
-            starts = cell.get("start") if len(cell.get("start") or []) == rounds else [0] * rounds
+            starts = _starts(cell) or [0] * len(cell["tok"])
             seen: dict[Any, int] = {}
             keep = []
             for i, start in enumerate(starts):
@@ -342,8 +353,7 @@ def settled(data: dict, *, settle_rounds: int) -> dict:
             if not keep:
                 raise ValueError(f"settle_rounds={settle_rounds} leaves steps {steps} at c{level} no round "
                                  f"(rounds per start: {sorted(seen.values())})")
-            out[steps][level] = {name: [values[i] for i in keep] if len(values) == rounds else values
-                                 for name, values in cell.items()}
+            out[steps][level] = _take(cell, keep)
     return out
 
 
@@ -464,12 +474,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
+    first_cell = next(iter(next(iter(data["builtin"].values())).values()))
     report = {
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "settings": {**vars(args), "bench": settings},
         "measure_s": round(elapsed, 1),
-        "rounds_made": len(next(iter(next(iter(data["builtin"].values())).values()))["tok"]),
-        "starts_made": len(set(next(iter(next(iter(data["builtin"].values())).values()))["start"])),
+        "rounds_made": len(first_cell["tok"]),
+        "starts_made": len(set(first_cell["start"])),
         **results(data["builtin"], levels=args.levels, max_steps=args.max_steps, settle_rounds=settle_rounds),
     }
     if args.request_log:

@@ -42,8 +42,9 @@ chain's throughput and cycle time (derivatives by central differences of the who
 cycle line, the fit and the prediction), scaled up by the line's or the fit's lack of fit with three or
 more chains; plus the accept-length model error (the share of the token's time that scales with the
 cycle carries it), below the shortest measured chain the gap between the line and the nearest chain
-scaled whole (:data:`MODEL_GAP_SD`: two measured chains show no lack of fit), and the repetition noise a measurement of s itself would carry (the interval is for
-what a start of s would measure, so a benchmark can check it). A chain's throughput and cycle time come
+scaled whole (:data:`MODEL_GAP_SD`: two measured chains show no lack of fit), and the repetition noise a
+measurement of s itself would carry (the interval is for what a start of s would measure, so a benchmark
+can check it). A chain's throughput and cycle time come
 from the same repetitions, and a slow repetition is slow in both (on the CPU reference engine and on an
 H100 their logs correlated at -0.99 or closer), so where the caller knows their correlation
 (``MeasuredChain.tok_cycle_corr``) a chain's two errors are paired; where it does not (None) the interval
@@ -80,6 +81,14 @@ the rest at 0.3-1.0) the CPU reference engine's shorter chains accepted 2.4-5.4%
 chain's histogram says (docs/measurements/chain-prediction-cpu/run4-request-log.json): the acceptance
 holds in distribution, not per request, and one start's sample of coins is not another's."""
 
+MODEL_GAP_SD = 0.5
+"""Below the shortest measured chain the data cannot choose between the token-time line and the nearest
+chain scaled whole (the two agree at every measured chain); the interval carries their gap there as model
+uncertainty, with the sd of an even mixture of the two (half the gap). From SGLang's chain and the longest
+(3 + 6, the sweep's opening) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
+engine (docs/measurements/chain-prediction-cpu, run 7); over CPU runs 5-7 and H100 runs 6-8 the gap took the
+3 + longest design from 24 to 27 of 30 covered, and changed no interpolated chain's interval."""
+
 Z95 = 1.959964
 
 
@@ -107,13 +116,6 @@ class MeasuredChain:
     tok_rel_se: float
     histogram: tuple[int, ...] | None = None
     tok_cycle_corr: float | None = None
-MODEL_GAP_SD = 0.5
-"""Below the shortest measured chain the data cannot choose between the token-time line and the nearest
-chain scaled whole (the two agree at every measured chain); the interval carries their gap there as model
-uncertainty, with the sd of an even mixture of the two (half the gap). From SGLang's chain and the longest
-(3 + 6, the sweep's opening) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
-engine (docs/measurements/chain-prediction-cpu, run 7); over CPU runs 5-7 and H100 runs 6-8 the gap took the
-3 + longest design from 24 to 27 of 30 covered, and changed no interpolated chain's interval."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,8 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
     affine = per_decode > 0
     noise_rel = math.sqrt(sum(c.tok_rel_se ** 2 for c in measured) / len(measured))
     known = {c.steps for c in measured}
+    log_toks = [math.log(c.tok_per_s) for c in measured]
+    log_cycles = [math.log(c.cycle_ms) for c in measured]
     out = []
     for s in sorted(set(steps) - known):
         if not 1 <= s <= longest.steps:
@@ -341,7 +345,7 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
                        affine=affine, reference=reference)
         accept = accept_length_from_histogram(histogram, s)
         cycle = line[0] + line[1] * s
-        log_tok = model.log_tok([math.log(c.tok_per_s) for c in measured], [math.log(c.cycle_ms) for c in measured], s, accept)
+        log_tok = model.log_tok(log_toks, log_cycles, s, accept)
         if cycle <= 0 or not math.isfinite(log_tok):
             continue
         tok = math.exp(log_tok)
@@ -349,8 +353,7 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
         chains_var, starts_var = _chains_variance(model, measured, s, accept, start_rel or 0.0)
         gap = 0.0
         if affine and s < min(known):  # extrapolating: the other model the measured chains cannot rule out
-            scaled = replace(model, affine=False).log_tok([math.log(c.tok_per_s) for c in measured],
-                                                          [math.log(c.cycle_ms) for c in measured], s, accept)
+            scaled = replace(model, affine=False).log_tok(log_toks, log_cycles, s, accept)
             gap = abs(log_tok - scaled) if math.isfinite(scaled) else 0.0
         log_var = (chains_var * max(line_lack, time_lack if affine else 1.0) + starts_var + (start_rel or 0.0) ** 2
                    + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2 + (MODEL_GAP_SD * gap) ** 2)
