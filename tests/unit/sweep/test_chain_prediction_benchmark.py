@@ -164,3 +164,16 @@ def test_each_starts_first_rounds_can_be_left_out_as_warm_up() -> None:
     assert bench.settled({1: {1: cells[1]}}, settle_rounds=0)[1][1] is cells[1]
     with pytest.raises(ValueError, match="settle_rounds=2 leaves steps 1 at c1 no round"):
         bench.settled({1: {1: cells[1]}}, settle_rounds=2)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--restart-every", "-1"], "--restart-every must be 0 (never) or a number of rounds, got -1"),
+    (["--settle-rounds", "-2"], "--settle-rounds must be 0 or more, got -2"),
+    (["--restart-every", "2", "--settle-rounds", "2"], "--settle-rounds 2 would leave out every round of a start"),
+])
+def test_bad_restart_and_settle_settings_are_refused_before_any_engine_starts(
+        argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
