@@ -256,26 +256,43 @@ class DefineByRunSpace:
                 plans.append(plan)
         return plans
 
+    def _chains(self) -> list[SpeculativeTriple]:
+        """The space's top-k 1 chains (no auto), in the space's order; empty without explicit chains."""
+        if not self.has_explicit:
+            return []
+        return [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+
     def longest_chain(self) -> TrialPlan | None:
         """The longest top-k 1 chain of the space (default path, NCCL's defaults): its accepted-draft
         histogram predicts every shorter chain's accept length (``sweep.output.predicted_rows``); None
         without explicit chains."""
-        if not self.has_explicit:
-            return None
-        chains = [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+        chains = self._chains()
         if not chains:
             return None
         return TrialPlan("search", Candidate(max(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
 
+    def shortest_chain(self) -> TrialPlan | None:
+        """The shortest top-k 1 chain of the space (default path, NCCL's defaults): with the longest it
+        brackets every chain, so no prediction extrapolates the cycle time below what was measured, and
+        SGLang's chain between them is the held-out check of the model; None without explicit chains."""
+        chains = self._chains()
+        if not chains:
+            return None
+        return TrialPlan("search", Candidate(min(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
+
     def opening_stages(self) -> list[tuple[str, list[TrialPlan]]]:
         """The opening (:meth:`opening`) by part, each without a plan an earlier part holds, empty parts
         left out: ``chains`` (SGLang's chain, the first rule of thumb, and the longest chain: one start
-        that answers for every shorter one), ``settings`` (:meth:`setting_points`), ``rules`` (the other
+        that answers for every shorter one), ``settings`` (:meth:`setting_points`), ``shortest`` (the
+        shortest chain: the cycle-time line's other end, so no prediction extrapolates below a measured
+        chain, and SGLang's chain, predicted from the two ends, is checked by its own measurement; after
+        the settings, which it does not inform, so they come as early as they did), ``rules`` (the other
         rules of thumb)."""
         starts = self.starting_points()
-        longest = self.longest_chain()
+        longest, shortest = self.longest_chain(), self.shortest_chain()
         parts = [("chains", starts[:1] + ([longest] if longest is not None else [])),
-                 ("settings", self.setting_points()), ("rules", starts[1:])]
+                 ("settings", self.setting_points()),
+                 ("shortest", [shortest] if shortest is not None else []), ("rules", starts[1:])]
         seen: list[TrialPlan] = []
         stages: list[tuple[str, list[TrialPlan]]] = []
         for name, plans in parts:

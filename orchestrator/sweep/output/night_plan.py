@@ -159,6 +159,8 @@ def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPla
                     f"draft={chain.num_draft_tokens}")
         else:
             what = {"chains": "SGLang's chain and the longest chain (its histogram predicts the shorter ones): ",
+                    "shortest": "the shortest chain (the cycle line's other end; SGLang's chain predicted from the "
+                                "two ends checks the model): ",
                     "rules": "SGLang's other rules of thumb: "}[part] + "; ".join(p.label() for p in plans)
         stages.append((len(plans), what))
     stages.append((max(0, plan.trials - sum(n for n, _ in stages)), "the search (Optuna TPE)"))

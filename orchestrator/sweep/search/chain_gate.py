@@ -6,7 +6,10 @@ the best measured value there cannot win, and is not started (the searcher tells
 never proposes it again). A chain whose interval reaches the best is started, and its prediction made
 before the start is checked against what it measured (:meth:`ChainGate.learn`): a measurement outside the
 interval switches the gate off for the rest of the sweep (every later chain is measured, not
-predicted) and says so. Trees, baselines and the opening are never gated.
+predicted) and says so. A miss of an extrapolation (the opening's shortest chain, predicted from longer
+ones) only says so: once that chain is measured nothing is extrapolated, and the leave-one-out checks
+among three or more measured chains (``unchecked_miss``) keep a group whose model misses from being
+skipped. Trees, baselines and the opening are never gated.
 
 Predictions stay out of the records: the gate holds them only to decide and to check.
 Picklable (Ray Tune pickles the searcher that holds it): the spec and the records it was told.
@@ -98,7 +101,10 @@ class ChainGate:
         line = (f"prediction check, trial {record.number} {row.label}: predicted {row.tok_per_s:.4g} tok/s "
                 f"[{row.low:.4g}, {row.high:.4g}] at concurrency {row.concurrency}, measured {measured:.4g}: "
                 + ("inside" if inside else "OUTSIDE"))
-        if not inside:
+        if not inside and row.extrapolated:  # the opening's shortest chain: nothing below it is predicted now
+            line += ("; an extrapolation below every measured chain, which this measurement ends: the gate stays "
+                     "on, held by the checks among the measured chains")
+        elif not inside:
             self.missed = line
             line += "; from now on every chain is measured, not predicted"
         return line, inside

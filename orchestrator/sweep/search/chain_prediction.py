@@ -85,7 +85,8 @@ MODEL_GAP_SD = 0.5
 """Below the shortest measured chain the data cannot choose between the token-time line and the nearest
 chain scaled whole (the two agree at every measured chain); the interval carries their gap there as model
 uncertainty, with the sd of an even mixture of the two (half the gap). From SGLang's chain and the longest
-(3 + 6, the sweep's opening) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
+(3 + 6, the sweep's opening before it took the shortest chain too; now a sweep extrapolates only where that
+start failed) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
 engine (docs/measurements/chain-prediction-cpu, run 7); over CPU runs 5-7 and H100 runs 6-8 the gap took the
 3 + longest design from 24 to 27 of 30 covered, and changed no interpolated chain's interval."""
 

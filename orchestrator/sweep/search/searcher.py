@@ -88,7 +88,7 @@ class SweepSearcher(Searcher):
         self._measured: dict[str, tuple[TrialState, float | None, float | None]] = {}
         self._plans: dict[str, TrialPlan] = {}  # candidate key -> plan, for the one-factor stage
         self._in_flight: dict[str, str] = {}  # trial id -> candidate key
-        opening = space.opening()  # SGLang's chain, the longest chain, every path and NCCL setting, the rest
+        opening = space.opening()  # SGLang's chain, the longest, every path and NCCL setting, the shortest, the rest
         settings = len(opening) - len(space.starting_points())
         self._queue: list[TrialPlan] = opening
         self._proposed = 0  # proposals after the baselines

@@ -83,13 +83,14 @@ def test_chains_predicted_below_the_best_are_never_started(caplog: pytest.LogCap
     with caplog.at_level(logging.INFO, logger="orchestrator.sweep.search.searcher"):
         plans = _drive(searcher, 12)
     started = [p.candidate.speculative.num_steps for p in plans if p.speculative and not p.candidate.speculative.is_auto]
-    # the opening: SGLang's chain (3) and the longest (6), whose histogram predicts the rest; 1 cannot win
-    assert started[:2] == [3, 6]
-    assert 1 not in started, started
+    # the opening: SGLang's chain (3), the longest (6), whose histogram predicts the rest, and the shortest
+    # (1), the cycle line's other end; 2 is predicted below the best and cannot win
+    assert started[:3] == [3, 6, 1]
+    assert 2 not in started, started
     assert 3 in started and 4 in started  # the best and the chains whose interval reaches it are measured
     skipped = {key: row for key, row in searcher._predicted.items()}
     assert skipped and all(row.high < max(_tok_per_s(s) for s in (3, 4)) for row in skipped.values())
-    assert any("not started: steps=1 topk=1 draft=2 is predicted at" in r.getMessage() for r in caplog.records)
+    assert any("not started: steps=2 topk=1 draft=3 is predicted at" in r.getMessage() for r in caplog.records)
     # the search still finishes: every point is measured or predicted out
     assert set(searcher._busy()) >= {candidate_key(p) for p in DefineByRunSpace(spec).candidates()}
 
@@ -112,6 +113,21 @@ def test_a_started_chain_outside_its_prediction_switches_the_gate_off() -> None:
     assert line is not None and "OUTSIDE" in line and "measured, not predicted" in line
     assert not inside
     assert gate.skip(plans[1]) is None, "after a miss every chain is measured"
+
+
+def test_a_missed_extrapolation_is_said_but_leaves_the_gate_on() -> None:
+    """The opening starts the shortest chain after the longer ones: its prediction extrapolates, and once it is
+    measured nothing does, so its miss says so without switching the gate off; an interpolation's miss does."""
+    gate, plans = _gate_after_3_and_6()
+    gate.expect("t3", plans[1])
+    assert gate.expected["t3"].extrapolated
+    line, inside = gate.learn("t3", _result(3, plans[1], factor=0.5))
+    assert not inside and "OUTSIDE" in line and "the gate stays on" in line
+    assert gate.missed is None
+    gate.expect("t4", plans[4])
+    assert not gate.expected["t4"].extrapolated
+    line, inside = gate.learn("t4", _result(4, plans[4], factor=0.6))
+    assert not inside and gate.missed is not None and "measured, not predicted" in line
 
 
 def test_a_started_chain_inside_its_prediction_keeps_the_gate_on() -> None:

@@ -64,7 +64,8 @@ def test_the_timeline_follows_the_searchers_order_and_names_when_each_setting_st
     kinds = [step.what.split(":")[0] for step in plan.steps]
     assert kinds == ["baselines", "SGLang's chain and the longest chain (its histogram predicts the shorter ones)",
                      "every all-reduce path and NCCL setting at steps=3 topk=1 draft=4",
-                     "SGLang's other rules of thumb", "the search (Optuna TPE)", "confirmation"]
+                     "the shortest chain (the cycle line's other end; SGLang's chain predicted from the two ends "
+                     "checks the model)", "SGLang's other rules of thumb", "the search (Optuna TPE)", "confirmation"]
     assert [(label, number) for label, number, _ in plan.settings_first] == [
         ("nccl", 5), ("nccl NCCL_ALGO=Ring", 6), ("nccl NCCL_ALGO=Tree", 7)]
     assert [hour for _, _, hour in plan.settings_first] == [pytest.approx(plan.trial_s * n) for n in (4, 5, 6)]

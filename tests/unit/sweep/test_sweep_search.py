@@ -90,9 +90,11 @@ def test_baselines_come_first_then_the_sampler() -> None:
 
 def test_same_seed_same_proposals_other_seed_other_proposals() -> None:
     def proposals(seed: int) -> list[str]:
-        searcher = _searcher(_spec(), seed=seed)
+        # a space large enough that the sampler, not the opening, makes the later proposals
+        searcher = _searcher(_spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1, 2, 4],
+                                                "num_draft_tokens": [4, 6, 8, 12]}), seed=seed)
         out = []
-        for i in range(8):
+        for i in range(12):
             config = searcher.suggest(f"t{i}")
             out.append(candidate_key(TrialPlan.from_config(config)))
             searcher.on_trial_complete(f"t{i}", {"final": True, "status": "ok", OBJECTIVE_KEY: float(i)})
@@ -221,13 +223,15 @@ def _throughput(plan: TrialPlan) -> float:
 
 def test_rules_of_thumb_come_right_after_the_baselines() -> None:
     spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5], "eagle_topk": [1, 2, 4], "num_draft_tokens": [4, 6, 8]})
-    plans = _run(_searcher(spec), _throughput, 6)
+    plans = _run(_searcher(spec), _throughput, 7)
     assert [p.kind for p in plans[:2]] == [BASELINE_PLAIN, BASELINE_AUTO]
     # SGLang's auto choice for DeepSeek (3, 1, 4), the longest chain (its histogram answers for the shorter
-    # ones), the NCCL setting at SGLang's chain, then the Llama rule (5, 4, 8) with NCCL's defaults
-    assert [p.label() for p in plans[2:6]] == ["steps=3 topk=1 draft=4", "steps=5 topk=1 draft=6",
-                                               "steps=3 topk=1 draft=4 NCCL_ALGO=Ring", "steps=5 topk=4 draft=8"]
-    assert all(p.candidate.all_reduce == "default" for p in plans[2:6])
+    # ones), the NCCL setting at SGLang's chain, the shortest chain (the cycle line's other end), then the
+    # Llama rule (5, 4, 8) with NCCL's defaults
+    assert [p.label() for p in plans[2:7]] == ["steps=3 topk=1 draft=4", "steps=5 topk=1 draft=6",
+                                               "steps=3 topk=1 draft=4 NCCL_ALGO=Ring", "steps=1 topk=1 draft=2",
+                                               "steps=5 topk=4 draft=8"]
+    assert all(p.candidate.all_reduce == "default" for p in plans[2:7])
 
 
 def test_rules_of_thumb_are_taken_to_the_nearest_point_of_the_space() -> None:
@@ -340,18 +344,18 @@ def test_a_budget_that_covers_the_space_enumerates_it_visiting_each_point_once()
 
 
 def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() -> None:
-    spec = _spec(speculative={"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}, nccl_env={})
+    spec = _spec(speculative={"num_steps": list(range(1, 11)), "eagle_topk": [1]}, nccl_env={})
     space = DefineByRunSpace(spec)
-    plans = _run(_budgeted(spec, budget=10), _throughput, 7)
-    steps = [p.candidate.speculative.num_steps for p in plans[2:6]]
-    # the opening: SGLang's chain (3 steps), the longest chain (6), the chain nearest 5-4-8 (5); then,
-    # longer chains being better, the unmeasured point nearest the best (6 steps): 4 ...
-    assert steps == [3, 6, 5, 4]
-    measured = [p.candidate for p in plans[:6] if p.speculative]
+    plans = _run(_budgeted(spec, budget=12), _throughput, 8)
+    steps = [p.candidate.speculative.num_steps for p in plans[2:7]]
+    # the opening: SGLang's chain (3 steps), the longest chain (10), the shortest (1), the chain nearest 5-4-8
+    # (5); then, longer chains being better, the unmeasured point nearest the best (10 steps): 9 ...
+    assert steps == [3, 10, 1, 5, 9]
+    measured = [p.candidate for p in plans[:7] if p.speculative]
     farthest = max((p for p in space.candidates() if p.candidate not in measured),
                    key=lambda p: min(space.distance(p.candidate, c) for c in measured))
-    assert plans[6].candidate == farthest.candidate  # ... then the point farthest from everything measured
-    assert farthest.candidate.speculative.num_steps == 1
+    assert plans[7].candidate == farthest.candidate  # ... then the point farthest from everything measured
+    assert farthest.candidate.speculative.num_steps == 2  # steps are scaled by their logs: 2 lies far from 1 and 3
 
 
 def test_a_distance_counts_every_changed_setting_as_one_whole_range() -> None:
