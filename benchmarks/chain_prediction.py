@@ -7,7 +7,8 @@ in decode time per token through the measured chains, with a 95% interval on the
 chain (steps 1..N, top-k 1, draft = steps + 1), all resident at once, and measures them in
 interleaved rounds (every chain once per round, each round at every level), then predicts every
 chain from the fewest starts the design needs (the longest chain, for its histogram and a cycle
-point, and the shortest, for the second cycle point) and compares, per level:
+point, and the shortest, for the second cycle point) and from the sweep's opening (those two and
+SGLang's chain, ``DefineByRunSpace.opening_stages``), and compares, per level:
 
 * accept length: predicted vs measured (median over rounds), relative error;
 * throughput: predicted vs measured (geometric mean over rounds) and whether the interval covers it,
@@ -16,7 +17,8 @@ point, and the shortest, for the second cycle point) and compares, per level:
   them included) and ``within_rounds`` from the spread left once each round's common speed is taken out
   (the comparison made here: the prediction and the measurement come from the same rounds, so what
   slowed a whole round cancels); ``summary`` pools the levels;
-* the held-out check a sweep makes: SGLang's default chain (3, 1, 4) predicted, then measured.
+* the held-out check a sweep makes: SGLang's default chain (3, 1, 4) predicted from the two ends, then
+  measured (its row in ``longest_and_shortest``; ``design_roles`` names each design's part).
 
 ``--restart-every K`` starts every engine afresh before every K-th round: an engine's own speed offset
 (CPU run 6: 5-7% between resident engines at concurrency 4) is the same in every round of one start, so
@@ -357,6 +359,27 @@ def settled(data: dict, *, settle_rounds: int) -> dict:
     return out
 
 
+def start_engines(servers: list, flags: list[str], *, at_once: int, timeout_s: float) -> None:
+    """Start ``servers`` with ``flags``, at most ``at_once`` at a time (0: all), each group healthy before the
+    next starts: engines loading together on one GPU can run it out of memory."""
+    group = at_once or len(servers)
+    for first in range(0, len(servers), group):
+        for server in servers[first:first + group]:
+            server.start(flags, dict(os.environ))
+        for server in servers[first:first + group]:
+            server.wait_healthy(timeout_s)
+
+
+DESIGN_ROLES = {
+    "longest_and_shortest": "the fewest starts: the longest chain (its histogram) and the two ends of the cycle "
+                            "line; its steps-3 row is the sweep's held-out check of SGLang's chain",
+    "longest_and_default": "SGLang's chain and the longest: the sweep's opening before the shortest chain joined it",
+    "shortest_default_longest": "the sweep's opening (SGLang's chain, the longest, the shortest): what a sweep "
+                                "predicts its other chains from",
+}
+"""What each design of :func:`results` stands for."""
+
+
 def results(data: dict, *, levels: list[int], max_steps: int, settle_rounds: int = 0) -> dict[str, Any]:
     """Every design's predictions against the measurements (each start's first ``settle_rounds`` rounds
     left out: ``settled``), and every round made (histograms aside)."""
@@ -365,6 +388,7 @@ def results(data: dict, *, levels: list[int], max_steps: int, settle_rounds: int
     kept = settled(data, settle_rounds=settle_rounds)
     return {
         "settle_rounds": settle_rounds,
+        "design_roles": DESIGN_ROLES,
         "designs": {name: compare(kept, levels=levels, from_steps=sorted(set(steps)))
                     for name, steps in designs.items() if len(set(steps)) > 1},
         "rounds": {str(s): {str(c): {k: v for k, v in data[s][c].items() if k != "histograms"} for c in levels}
@@ -412,6 +436,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="Start every engine afresh before every K-th round (default 0: one start for the whole "
                              "run): the chains' standard errors then come from their starts' means, an engine's own "
                              "offset included, which no spread within one start shows")
+    parser.add_argument("--start-at-once", type=int, default=0, metavar="N",
+                        help="Start at most N engines at a time, each group healthy before the next starts (default "
+                             "0: all at once): on one GPU, engines loading at once can run it out of memory "
+                             "(six ref-gpu-comm engines on an H100 did)")
     parser.add_argument("--request-log", default=None, metavar="JSONL",
                         help="Also measure every chain on this OpenAI-format request log through /v1/chat/completions "
                              "(each request's messages, output cap and sampling), beside the built-in prompts, in "
@@ -423,6 +451,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="Start nothing: analyse the rounds a report of this script kept (its 'rounds' and each "
                              "chain's histogram) again, with this version's designs and intervals")
     args = parser.parse_args(argv)
+    if args.start_at_once < 0:
+        parser.error(f"--start-at-once must be 0 (all at once) or more, got {args.start_at_once}")
     if args.restart_every < 0:
         parser.error(f"--restart-every must be 0 (never) or a number of rounds, got {args.restart_every}")
     if args.settle_rounds is not None and args.settle_rounds < 0:
@@ -454,10 +484,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                     f"{args.model_path}-draft"]) for s in steps_all}
 
         def start_all() -> None:
-            for server in servers.values():
-                server.start(common, dict(os.environ))
-            for server in servers.values():
-                server.wait_healthy(args.start_timeout)
+            start_engines(list(servers.values()), common, at_once=args.start_at_once, timeout_s=args.start_timeout)
 
         def restart_all() -> None:
             for server in servers.values():

@@ -170,6 +170,7 @@ def test_each_starts_first_rounds_can_be_left_out_as_warm_up() -> None:
     (["--restart-every", "-1"], "--restart-every must be 0 (never) or a number of rounds, got -1"),
     (["--settle-rounds", "-2"], "--settle-rounds must be 0 or more, got -2"),
     (["--restart-every", "2", "--settle-rounds", "2"], "--settle-rounds 2 would leave out every round of a start"),
+    (["--start-at-once", "-1"], "--start-at-once must be 0 (all at once) or more, got -1"),
 ])
 def test_bad_restart_and_settle_settings_are_refused_before_any_engine_starts(
         argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,3 +178,44 @@ def test_bad_restart_and_settle_settings_are_refused_before_any_engine_starts(
         bench.main(argv)
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_the_design_called_the_sweeps_opening_is_the_chains_a_sweep_opens_with() -> None:
+    """The benchmark's figures for the sweep's opening stand for the sweep only while they name the chains
+    its searcher really starts first (SGLang's chain, the longest and the shortest)."""
+    from orchestrator.space.define_by_run import DefineByRunSpace
+    from orchestrator.spec import SweepSpec
+
+    spec = SweepSpec.from_dict({
+        "name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+        "search": {"speculative": {"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1]}},
+    })
+    opened = [plan.candidate.speculative.num_steps for part, plans in DefineByRunSpace(spec).opening_stages()
+              for plan in plans if part in ("chains", "shortest")]
+    data = {s: {4: cell} for s, cell in _cells(drift=[1.0, 0.9, 1.1], own={}).items()}
+    report = bench.results(data, levels=[4], max_steps=6)
+    opening = [name for name, role in report["design_roles"].items() if role.startswith("the sweep's opening")]
+    assert opening == ["shortest_default_longest"] and set(report["design_roles"]) == set(report["designs"])
+    assert report["designs"]["shortest_default_longest"]["4"]["from_steps"] == sorted(opened) == [1, 3, 6]
+
+
+def test_engines_start_in_groups_each_healthy_before_the_next_group_starts() -> None:
+    events: list[str] = []
+
+    class _Server:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def start(self, flags: list[str], env: dict) -> None:
+            events.append(f"start {self.name}")
+
+        def wait_healthy(self, timeout_s: float) -> None:
+            events.append(f"healthy {self.name}")
+
+    servers = [_Server(str(i)) for i in range(1, 6)]
+    bench.start_engines(servers, [], at_once=2, timeout_s=1.0)
+    assert events == ["start 1", "start 2", "healthy 1", "healthy 2", "start 3", "start 4", "healthy 3",
+                      "healthy 4", "start 5", "healthy 5"]
+    events.clear()
+    bench.start_engines(servers[:3], [], at_once=0, timeout_s=1.0)  # all at once
+    assert events == ["start 1", "start 2", "start 3", "healthy 1", "healthy 2", "healthy 3"]
