@@ -168,7 +168,7 @@ def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
     correlation, from the spread of its starts' means where it was measured on several starts
     (``per_start``: repetitions of one start share that start's offset), else of its repetitions."""
     cell = _quiet(cell)
-    starts = cell.get("start")
+    starts = _starts(cell)
     tok_means = [math.exp(v) for v in per_start([math.log(v) for v in cell["tok"]], starts)]
     cycle_means = per_start(cell["cycle"], starts)
     cycle_rel_se = _rel_se(cycle_means, log=False) * statistics.fmean(cycle_means) / statistics.fmean(cell["cycle"])

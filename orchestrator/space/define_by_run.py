@@ -8,7 +8,7 @@ one categorical each. See docs/design/bench-and-spec.md.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from optuna.distributions import CategoricalDistribution
 
@@ -256,29 +256,27 @@ class DefineByRunSpace:
                 plans.append(plan)
         return plans
 
-    def _chains(self) -> list[SpeculativeTriple]:
-        """The space's top-k 1 chains (no auto), in the space's order; empty without explicit chains."""
+    def _chain_end(self, pick: Callable[..., SpeculativeTriple]) -> TrialPlan | None:
+        """The top-k 1 chain (no auto) ``pick`` (``min`` or ``max``) chooses by its steps, on the default path
+        with NCCL's defaults; None without explicit chains."""
         if not self.has_explicit:
-            return []
-        return [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+            return None
+        chains = [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+        if not chains:
+            return None
+        return TrialPlan("search", Candidate(pick(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
 
     def longest_chain(self) -> TrialPlan | None:
         """The longest top-k 1 chain of the space (default path, NCCL's defaults): its accepted-draft
         histogram predicts every shorter chain's accept length (``sweep.output.predicted_rows``); None
         without explicit chains."""
-        chains = self._chains()
-        if not chains:
-            return None
-        return TrialPlan("search", Candidate(max(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
+        return self._chain_end(max)
 
     def shortest_chain(self) -> TrialPlan | None:
         """The shortest top-k 1 chain of the space (default path, NCCL's defaults): with the longest it
         brackets every chain, so no prediction extrapolates the cycle time below what was measured, and
         SGLang's chain between them is the held-out check of the model; None without explicit chains."""
-        chains = self._chains()
-        if not chains:
-            return None
-        return TrialPlan("search", Candidate(min(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
+        return self._chain_end(min)
 
     def opening_stages(self) -> list[tuple[str, list[TrialPlan]]]:
         """The opening (:meth:`opening`) by part, each without a plan an earlier part holds, empty parts

@@ -220,7 +220,7 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: 
                 out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
                                      p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
                                      (n for _, n in chains.values()), best, missed, "chains",
-                                     extrapolated=p.steps < min(chains)))
+                                     extrapolated=p.extrapolated))
         for (all_reduce, nccl), chains in by_group.items():
             if len(chains) == 1:
                 out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best,
@@ -304,7 +304,7 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
         cycle = cycle_b * chain0.cycle_ms / base0.cycle_ms
         rows.append(_row(steps, all_reduce, nccl, level, accept, cycle, tok, tok * math.exp(-half),
                          tok * math.exp(half), trial0, histogram, [trial0, *(n for _, n in base.values())], best,
-                         missed, "setting", extrapolated=steps in predicted and steps < min(base)))
+                         missed, "setting", extrapolated=steps in predicted and predicted[steps].extrapolated))
     return rows
 
 

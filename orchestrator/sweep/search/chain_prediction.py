@@ -139,6 +139,7 @@ class ChainPrediction:
         model_gap_rel: Below the shortest measured chain, the gap (log scale) between the token-time line
             and the nearest chain scaled whole, :data:`MODEL_GAP_SD` of which the interval carries as model
             uncertainty; 0 between measured chains, where the line's lack of fit speaks instead.
+        extrapolated: Shorter than every measured chain the prediction rests on.
     """
 
     steps: int
@@ -151,6 +152,7 @@ class ChainPrediction:
     histogram_steps: int
     fixed_share: float = 0.0
     model_gap_rel: float = 0.0
+    extrapolated: bool = False
 
     @property
     def half_width_rel(self) -> float:
@@ -353,7 +355,8 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
         decode_share = per_decode * (cycle / accept) / (1000.0 / tok) if affine else 1.0
         chains_var, starts_var = _chains_variance(model, measured, s, accept, start_rel or 0.0)
         gap = 0.0
-        if affine and s < min(known):  # extrapolating: the other model the measured chains cannot rule out
+        extrapolated = s < min(known)
+        if affine and extrapolated:  # the other model the measured chains cannot rule out
             scaled = replace(model, affine=False).log_tok(log_toks, log_cycles, s, accept)
             gap = abs(log_tok - scaled) if math.isfinite(scaled) else 0.0
         log_var = (chains_var * max(line_lack, time_lack if affine else 1.0) + starts_var + (start_rel or 0.0) ** 2
@@ -364,5 +367,5 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
         out.append(ChainPrediction(steps=s, accept_length=accept, cycle_ms=cycle, tok_per_s=tok,
                                    low=tok * math.exp(-half), high=tok * math.exp(half),
                                    reference_steps=measured[reference].steps, histogram_steps=longest.steps,
-                                   fixed_share=1.0 - decode_share, model_gap_rel=gap))
+                                   fixed_share=1.0 - decode_share, model_gap_rel=gap, extrapolated=extrapolated))
     return out
