@@ -367,7 +367,8 @@ class SearchSpec(_Model):
         "--disable-custom-all-reduce ('custom' is read as 'default'); 'fusion_trtllm' / 'fusion_mnnvl' / "
         "'fusion_cutedsl' give --flashinfer-allreduce-fusion-backend; 'mscclpp' (--enable-mscclpp, fusion off), "
         "'torch_symm_mem' (--enable-torch-symm-mem) and 'nccl_symm_mem' (--enable-symm-mem), the last two with custom "
-        "all-reduce and fusion off. Arms that run one kernel on the node are measured once, arms SGLang refuses there "
+        "all-reduce and fusion off; 'pcie_ipc' (FlashInfer's PCIe-IPC all-reduce: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 "
+        "in the engine's env, custom all-reduce off). Arms that run one kernel on the node are measured once, arms SGLang refuses there "
         "are left out; fusion_mnnvl, mscclpp, torch_symm_mem and nccl_symm_mem use NVLink multicast and must be named "
         "in allow_dangerous.",
     )

@@ -11,11 +11,17 @@ In precedence order (sources under ``sglang/srt/``; ``GroupCoordinator`` is in
   ``should_mscclpp_allreduce`` first and ``_resolve_outplace_all_reduce_method`` puts it ahead of
   custom all-reduce; ``distributed/device_communicators/pymscclpp.py`` ``PyMscclppCommunicator``
   (only inside CUDA-graph capture: ``GroupCoordinator.graph_capture`` / ``change_state``);
-* SGLang's custom all-reduce: ``distributed/device_communicators/custom_all_reduce_utils.py``
-  ``can_use_custom_all_reduce_with_nvlink``;
+* SGLang's custom all-reduce: on CUDA the JIT ``CustomAllReduceV2`` by default
+  (``SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2``, ``environ.py:1532``; ``custom_all_reduce.py:387-398``
+  ``dispatch_custom_allreduce``), which needs full NVLink (``custom_all_reduce_v2.py:582-597``), else
+  the legacy ``CustomAllreduce``; both ask ``custom_all_reduce_utils.py``
+  ``can_use_custom_all_reduce_with_nvlink`` (``custom_all_reduce_off_lines``);
 * NCCL with symmetric memory (``--enable-symm-mem``, opt-in): ``GroupCoordinator.all_reduce``
   sends to pynccl when ``is_symmetric_memory_enabled()`` and neither MSCCL++ nor custom
   all-reduce takes the tensor (``distributed/device_communicators/pynccl_allocator.py``);
+* FlashInfer's PCIe-IPC all-reduce (env ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1``, opt-in):
+  ``_resolve_outplace_all_reduce_method`` right after custom all-reduce
+  (``parallel_state.py:963-975``); ``distributed/device_communicators/pcie_ipc_ar.py``;
 * PyTorch symmetric memory (``--enable-torch-symm-mem``, opt-in):
   ``_resolve_outplace_all_reduce_method`` after custom all-reduce and MSCCL++;
   ``distributed/device_communicators/torch_symm_mem.py`` ``TorchSymmMemCommunicator``;
@@ -26,7 +32,8 @@ down GEMM (``layers/moe/moe_runner/triton_utils/fused_moe.py`` ``_fused_moe_kern
 ``--enable-nccl-nvls`` is not modelled.
 
 ``predict`` answers from a declared ``GpuKind`` for the three default kernels; ``decode_kernel``
-and ``engages`` add the opt-in paths (``PATH_RULES``). ``serving.engine.all_reduce_observed``
+and ``engages`` add the opt-in paths (``PATH_RULES``; PCIe-IPC is switched on by an environment
+variable, not a flag). ``serving.engine.all_reduce_observed``
 reads what a running engine did.
 """
 
@@ -34,10 +41,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
 __all__ = [
     "AllReducePath",
+    "CUSTOM_ALL_REDUCE_V2_WORLD_SIZES",
     "CUSTOM_ALL_REDUCE_WORLD_SIZES",
     "DECLARED_GPU_KINDS",
     "DecodeKernel",
@@ -49,12 +57,25 @@ __all__ = [
     "MSCCLPP_WORLD_SIZES",
     "OptInPath",
     "PATH_RULES",
+    "PCIE_IPC_BF16_ONLY",
+    "PCIE_IPC_BUILT",
+    "PCIE_IPC_DETERMINISTIC",
+    "PCIE_IPC_ENABLED",
+    "PCIE_IPC_ENV",
+    "PCIE_IPC_FAILED",
+    "PCIE_IPC_MAX_NUMEL_ENV",
+    "PCIE_IPC_NO_MODULE",
+    "PCIE_IPC_SETUP_FAILED",
+    "PCIE_IPC_WORLD_SIZES",
     "PathRule",
     "TORCH_SYMM_MEM_WORLD_SIZES",
+    "attention_dp_of",
     "custom_all_reduce_off_line",
+    "custom_all_reduce_off_lines",
     "decode_kernel",
     "engages",
     "opt_in_rank_lines",
+    "pcie_ipc_switched_on",
     "predict",
     "resolve_fusion_backend",
 ]
@@ -72,11 +93,12 @@ KERNEL_WORDS: dict[str, str] = {
     "mscclpp": "MSCCL++",
     "nccl_symm_mem": "NCCL on symmetric memory",
     "torch_symm_mem": "PyTorch's symmetric-memory all-reduce",
+    "pcie_ipc": "FlashInfer's PCIe-IPC all-reduce",
 }
 """What each kernel is, in words for tables and log lines (``Kernel`` and ``DecodeKernel``)."""
 
 DecodeKernel = Literal["none", "flashinfer_fusion", "custom_all_reduce", "nccl", "mscclpp", "nccl_symm_mem",
-                       "torch_symm_mem"]
+                       "torch_symm_mem", "pcie_ipc"]
 """``Kernel`` plus the opt-in paths ``decode_kernel`` can answer (``predict`` never does)."""
 
 FUSION_ARCHITECTURES = frozenset({
@@ -90,13 +112,24 @@ FUSION_ARCHITECTURES = frozenset({
 """SGLang 0.5.23's ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS`` (MiMo's own cutedsl rule is not modelled)."""
 
 CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
-"""``CustomAllreduce._SUPPORTED_WORLD_SIZES`` in 0.5.23."""
+"""The legacy ``CustomAllreduce._SUPPORTED_WORLD_SIZES`` (``custom_all_reduce.py:41``): SGLang falls
+back to it where ``CustomAllReduceV2`` declines."""
+
+CUSTOM_ALL_REDUCE_V2_WORLD_SIZES: dict[Optional[int], tuple[int, ...]] = {
+    9: (2, 3, 4, 5, 6, 7, 8),
+    10: (2, 3, 4, 5, 6, 7, 8, 16),
+    None: tuple(range(2, 17)),
+}
+"""``CustomAllReduceV2``'s world sizes by compute capability major (``get_supported_world_sizes``,
+``distributed/device_communicators/configs/custom_all_reduce_v2.py:316-340``): sm90's table, sm100's and
+sm107's (2-8 and 16), and a default config for 2-16 on every other arch (sm80, sm120; key None)."""
 
 DECLARED_GPU_KINDS = ("cpu", "sm80-nvlink", "sm80-pcie", "sm90-nvlink", "sm90-pcie", "sm100-nvlink", "sm120-pcie")
 """The GPU kinds a spec (``engine.gpu_kind``) or the reference engine (``--reference-gpu-kind``)
 names; any ``smNN-nvlink`` / ``smNN-pcie`` parses, these are the ones documented."""
 
 _KIND = re.compile(r"^sm(\d{2,3})-(nvlink|pcie)$")
+_DSV4 = "DeepseekV4ForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -156,22 +189,52 @@ class AllReducePath:
         return self.kernel == "nccl"
 
 
-def custom_all_reduce_off_line(*, gpu_kind: GpuKind, world_size: int, nnodes: int = 1) -> Optional[str]:
-    """The warning ``can_use_custom_all_reduce_with_nvlink`` logs on every rank when custom all-reduce
-    turns itself off on this node, or None when it engages (P2P taken to pass) or there is no CUDA."""
-    name = "CustomAllreduce"
-    if not gpu_kind.cuda or world_size == 1:
-        return None
+def _nvlink_check_line(name: str, supported: tuple[int, ...], *, gpu_kind: GpuKind, world_size: int,
+                       nnodes: int) -> Optional[str]:
+    """``can_use_custom_all_reduce_with_nvlink`` (``custom_all_reduce_utils.py:442-512``) for class
+    ``name``: the warning it logs, or None where it passes (P2P taken to pass)."""
     if nnodes > 1:
         return f"{name} is disabled because this process group spans across nodes."
-    if world_size not in CUSTOM_ALL_REDUCE_WORLD_SIZES:
+    if world_size not in supported:
         return (f"{name} is disabled due to an unsupported world size: {world_size}. Supported world sizes: "
-                f"{list(CUSTOM_ALL_REDUCE_WORLD_SIZES)}. To silence this warning, specify "
-                "disable_custom_all_reduce=True explicitly.")
+                f"{list(supported)}. To silence this warning, specify disable_custom_all_reduce=True explicitly.")
     if world_size > 2 and not gpu_kind.full_nvlink:
         return (f"{name} is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
                 "this warning, specify disable_custom_all_reduce=True explicitly.")
     return None
+
+
+def custom_all_reduce_off_lines(*, gpu_kind: GpuKind, world_size: int, nnodes: int = 1) -> list[str]:
+    """The warnings every rank logs when SGLang's custom all-reduce turns itself off on this node, in
+    order; empty when it engages (P2P taken to pass) or there is no CUDA.
+
+    ``dispatch_custom_allreduce`` (``custom_all_reduce.py:387-398``) tries ``CustomAllReduceV2`` first:
+    silently declined at a world size outside ``CUSTOM_ALL_REDUCE_V2_WORLD_SIZES`` or at two PCIe GPUs
+    (it needs full NVLink, ``custom_all_reduce_v2.py:591-597``), with its own line above two PCIe GPUs;
+    then the legacy ``CustomAllreduce`` (2, 4, 6, 8; off above two PCIe GPUs), whose line is the last.
+    Across nodes V2 needs one NVLink clique and a VMM-backed allocator (``custom_all_reduce_v2.py:589-590``),
+    which a declared kind cannot say: assumed absent (the conservative answer: custom all-reduce off,
+    and the legacy class's "spans across nodes" line shows it on every rank)."""
+    if not gpu_kind.cuda or world_size == 1:
+        return []
+    lines = []
+    v2_sizes = CUSTOM_ALL_REDUCE_V2_WORLD_SIZES.get(gpu_kind.capability_major, CUSTOM_ALL_REDUCE_V2_WORLD_SIZES[None])
+    if nnodes == 1 and world_size in v2_sizes:
+        line = _nvlink_check_line("CustomAllReduceV2", v2_sizes, gpu_kind=gpu_kind, world_size=world_size, nnodes=1)
+        if line is None and gpu_kind.full_nvlink:
+            return []  # V2 engages
+        if line is not None:
+            lines.append(line)
+    line = _nvlink_check_line("CustomAllreduce", CUSTOM_ALL_REDUCE_WORLD_SIZES, gpu_kind=gpu_kind,
+                              world_size=world_size, nnodes=nnodes)
+    return lines + [line] if line is not None else []
+
+
+def custom_all_reduce_off_line(*, gpu_kind: GpuKind, world_size: int, nnodes: int = 1) -> Optional[str]:
+    """The legacy class's warning, the last of ``custom_all_reduce_off_lines`` (the one that says custom
+    all-reduce is off for good), or None when custom all-reduce engages or there is no CUDA."""
+    lines = custom_all_reduce_off_lines(gpu_kind=gpu_kind, world_size=world_size, nnodes=nnodes)
+    return lines[-1] if lines else None
 
 
 def predict(
@@ -188,6 +251,12 @@ def predict(
 ) -> AllReducePath:
     """SGLang 0.5.23's choice for one engine on a node of ``gpu_kind``.
 
+    Fusion is auto-enabled as ``arg_groups/overrides.py:955-1002`` ``_flashinfer_allreduce_fusion_auto_enable``
+    does, with one exception not modelled: DeepSeek-V4.1 (config ``model_type`` deepseek_v41, hidden size
+    5120) at TP 4 on one Blackwell node keeps custom all-reduce instead (``prefer_custom_dsv41``,
+    ``overrides.py:978-990``). Neither is in a declared kind or the architecture name (V4.1 checkpoints
+    may name ``DeepseekV4ForCausalLM``), so there fusion is predicted and the reason says what was assumed.
+
     Args:
         gpu_kind: The node's GPUs.
         architecture: The model's ``architectures[0]`` (config.json); None when unknown, which
@@ -197,7 +266,8 @@ def predict(
         enforce_disable_fusion: ``--enforce-disable-flashinfer-allreduce-fusion``.
         fusion_backend: ``--flashinfer-allreduce-fusion-backend`` when given (SGLang then keeps it).
         nnodes: Nodes the engine spans.
-        attention_dp: Attention data parallelism on (fusion is then not auto-enabled).
+        attention_dp: Attention data parallelism on (fusion is then not auto-enabled): SGLang tests
+            ``attn_dp_size > 1`` (``attention_dp_of`` reads it from the flags).
         moe_a2a_backend: ``--moe-a2a-backend``; fusion is auto-enabled only with ``none``.
     """
     if tp_size <= 1:
@@ -217,11 +287,16 @@ def predict(
         gpu_kind=gpu_kind, world_size=tp_size, nnodes=nnodes)
     custom = gpu_kind.cuda and not disable_custom_all_reduce and off_line is None
     if backend is not None:
+        dsv41 = (fusion_backend is None and architecture == _DSV4 and gpu_kind.capability_major == 10
+                 and tp_size == 4 and nnodes == 1 and not disable_custom_all_reduce)
+        note = (" (assumed not DeepSeek-V4.1 at hidden size 5120, for which SGLang keeps custom all-reduce: "
+                "arg_groups/overrides.py:978-990 prefer_custom_dsv41)") if dsv41 else ""
         return AllReducePath("flashinfer_fusion", backend, custom, off_line, fusion_line,
-                             f"SGLang turns on FlashInfer fusion for {architecture} on {gpu_kind.name}")
+                             f"SGLang turns on FlashInfer fusion for {architecture} on {gpu_kind.name}{note}")
     if custom:
+        which = "CustomAllReduceV2" if gpu_kind.full_nvlink else "the legacy CustomAllreduce"
         return AllReducePath("custom_all_reduce", None, True, None, fusion_line,
-                             f"custom all-reduce engages at TP {tp_size} on {gpu_kind.name}")
+                             f"custom all-reduce ({which}) engages at TP {tp_size} on {gpu_kind.name}")
     if disable_custom_all_reduce:
         why = "--disable-custom-all-reduce" + (" --enforce-disable-flashinfer-allreduce-fusion" if enforce_disable_fusion
                                                else "")
@@ -234,10 +309,26 @@ def predict(
     return AllReducePath("nccl", None, False, off_line, fusion_line, f"{why}{note}")
 
 
+def attention_dp_of(flags: Mapping[str, Any]) -> bool:
+    """Whether attention runs data parallel under these SGLang flags (by SGLang name): ``attn_dp_size > 1``
+    (``runtime_context.py:191-199`` ``attn_dp_enabled_of``), where ``--dp-size N`` with the
+    deprecated ``--enable-dp-attention`` resolves to ``attn_dp_size = N`` (``arg_groups/parallel_hook.py:39-61``)."""
+    def number(name: str) -> int:
+        try:
+            return int(flags.get(name) or 1)
+        except (TypeError, ValueError):
+            return 1
+
+    size = number("attn_dp_size")
+    if size == 1 and flags.get("enable_dp_attention"):
+        size = number("dp_size")
+    return size > 1
+
+
 # --- the opt-in paths (issue 44) -----------------------------------------------------------------------
 
 OptInPath = Literal["torch_symm_mem", "mscclpp", "nccl_symm_mem", "flashinfer_fusion_backend",
-                    "fused_moe_sum_all_reduce"]
+                    "fused_moe_sum_all_reduce", "pcie_ipc"]
 
 FUSION_BACKENDS = ("auto", "trtllm", "mnnvl", "cutedsl")
 """``--flashinfer-allreduce-fusion-backend`` choices in 0.5.23 (``arg_groups/fields/exec_.py``)."""
@@ -253,6 +344,55 @@ and 32 (``_NATIVE_SUPPORTED_WORLD_SIZES``), several nodes need 2, 4 or 8 IPC dom
 (``_MULTI_NODE_IPC_DOMAIN_COUNTS``) and carry 1 KiB to 1 MiB per domain."""
 
 _MSCCLPP_SINGLE_NODE_WORLD_SIZES = (4, 8, 16, 32)
+
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+"""The variable that switches FlashInfer's PCIe-IPC all-reduce on (``environ.py:1539``, an ``EnvBool``;
+its workspace bound is ``SGLANG_PCIE_IPC_MAX_NUMEL``, ``environ.py:1540``). SGLang has no flag for it."""
+
+PCIE_IPC_MAX_NUMEL_ENV = "SGLANG_PCIE_IPC_MAX_NUMEL"
+
+
+def pcie_ipc_switched_on(environ: Mapping[str, str]) -> bool:
+    """``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` as SGLang's ``EnvBool`` reads it (``environ.py:143-150``).
+
+    Raises:
+        ValueError: a value ``EnvBool`` refuses (SGLang then fails to start), in its words.
+    """
+    value = environ.get(PCIE_IPC_ENV, "").strip().lower()
+    if value in ("true", "1", "yes", "y"):
+        return True
+    if value in ("", "false", "0", "no", "n"):
+        return False
+    raise ValueError(f'{PCIE_IPC_ENV}: "{value}" is not a valid boolean value')
+
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)
+"""``pcie_ipc_ar.py:77`` ``_SUPPORTED_WORLD_SIZES`` (other sizes: skipped with a DEBUG line only)."""
+
+PCIE_IPC_ENABLED = "FlashInfer PCIe-IPC all-reduce enabled (world=%d, workspace sized on first reduction)"
+"""INFO on every rank when ``PcieIpcCommunicator`` comes up (``pcie_ipc_ar.py:240-245``): no proof that
+it runs, the workspace is built later."""
+
+PCIE_IPC_BUILT = "FlashInfer PCIe-IPC workspace built (world=%d, max_numel=%d, hidden=%d)"
+"""INFO on every rank once the workspace exists (``pcie_ipc_ar.py:297-303``): SGLang builds it in warmup,
+before CUDA-graph capture (``model_executor/runner/base_runner.py:350-365``), or lazily at the first
+eligible reduction (``pcie_ipc_ar.py:400``)."""
+
+PCIE_IPC_FAILED = "FlashInfer PCIe-IPC workspace (max_numel=%d) failed: %s; reductions stay on NCCL"
+"""WARNING when the workspace cannot be built; the communicator stays off (``pcie_ipc_ar.py:286-295``)."""
+
+PCIE_IPC_NO_MODULE = ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+                      "falling back to NCCL all-reduce.")
+"""WARNING when FlashInfer lacks ``PcieIpcAllReduceWorkspace`` (``pcie_ipc_ar.py:224-231``)."""
+
+PCIE_IPC_SETUP_FAILED = "Setup FlashInfer PCIe-IPC allreduce failed with {error}."
+"""WARNING when the communicator's constructor raises (``parallel_state.py:500-501``)."""
+
+PCIE_IPC_BF16_ONLY = "FlashInfer PCIe-IPC all-reduce serves bf16 only; %s reductions stay on NCCL."
+"""WARNING, once per dtype, for reductions that are not bf16 (``pcie_ipc_ar.py:117-123``, ``:396-399``)."""
+
+PCIE_IPC_DETERMINISTIC = ("Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels pick a "
+                          "tactic per shape, so the reduction order would follow the batch shape.")
+"""WARNING when ``eligible_group`` declines under deterministic inference (``pcie_ipc_ar.py:89-95``, ``:111-113``)."""
 _MSCCLPP_IPC_DOMAIN_COUNTS = (2, 4, 8)
 
 
@@ -262,7 +402,7 @@ class PathRule:
 
     Attributes:
         path: The name ``engages`` takes.
-        flag: The SGLang 0.5.23 server flag.
+        flag: The SGLang 0.5.23 server flag, or ``NAME=1`` for a path an environment variable switches on.
         kernel: The ``DecodeKernel`` it carries decode on (None: it is no all-reduce path).
         source: Where it engages (``sglang/srt/`` file and function).
         precedence: Where it ranks against the other kernels.
@@ -305,6 +445,17 @@ PATH_RULES: dict[str, PathRule] = {rule.path: rule for rule in (
              "first: it runs at the RMSNorm call site, and distributed/bootstrap.py _set_all_reduce_flags "
              "tags the groups so plain all-reduces take flashinfer_allreduce ahead of custom all-reduce",
              "whether flashinfer.comm's allreduce_fusion API imports; MNNVL fabric on sm100 across nodes"),
+    PathRule("pcie_ipc", f"{PCIE_IPC_ENV}=1", "pcie_ipc",
+             "distributed/device_communicators/pcie_ipc_ar.py eligible_group (the env set, the tp group, not "
+             "deterministic: l.98-114), PcieIpcCommunicator.__init__ (world sizes 2, 4, 8, CUDA, FlashInfer's "
+             "PcieIpcAllReduceWorkspace: l.198-245) and should_pcie_ipc_ar (bf16, within the decode-sized "
+             "workspace: l.387-404); picked by distributed/parallel_state.py "
+             "GroupCoordinator._resolve_outplace_all_reduce_method (l.963-975)",
+             "after fusion (and FlashInfer's all-reduce on fusion-tagged groups), MSCCL++, custom all-reduce and "
+             "NCCL symmetric memory (parallel_state.py:747-766, 956-975); ahead of torch symmetric memory and plain "
+             "NCCL; it does not probe the link, so on NVLink it runs wherever those ahead of it decline",
+             "whether the workspace builds (CUDA IPC between the GPUs; across nodes assumed not), how long its "
+             "first start tunes (cached per world size: pcie_ipc_ar.py:166-178), the model's activation dtype"),
     PathRule("fused_moe_sum_all_reduce", "--enable-fused-moe-sum-all-reduce", None,
              "layers/moe/moe_runner/triton_utils/fused_moe.py _fused_moe_kernel_sequence "
              "(use_fused_moe_sum_all_reduce: triton MoE, top-k > 2, not int8/int4 w-a16)",
@@ -312,7 +463,8 @@ PATH_RULES: dict[str, PathRule] = {rule.path: rule for rule in (
              "all-reduce after the MoE layer is chosen as without it",
              "nothing it would need: it never changes the all-reduce kernel"),
 )}
-"""The five opt-in all-reduce flags of SGLang 0.5.23 (``--enable-nccl-nvls`` is deliberately absent)."""
+"""The five opt-in all-reduce flags of SGLang 0.5.23 and its one opt-in all-reduce variable
+(``--enable-nccl-nvls`` is deliberately absent)."""
 
 
 def resolve_fusion_backend(backend: str, *, gpu_kind: GpuKind, nnodes: int = 1) -> tuple[Optional[str], str]:
@@ -380,6 +532,25 @@ def _mscclpp_up(gpu_kind: GpuKind, world_size: int, nnodes: int, installed: bool
     return True, f"{src} tunes an algorithm for decode's sizes and runs in decode's CUDA graphs"
 
 
+def _pcie_ipc_up(gpu_kind: GpuKind, world_size: int, nnodes: int, activation_dtype: str,
+                 deterministic: bool) -> tuple[bool, str]:
+    src = "pcie_ipc_ar.py PcieIpcCommunicator"
+    if not gpu_kind.cuda:
+        return False, f"{src}.__init__ returns on a device that is not CUDA (l.221-222)"
+    if deterministic:
+        return False, "pcie_ipc_ar.py eligible_group leaves it off under deterministic inference (l.111-113)"
+    if world_size not in PCIE_IPC_WORLD_SIZES:
+        return False, f"{src}.__init__ supports world sizes 2, 4, 8 only, not {world_size} (l.77, l.212-217)"
+    if nnodes > 1:
+        return False, (f"{src}: its workspace shares GPU memory over CUDA IPC, which does not reach another node; "
+                       "SGLang does not check the node count, so the build is assumed to fail ('... failed: ...; "
+                       "reductions stay on NCCL')")
+    if activation_dtype != "bfloat16":
+        return False, f"{src}.should_pcie_ipc_ar takes bf16 only, not {activation_dtype} (l.396-399)"
+    return True, (f"{src} comes up (world sizes 2, 4, 8; bf16; FlashInfer 0.7.2 ships PcieIpcAllReduceWorkspace) and "
+                  "takes decode's reductions, which its decode-sized workspace admits (should_pcie_ipc_ar, l.387-404)")
+
+
 def decode_kernel(
     *,
     gpu_kind: GpuKind,
@@ -395,17 +566,21 @@ def decode_kernel(
     enable_mscclpp: bool = False,
     enable_symm_mem: bool = False,
     enable_fused_moe_sum_all_reduce: bool = False,
+    enable_pcie_ipc: bool = False,
     mscclpp_installed: bool = False,
     cuda_graph: bool = True,
     activation_dtype: str = "bfloat16",
+    deterministic: bool = False,
 ) -> tuple[str, str]:
     """The kernel (a ``DecodeKernel``) that carries decode's per-layer all-reduce with the opt-in
     flags as well, and one sentence why. Without them it is ``predict``'s kernel and reason.
 
     Runtime facts a declared kind cannot know are answered conservatively: mscclpp is taken as not
     installed unless ``mscclpp_installed``; multicast is taken as present on ``-nvlink`` nodes only
-    and absent across nodes. Decode's messages are taken to fit custom all-reduce's buffer (as in
-    ``predict``). ``enable_fused_moe_sum_all_reduce`` changes nothing here (``PATH_RULES``).
+    and absent across nodes; PCIe-IPC's workspace as built on one node and not across nodes. Decode's
+    messages are taken to fit custom all-reduce's buffer (as in ``predict``). ``enable_pcie_ipc`` is
+    ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1``; ``deterministic`` is ``--enable-deterministic-inference``.
+    ``enable_fused_moe_sum_all_reduce`` changes nothing here (``PATH_RULES``).
 
     Raises:
         ValueError: ``fusion_backend`` is one SGLang refuses on this node (its message).
@@ -428,10 +603,18 @@ def decode_kernel(
             return "mscclpp", why + ", ahead of custom all-reduce (parallel_state.py GroupCoordinator.all_reduce)"
         declined.append(f"--enable-mscclpp does not engage: {why}")
     if base.kernel == "custom_all_reduce":
+        if enable_pcie_ipc:
+            declined.append("PCIe-IPC ranks behind custom all-reduce (parallel_state.py:956-975)")
         return base.kernel, _with(base.reason, declined)
     if enable_symm_mem:
         return "nccl_symm_mem", ("parallel_state.py GroupCoordinator.all_reduce sends it to pynccl on symmetric "
                                  f"memory ({base.reason}); NCCL picks its symmetric kernels at run time")
+    if enable_pcie_ipc:
+        up, why = _pcie_ipc_up(gpu_kind, tp_size, nnodes, activation_dtype, deterministic)
+        if up:
+            return "pcie_ipc", (f"{why}; it ranks right after custom all-reduce (parallel_state.py:963-975), off "
+                                f"here: {base.reason}")
+        declined.append(f"{PCIE_IPC_ENV}=1 does not engage: {why}")
     if enable_torch_symm_mem:
         up, why = _torch_symm_mem_up(gpu_kind, tp_size, nnodes, activation_dtype)
         if up:
@@ -452,15 +635,24 @@ def opt_in_rank_lines(
     enable_mscclpp: bool = False,
     enable_torch_symm_mem: bool = False,
     mscclpp_installed: bool = False,
+    enable_pcie_ipc: bool = False,
+    deterministic: bool = False,
 ) -> list[tuple[str, str]]:
     """The (level, message) lines every TP rank logs at start about the opt-in communicators, as
     SGLang 0.5.23 words them (``pymscclpp.py`` ``PyMscclppCommunicator.__init__``,
-    ``torch_symm_mem.py`` ``TorchSymmMemCommunicator.__init__``), by the rule of ``decode_kernel``
-    for a declared node. Empty without CUDA (GroupCoordinator builds neither off the GPU) or at one
-    rank. ``serving.engine.all_reduce_observed`` reads these lines back."""
+    ``torch_symm_mem.py`` ``TorchSymmMemCommunicator.__init__``, ``pcie_ipc_ar.py`` ``eligible_group``
+    and ``PcieIpcCommunicator.__init__``), by the rule of ``decode_kernel`` for a declared node. Empty
+    without CUDA (GroupCoordinator builds none off the GPU) or at one rank. PCIe-IPC's workspace line
+    (``PCIE_IPC_BUILT``) comes later, when the workspace is built. ``serving.engine.all_reduce_observed``
+    reads these lines back."""
     lines: list[tuple[str, str]] = []
     if not gpu_kind.cuda or world_size <= 1:
         return lines
+    if enable_pcie_ipc:
+        if deterministic:
+            lines.append(("warning", PCIE_IPC_DETERMINISTIC))
+        elif world_size in PCIE_IPC_WORLD_SIZES:
+            lines.append(("info", PCIE_IPC_ENABLED % world_size))
     if enable_mscclpp:
         if not mscclpp_installed:
             lines.append(("warning", "PyMscclpp is unavailable because its dependencies failed to import: "
@@ -487,7 +679,8 @@ def opt_in_rank_lines(
 
 
 _PATH_KWARGS = {"torch_symm_mem": "enable_torch_symm_mem", "mscclpp": "enable_mscclpp",
-                "nccl_symm_mem": "enable_symm_mem", "fused_moe_sum_all_reduce": "enable_fused_moe_sum_all_reduce"}
+                "nccl_symm_mem": "enable_symm_mem", "fused_moe_sum_all_reduce": "enable_fused_moe_sum_all_reduce",
+                "pcie_ipc": "enable_pcie_ipc"}
 
 
 def engages(
@@ -544,6 +737,8 @@ def engages(
         up, up_why = _torch_symm_mem_up(gpu_kind, world_size, nnodes, activation_dtype)
     elif path == "mscclpp":
         up, up_why = _mscclpp_up(gpu_kind, world_size, nnodes, mscclpp_installed, cuda_graph)
+    elif path == "pcie_ipc":
+        up, up_why = _pcie_ipc_up(gpu_kind, world_size, nnodes, activation_dtype, False)
     else:
         up, up_why = gpu_kind.cuda and world_size > 1, "pynccl comes up on symmetric memory"
     if not gpu_kind.cuda:

@@ -13,9 +13,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from orchestrator.space.points import ALL_REDUCE_ARMS, ARM_EXTRA_FLAGS, arm_extra_args, arm_flags
+from orchestrator.space.points import ALL_REDUCE_ARMS, ARM_EXTRA_FLAGS, arm_env, arm_extra_args, arm_flags
 from serving.cuda_graph_rules import decode_backend_of
-from serving.all_reduce_rules import KERNEL_WORDS, GpuKind, decode_kernel, predict, resolve_fusion_backend
+from serving.all_reduce_rules import (
+    KERNEL_WORDS,
+    GpuKind,
+    attention_dp_of,
+    decode_kernel,
+    pcie_ipc_switched_on,
+    predict,
+    resolve_fusion_backend,
+)
 
 __all__ = ["ArmPath", "ArmsOnNode", "EngineNode", "NCCL_KERNELS", "arm_path", "arms_on_node", "model_architecture"]
 
@@ -96,7 +104,8 @@ class ArmPath:
 
 
 NCCL_KERNELS = ("nccl", "nccl_symm_mem")
-"""Decode kernels that are NCCL's: the NCCL variables reach them."""
+"""Decode kernels that are NCCL's: the NCCL variables reach them (not ``pcie_ipc``: FlashInfer's own
+kernels, ``sglang/srt/distributed/device_communicators/pcie_ipc_ar.py``)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,7 @@ class ArmsOnNode:
 def arm_path(node: GpuKind, arm: str, *, architecture: Optional[str], tp_size: int, nnodes: int,
              extra_args: Mapping[str, Any], mscclpp_installed: bool = False) -> ArmPath:
     """One arm's decode all-reduce on ``node`` (``serving.all_reduce_rules.decode_kernel`` with the
-    arm's flags over the spec's fixed ``extra_args``)."""
+    arm's flags and environment over the spec's fixed ``extra_args``)."""
     flags = {**{name: extra_args[name] for name in ARM_EXTRA_FLAGS if name in extra_args}, **arm_extra_args(arm)}
     switches = arm_flags(arm)
     backend = flags.get("flashinfer_allreduce_fusion_backend")
@@ -157,13 +166,15 @@ def arm_path(node: GpuKind, arm: str, *, architecture: Optional[str], tp_size: i
     common = dict(gpu_kind=node, architecture=architecture, tp_size=tp_size,
                   disable_custom_all_reduce=switches["disable_custom_all_reduce"],
                   enforce_disable_fusion=switches["enforce_disable_flashinfer_allreduce_fusion"], nnodes=nnodes,
-                  attention_dp=bool(extra_args.get("enable_dp_attention")),
+                  attention_dp=attention_dp_of(extra_args),
                   moe_a2a_backend=str(extra_args.get("moe_a2a_backend", "none")))
     base = predict(fusion_backend=backend, **common)
     try:
         kernel, why = decode_kernel(fusion_backend=backend, enable_torch_symm_mem=bool(flags.get("enable_torch_symm_mem")),
                                     enable_mscclpp=bool(flags.get("enable_mscclpp")),
                                     enable_symm_mem=bool(flags.get("enable_symm_mem")),
+                                    enable_pcie_ipc=pcie_ipc_switched_on(arm_env(arm)),
+                                    deterministic=bool(extra_args.get("enable_deterministic_inference")),
                                     mscclpp_installed=mscclpp_installed,
                                     cuda_graph=decode_backend_of(extra_args) != "disabled", **common)
     except ValueError as exc:
@@ -178,10 +189,11 @@ def arms_on_node(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[
     """The arms of ``arms`` on the node ``gpu_kind`` (default: the spec's ``engine.gpu_kind``).
 
     Flags the spec fixes in ``engine.extra_args`` take part as SGLang would read them:
-    ``flashinfer_allreduce_fusion_backend``, ``enable_dp_attention``, ``moe_a2a_backend`` and the
-    opt-in path flags; and ``engine.nnodes``: across nodes custom all-reduce turns itself off and
+    ``flashinfer_allreduce_fusion_backend``, ``attn_dp_size`` (or the deprecated ``dp_size`` with
+    ``enable_dp_attention``), ``moe_a2a_backend``, ``enable_deterministic_inference`` and the opt-in path flags; and ``engine.nnodes``: across nodes custom all-reduce turns itself off and
     fusion is not auto-enabled on sm90, so NCCL carries decode there on most arms. Arms that run one
-    kernel (and fusion backend) are one configuration: the first in ``arms`` stands for the others.
+    kernel (and fusion backend) are one configuration: ``default`` stands for the others where it is one
+    of them (the baselines run it), else the first in ``arms``.
     Arms SGLang refuses to start with on this node are left out (``refused``).
     """
     kind = gpu_kind or engine.gpu_kind
@@ -195,6 +207,8 @@ def arms_on_node(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[
              for arm in dict.fromkeys([*arms, *ALL_REDUCE_ARMS])}
     refused = {arm: paths[arm].refused for arm in arms if paths[arm].refused}
     first_of_kernel: dict[tuple[str, Optional[str]], str] = {}
+    if "default" in arms and "default" not in refused:  # SGLang's own choice, which the baselines run, stands first
+        first_of_kernel[paths["default"].identity] = "default"
     stands_for: dict[str, str] = {}
     for arm in arms:
         if arm not in refused:

@@ -25,6 +25,7 @@ from serving.speculative_rules import (
 
 __all__ = [
     "ALL_REDUCE_ARMS",
+    "ARM_ENV",
     "ARM_EXTRA_FLAGS",
     "ARM_FLAGS",
     "ARM_MULTICAST",
@@ -38,6 +39,7 @@ __all__ = [
     "SpeculativeSpace",
     "SpeculativeTriple",
     "TREE_RULE",
+    "arm_env",
     "arm_extra_args",
     "arm_flag_clashes",
     "arm_flags",
@@ -54,14 +56,14 @@ MAX_CONFIGURATIONS = 1_000_000
 """The largest space a spec may define (speculative x all-reduce x NCCL points); beyond it is a typo."""
 
 AllReduce = Literal["default", "no_fusion", "nccl", "fusion_trtllm", "fusion_mnnvl", "fusion_cutedsl", "mscclpp",
-                    "torch_symm_mem", "nccl_symm_mem"]
+                    "torch_symm_mem", "nccl_symm_mem", "pcie_ipc"]
 """The all-reduce arms a sweep can search, one per path SGLang 0.5.23 offers that can carry decode on
 some node (``serving.all_reduce_rules`` says which kernel each runs on which node; ``ARM_FLAGS``
 their flags). ``default`` is SGLang's own choice (its custom all-reduce, or FlashInfer's fused
 all-reduce + RMSNorm where SGLang turns that on)."""
 
 ALL_REDUCE_ARMS: tuple[AllReduce, ...] = ("default", "no_fusion", "nccl", "fusion_trtllm", "fusion_mnnvl",
-                                          "fusion_cutedsl", "mscclpp", "torch_symm_mem", "nccl_symm_mem")
+                                          "fusion_cutedsl", "mscclpp", "torch_symm_mem", "nccl_symm_mem", "pcie_ipc")
 
 _NO_FUSION = {"enforce_disable_flashinfer_allreduce_fusion": True}
 _NO_CUSTOM = {"disable_custom_all_reduce": True, **_NO_FUSION}
@@ -78,10 +80,21 @@ ARM_FLAGS: dict[str, dict[str, object]] = {
     # Both symmetric-memory paths rank after custom all-reduce, which takes decode's small messages.
     "torch_symm_mem": {**_NO_CUSTOM, "enable_torch_symm_mem": True},
     "nccl_symm_mem": {**_NO_CUSTOM, "enable_symm_mem": True},
+    # PCIe-IPC ranks right after custom all-reduce (parallel_state.py:956-975), which would take decode
+    # on two PCIe GPUs (the legacy class) and on NVLink: off, so the arm runs PCIe-IPC wherever it is
+    # eligible. Fusion stays as SGLang chooses: where it takes decode (sm90/sm100) the arm is default's.
+    "pcie_ipc": {"disable_custom_all_reduce": True},
 }
 """Each arm's SGLang flags (by SGLang name): the two switches ``EngineConfig`` owns
 (``disable_custom_all_reduce``, ``enforce_disable_flashinfer_allreduce_fusion``) and the opt-in
-path flags, which travel in ``extra_args`` (``ARM_EXTRA_FLAGS``)."""
+path flags, which travel in ``extra_args`` (``ARM_EXTRA_FLAGS``). An arm's environment is ``ARM_ENV``."""
+
+ARM_ENV: dict[str, dict[str, str]] = {
+    "pcie_ipc": {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"},
+}
+"""Arms switched on by an environment variable rather than a flag: FlashInfer's PCIe-IPC all-reduce has
+only ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` (``sglang/srt/environ.py:1539``). ``Candidate.applied_to`` puts
+it in the engine's env, so the env audit expects it in every process as it does the NCCL variables."""
 
 ARM_EXTRA_FLAGS = ("flashinfer_allreduce_fusion_backend", "enable_mscclpp", "enable_torch_symm_mem", "enable_symm_mem")
 """The arm flags an ``EngineConfig`` carries in ``extra_args`` (a spec's ``extra_args`` may not set
@@ -117,6 +130,11 @@ def arm_extra_args(arm: str) -> dict[str, object]:
     """The arm's opt-in path flags, as ``extra_args`` entries (empty for the three switch-only arms)."""
     flags = ARM_FLAGS[canonical_arm(arm)]
     return {name: flags[name] for name in ARM_EXTRA_FLAGS if name in flags}
+
+
+def arm_env(arm: str) -> dict[str, str]:
+    """The environment variables the arm sets (empty for the flag-only arms)."""
+    return dict(ARM_ENV.get(canonical_arm(arm), {}))
 
 
 def arm_flag_clashes(arms: "tuple[str, ...] | list[str]", extra_args: Mapping[str, object]) -> dict[str, list[str]]:
@@ -321,8 +339,9 @@ class Candidate:
 
     def applied_to(self, template: EngineConfig) -> EngineConfig:
         """``template`` (the spec's engine, ``EngineSpec.template()``) with this point's settings:
-        its speculative numbers, its all-reduce arm's switches, its NCCL variables over the
-        template's environment. Validated again, so SGLang's rules hold for the result.
+        its speculative numbers, its all-reduce arm's switches, flags and environment (``ARM_ENV``),
+        its NCCL variables over the template's environment. Validated again, so SGLang's rules hold
+        for the result.
 
         Raises:
             pydantic.ValidationError: the point breaks SGLang's rules (only possible for points
@@ -333,7 +352,7 @@ class Candidate:
             "speculative_eagle_topk": self.speculative.eagle_topk,
             "speculative_num_draft_tokens": self.speculative.num_draft_tokens, **arm_flags(self.all_reduce),
             "extra_args": {**template.extra_args, **arm_extra_args(self.all_reduce)},
-            "env": {**template.env, **self.nccl_env},
+            "env": {**template.env, **arm_env(self.all_reduce), **self.nccl_env},
         })
 
 

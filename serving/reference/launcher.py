@@ -66,11 +66,13 @@ class WorkerGroup:
             off); this node's first rank carries it out.
         corruption_share: ``corrupt_allreduce_when``'s share of the neighbour added.
         perturb_verify: The ``perturb_verify`` fault's relative size (None: off).
+        pcie_ipc_build_fails: The ``pcie_ipc_build_fails`` fault: every rank's PCIe-IPC workspace build fails.
     """
 
     def __init__(
         self, *, args: ServerArgs, hide_env: Sequence[str] = (), corrupt_allreduce_when: Optional[EnvCondition] = None,
         die_after_steps: Optional[int] = None, corruption_share: float = CORRUPTION, perturb_verify: Optional[float] = None,
+        pcie_ipc_build_fails: bool = False,
     ) -> None:
         self.args = args
         self.ranks = args.node_tp_ranks
@@ -79,6 +81,7 @@ class WorkerGroup:
         self.die_after_steps = die_after_steps
         self.corruption_share = corruption_share
         self.perturb_verify = perturb_verify
+        self.pcie_ipc_build_fails = pcie_ipc_build_fails
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.ready: list[WorkerReady] = []
@@ -109,7 +112,8 @@ class WorkerGroup:
             logger.warning("fault perturb_verify:%g: every verify pass's logits are scaled by 1 +/- %g (rounding-sized "
                            "numerics, as on a GPU)", faults.perturb_verify, faults.perturb_verify)
         return cls(args=args, hide_env=faults.late_env, corrupt_allreduce_when=faults.corrupt_allreduce_when,
-                   die_after_steps=steps, corruption_share=faults.corruption_share, perturb_verify=faults.perturb_verify)
+                   die_after_steps=steps, corruption_share=faults.corruption_share, perturb_verify=faults.perturb_verify,
+                   pcie_ipc_build_fails=faults.pcie_ipc_build_fails)
 
     @property
     def has_rank0(self) -> bool:
@@ -138,6 +142,7 @@ class WorkerGroup:
                     corrupt_allreduce_when=self.corrupt_allreduce_when,
                     corruption_share=self.corruption_share,
                     perturb_verify=self.perturb_verify,
+                    pcie_ipc_build_fails=self.pcie_ipc_build_fails,
                     die_after_steps=self.die_after_steps if rank == self.ranks[0] else None,
                 )
                 parent_conn, child_conn = ctx.Pipe(duplex=True)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Comm", "SingleRank", "TorchDistributed"]
+__all__ = ["Comm", "PcieIpcStandIn", "SingleRank", "TorchDistributed"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +117,41 @@ class TorchDistributed:
         except Exception:  # noqa: BLE001 - best effort at exit; the process is going away
             logger.debug("destroy_process_group failed", exc_info=True)
 
+
+
+class PcieIpcStandIn:
+    """SGLang's FlashInfer PCIe-IPC all-reduce on a declared node: the sums stay ``inner``'s (as the
+    kernel's equal NCCL's); what it adds are SGLang's per-rank lines (``serving.all_reduce_rules``'
+    ``PCIE_IPC_*``, ``sglang/srt/distributed/device_communicators/pcie_ipc_ar.py:247-305``).
+
+    The workspace is built at the first reduction that reaches it, sized ``max_rows x hidden`` (or
+    ``max_numel``), logging ``PCIE_IPC_BUILT``; with ``fail`` (the ``pcie_ipc_build_fails`` fault) it logs
+    ``PCIE_IPC_FAILED`` instead and stays off, as SGLang's reductions then stay on NCCL. (SGLang
+    builds it in the model runner's warm-up, before CUDA-graph capture, or at the first eligible
+    reduction; here the first reduction stands for both.)
+    """
+
+    def __init__(self, inner: Comm, *, max_rows: int, max_numel: int = 0, fail: bool = False) -> None:
+        self.inner = inner
+        self.rank = inner.rank
+        self.world_size = inner.world_size
+        self.max_rows = max_rows
+        self.max_numel = max_numel
+        self.fail = fail
+        self.built: bool | None = None  # None: not tried yet
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        if self.built is None:
+            from serving.all_reduce_rules import PCIE_IPC_BUILT, PCIE_IPC_FAILED
+
+            hidden = int(tensor.shape[-1])
+            max_numel = self.max_numel or self.max_rows * hidden
+            if self.fail:
+                logger.warning(PCIE_IPC_FAILED, max_numel, "fault pcie_ipc_build_fails: the workspace build raised")
+            else:
+                logger.info(PCIE_IPC_BUILT, self.world_size, max_numel, hidden)
+            self.built = not self.fail
+        self.inner.all_reduce(tensor)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return self.inner.broadcast_object(obj)

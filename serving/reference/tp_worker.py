@@ -48,6 +48,7 @@ class WorkerConfig:
         die_after_steps: The ``die_after_steps`` fault's N on the rank that carries it out, else None.
         corruption_share: ``corrupt_allreduce_when``'s share of the neighbour added.
         perturb_verify: The ``perturb_verify`` fault's relative size, or None.
+        pcie_ipc_build_fails: The ``pcie_ipc_build_fails`` fault: the PCIe-IPC workspace build fails.
     """
 
     args: ServerArgs
@@ -59,6 +60,7 @@ class WorkerConfig:
     die_after_steps: Optional[int] = None
     corruption_share: float = CORRUPTION
     perturb_verify: Optional[float] = None
+    pcie_ipc_build_fails: bool = False
 
     @property
     def world_size(self) -> int:
@@ -113,21 +115,53 @@ def env_line(env: dict[str, str]) -> str:
 
 def _log_custom_all_reduce(cfg: WorkerConfig) -> None:
     """Log SGLang's per-rank lines about decode's all-reduce on the declared node: the opt-in
-    communicators that come up or not (``opt_in_rank_lines``) and custom all-reduce turning itself off."""
-    from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_line, opt_in_rank_lines
+    communicators that come up or not (``opt_in_rank_lines``; PCIe-IPC where this rank's environment
+    switches it on) and custom all-reduce turning itself off (``custom_all_reduce_off_lines``)."""
+    from serving.all_reduce_rules import GpuKind, custom_all_reduce_off_lines, opt_in_rank_lines, pcie_ipc_switched_on
 
     args = cfg.args
     node = GpuKind.parse(args.reference_gpu_kind)
     for level, text in opt_in_rank_lines(gpu_kind=node, world_size=cfg.world_size, nnodes=args.nnodes,
                                          enable_mscclpp=args.enable_mscclpp,
                                          enable_torch_symm_mem=args.enable_torch_symm_mem,
-                                         mscclpp_installed=args.reference_mscclpp_installed):
+                                         mscclpp_installed=args.reference_mscclpp_installed,
+                                         enable_pcie_ipc=pcie_ipc_switched_on(os.environ)):
         getattr(logger, level)("%s", text)
     if args.disable_custom_all_reduce:
         return
-    line = custom_all_reduce_off_line(gpu_kind=node, world_size=cfg.world_size, nnodes=args.nnodes)
-    if line:
+    for line in custom_all_reduce_off_lines(gpu_kind=node, world_size=cfg.world_size, nnodes=args.nnodes):
         logger.warning("%s", line)
+
+
+def _maybe_pcie_ipc(cfg: WorkerConfig, comm: Any) -> Any:
+    """``comm`` behind SGLang's PCIe-IPC all-reduce (``parallel.PcieIpcStandIn``) where this rank's
+    environment switches it on and, by ``serving.all_reduce_rules.decode_kernel`` on the declared node,
+    it carries decode: no other kernel ahead of it takes the reductions. The emulated node's activations
+    are taken as bf16 (what the kernel serves), whatever ``--dtype`` the toy model computes in."""
+    from serving.all_reduce_rules import PCIE_IPC_MAX_NUMEL_ENV, GpuKind, decode_kernel, pcie_ipc_switched_on
+    from serving.cuda_graph_rules import decode_backend_of
+    from serving.reference.parallel import PcieIpcStandIn
+
+    args = cfg.args
+    if cfg.world_size == 1 or not pcie_ipc_switched_on(os.environ):
+        return comm
+    try:
+        kernel, _ = decode_kernel(
+            gpu_kind=GpuKind.parse(args.reference_gpu_kind), architecture=args.architecture, tp_size=cfg.world_size,
+            disable_custom_all_reduce=args.disable_custom_all_reduce,
+            enforce_disable_fusion=args.enforce_disable_flashinfer_allreduce_fusion,
+            fusion_backend=args.flashinfer_allreduce_fusion_backend, nnodes=args.nnodes,
+            enable_torch_symm_mem=args.enable_torch_symm_mem, enable_mscclpp=args.enable_mscclpp,
+            enable_symm_mem=args.enable_symm_mem, enable_pcie_ipc=True,
+            mscclpp_installed=args.reference_mscclpp_installed,
+            cuda_graph=decode_backend_of(args.graph_flags) != "disabled")
+    except ValueError:  # a fusion backend SGLang refuses: the server refused it before the workers started
+        return comm
+    if kernel != "pcie_ipc":
+        return comm
+    rows = args.max_running_requests * ((args.speculative_num_draft_tokens or 1) if args.speculative else 1)
+    override = int(os.environ.get(PCIE_IPC_MAX_NUMEL_ENV) or 0)  # SGLang's EnvInt(0): 0 derives the bound
+    return PcieIpcStandIn(comm, max_rows=rows, max_numel=override, fail=cfg.pcie_ipc_build_fails)
 
 
 def _configure_logging(cfg: WorkerConfig) -> None:
@@ -223,6 +257,7 @@ def _serve(cfg: WorkerConfig, conn: Connection, env: dict[str, str]) -> None:
     distributed = comm
     comm = _maybe_corrupted(cfg, comm)
     _log_custom_all_reduce(cfg)
+    comm = _maybe_pcie_ipc(cfg, comm)
 
     preset = get_preset(args.model_path)
     logger.info("Load weight begin.")  # SGLang's start-phase lines (serving.engine.start_phases reads them)

@@ -50,7 +50,10 @@ def test_on_eight_pcie_gpus_every_arm_is_nccl_and_every_rank_says_why() -> None:
     ("sm120-pcie", KIMI, 2, 1, "custom_all_reduce"),  # two PCIe GPUs: custom all-reduce engages
     ("sm90-nvlink", "LlamaForCausalLM", 8, 1, "custom_all_reduce"),  # not a fusion architecture
     ("sm90-nvlink", KIMI, 3, 1, "flashinfer_fusion"),  # fusion does not care about the world size
-    ("sm90-nvlink", "LlamaForCausalLM", 3, 1, "nccl"),  # custom all-reduce: world sizes 2, 4, 6, 8
+    ("sm90-nvlink", "LlamaForCausalLM", 3, 1, "custom_all_reduce"),  # CustomAllReduceV2: sm90 world sizes 2-8
+    ("sm120-pcie", "LlamaForCausalLM", 3, 1, "nccl"),  # V2 needs NVLink; the legacy class: 2, 4, 6, 8
+    ("sm100-nvlink", "LlamaForCausalLM", 16, 1, "custom_all_reduce"),  # V2 on sm100: 2-8 and 16
+    ("sm90-nvlink", "LlamaForCausalLM", 16, 1, "nccl"),  # V2 on sm90: 2-8; the legacy class: 2, 4, 6, 8
     ("sm90-nvlink", KIMI, 16, 2, "nccl"),  # two sm90 nodes: no fusion, custom all-reduce off across nodes
     ("sm100-nvlink", KIMI, 16, 2, "flashinfer_fusion"),  # sm100 fuses across nodes (MNNVL)
     ("sm80-nvlink", KIMI, 8, 1, "custom_all_reduce"),  # A100: no fusion

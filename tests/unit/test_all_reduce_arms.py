@@ -56,9 +56,9 @@ def test_on_a_b200_node_auto_fusion_is_mnnvl_so_trtllm_and_cutedsl_are_the_arms_
     assert {"fusion_trtllm", "fusion_cutedsl", "mscclpp", "torch_symm_mem"} <= set(plan.measured)
 
 
-def test_on_the_seeds_pcie_node_only_nccl_and_its_symmetric_memory_remain() -> None:
+def test_on_eight_pcie_gpus_only_nccl_its_symmetric_memory_and_pcie_ipc_remain() -> None:
     plan = _spec("sm120-pcie", EVERY_ARM, mscclpp=True).arms_on_node()
-    assert plan.measured == ("default", "nccl_symm_mem") and plan.nccl_arms == ("default", "nccl_symm_mem")
+    assert plan.measured == ("default", "nccl_symm_mem", "pcie_ipc") and plan.nccl_arms == ("default", "nccl_symm_mem")
     assert {arm for arm, to in plan.stands_for.items() if to == "default"} == {
         "default", "no_fusion", "nccl", "mscclpp", "torch_symm_mem"}
     assert set(plan.refused) == {"fusion_trtllm", "fusion_mnnvl", "fusion_cutedsl"}

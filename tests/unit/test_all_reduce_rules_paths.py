@@ -33,7 +33,8 @@ def _engages(path: str, kind: str, ws: int, **kwargs) -> bool:
 def test_every_opt_in_flag_has_a_rule_and_nccl_nvls_has_none() -> None:
     assert {rule.flag for rule in PATH_RULES.values()} == {
         "--enable-torch-symm-mem", "--enable-mscclpp", "--enable-symm-mem",
-        "--flashinfer-allreduce-fusion-backend", "--enable-fused-moe-sum-all-reduce"}
+        "--flashinfer-allreduce-fusion-backend", "--enable-fused-moe-sum-all-reduce",
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"}  # PCIe-IPC has no flag, only SGLang's variable
     assert all("nvls" not in rule.flag for rule in PATH_RULES.values())
     for rule in PATH_RULES.values():
         assert rule.source and rule.precedence and rule.declared_kind_cannot_tell
@@ -180,7 +181,7 @@ _BEFORE = [  # (kind, arch, tp, nnodes, disable, no_fusion, kernel): tests/unit/
     ("sm120-pcie", KIMI, 8, 1, False, False, "nccl"),
     ("sm120-pcie", KIMI, 2, 1, False, False, "custom_all_reduce"),
     ("sm90-nvlink", LLAMA, 8, 1, False, False, "custom_all_reduce"),
-    ("sm90-nvlink", LLAMA, 3, 1, False, False, "nccl"),
+    ("sm90-nvlink", LLAMA, 3, 1, False, False, "custom_all_reduce"),  # CustomAllReduceV2 (sm90: 2-8)
     ("sm90-nvlink", KIMI, 16, 2, False, False, "nccl"),
     ("sm100-nvlink", KIMI, 16, 2, False, False, "flashinfer_fusion"),
     ("sm80-nvlink", KIMI, 8, 1, False, False, "custom_all_reduce"),

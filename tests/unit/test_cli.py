@@ -51,8 +51,9 @@ def test_validate_kimi_spec_json() -> None:
 
 
 @pytest.mark.parametrize(("spec", "arms", "configurations"), [
-    # eight PCIe GPUs: NCCL (whatever the switches) and NCCL on symmetric memory, the presets on both: 41 x 6 x 2
-    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "default, nccl_symm_mem", 492),
+    # eight PCIe GPUs: FlashInfer's PCIe-IPC (NCCL's defaults only), NCCL (whatever the switches) and NCCL on
+    # symmetric memory, the presets on those two: 41 x (1 + 6 x 2)
+    ("kimi-k2.5-eagle3-8x-rtx-pro-6000.yaml", "pcie_ipc, default, nccl_symm_mem", 533),
     # eight NVLink GPUs: fusion (trtllm), custom, NCCL, fusion on MNNVL, torch and NCCL symmetric memory;
     # NCCL_* on the two NCCL arms: 41 x (1 + 1 + 3 x 3 + 1 + 1 + 3 x 3)
     ("kimi-k2.5-eagle3-8x-h200.yaml", "default, no_fusion, nccl, fusion_mnnvl, torch_symm_mem, nccl_symm_mem", 902),

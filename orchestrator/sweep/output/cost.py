@@ -7,6 +7,8 @@
   (:func:`start_time`). A node's first start in a sweep is cold (:func:`cold_starts`: page cache
   and JIT caches empty, often much slower); every later start on it is warm, and a plan that took
   the cold start as the norm would overstate the night.
+* **First-start extras**: an arm whose first start does one-off work on top, counted once
+  (:func:`first_start_extras`): FlashInfer's PCIe-IPC all-reduce tunes its tactics at its first start.
 
 docs/design/sweep.md says why starts are the unit.
 """
@@ -23,10 +25,12 @@ from orchestrator.spec import DEFAULT_ENGINE_START_S, DEFAULT_TPOT_MS, SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
+    "PCIE_IPC_FIRST_START_S",
     "PlannedStarts",
     "benchmark_estimate_s",
     "cold_starts",
     "cost_line",
+    "first_start_extras",
     "format_duration",
     "measured_start_times",
     "planned_starts",
@@ -35,6 +39,30 @@ __all__ = [
     "tpot_estimate_s",
     "visit_estimate_s",
 ]
+
+
+PCIE_IPC_FIRST_START_S = 180.0
+"""Extra seconds of the sweep's first engine start on the ``pcie_ipc`` arm: an assumption, not a
+measurement. SGLang builds FlashInfer's PCIe-IPC workspace in warm-up and tunes its launch tactics
+there, then persists them per world size (``sglang/srt/distributed/device_communicators/pcie_ipc_ar.py``
+``_tune_cache_path`` l.166-178, ``_tune`` l.322-328: "only the first server pays"); FlashInfer builds
+the kernels' module on first use too. Three minutes allows for that build and for timing the
+candidate tactics at up to eleven row counts; the trials' measured starts replace it."""
+
+
+def first_start_extras(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> dict[str, tuple[float, str]]:
+    """Arm -> (extra seconds, why) of its first start: ``pcie_ipc`` where the sweep measures it as its
+    own kernel on the spec's node (or the node is not known yet) and no trial has started it yet."""
+    if any(r.params.get("all_reduce") == "pcie_ipc" and r.timings_s.get("engine_start") for r in records):
+        return {}
+    plan = spec.arms_on_node()
+    if "pcie_ipc" not in plan.measured:
+        return {}
+    path = plan.paths.get("pcie_ipc")
+    if path is not None and path.kernel != "pcie_ipc":
+        return {}
+    return {"pcie_ipc": (PCIE_IPC_FIRST_START_S, "assumed: SGLang tunes PCIe-IPC's tactics once per world size and "
+                         "caches them; cost.PCIE_IPC_FIRST_START_S")}
 
 
 @dataclass(frozen=True)

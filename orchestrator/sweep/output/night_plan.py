@@ -7,7 +7,8 @@ per-token time, ``budget.tpot_estimate_ms`` until a trial has measured it; then 
 The timeline follows the searcher's own order (``DefineByRunSpace``): the baselines, SGLang's rules of
 thumb, one start per all-reduce path and NCCL setting (each named with the hour it is first started),
 then the search; then the confirmation, ``contenders x min_visits..max_visits`` visits at the visit
-estimate. The plan *fits* when the search and the confirmation at ``max_visits`` end within the limit.
+estimate. An arm whose first start does one-off work (``cost.first_start_extras``: PCIe-IPC's tuning)
+adds it once, at the trial that first starts it. The plan *fits* when the search and the confirmation at ``max_visits`` end within the limit.
 Where it does not, :func:`changes_to_fit` re-plans the spec with one setting changed at a time and
 says what each saves. :func:`decision_chance` simulates the confirmation's sequential test (the
 sweep's own boundaries) at a stated between-visit spread.
@@ -26,7 +27,8 @@ from typing import Iterable
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.sweep.output.cost import (
-    benchmark_estimate_s, format_duration, planned_starts, start_time, tpot_estimate_s, visit_estimate_s,
+    benchmark_estimate_s, first_start_extras, format_duration, planned_starts, start_time, tpot_estimate_s,
+    visit_estimate_s,
 )
 from orchestrator.sweep.records.results import TrialRecord
 
@@ -70,6 +72,7 @@ class NightPlan:
         limit_s: ``budget.time_limit_s``.
         steps: The timeline.
         settings_first: (setting, trial number, hour it starts) for each all-reduce path and NCCL setting.
+        extras: (trial number, seconds, why) for each one-off cost a trial's start adds (``first_start_extras``).
     """
 
     start_s: float
@@ -85,17 +88,22 @@ class NightPlan:
     limit_s: float | None
     steps: tuple[PlanStep, ...] = field(default=())
     settings_first: tuple[tuple[str, int, float], ...] = field(default=())
+    extras: tuple[tuple[int, float, str], ...] = field(default=())
 
     @property
     def trial_s(self) -> float:
         return self.start_s + self.bench_s
 
+    def _extras_before(self, number: int) -> float:
+        return sum(seconds for at, seconds, _ in self.extras if at < number)
+
     def trial_at_s(self, number: int) -> float:
         """When trial ``number`` (1-based) starts, trials running ``parallel`` at a time."""
-        return (number - 1) // self.parallel * self.trial_s
+        return (number - 1) // self.parallel * self.trial_s + self._extras_before(number)
 
     def search_s(self, trials: int | None = None) -> float:
-        return math.ceil((self.trials if trials is None else trials) / self.parallel) * self.trial_s
+        trials = self.trials if trials is None else trials
+        return math.ceil(trials / self.parallel) * self.trial_s + self._extras_before(trials + 1)
 
     def confirmation_s(self, visits: int) -> float:
         return self.contenders * visits * self.visit_s
@@ -114,7 +122,7 @@ class NightPlan:
         as the running sweep stops the search (None without a limit)."""
         if self.limit_s is None:
             return None
-        left = self.limit_s - self.confirmation_s(self.min_visits)
+        left = self.limit_s - self.confirmation_s(self.min_visits) - self._extras_before(self.trials + 1)
         return max(0, int(left // self.trial_s) * self.parallel) if left > 0 else 0
 
 
@@ -146,6 +154,8 @@ def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPla
                      limit_s=spec.budget.time_limit_s)
     space = DefineByRunSpace(spec)
     baselines = space.baselines()
+    extras = _extras(spec, records, [*baselines, *space.opening()], plan.trials)
+    plan = NightPlan(**{**plan.__dict__, "extras": extras})
     stages = [(len(baselines), "baselines: " + ", ".join(
         "no speculation" if p.kind == "baseline_plain" else "SGLang's own choice" for p in baselines))]
     settings_first: tuple[tuple[str, int, float], ...] = ()
@@ -176,6 +186,17 @@ def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPla
     return NightPlan(**{**plan.__dict__, "steps": tuple(steps), "settings_first": settings_first})
 
 
+def _extras(spec: SweepSpec, records: list[TrialRecord], opening: list, trials: int) -> tuple[tuple[int, float, str], ...]:
+    """Each one-off first-start cost at the opening trial that first starts its arm, else at the search's
+    first trial (the searcher may start it any time after)."""
+    out = []
+    for arm, (seconds, why) in first_start_extras(spec, records).items():
+        number = next((n for n, p in enumerate(opening, start=1) if p.candidate.all_reduce == arm), len(opening) + 1)
+        if number <= trials:
+            out.append((number, seconds, f"{arm}'s first start: {why}"))
+    return tuple(out)
+
+
 def _setting_label(plan) -> str:
     """``nccl``, ``nccl NCCL_ALGO=Ring``, ``NCCL_PROTO=LL`` (the path where it is not the default one)."""
     candidate = plan.candidate
@@ -195,6 +216,7 @@ def plan_lines(plan: NightPlan) -> list[str]:
     at = format_duration
     lines = [f"plan: {plan.trials} trials, {plan.parallel} at a time; a trial = a start {at(plan.start_s)} "
              f"({plan.start_basis}) + {at(plan.bench_s)} on the engine ({plan.bench_basis})"]
+    lines += [f"  trial {number} adds {at(seconds)} once ({why})" for number, seconds, why in plan.extras]
     for step in plan.steps:
         if step.first == 0:
             low, high = plan.confirmation_s(plan.min_visits), plan.confirmation_s(plan.max_visits)
@@ -237,7 +259,7 @@ def _fewest_trials(plan: NightPlan) -> int:
 
 def _trials_that_fit(plan: NightPlan) -> int:
     """The most trials the limit holds beside the confirmation at ``max_visits``."""
-    room = (plan.limit_s or 0.0) - plan.confirmation_s(plan.max_visits)
+    room = (plan.limit_s or 0.0) - plan.confirmation_s(plan.max_visits) - sum(s for _, s, _ in plan.extras)
     return int(room // plan.trial_s) * plan.parallel if room > 0 else 0
 
 

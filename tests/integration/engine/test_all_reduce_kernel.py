@@ -54,12 +54,14 @@ def test_a_kimi_like_model_on_a_declared_h200_node_runs_fusion_custom_or_nccl_by
 
 
 def test_on_a_declared_pcie_node_every_rank_logs_custom_all_reduce_off_and_nccl_carries_decode(tmp_path: Path) -> None:
-    spec = _spec("sm120-pcie", tp=4)  # more than two PCIe-only GPUs: the rule of the seed's 8-GPU node
+    spec = _spec("sm120-pcie", tp=4)  # more than two PCIe-only GPUs: the rule of 8x RTX PRO 6000 (PCIe)
     assert spec.arms_on_node().measured == ("default",)
     observed, info, log = _observed(spec, "default", tmp_path)
     assert observed.kernel == "nccl" and observed.ranks_custom_off == [0, 1, 2, 3], observed
     assert info["flashinfer_allreduce_fusion_backend"] is None  # sm120: no fusion
-    assert log.count("not supported on more than two PCIe-only GPUs") == 4
+    # CustomAllReduceV2 declines first (it needs NVLink), then the legacy class: each rank logs both
+    assert log.count("CustomAllReduceV2 is disabled because it's not supported on more than two PCIe-only GPUs") == 4
+    assert log.count("CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs") == 4
 
 
 # --- the opt-in paths' arms (issue 44): where each engages, where not, and arms that resolve alike ---------
@@ -146,3 +148,27 @@ def test_a_fusion_backend_sglang_refuses_on_the_node_is_left_out_and_the_engine_
     with pytest.raises(EngineLaunchError) as failed:
         _observed(spec, arm, tmp_path)
     assert message in failed.value.log_tail
+
+
+# --- FlashInfer's PCIe-IPC all-reduce (issue 56): the workspace line, not the construction line, is proof ------
+
+def test_pcie_ipc_is_observed_once_every_rank_built_its_workspace_and_nccl_when_the_build_fails(tmp_path: Path) -> None:
+    spec = _opt_in_spec("sm120-pcie", 2, ["default", "pcie_ipc"])
+    assert spec.arms_on_node().paths["pcie_ipc"].kernel == "pcie_ipc"  # two PCIe GPUs: the arm turns custom off
+    config = spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None, all_reduce="pcie_ipc")
+    assert config.env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    for fault, kernel in (("", "pcie_ipc"), ("pcie_ipc_build_fails", "nccl")):
+        command = build_command(config.model_copy(update={"env": {**config.env, "SPECTUNE_REFERENCE_FAULT": fault}}),
+                                port=free_port())
+        engine = EngineProcess(command=command, log_path=tmp_path / f"pcie-{fault or 'ok'}.log", start_timeout_s=120)
+        with engine:  # healthy: /health_generate has run a forward pass, so the first reduction is behind us
+            info = server_info(command.url)
+            log = engine.log_path.read_text(errors="replace")
+        assert log.count("FlashInfer PCIe-IPC all-reduce enabled (world=2") == 2, log[-3000:]
+        observed = observe_all_reduce(server_info=info, log_text=log, tp_size=2)
+        assert observed.kernel == kernel, (observed, log[-3000:])
+        built, failed = log.count("FlashInfer PCIe-IPC workspace built (world=2"), log.count("reductions stay on NCCL")
+        assert (built, failed) == ((0, 2) if fault else (2, 0)), log[-3000:]
+        if not fault:  # the same log up to the first workspace line: every rank said "enabled", and that is no proof
+            start = log[:log.index("FlashInfer PCIe-IPC workspace built")]
+            assert observe_all_reduce(server_info=info, log_text=start, tp_size=2).kernel == "nccl"
