@@ -19,6 +19,8 @@ __all__ = [
     "ROLE_TRIAL",
     "TAG_ALL_REDUCE_KERNEL",
     "TAG_AUDIT_OK",
+    "TAG_BLIND_READERS",
+    "TAG_STOPPED",
     "TAG_BEST_LABEL",
     "TAG_BEST_TRIAL",
     "TAG_CUDA_VISIBLE_DEVICES",
@@ -75,10 +77,15 @@ TAG_ENGINE_PID = "spectune.engine_pid"
 TAG_AUDIT_OK = "spectune.audit_ok"
 TAG_ALL_REDUCE_KERNEL = "spectune.all_reduce_kernel"
 TAG_NCCL_LOG = "spectune.nccl_log"
+TAG_BLIND_READERS = "spectune.blind_readers"
+"""On a trial's run (and the sweep's): what its engine did not answer that a blind reader uses
+(``TrialRecord.blind_readers``), ``; ``-joined; absent where nothing was missing."""
 TAG_OBJECTIVE_METRIC = "spectune.objective.metric"
 TAG_OBJECTIVE_CONCURRENCY = "spectune.objective.concurrency"
 TAG_BEST_TRIAL = "spectune.best_trial"
 TAG_BEST_LABEL = "spectune.best_label"
+TAG_STOPPED = "spectune.stopped"
+"""On the sweep's run: why the search stopped early (``night_stop``'s diagnosis); absent otherwise."""
 TAG_VERDICT = "spectune.verdict"
 TAG_VERDICT_RATIO = "spectune.verdict_ratio"
 TAG_SERVED_AT = "spectune.served_at"

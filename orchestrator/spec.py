@@ -41,7 +41,7 @@ from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
 from orchestrator.space.arms import ArmsOnNode, arms_on_node
-from serving.all_reduce_rules import GpuKind
+from serving.all_reduce_rules import PCIE_IPC_ENV, GpuKind
 from serving.engine.config import (
     EngineConfig,
     EngineFlagChecks,
@@ -186,6 +186,11 @@ class EngineSpec(_Model, EngineFlagChecks):
         problem = draft_problem(self.speculative_algorithm, self.draft_model_path, draft_field="draft_model_path")
         if problem:
             problems.append(problem)
+        if PCIE_IPC_ENV in self.env:
+            problems.append(
+                f"env.{PCIE_IPC_ENV}: {self.env[PCIE_IPC_ENV]!r} would switch FlashInfer's PCIe-IPC all-reduce on for "
+                "every trial, under every all-reduce arm, and the plan would not know it; search it as the arm that sets "
+                "it (search.all_reduce: [pcie_ipc, default]) and drop it from engine.env")
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -306,6 +311,10 @@ class BudgetSpec(_Model):
         "--cuda-graph-max-bs-decode; orchestrator.sweep.execution.start_flags). Recorded on each trial, never in best.yaml; "
         "flags engine.extra_args sets are kept as given. false: start sweep engines as they would be served.",
     )
+    max_same_failures: int = Field(
+        default=3, ge=1, le=10_000, description="Trials failed the same way (reason and message, numbers aside) "
+        "after which the search stops with a diagnosis instead of spending the night's starts on it "
+        "(orchestrator.sweep.execution.night_stop).")
 
 
 class ResourcesSpec(_Model):

@@ -100,7 +100,7 @@ ENV = Registry(
         default="",
         doc=(
             "Fault switch of the reference engine (serving.reference), for tests of the failure "
-            "paths of whatever launches it. One of: 'crash_on_start' (exit 1 before serving), "
+            "paths of whatever launches it. One of: 'crash_on_start' (exit 1 before serving; '@speculative': only a speculative engine), "
             "'hang_on_start' (spawn the workers, then never become healthy), "
             "'die_after_tokens:N' (the server process exits hard once it has emitted N tokens in "
             "total; 'die_after_tokens:N@NAME=VALUE' only where the server's environment has "

@@ -325,7 +325,6 @@ class _Response:
                 self.finish_reason = _finish_type(choice.get("finish_reason"))
         self._usage(obj.get("usage"))
         self._sglext(obj.get("sglext"))
-        self._sglext(obj.get("sglext"))
 
     def _sglext(self, ext: Any) -> None:
         """SGLang's ``sglext.spec_tokens_details`` (OpenAI APIs, asked for by ``return_spec_tokens_details``):

@@ -58,6 +58,12 @@ def sweep(
                            "env; no Ray, no GPUs, nothing started."),
     ] = False,
     first: Annotated[int, typer.Option("--first", min=0, max=100, help="Proposed trials shown by --dry-run.")] = 3,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="Before bed: run only the night's two baselines (no speculation, SGLang's "
+                           "choice) through every check, one repetition at the objective's level; print what passed, "
+                           "the start phases and the night re-planned. --resume DIR then continues into the night "
+                           "without running them again."),
+    ] = False,
     address: Annotated[
         Optional[str], typer.Option("--address", help="Ray cluster to use (default: the running one, else a new local one).")
     ] = None,
@@ -90,7 +96,7 @@ def sweep(
     """
     # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
     from orchestrator.sweep import dry_run as show_dry_run
-    from orchestrator.sweep.execution.contract_stop import EngineContractError
+    from orchestrator.sweep.execution.night_stop import EngineContractError
     from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 
     if resume is not None:
@@ -111,7 +117,8 @@ def sweep(
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
                             resume=resume is not None, wait_for_resources_s=wait_for_resources,
-                            tracking_uri=tracking_uri, extend_to=max_visits, confirmation_minutes=max_minutes)
+                            tracking_uri=tracking_uri, extend_to=max_visits, confirmation_minutes=max_minutes,
+                            smoke=smoke)
     except PreflightError as exc:
         err = stderr_console()
         err.print("[bold red]cannot start the sweep[/] (nothing was run):")
@@ -119,7 +126,7 @@ def sweep(
             err.print(f"  - {escape(line)}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except EngineContractError as exc:
-        stderr_console().print(f"[bold red]sweep stopped: the engine does not answer as spectune expects[/]: "
+        stderr_console().print(f"[bold red]sweep stopped: the engine does not answer what a measurement needs[/]: "
                                f"{escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepResumeError as exc:

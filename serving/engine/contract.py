@@ -1,28 +1,33 @@
-"""The engine contract: what the harness reads from a running engine, checked against one answer of it.
+"""The engine contract: what the harness reads from a running engine, checked on its first answers.
 
-spectune has never driven SGLang on a real node: every field, endpoint and log line it reads was read
-from SGLang 0.5.23's source. A field SGLang names differently would not crash anything; it would give
-a night of silently missing data (an accept length of None, an all-reduce kernel "unknown", a probe
-with nothing to judge by). So each trial checks, on its engine's first answers, that every item
-below is there and typed as expected (``orchestrator.sweep.execution.trial``), and a sweep whose
-engine breaks the contract stops at once (exit 2) naming what is missing and what the engine sent.
+Each trial checks, after its engine is healthy (started with ``--skip-server-warmup``), one short
+greedy ``/generate`` (8 tokens) and then ``/server_info`` and the log
+(``orchestrator.sweep.execution.trial``). It asks only what SGLang 0.5.23 guarantees at that moment
+(paths under ``sglang/srt/``), and sorts what is missing in two:
 
-What is read, and where SGLang 0.5.23 writes it:
+* **needed to measure** (``ContractCheck.problems``; the sweep stops, exit 2, with a diagnostic
+  bundle): ``output_ids`` (``managers/tokenizer_manager.py`` l.2665-2670, set for every finished
+  request), ``meta_info.completion_tokens`` (l.2552-2558), and under speculation
+  ``meta_info.spec_verify_ct`` (l.2755-2756, l.3148-3172: once a request had a verify cycle, which an
+  8-token request has).
+* **read by a blind reader** (``ContractCheck.blind``; the trial goes on, the night is flagged):
+  ``/server_info``'s resolved ``speculative_*`` numbers (``entrypoints/http_server.py`` l.863-891,
+  ``arg_groups/speculative_hook.py`` l.1159-1174: an auto choice's label) and with TP > 1
+  ``disable_custom_all_reduce`` (``arg_groups/fields/exec_.py`` l.725: the all-reduce observation);
+  ``meta_info.prompt_tokens`` (l.2507-2513) and ``spec_correct_drafts_histogram`` (l.3193-3201:
+  chain prediction); on the no-speculation engine, asked with ``return_logprob``,
+  ``top_logprobs_num`` and ``logprob_start_len: 0``, ``input_token_logprobs`` and
+  ``output_top_logprobs`` as ``(logprob, token_id, text)`` triples (l.2849-2873: the probe's near-tie
+  rule; without them it compares token for token); the log's ``[... TPn]`` line from every rank
+  (``managers/scheduler.py`` l.6279-6298, ``model_executor/model_runner.py`` l.1371-1379) and with
+  ``NCCL_DEBUG=INFO`` NCCL's own ``host:pid:tid [dev] NCCL INFO`` lines (NCCL's, TP > 1: the per-rank
+  NCCL proof, ``serving.engine.nccl_log``).
 
-* ``GET /server_info`` (``http_server.py``; the resolved server args at the top level, scheduler
-  state in ``internal_states[0]``): ``speculative_num_steps``, ``speculative_eagle_topk``,
-  ``speculative_num_draft_tokens`` (the speculative numbers an engine resolved),
-  ``internal_states[0].avg_spec_accept_length`` (``scheduler_components/internal_state.py``), and
-  with TP > 1 ``disable_custom_all_reduce`` (which all-reduce kernel decode is on);
-* ``POST /generate`` (``tokenizer_manager.py``): ``output_ids``, ``meta_info.prompt_tokens`` /
-  ``completion_tokens``, and under speculation ``meta_info.spec_verify_ct`` and
-  ``spec_correct_drafts_histogram`` (``_calculate_spec_decoding_metrics``; present once a request
-  had a verify cycle); on the no-speculation engine, asked with ``return_logprob``,
-  ``top_logprobs_num`` and ``logprob_start_len: 0``, ``meta_info.input_token_logprobs`` and
-  ``output_top_logprobs`` as ``(logprob, token_id, text)`` triples (``add_logprob_to_meta_info``);
-* the engine log: with TP > 1 a line from every rank, prefixed ``[... TPn]`` (the all-reduce
-  observation reads the ranks' own lines), and with ``NCCL_DEBUG=INFO`` on GPUs NCCL's
-  ``host:pid:tid [dev] NCCL INFO`` lines (the per-rank NCCL proof, ``serving.engine.nccl_log``).
+Not asked: ``internal_states[0].avg_spec_accept_length``. SGLang adds it only once
+``spec_total_num_forward_ct > 0`` (``managers/scheduler_components/internal_state.py`` l.243-253),
+which grows every ``--decode-log-interval`` (40) decode batches (``metrics_reporter.py`` l.934,
+l.999-1000), never on idle: after one short request it is absent. The benchmark reads it as a
+cross-check only.
 
 Pure functions on what was read; standard library only.
 """
@@ -73,26 +78,34 @@ class ContractCheck:
     """What the check found.
 
     Attributes:
-        problems: One line per item missing or mistyped: where it is read, what was expected, what
-            the engine sent instead.
+        problems: Items without which nothing can be measured (``MEASURED_BY``), missing or
+            mistyped: where it is read, what was expected, what the engine sent instead. Any one
+            stops the sweep.
+        blind: Items a blind reader uses (an accept-length cross-check, the all-reduce observation,
+            the probe's near-tie rule, chain prediction, NCCL's proof), missing or mistyped: the
+            trial goes on without that reader, and the night is flagged.
         checked: Every item checked, in words (for the trial's artifact).
     """
 
     problems: list[str] = field(default_factory=list)
+    blind: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """Whether the engine can be measured (blind readers may still be missing)."""
         return not self.problems
 
     def summary(self) -> str:
         if self.ok:
-            return f"the engine answers as the harness expects ({len(self.checked)} items)"
-        return (f"the engine does not answer as the harness expects (SGLang 0.5.23's fields): "
+            blind = f"; blind: {'; '.join(self.blind)}" if self.blind else ""
+            return f"the engine answers what a measurement needs ({len(self.checked)} items checked){blind}"
+        return (f"the engine does not answer what a measurement needs (SGLang 0.5.23's fields): "
                 f"{'; '.join(self.problems)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": list(self.problems), "checked": list(self.checked)}
+        return {"ok": self.ok, "problems": list(self.problems), "blind": list(self.blind),
+                "checked": list(self.checked)}
 
 
 def _shown(value: Any) -> str:
@@ -119,11 +132,14 @@ def _triple(value: Any) -> bool:
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[str] = []
+        self.blind: list[str] = []
         self.checked: list[str] = []
 
-    def need(self, where: str, ok: bool, expected: str, got: Any, *, keys_of: Any = None) -> None:
-        """Record ``where`` as checked, and a problem unless ``ok``; an absent key is shown with the
-        keys of the object it was looked up in that resemble it (a rename shows as itself)."""
+    def need(self, where: str, ok: bool, expected: str, got: Any, *, keys_of: Any = None,
+             measured: bool = False) -> None:
+        """Record ``where`` as checked, and unless ``ok`` a problem (``measured``: nothing can be
+        measured without it) or a blind reader; an absent key is shown with the keys of the object it
+        was looked up in that resemble it (a rename shows as itself)."""
         self.checked.append(where)
         if ok:
             return
@@ -132,7 +148,7 @@ class _Checker:
             name = where.split(" (")[0].rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
             near = difflib.get_close_matches(name, [str(k) for k in keys_of], n=3, cutoff=0.6)
             sent += f" (the object has {len(keys_of)} keys" + (f"; nearest: {', '.join(near)})" if near else ")")
-        self.problems.append(f"{where}: expected {expected}, got {sent}")
+        (self.problems if measured else self.blind).append(f"{where}: expected {expected}, got {sent}")
 
 
 _ABSENT: Any = object()
@@ -170,32 +186,28 @@ def check_engine_contract(
         for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
             value = args.get(name, _ABSENT)
             c.need(f"/server_info {name}", _is_int(value), "an integer (the resolved server arg)", value, keys_of=info)
-        c.need("/server_info internal_states[0]", first is not None, "a JSON object (the scheduler's state)",
-               states if states is not None else _ABSENT, keys_of=info)
-        if first is not None:
-            value = first.get("avg_spec_accept_length", _ABSENT)
-            c.need("/server_info internal_states[0].avg_spec_accept_length", _is_number(value), "a number", value,
-                   keys_of=first)
     if tp_size > 1:
         value = args.get("disable_custom_all_reduce", _ABSENT)
         c.need("/server_info disable_custom_all_reduce", isinstance(value, bool), "true or false", value, keys_of=info)
 
     reply = generate_reply[0] if isinstance(generate_reply, list) and generate_reply else generate_reply
-    c.need("POST /generate", isinstance(reply, dict), "a JSON object", reply if reply is not None else _ABSENT)
+    c.need("POST /generate", isinstance(reply, dict), "a JSON object", reply if reply is not None else _ABSENT,
+           measured=True)
     reply = reply if isinstance(reply, dict) else {}
     ids = reply.get("output_ids", _ABSENT)
     c.need("/generate output_ids", isinstance(ids, list) and all(_is_int(t) for t in ids), "a list of token ids", ids,
-           keys_of=reply)
+           keys_of=reply, measured=True)
     meta = reply.get("meta_info", _ABSENT)
-    c.need("/generate meta_info", isinstance(meta, dict), "a JSON object", meta, keys_of=reply)
+    c.need("/generate meta_info", isinstance(meta, dict), "a JSON object", meta, keys_of=reply, measured=True)
     meta = meta if isinstance(meta, dict) else {}
     for name in ("prompt_tokens", "completion_tokens"):
         value = meta.get(name, _ABSENT)
-        c.need(f"/generate meta_info.{name}", _is_int(value), "an integer", value, keys_of=meta)
+        c.need(f"/generate meta_info.{name}", _is_int(value), "an integer", value, keys_of=meta,
+               measured=name == "completion_tokens")
     if speculative:
         value = meta.get("spec_verify_ct", _ABSENT)
         c.need("/generate meta_info.spec_verify_ct", _is_int(value) and value > 0, "a positive integer (verify cycles)",
-               value, keys_of=meta)
+               value, keys_of=meta, measured=True)
         value = meta.get("spec_correct_drafts_histogram", _ABSENT)
         c.need("/generate meta_info.spec_correct_drafts_histogram",
                isinstance(value, list) and bool(value) and all(_is_int(v) for v in value),
@@ -220,4 +232,4 @@ def check_engine_contract(
         if nccl_info and device != "cpu":
             c.need("engine log: NCCL's 'host:pid:tid [dev] NCCL INFO' lines (NCCL_DEBUG=INFO)",
                    bool(_NCCL_LINE.search(log_text or "")), "at least one line", "none")
-    return ContractCheck(problems=c.problems, checked=c.checked)
+    return ContractCheck(problems=c.problems, blind=c.blind, checked=c.checked)

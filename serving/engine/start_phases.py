@@ -9,8 +9,11 @@ SGLang 0.5.23 logs, per TP rank (``[... TPn]`` prefixes):
   CUDA graph end. elapsed=X s, ...`` (``cuda_graph_setup.py``), one per captured runner;
 
 and ``The server is fired up and ready to roll!`` once (``http_server.py``). The reference engine
-logs the same lines. A start's phases are the slowest rank's weights and its CUDA graphs (the sum of
-its captures), and the rest of the launch-to-healthy time (process start, distributed init, the
+logs the same lines. Under speculation the draft is a second model runner in each rank's process
+(``speculative/eagle_worker_v2.py`` l.223-227): it logs its own ``Load weight end`` after the
+target's, with the same prefix (only ``type=`` tells them apart). A start's phases are the slowest
+rank's weights (the sum of its loads, draft included) and its CUDA graphs (the sum of its captures),
+and the rest of the launch-to-healthy time (process start, distributed init, the
 memory pool, warm-up): what a cold start spends longer on, and what sweep-only start flags save.
 Standard library only.
 """
@@ -32,11 +35,11 @@ def start_phases(log_text: str, *, total_s: float | None) -> dict[str, float]:
     """``{"weights", "cuda_graphs", "other"}`` seconds of one start (``other`` only with ``total_s``,
     the launch-to-healthy time); ``{}`` where the log has no weight line (an engine that logs
     otherwise, or a start that never loaded)."""
-    weights: dict[int | None, float] = {}
+    weights: dict[int | None, float] = defaultdict(float)
     graphs: dict[int | None, float] = defaultdict(float)
     for rank, line in rank_lines(log_text):
         if (found := _WEIGHTS.search(line)) is not None:
-            weights[rank] = max(weights.get(rank, 0.0), float(found.group(1)))
+            weights[rank] += float(found.group(1))  # the target's, then the draft's
         elif (found := _GRAPH.search(line)) is not None:
             graphs[rank] += float(found.group(1))
     if not weights:

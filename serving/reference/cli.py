@@ -61,6 +61,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if faults.crash_on_start:
         logger.error("fault crash_on_start: exiting with status 1 before serving")
         return 1
+    if faults.crash_on_start_speculative and args.speculative:
+        logger.error("fault crash_on_start@speculative: torch.OutOfMemoryError: CUDA out of memory while capturing "
+                     "the draft's CUDA graphs (a stand-in for a systematic start failure); exiting with status 1")
+        return 1
 
     from serving.reference.tp_worker import set_process_name
 

@@ -43,6 +43,7 @@ class Faults:
     """The parsed switches; ``str()`` spells them as they were set."""
 
     crash_on_start: bool = False
+    crash_on_start_speculative: bool = False
     hang_on_start: bool = False
     die_after_tokens: Optional[int] = None
     die_after_tokens_when: Optional[EnvCondition] = None
@@ -54,6 +55,7 @@ class Faults:
     corruption_share: float = CORRUPTION
     perturb_verify: Optional[float] = None
     drop_fields: tuple[str, ...] = ()
+    pcie_ipc_build_fails: bool = False
 
     @property
     def any(self) -> bool:
@@ -80,7 +82,9 @@ class Faults:
         return self.die_after_steps
 
     def __str__(self) -> str:
-        parts = [name for name in ("crash_on_start", "hang_on_start") if getattr(self, name)]
+        parts = [name for name in ("crash_on_start", "hang_on_start", "pcie_ipc_build_fails") if getattr(self, name)]
+        if self.crash_on_start_speculative:
+            parts.append("crash_on_start@speculative")
         if self.die_after_tokens is not None:
             when = f"@{self.die_after_tokens_when}" if self.die_after_tokens_when is not None else ""
             parts.append(f"die_after_tokens:{self.die_after_tokens}{when}")
@@ -128,8 +132,10 @@ def parse_faults(value: Optional[str] = None) -> Faults:
     fields: dict[str, object] = {}
     for item in filter(None, (part.strip() for part in raw.split(";"))):
         key, _, arg = item.partition(":")
-        if key in ("crash_on_start", "hang_on_start") and not arg:
+        if key in ("crash_on_start", "hang_on_start", "pcie_ipc_build_fails") and not arg:
             fields[key] = True
+        elif item == "crash_on_start@speculative":
+            fields["crash_on_start_speculative"] = True
         elif key == "die_after_tokens":
             count, at, when = arg.partition("@")
             if not count.isdigit() or int(count) < 1:
@@ -182,9 +188,10 @@ def parse_faults(value: Optional[str] = None) -> Faults:
                 f"{name}: perturb_verify needs a relative size > 0 (perturb_verify:X; 0.0039 is bf16's rounding)"))
         else:
             raise ValueError(
-                f"{name}={_shown(raw)}: unknown fault {_shown(item)}; use crash_on_start, hang_on_start, "
+                f"{name}={_shown(raw)}: unknown fault {_shown(item)}; use crash_on_start[@speculative], hang_on_start, "
                 "die_after_tokens:N[@NAME=VALUE], die_after_steps:N[@node_rank=R], late_env:NAME[,NAME...], "
-                "corrupt_allreduce_when:NAME=VALUE[@share=X], perturb_verify:X or drop_field:NAME[,NAME...] "
+                "corrupt_allreduce_when:NAME=VALUE[@share=X], perturb_verify:X, drop_field:NAME[,NAME...] or "
+                "pcie_ipc_build_fails "
                 "(';' combines several)"
             )
     return Faults(**fields)  # type: ignore[arg-type]

@@ -125,7 +125,8 @@ class Scheduler:
         max_running_requests: Most requests decoded together (KV-cache rows).
         context_length: Longest prompt + output, in tokens.
         max_prefill_tokens: Most prompt tokens prefilled in one iteration (at least one request).
-        decode_log_interval: Iterations between folds of the counter window (and log lines).
+        decode_log_interval: Decode batches between folds of the counter window into the totals
+            (and log lines), counted since start or the last flush, as SGLang's ``forward_ct_decode``.
         log_stats: Whether this rank logs the decode lines (rank 0).
         on_stats: Called with the internal state after each fold.
         clock: Time source for throughput figures.
@@ -172,7 +173,7 @@ class Scheduler:
         self._reset_counters()
         self._window_start = clock()
         self._idle = True
-        self._iters_since_fold = 0
+        self.forward_ct_decode = 0
         self.last_gen_throughput = 0.0
         self.last_spec_accept_length = 0.0
         self.last_spec_accept_rate = 0.0
@@ -230,6 +231,7 @@ class Scheduler:
                 f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
             )
         self._reset_counters()
+        self.forward_ct_decode = 0  # SGLang's reset_metrics
         return True, "Cache flushed."
 
     def step(self) -> list[TokenOut]:
@@ -241,15 +243,15 @@ class Scheduler:
             outs = self._prefill()
         elif self.running:
             outs = self._spec_cycle() if self.spec else self._decode()
-            self._iters_since_fold += 1
-            if self._iters_since_fold >= self.decode_log_interval:
-                self._fold(log=True)
+            # SGLang 0.5.23 folds only here, every decode_log_interval decode batches, never on idle:
+            # batch_result_processor.py l.1102-1103 counts, metrics_reporter.py l.934 gates, l.999-1000 folds
+            self.forward_ct_decode += 1
+            if self.forward_ct_decode % self.decode_log_interval == 0:
+                self._fold()
         else:
             return []
         self._remove_finished()
         if not self.running and not self.waiting:
-            if self._iters_since_fold:
-                self._fold(log=False)
             self._idle = True
         return outs
 
@@ -487,7 +489,7 @@ class Scheduler:
         self.cum_spec_accept_tokens = 0
         self.cum_spec_accepted_drafts = 0
 
-    def _fold(self, *, log: bool) -> None:
+    def _fold(self) -> None:
         now = self.clock()
         elapsed = max(now - self._window_start, 1e-9)
         self.last_gen_throughput = self._gen_tokens / elapsed
@@ -498,7 +500,7 @@ class Scheduler:
         self.cum_spec_verify_ct += self._win_verify_ct
         self.cum_spec_accept_tokens += self._win_accept_tokens
         self.cum_spec_accepted_drafts += self._win_accepted_drafts
-        if log and self.log_stats:
+        if self.log_stats:
             msg = (
                 f"Decode batch. #running-req: {len(self.running)}, "
                 f"#token: {sum(r.committed for r in self.running)}, "
@@ -511,7 +513,6 @@ class Scheduler:
         self._win_verify_ct = self._win_accept_tokens = self._win_accepted_drafts = 0
         self._gen_tokens = 0
         self._window_start = now
-        self._iters_since_fold = 0
         if self.on_stats is not None:
             self.on_stats(self.internal_state())
 

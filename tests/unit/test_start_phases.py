@@ -28,6 +28,15 @@ def test_phases_are_the_slowest_ranks() -> None:
     assert start_phases("no such lines", total_s=10.0) == {}
 
 
+def test_the_drafts_own_weight_load_counts_as_weights() -> None:
+    """SGLang 0.5.23 loads the EAGLE draft in a second model runner of each rank (eagle_worker_v2.py
+    l.223-227): its own 'Load weight end' follows the target's with the same prefix."""
+    log = SGLANG_LOG + (
+        "[2026-12-05 10:05:20 TP0] Load weight end. elapsed=9.10 s, type=LlamaForCausalLMEagle3, avail mem=40 GB.\n"
+        "[2026-12-05 10:05:21 TP1] Load weight end. elapsed=9.10 s, type=LlamaForCausalLMEagle3, avail mem=40 GB.\n")
+    assert start_phases(log, total_s=420.0) == {"weights": 328.0, "cuda_graphs": 58.0, "other": 34.0}
+
+
 def test_the_plan_names_where_a_warm_start_goes() -> None:
     spec = SweepSpec.from_dict({"name": "t", "engine": {"kind": "sglang", "model_path": "m", "draft_model_path": "d"}})
 

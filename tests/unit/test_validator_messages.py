@@ -281,7 +281,7 @@ def test_every_dataset_rule_of_the_benchmark_is_reported_at_once() -> None:
      "'EAGLE', 'EAGLE3' or null; did you mean 'EAGLE3'?"),
     ("search.all_reduce", ["nccl", "fused"],
      "search.all_reduce.1: got 'fused' (a string); expected one of 'default', 'no_fusion', 'nccl', 'fusion_trtllm', "
-     "'fusion_mnnvl', 'fusion_cutedsl', 'mscclpp', 'torch_symm_mem', 'nccl_symm_mem'"),
+     "'fusion_mnnvl', 'fusion_cutedsl', 'mscclpp', 'torch_symm_mem', 'nccl_symm_mem', 'pcie_ipc'"),
     ("engine.model_path", 7, "engine.model_path: got 7 (an integer); expected a string, e.g. '7'"),
     ("engine.draft_model_path", 5,
      "engine.draft_model_path: got 5 (an integer); expected a string or null, e.g. '5'"),
@@ -296,7 +296,7 @@ def test_every_dataset_rule_of_the_benchmark_is_reported_at_once() -> None:
      "engine); expected 'sglang' or 'reference'"),
     ("budget", {"num_trial": 5}, "budget.num_trial: unknown key (did you mean 'num_trials'?); allowed here: "
      "num_trials, max_concurrent_trials, time_limit_s, trial_timeout_s, engine_start_timeout_s, "
-     "engine_start_estimate_s, tpot_estimate_ms, derive_time_limits, sweep_only_start_flags"),
+     "engine_start_estimate_s, tpot_estimate_ms, derive_time_limits, sweep_only_start_flags, max_same_failures"),
     ("budget", {"num_trials": 0}, "budget.num_trials: got 0; expected an integer in [1, 10000], e.g. 20"),
     ("budget", {"time_limit_s": 0}, "budget.time_limit_s: got 0; expected a number in (0, 2592000] or null"),
     ("engine.tp_size", 128, "engine.tp_size: got 128; expected an integer in [1, 64], e.g. 1"),

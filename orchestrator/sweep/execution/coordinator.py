@@ -26,6 +26,7 @@ from orchestrator.mlflow_schema import (
     TAG_EARLY_STOPPED,
     TAG_ALL_REDUCE_KERNEL,
     TAG_AUDIT_OK,
+    TAG_BLIND_READERS,
     TAG_CUDA_VISIBLE_DEVICES,
     TAG_ENGINE_COMMAND,
     TAG_ENGINE_NODES,
@@ -52,7 +53,7 @@ from orchestrator.timestamps import utc_timestamp
 from orchestrator.tracking import open_tracker, param_text
 from serving.engine.command import render_flags
 
-__all__ = ["CoordinatorRef", "SweepCoordinator", "coordinator_name"]
+__all__ = ["DIAGNOSTICS_DIR", "CoordinatorRef", "SweepCoordinator", "coordinator_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +92,16 @@ _RUN_STATUS = {"ok": "FINISHED", "infeasible": "FINISHED", "early_stopped": "FIN
 tagged ``spectune.early_stopped=true``; KILLED is for a trial the sweep's end interrupted."""
 
 
+DIAGNOSTICS_DIR = "diagnostics"
+"""Under the results directory: one folder per stop, with what the engine answered (a maintainer's bundle)."""
+
+
 class SweepCoordinator:
     """Owns ``results_dir``: MLflow writes, trial records, the probe baseline."""
 
     def __init__(
         self, *, results_dir: str, tracking_uri: str, experiment_name: str, sweep_name: str, spec_text: str,
-        resume: bool = False, traffic: dict[str, Any] | None = None,
+        resume: bool = False, traffic: dict[str, Any] | None = None, adopt_ended: bool = False,
     ) -> None:
         self.results_dir = Path(results_dir)
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -127,6 +132,10 @@ class SweepCoordinator:
         self._number = max((r.number for r in self._records.values()), default=0)
         self._left_running = self._trial_runs_left_running() if state.get("parent_run_id") else {}
         self._baseline_failure: str | None = None
+        self._adoptable = [r for r in self._records.values() if r.status == "ok"] if adopt_ended else []
+        self._adopted: set[str] = set()
+        """A smoke run's ended trials (``orchestrator.sweep.execution.smoke``) the night's first proposals
+        of the same kind and parameters take over instead of starting again."""
 
     # --- the sweep ------------------------------------------------------------------------------
 
@@ -190,7 +199,7 @@ class SweepCoordinator:
             record that has ended so far (what the trial's time limits are derived from).
         """
         rec = TrialRecord.model_validate(record)
-        done = self._records.get(rec.trial_id)
+        done = self._records.get(rec.trial_id) or self._adopt(rec)
         if done is not None and done.status != "interrupted":
             return {"number": done.number, "run_id": done.mlflow_run_id, "finished": done.model_dump()}
         if done is None:
@@ -210,6 +219,21 @@ class SweepCoordinator:
             self.tracker.log_dict(run["run_id"], rec.engine_config, ENGINE_CONFIG_ARTIFACT)
         self._running[rec.trial_id] = rec.model_copy(update={"number": number, "mlflow_run_id": run["run_id"]})
         return {"number": number, "run_id": run["run_id"], "finished": None, "ended": self.records()}
+
+    def _adopt(self, rec: TrialRecord) -> TrialRecord | None:
+        """A smoke run's ended trial of ``rec``'s kind and parameters, once (None: none left)."""
+        for i, ended in enumerate(self._adoptable):
+            if ended.kind == rec.kind and ended.params == rec.params:
+                del self._adoptable[i]
+                # the number reserved for it at its start goes back: the next trial takes the lowest free one
+                self._numbers[rec.trial_id] = ended.number
+                self._adopted.add(rec.trial_id)
+                self._number = max([r.number for r in self._records.values()] + [
+                    n for t, n in self._numbers.items() if t not in self._adopted])
+                logger.info("trial %d (%s): measured by the smoke run; the night takes its record", ended.number,
+                            ended.label)
+                return ended
+        return None
 
     def _trial_runs_left_running(self) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
         """A resumed sweep's trial runs that an earlier driver left RUNNING with no record (it was
@@ -366,6 +390,17 @@ class SweepCoordinator:
                 logger.warning("%s: a torn line (a kill mid-write?) skipped", path)
         return visits
 
+    # --- what a maintainer fixes from --------------------------------------------------------------
+
+    def write_diagnostics(self, *, name: str, files: dict[str, str]) -> str:
+        """Write ``files`` (name -> text) atomically under ``<results_dir>/diagnostics/<name>/``;
+        returns that folder's path (what a stop's message points to)."""
+        folder = self.results_dir / DIAGNOSTICS_DIR / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for file_name, text in files.items():
+            write_atomic(folder / file_name, text)
+        return str(folder)
+
     # --- the correctness baseline ----------------------------------------------------------------
 
     def put_baseline(self, text: str) -> None:
@@ -394,4 +429,5 @@ def _record_tags(rec: TrialRecord) -> dict[str, Any]:
         TAG_ENGINE_PID: first.get("pid"), TAG_AUDIT_OK: rec.audit_ok,
         TAG_ENGINE_NODES: engine_nodes_tag(rec.engine_nodes) if rec.engine_nodes else None,
         TAG_ALL_REDUCE_KERNEL: rec.all_reduce_kernel, TAG_NCCL_LOG: rec.nccl_log,
+        TAG_BLIND_READERS: "; ".join(rec.blind_readers)[:5000] if rec.blind_readers else None,
     }

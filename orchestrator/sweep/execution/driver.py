@@ -21,7 +21,15 @@ from rich.markup import escape
 
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.execution.callbacks import tune_callbacks
-from orchestrator.sweep.execution.contract_stop import contract_stopper, engine_contract_error
+from orchestrator.sweep.execution.night_stop import night_stop, night_stopper
+from orchestrator.sweep.execution.smoke import (
+    SMOKE_TRIALS,
+    smoke_lines,
+    smoke_resumable,
+    smoke_spec,
+    write_smoke_state,
+)
+from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.sweep.execution.ray_connection import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.output.cost import cost_line
 from orchestrator.sweep.output.night_plan import night_plan, plan_lines
@@ -88,6 +96,7 @@ def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
     tracking_uri: str | None = None, extend_to: int | None = None, confirmation_minutes: float | None = None,
+    smoke: bool = False,
 ) -> SweepOutcome:
     """Run the whole sweep; returns its outcome (never raises for a failed trial).
 
@@ -96,11 +105,13 @@ def run_sweep(
         extend_to: ``--max-visits`` (with ``resume``): extend the confirmation's design to this many
             looks (``confirm.run_confirmation``); the search is restored as it ended.
         confirmation_minutes: ``--max-minutes``: the confirmation's time in this run.
+        smoke: ``--smoke``: the night's two baselines only (``orchestrator.sweep.execution.smoke``);
+            ``resume`` of its directory continues into the night without starting them again.
 
     Raises:
         PreflightError: the sweep cannot run as specified here (nothing was started or moved).
-        EngineContractError: a trial's engine does not answer as the harness expects; every trial
-            was stopped (records and MLflow runs kept).
+        EngineContractError: a trial's engine answered nothing a measurement needs; every trial
+            was stopped, the morning files and a diagnostic bundle written (``night_stop``).
         SweepResumeError, SweepBusyError: as their names say.
     """
     import ray
@@ -109,11 +120,20 @@ def run_sweep(
     out = resolve_results_dir(spec.results_dir, results_dir)
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
+    if smoke and resume:
+        raise SweepResumeError(f"--smoke with --resume {out}: a smoke run starts a results directory; --resume alone "
+                               "continues a smoke run into the night")
+    after_smoke = resume and smoke_resumable(out)  # the night starts here: the smoke's baselines are taken over
     tracking_uri, tracking_from = resolve_tracking_uri(spec, out, given=tracking_uri, resume=resume)
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
     spec = _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
     for warning in spec.warnings():
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
+    night_spec = spec
+    if smoke:
+        spec = smoke_spec(spec)
+        console.print(f"smoke run: the night's first {SMOKE_TRIALS} trials (its baselines), one repetition at "
+                      f"concurrency {spec.objective_concurrency}, no confirmation", highlight=False)
     if not resume:
         archive_previous(out, console)
     out.mkdir(parents=True, exist_ok=True)
@@ -133,7 +153,13 @@ def run_sweep(
     coordinator = create_coordinator(
         ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
         sweep_name=spec.name, spec_text=spec_text, resume=resume, traffic=traffic.model_dump(mode="json"),
+        adopt_ended=after_smoke,
     )
+    if after_smoke:  # a fresh Tune experiment for the night (the smoke's was sized for two trials)
+        smoke_tune = out / "tune"
+        if smoke_tune.exists():
+            smoke_tune.rename(out / f"tune-smoke-{int(time.time())}")
+        write_smoke_state(out, "continued")
     info = ray.get(coordinator.info.remote())
     ray.get(coordinator.log_sweep.remote(  # the parent run's params (a resume: the same) and the traffic's file
         params={**sweep_params(spec), **traffic.mlflow_params()},
@@ -145,11 +171,12 @@ def run_sweep(
     ctx = TrialContext(spec=spec, coordinator=ref, sweep_name=spec.name)
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     so_far = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
-    display.line(cost_line(spec, so_far))
-    for line in plan_lines(night_plan(spec, so_far)):  # the night up front (a resume: from what it measured)
+    ended_before = {r.trial_id for r in so_far}  # a resumed sweep's stop reads this run's trials only
+    display.line(cost_line(night_spec, so_far))
+    for line in plan_lines(night_plan(night_spec, so_far)):  # the night up front (a resume: from what it measured)
         display.line(line)
     budget = TimeBudget(spec, records=WriterRecords(ref))
-    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume, budget=budget)
+    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume and not after_smoke, budget=budget)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     stop = _StopSignal()
@@ -164,9 +191,19 @@ def run_sweep(
             if stop.received:
                 raise _Interrupted(f"signal {stop.received}")
             records = final_records(coordinator)
-            broken = engine_contract_error(records)
-            if broken is not None:
-                raise broken
+            stopped = night_stop([r for r in records if r.trial_id not in ended_before],
+                                 max_same_failures=spec.budget.max_same_failures,
+                                 probe_thresholds=probe_thresholds(spec))
+            if stopped is not None:  # the morning files with the diagnosis, no confirmation
+                console.print(f"search stopped: {escape(stopped.diagnosis)}", highlight=False, soft_wrap=True)
+                outcome = finish_sweep(spec, records=records, confirmation=None, out=out, coordinator=coordinator,
+                                       console=console, started=started, stopped=stopped.diagnosis)
+                error = stopped.error()
+                if error is not None:
+                    raise error
+                return outcome
+            if smoke:
+                return _end_smoke(night_spec, records, out=out, coordinator=coordinator, display=display)
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator, display=display,
                                                     max_minutes=budget.confirmation_minutes(), extend_to=extend_to,
                                                     given_minutes=confirmation_minutes,
@@ -186,6 +223,31 @@ def run_sweep(
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _end_smoke(night: SweepSpec, records: list[TrialRecord], *, out: Path, coordinator: Any,
+               display: Display) -> SweepOutcome:
+    """A smoke run's end: what passed, the start phases and trial times, and the night re-planned
+    from the start time it measured; exit 0 when both baselines passed."""
+    import ray
+
+    for line in smoke_lines(records, out=out):
+        display.line(line)
+    for line in plan_lines(night_plan(night, records)):
+        display.line(f"night: {line}")
+    ok = len(records) == SMOKE_TRIALS and all(r.status == "ok" for r in records)
+    write_smoke_state(out, "done" if ok else "failed", trials=[r.number for r in records])
+    ray.get(coordinator.end_sweep.remote(status="FINISHED" if ok else "FAILED"))
+    return SweepOutcome(exit_code=EXIT_OK if ok else EXIT_FAILED, results_dir=out, best_yaml=None,
+                        summary={"smoke": [r.model_dump(mode="json") for r in records]})
+
+
+def probe_thresholds(spec: SweepSpec) -> str:
+    """The correctness probe's thresholds in words (a probe-on-default stop's diagnosis)."""
+    probe = spec.probe
+    if probe.rule == "exact":
+        return "rule exact: token for token"
+    return f"rule near_tie, max_logprob_gap {probe.max_logprob_gap:g} nats, max_flip_rate {probe.max_flip_rate:g}"
 
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
@@ -278,7 +340,9 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
         ),
         run_config=tune.RunConfig(
             name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
-            callbacks=tune_callbacks(display, ref), verbose=0, stop=contract_stopper(),
+            callbacks=tune_callbacks(display, ref), verbose=0,
+            stop=night_stopper(max_same_failures=spec.budget.max_same_failures,
+                               probe_thresholds=probe_thresholds(spec)),
         ),
     )
 

@@ -20,6 +20,8 @@ from rich.markup import escape
 
 from orchestrator.mlflow_schema import (
     TAG_BEST_LABEL,
+    TAG_BLIND_READERS,
+    TAG_STOPPED,
     TAG_BEST_TRIAL,
     TAG_VERDICT,
     TAG_VERDICT_RATIO,
@@ -90,6 +92,20 @@ def best_yaml_run_tags(records: list[TrialRecord], best_trial: int | None) -> di
             for r in records if r.mlflow_run_id}
 
 
+def blind_lines(records: list[TrialRecord]) -> tuple[dict[str, list[str]], list[str]]:
+    """What engines did not answer that only a blind reader uses (``TrialRecord.blind_readers``): by
+    trial number, and the summary's warning lines (one per distinct item, naming its trials)."""
+    by_trial = {str(r.number): list(r.blind_readers) for r in records if r.blind_readers}
+    trials_of: dict[str, list[int]] = {}
+    for r in records:
+        for item in r.blind_readers:
+            trials_of.setdefault(item, []).append(r.number)
+    lines = [f"warning: blind reader: {item} (trial{'s' if len(numbers) > 1 else ''} "
+             f"{', '.join(map(str, numbers))}); the night went on without what it reads"
+             for item, numbers in trials_of.items()]
+    return by_trial, lines
+
+
 def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
     """The parent run's outcome tags: best.yaml's trial (``spectune.best_trial``; its own run carries
     :data:`TAG_BEST_YAML`), and the verdict against SGLang's default (``spectune.verdict``,
@@ -100,6 +116,10 @@ def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
         tags[TAG_VERDICT] = verdict["kind"]
     if verdict.get("ratio") is not None:
         tags[TAG_VERDICT_RATIO] = f"{verdict['ratio']:.4g}"
+    if report.get("blind_readers"):
+        tags[TAG_BLIND_READERS] = "; ".join(sorted({i for items in report["blind_readers"].values() for i in items}))[:5000]
+    if report.get("stopped"):
+        tags[TAG_STOPPED] = report["stopped"][:5000]
     return tags
 
 
@@ -151,9 +171,11 @@ def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
                       "complete trial")
 
 
-def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None) -> SweepReport:
+def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None,
+                   stopped: str | None = None) -> SweepReport:
     """``summary.json``'s content but the wall time: the figures in words (``report.build_report``),
-    the adaptive schedule and launch advice, the confirmation and the verdict."""
+    the adaptive schedule and launch advice, the confirmation and the verdict; ``stopped``: why the
+    search stopped early (``night_stop``), its first line."""
     metric, level = spec.objective.metric, spec.objective_concurrency
     best, why = best_yaml_choice(spec, records, confirmation)
     figures = sweep_figures(records, objective_level=level, direction=spec.objective.direction,
@@ -174,6 +196,13 @@ def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Co
     if traffic:  # records from before traffic was fingerprinted have none: their summary stays as it was
         report["traffic"] = traffic
         report["lines"].append(f"tuned on: {traffic_line(traffic)}")
+    blind, warnings = blind_lines(records)
+    if blind:
+        report["blind_readers"] = blind
+        report["lines"] += warnings
+    if stopped:
+        report["stopped"] = stopped
+        report["lines"].insert(0, f"search stopped: {stopped}")
     return report
 
 
@@ -221,15 +250,16 @@ def _best_provenance(spec: SweepSpec, records: list[TrialRecord], report: dict[s
 
 
 def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: Confirmation | None, out: Path,
-                 coordinator: Any, console: Console, started: float) -> SweepOutcome:
+                 coordinator: Any, console: Console, started: float, stopped: str | None = None) -> SweepOutcome:
     """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures; the sweep's
-    MLflow runs end here (FINISHED with a best configuration, FAILED without)."""
+    MLflow runs end here (FINISHED with a best configuration, FAILED without or when ``stopped``:
+    the search ended early for that reason, and the exit code says so)."""
     import ray
 
     from orchestrator.sweep.output.plots import draw_plots
 
     metric, level = spec.objective.metric, spec.objective_concurrency
-    report = summary_report(spec, records, confirmation)
+    report = summary_report(spec, records, confirmation, stopped=stopped)
     schedule = report["adaptive_schedule"]
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
@@ -279,12 +309,13 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     ray.get(coordinator.log_sweep.remote(metrics=figures, tags=sweep_tags(report),
                                          files=[str(p) for p in files + plots],
                                          run_tags=best_yaml_run_tags(records, report["best_trial"])))
-    ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path else "FAILED"))
+    ray.get(coordinator.end_sweep.remote(status="FINISHED" if best_path and not stopped else "FAILED"))
     console.print(f"results: {escape(str(out))}", highlight=False)
     console.print(f"MLflow UI: mlflow ui --backend-store-uri sqlite:///{escape(str(out / 'mlflow.db'))}  "
                   "(then open http://127.0.0.1:5000)", highlight=False)
     if best_path is None:
         console.print("no valid best configuration: every trial failed or was stopped early (see the table)",
                       highlight=False)
-    return SweepOutcome(exit_code=EXIT_OK if best_path else EXIT_NO_BEST, results_dir=out, best_yaml=best_path,
+    return SweepOutcome(exit_code=EXIT_OK if best_path and not stopped else EXIT_NO_BEST, results_dir=out,
+                        best_yaml=best_path,
                         summary=dict(report))

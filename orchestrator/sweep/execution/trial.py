@@ -306,28 +306,45 @@ def _resolve(spec: SweepSpec, state: _TrialState, session: EngineSession, coordi
     state.learn(resolved_params=dict(resolved), label=label)
 
 
+LOG_HEAD_LINES = 200
+"""Lines of the engine's log kept in a contract stop's diagnostic bundle (its start: flags, versions)."""
+
+
 def _check_contract(state: _TrialState, session: EngineSession, coordinator: Any, engine_config: EngineConfig) -> None:
     """The engine contract (``serving.engine.contract``) on this engine's first answers: one short
-    ``/generate`` (with logprobs where it does not speculate), then its ``/server_info`` (SGLang
-    reports ``avg_spec_accept_length`` once a request has been verified) and its log.
+    ``/generate`` (with logprobs where it does not speculate), then its ``/server_info`` and its log.
+    What only a blind reader uses is warned about and kept in the record (``blind_readers``).
 
     Raises:
-        TrialFailure: ``engine_contract``, naming every item missing and what the engine sent (the
-            sweep then stops: a renamed field would empty the whole night's data); ``engine_died``
-            / ``probe_failed`` where the request itself failed.
+        TrialFailure: ``engine_contract`` when nothing could be measured (no output ids, no
+            completion_tokens, no spec_verify_ct under speculation), naming every item missing and
+            what the engine sent, with a diagnostic bundle written to the results directory (the
+            sweep then stops); ``engine_died`` / ``probe_failed`` where the request itself failed.
     """
     speculative = engine_config.speculative_algorithm is not None
     try:
         reply = post_generate(session.url, contract_request(speculative=speculative), timeout_s=300)
     except BenchmarkError as exc:
         raise step_failure(session, "probe_failed", exc) from None
+    info = server_info(session.url)
+    log_text = session.log_text()
     check = check_engine_contract(
-        server_info=server_info(session.url), generate_reply=reply,
-        log_text=session.log_text() if engine_config.tp_size > 1 else "", speculative=speculative,
-        tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(session.expected_env))
+        server_info=info, generate_reply=reply, log_text=log_text if engine_config.tp_size > 1 else "",
+        speculative=speculative, tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(session.expected_env))
     _artifacts(coordinator, state, {"engine_contract.json": _json(check.to_dict())})
+    if check.blind:
+        state.learn(blind_readers=list(check.blind))
+        logger.warning("trial %d (%s): the engine's first answers lack what a blind reader uses (the trial goes on "
+                       "without it; the summary flags the night): %s", state.number, state.trial_id,
+                       "; ".join(check.blind))
     if not check.ok:
-        raise TrialFailure("engine_contract", check.summary())
+        bundle = {"server_info.json": _json(info), "generate_reply.json": _json(reply),
+                  "engine_contract.json": _json(check.to_dict()),
+                  "engine-log-head.txt": "\n".join(log_text.splitlines()[:LOG_HEAD_LINES]) + "\n",
+                  "engine_command.txt": state.record.engine_command + "\n"}
+        folder = ray.get(coordinator.write_diagnostics.remote(name=f"trial-{state.number:03d}-engine-contract",
+                                                              files=bundle))
+        raise TrialFailure("engine_contract", f"{check.summary()} (what it sent: {folder})")
 
 
 def _all_reduce(spec: SweepSpec, state: _TrialState, session: EngineSession, coordinator: Any, *,

@@ -153,6 +153,11 @@ class TrialRecord(BaseModel):
         default_factory=list, description="Every node the engine ran on, by node rank: node_rank, node_id, node_ip, "
         "pid, cuda_visible_devices (node_id / node_ip above are node rank 0's); empty before the engine started.")
     audit_ok: bool | None = None
+    blind_readers: list[str] = Field(
+        default_factory=list, description="What the engine's first answers lacked that only a blind reader uses "
+        "(serving.engine.contract ContractCheck.blind: an accept-length cross-check, the all-reduce observation, "
+        "the probe's near-tie rule, chain prediction, NCCL's proof): the trial ran without it; the summary flags "
+        "the night.")
     engine_config: dict[str, Any] = Field(default_factory=dict, description="EngineConfig.model_dump() of the trial.")
     resolved_params: dict[str, int] | None = Field(
         default=None, description="The speculative numbers the running engine reported in /server_info "

@@ -1,6 +1,7 @@
-"""A sweep whose engine does not answer as the harness expects stops at its first start (exit 2),
-naming the field and what the engine sent, instead of measuring a night with a blind spot. Here
-the field is a speculative one, so the first start that breaks it is the first speculative engine.
+"""A sweep whose engine does not answer what a measurement needs stops at its first start (exit 2),
+naming the field and what the engine sent, with the morning files and a diagnostic bundle, instead of
+measuring a night of nothing. Here the field is a speculative one, so the first start that breaks it
+is the first speculative engine.
 
 The reference engine's ``drop_field`` fault leaves ``meta_info.spec_verify_ct`` out of every answer,
 as an SGLang that renamed it would: the speculative trial's engine contract fails, and the stopper
@@ -8,6 +9,7 @@ ends the sweep there."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +41,7 @@ def test_an_engine_that_drops_a_relied_on_field_stops_the_sweep_at_its_first_sta
                           env=ray_head.env, capture_output=True, text=True, timeout=540)
     out = " ".join((proc.stdout + proc.stderr).split())  # rich may wrap lines
     assert proc.returncode == 2, out[-4000:]
-    assert "sweep stopped: the engine does not answer as spectune expects" in out, out[-4000:]
+    assert "sweep stopped: the engine does not answer what a measurement needs" in out, out[-4000:]
     assert "/generate meta_info.spec_verify_ct: expected a positive integer (verify cycles), got absent" in out
     # the first speculative engine (it starts once the no-speculation trial wrote the probe's baseline)
     # broke the contract; a trial that started meanwhile was stopped, none started after
@@ -55,4 +57,11 @@ def test_an_engine_that_drops_a_relied_on_field_stops_the_sweep_at_its_first_sta
     assert "[trial 4/" not in out and len(others) <= 1, out[-6000:]
     assert all(r["status"] == "interrupted" for r in others), others
     assert all_runs_ended(results)
+    summary = json.loads((results / "summary.json").read_text())  # the morning files say why the night ended
+    assert "spec_verify_ct" in summary["stopped"] and (results / "summary.txt").exists()
+    bundle = results / "diagnostics" / f"trial-{broken['number']:03d}-engine-contract"  # what a maintainer fixes from
+    assert bundle.is_dir() and str(bundle) in broken["message"]
+    assert "spec_verify_ct" not in json.loads((bundle / "generate_reply.json").read_text())["meta_info"]
+    assert json.loads((bundle / "server_info.json").read_text())["tp_size"] == 2
+    assert "server args" in (bundle / "engine-log-head.txt").read_text()
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")

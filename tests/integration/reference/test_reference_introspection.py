@@ -19,7 +19,8 @@ from helpers.reference_server import http, metric_total, running_server, sse_eve
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FLAGS = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-         "--speculative-num-draft-tokens", "4", "--enable-metrics", "--context-length", "512")
+         "--speculative-num-draft-tokens", "4", "--enable-metrics", "--context-length", "512",
+         "--decode-log-interval", "1")  # SGLang's flag: every decode batch folds the accept-length totals
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def _accept_lengths(models, spec):
     state: dict[str, float] = {}
 
     def inspect(sched: Scheduler) -> None:
-        sched._fold(log=False)
+        sched._fold()
         state.update(sched.internal_state())
 
     original = Scheduler._spec_cycle

@@ -242,4 +242,6 @@ def test_a_trial_asks_the_writer_only_for_its_start_its_artifacts_and_the_baseli
     tree = ast.parse(Path(trial.__file__).read_text(encoding="utf-8"))
     called = {node.value.attr for node in ast.walk(tree)
               if isinstance(node, ast.Attribute) and node.attr == "remote" and isinstance(node.value, ast.Attribute)}
-    assert called == {"start_trial", "log_artifacts", "put_baseline", "get_baseline", "baseline_failed"}
+    # write_diagnostics: a contract stop's bundle of what the engine answered, files in the results directory
+    assert called == {"start_trial", "log_artifacts", "put_baseline", "get_baseline", "baseline_failed",
+                      "write_diagnostics"}
