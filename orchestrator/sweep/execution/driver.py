@@ -194,8 +194,7 @@ def run_sweep(
             stopped = night_stop([r for r in records if r.trial_id not in ended_before],
                                  max_same_failures=spec.budget.max_same_failures,
                                  probe_thresholds=probe_thresholds(spec))
-            if stopped is not None:  # the morning files with the diagnosis, no confirmation
-                console.print(f"search stopped: {escape(stopped.diagnosis)}", highlight=False, soft_wrap=True)
+            if stopped is not None:  # the morning files with the diagnosis (their first line), no confirmation
                 outcome = finish_sweep(spec, records=records, confirmation=None, out=out, coordinator=coordinator,
                                        console=console, started=started, stopped=stopped.diagnosis)
                 error = stopped.error()

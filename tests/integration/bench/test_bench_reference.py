@@ -64,9 +64,15 @@ def test_benchmark_accept_length_sources_agree(reference_engine) -> None:
     assert result.server_accept_length_scope == "repetition"  # the reference engine resets on flush
     for rep in seen:
         assert rep.output_tokens == rep.num_ok * OUTPUT_LEN == 8 * OUTPUT_LEN
-        assert rep.accept_length_server is not None and rep.accept_length_requests is not None
-        assert rep.accept_length_mismatch is False
-        assert rep.accept_length_server == pytest.approx(rep.accept_length_requests, rel=0.05)
+        assert rep.accept_length_requests is not None
+        # As SGLang 0.5.23: the server's figure exists once 40 decode batches ran since the flush
+        # (--decode-log-interval; a verify round is one batch). One at a time, 8 requests run more;
+        # four at a time, fewer: absent, and nothing to cross-check (not a mismatch).
+        if rep.concurrency == 1:
+            assert rep.accept_length_server is not None and rep.accept_length_mismatch is False
+            assert rep.accept_length_server == pytest.approx(rep.accept_length_requests, rel=0.05)
+        else:
+            assert rep.accept_length_server is None and rep.accept_length_mismatch is None
         assert 1.0 < rep.accept_length_requests <= 4.0  # at most num_draft_tokens per cycle
         assert rep.accepted_drafts_per_cycle == pytest.approx(rep.accept_length - 1)
         assert rep.spec_accept_length_meta > rep.accept_length_requests  # counts the prefill token
@@ -88,7 +94,8 @@ def test_openai_apis_give_the_per_request_speculative_fields_through_sglext(refe
         assert rep.spec_verify_ct and rep.spec_verify_ct > 0 and rep.cycle_ms is not None, api
         assert rep.accept_length_requests is not None and rep.accept_length_requests > 1.0, api
         assert rep.accept_histogram and sum(rep.accept_histogram) == rep.spec_verify_ct, (api, rep.accept_histogram)
-        assert rep.accept_length_mismatch is False, (api, rep.accept_length_requests, rep.accept_length_server)
+        # 16 tokens, 2 at a time: fewer than 40 decode batches since the flush, so (as SGLang) no server figure
+        assert rep.accept_length_server is None and rep.accept_length_mismatch is None, (api, rep.accept_length_server)
 
 
 @pytest.mark.timeout(300)
