@@ -21,6 +21,8 @@ __all__ = [
     "TAG_AUDIT_OK",
     "TAG_BLIND_READERS",
     "TAG_STOPPED",
+    "TAG_VALUE_CHARS",
+    "tag_value",
     "TAG_BEST_LABEL",
     "TAG_BEST_TRIAL",
     "TAG_CUDA_VISIBLE_DEVICES",
@@ -84,6 +86,15 @@ TAG_OBJECTIVE_METRIC = "spectune.objective.metric"
 TAG_OBJECTIVE_CONCURRENCY = "spectune.objective.concurrency"
 TAG_BEST_TRIAL = "spectune.best_trial"
 TAG_BEST_LABEL = "spectune.best_label"
+TAG_VALUE_CHARS = 5000
+"""The most characters spectune writes into one tag value (MLflow refuses longer ones)."""
+
+
+def tag_value(text: str) -> str:
+    """``text`` cut to :data:`TAG_VALUE_CHARS` (a message, a diagnosis, a joined list)."""
+    return text[:TAG_VALUE_CHARS]
+
+
 TAG_STOPPED = "spectune.stopped"
 """On the sweep's run: why the search stopped early (``night_stop``'s diagnosis); absent otherwise."""
 TAG_VERDICT = "spectune.verdict"

@@ -173,7 +173,6 @@ class Scheduler:
         self._reset_counters()
         self._window_start = clock()
         self._idle = True
-        self.forward_ct_decode = 0
         self.last_gen_throughput = 0.0
         self.last_spec_accept_length = 0.0
         self.last_spec_accept_rate = 0.0
@@ -231,7 +230,6 @@ class Scheduler:
                 f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
             )
         self._reset_counters()
-        self.forward_ct_decode = 0  # SGLang's reset_metrics
         return True, "Cache flushed."
 
     def step(self) -> list[TokenOut]:
@@ -481,6 +479,9 @@ class Scheduler:
         return tuple(values), (tuple(tops) if req.top_logprobs_num else ())
 
     def _reset_counters(self) -> None:
+        """SGLang's ``reset_metrics`` (``metrics_reporter.py`` l.708-717): the decode-batch count, the
+        window and the totals."""
+        self.forward_ct_decode = 0
         self._win_verify_ct = 0
         self._win_accept_tokens = 0
         self._win_accepted_drafts = 0

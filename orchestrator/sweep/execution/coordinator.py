@@ -46,6 +46,7 @@ from orchestrator.mlflow_schema import (
     TAG_STATUS,
     TAG_TRIAL_ID,
     engine_nodes_tag,
+    tag_value,
 )
 from orchestrator.sweep.records.results import BASELINE_FILE, CONFIRMATION_FILE, STATE_FILE, TRIALS_FILE
 from orchestrator.sweep.records.results import TrialRecord, append_record, read_records, write_json_file
@@ -133,9 +134,10 @@ class SweepCoordinator:
         self._left_running = self._trial_runs_left_running() if state.get("parent_run_id") else {}
         self._baseline_failure: str | None = None
         self._adoptable = [r for r in self._records.values() if r.status == "ok"] if adopt_ended else []
-        self._adopted: set[str] = set()
         """A smoke run's ended trials (``orchestrator.sweep.execution.smoke``) the night's first proposals
         of the same kind and parameters take over instead of starting again."""
+        self._adopted: set[str] = set()
+        """Trial ids that took over a smoke run's trial (their reserved numbers went back)."""
 
     # --- the sweep ------------------------------------------------------------------------------
 
@@ -330,7 +332,7 @@ class SweepCoordinator:
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
             self.tracker.set_tags(rec.mlflow_run_id, {
                 TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
-                TAG_MESSAGE: rec.message[:5000], TAG_EARLY_STOPPED: str(rec.status == "early_stopped").lower(),
+                TAG_MESSAGE: tag_value(rec.message), TAG_EARLY_STOPPED: str(rec.status == "early_stopped").lower(),
                 **({TAG_OBJECTIVE_METRIC: rec.objective.metric,
                     TAG_OBJECTIVE_CONCURRENCY: rec.objective.concurrency} if rec.objective else {}),
             })
@@ -429,5 +431,5 @@ def _record_tags(rec: TrialRecord) -> dict[str, Any]:
         TAG_ENGINE_PID: first.get("pid"), TAG_AUDIT_OK: rec.audit_ok,
         TAG_ENGINE_NODES: engine_nodes_tag(rec.engine_nodes) if rec.engine_nodes else None,
         TAG_ALL_REDUCE_KERNEL: rec.all_reduce_kernel, TAG_NCCL_LOG: rec.nccl_log,
-        TAG_BLIND_READERS: "; ".join(rec.blind_readers)[:5000] if rec.blind_readers else None,
+        TAG_BLIND_READERS: tag_value("; ".join(rec.blind_readers)) if rec.blind_readers else None,
     }

@@ -21,10 +21,11 @@ from rich.markup import escape
 
 from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.sweep.execution.callbacks import tune_callbacks
-from orchestrator.sweep.execution.night_stop import night_stop, night_stopper
+from orchestrator.sweep.execution.night_stop import night_stop, night_stopper, probe_words
 from orchestrator.sweep.execution.smoke import (
     SMOKE_TRIALS,
     smoke_lines,
+    smoke_passed,
     smoke_resumable,
     smoke_spec,
     write_smoke_state,
@@ -193,7 +194,7 @@ def run_sweep(
             records = final_records(coordinator)
             stopped = night_stop([r for r in records if r.trial_id not in ended_before],
                                  max_same_failures=spec.budget.max_same_failures,
-                                 probe_thresholds=probe_thresholds(spec))
+                                 probe_thresholds=probe_words(spec))
             if stopped is not None:  # the morning files with the diagnosis (their first line), no confirmation
                 outcome = finish_sweep(spec, records=records, confirmation=None, out=out, coordinator=coordinator,
                                        console=console, started=started, stopped=stopped.diagnosis)
@@ -234,19 +235,11 @@ def _end_smoke(night: SweepSpec, records: list[TrialRecord], *, out: Path, coord
         display.line(line)
     for line in plan_lines(night_plan(night, records)):
         display.line(f"night: {line}")
-    ok = len(records) == SMOKE_TRIALS and all(r.status == "ok" for r in records)
+    ok = smoke_passed(records)
     write_smoke_state(out, "done" if ok else "failed", trials=[r.number for r in records])
     ray.get(coordinator.end_sweep.remote(status="FINISHED" if ok else "FAILED"))
     return SweepOutcome(exit_code=EXIT_OK if ok else EXIT_FAILED, results_dir=out, best_yaml=None,
                         summary={"smoke": [r.model_dump(mode="json") for r in records]})
-
-
-def probe_thresholds(spec: SweepSpec) -> str:
-    """The correctness probe's thresholds in words (a probe-on-default stop's diagnosis)."""
-    probe = spec.probe
-    if probe.rule == "exact":
-        return "rule exact: token for token"
-    return f"rule near_tie, max_logprob_gap {probe.max_logprob_gap:g} nats, max_flip_rate {probe.max_flip_rate:g}"
 
 
 def _preflight(spec: SweepSpec, *, tracking_uri: str, address: str | None, wait_s: float,
@@ -341,7 +334,7 @@ def _tuner(spec: SweepSpec, *, ctx: Any, out: Path, display: Display, ref: Coord
             name=spec.name, storage_path=str(tune_dir), failure_config=tune.FailureConfig(max_failures=0),
             callbacks=tune_callbacks(display, ref), verbose=0,
             stop=night_stopper(max_same_failures=spec.budget.max_same_failures,
-                               probe_thresholds=probe_thresholds(spec)),
+                               probe_thresholds=probe_words(spec)),
         ),
     )
 

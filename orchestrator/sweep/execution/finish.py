@@ -25,6 +25,7 @@ from orchestrator.mlflow_schema import (
     TAG_BEST_TRIAL,
     TAG_VERDICT,
     TAG_VERDICT_RATIO,
+    tag_value,
 )
 from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.spec import SweepSpec
@@ -117,9 +118,10 @@ def sweep_tags(report: dict[str, Any]) -> dict[str, Any]:
     if verdict.get("ratio") is not None:
         tags[TAG_VERDICT_RATIO] = f"{verdict['ratio']:.4g}"
     if report.get("blind_readers"):
-        tags[TAG_BLIND_READERS] = "; ".join(sorted({i for items in report["blind_readers"].values() for i in items}))[:5000]
+        tags[TAG_BLIND_READERS] = tag_value("; ".join(sorted({i for items in report["blind_readers"].values()
+                                                             for i in items})))
     if report.get("stopped"):
-        tags[TAG_STOPPED] = report["stopped"][:5000]
+        tags[TAG_STOPPED] = tag_value(report["stopped"])
     return tags
 
 

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
 from orchestrator.space import BASELINE_AUTO
+from orchestrator.spec import SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
 from serving.errors import SpectuneError
 
-__all__ = ["ENGINE_CONTRACT", "EngineContractError", "NightStop", "failure_signature", "night_stop", "night_stopper"]
+__all__ = ["ENGINE_CONTRACT", "EngineContractError", "NightStop", "failure_signature", "night_stop", "night_stopper",
+           "probe_words"]
 
 ENGINE_CONTRACT = "engine_contract"
 """The failure reason (``results.FAILURE_REASONS``) that stops the sweep with exit 2."""
@@ -75,6 +77,14 @@ class NightStop:
         return EngineContractError(self.diagnosis) if self.kind == ENGINE_CONTRACT else None
 
 
+def probe_words(spec: SweepSpec) -> str:
+    """The correctness probe's thresholds in words (a ``probe_on_default`` stop's diagnosis)."""
+    probe = spec.probe
+    if probe.rule == "exact":
+        return "rule exact: token for token"
+    return f"rule near_tie, max_logprob_gap {probe.max_logprob_gap:g} nats, max_flip_rate {probe.max_flip_rate:g}"
+
+
 def night_stop(records: Iterable[TrialRecord], *, max_same_failures: int,
                probe_thresholds: str = "") -> NightStop | None:
     """The first reason in ``records`` (ended trials) to stop the search, or None to go on.
@@ -98,14 +108,14 @@ def night_stop(records: Iterable[TrialRecord], *, max_same_failures: int,
             f"{' (' + probe_thresholds + ')' if probe_thresholds else ''} likely do not fit this model (they were "
             "calibrated on a small bf16 model), and every speculative trial would fail the same way; the search "
             "stopped before spending more starts. Read the flips in that trial's probe.json (MLflow), then raise "
-            "benchmark.probe.max_logprob_gap / max_flip_rate, or set benchmark.probe.rule: exact to see every "
+            "probe.max_logprob_gap / probe.max_flip_rate in the spec, or set probe.rule: exact to see every "
             "divergence, and resume"))
-    failed = [r for r in ended if r.status == "failed" and r.reason and r.reason not in NOT_REPEATABLE]
-    counts = Counter(failure_signature(r.reason or "", r.message) for r in failed)
-    signature, count = next(iter(counts.most_common(1)), ("", 0))
+    signed = [(failure_signature(r.reason or "", r.message), r) for r in ended
+              if r.status == "failed" and r.reason and r.reason not in NOT_REPEATABLE]
+    signature, count = next(iter(Counter(sig for sig, _ in signed).most_common(1)), ("", 0))
     if count < max_same_failures:
         return None
-    same = [r for r in failed if failure_signature(r.reason or "", r.message) == signature]
+    same = [r for sig, r in signed if sig == signature]
     numbers = tuple(r.number for r in same)
     first = same[0]
     return NightStop("repeated_failure", numbers, (

@@ -20,7 +20,8 @@ from orchestrator.spec import SweepSpec
 from orchestrator.sweep.output.cost import format_duration
 from orchestrator.sweep.records.results import TrialRecord
 
-__all__ = ["SMOKE_FILE", "SMOKE_TRIALS", "smoke_lines", "smoke_resumable", "smoke_spec", "write_smoke_state"]
+__all__ = ["SMOKE_FILE", "SMOKE_TRIALS", "smoke_lines", "smoke_passed", "smoke_resumable", "smoke_spec",
+           "write_smoke_state"]
 
 SMOKE_FILE = "smoke.json"
 """In a smoke run's results directory: ``{"state": "done" | "continued", ...}``."""
@@ -58,6 +59,11 @@ def smoke_resumable(out: Path) -> bool:
         return False
 
 
+def smoke_passed(records: list[TrialRecord]) -> bool:
+    """Whether both baselines ran and passed (the smoke run's exit 0; ``--resume`` goes on from it)."""
+    return len(records) == SMOKE_TRIALS and all(r.status == "ok" for r in records)
+
+
 def smoke_lines(records: list[TrialRecord], *, out: Path) -> list[str]:
     """What the smoke run showed, trial by trial, and what to do next."""
     lines = []
@@ -77,8 +83,7 @@ def smoke_lines(records: list[TrialRecord], *, out: Path) -> list[str]:
         status = "passed" if r.status == "ok" else f"{r.status.upper()} ({r.reason}: {r.message[:300]})"
         lines.append(f"smoke: trial {r.number} {r.label}: {status}; {', '.join(checks)}{value}{timing}; "
                      f"trial time {format_duration(total)}")
-    ok = len(records) == SMOKE_TRIALS and all(r.status == "ok" for r in records)
-    if ok:
+    if smoke_passed(records):
         lines.append(f"smoke: both baselines passed; start the night from here (they are not run again): "
                      f"spectune sweep --resume {out}")
     else:

@@ -327,9 +327,9 @@ def _check_contract(state: _TrialState, session: EngineSession, coordinator: Any
     except BenchmarkError as exc:
         raise step_failure(session, "probe_failed", exc) from None
     info = server_info(session.url)
-    log_text = session.log_text()
+    log_text = session.log_text() if engine_config.tp_size > 1 else ""
     check = check_engine_contract(
-        server_info=info, generate_reply=reply, log_text=log_text if engine_config.tp_size > 1 else "",
+        server_info=info, generate_reply=reply, log_text=log_text,
         speculative=speculative, tp_size=engine_config.tp_size, nccl_info=nccl_debug_enabled(session.expected_env))
     _artifacts(coordinator, state, {"engine_contract.json": _json(check.to_dict())})
     if check.blind:
@@ -340,7 +340,8 @@ def _check_contract(state: _TrialState, session: EngineSession, coordinator: Any
     if not check.ok:
         bundle = {"server_info.json": _json(info), "generate_reply.json": _json(reply),
                   "engine_contract.json": _json(check.to_dict()),
-                  "engine-log-head.txt": "\n".join(log_text.splitlines()[:LOG_HEAD_LINES]) + "\n",
+                  "engine-log-head.txt": "\n".join((log_text or session.log_text()).splitlines()[:LOG_HEAD_LINES])
+                  + "\n",
                   "engine_command.txt": state.record.engine_command + "\n"}
         folder = ray.get(coordinator.write_diagnostics.remote(name=f"trial-{state.number:03d}-engine-contract",
                                                               files=bundle))

@@ -3,7 +3,8 @@ SGLang's own default chain, or budget.max_same_failures trials failing the same 
 
 from __future__ import annotations
 
-from orchestrator.sweep.execution.night_stop import failure_signature, night_stop
+from orchestrator.spec import SweepSpec
+from orchestrator.sweep.execution.night_stop import failure_signature, night_stop, probe_words
 from orchestrator.sweep.records.results import TrialRecord
 
 OOM = ("engine exited with code 1 before it became healthy (pid {pid}, port {port}); log tail: "
@@ -59,7 +60,8 @@ def test_a_probe_failure_on_sglangs_default_chain_stops_before_more_starts() -> 
     assert stop is not None and stop.kind == "probe_on_default" and stop.trials == (2,)
     assert "SGLang's own default speculative configuration (trial 2" in stop.diagnosis
     assert "(rule near_tie, max_logprob_gap 0.5 nats, max_flip_rate 0.25)" in stop.diagnosis
-    assert "gap 0.71 nats" in stop.diagnosis and "probe.max_logprob_gap" in stop.diagnosis
+    assert "gap 0.71 nats" in stop.diagnosis and "benchmark.probe" not in stop.diagnosis  # the spec's own fields
+    assert "probe.max_logprob_gap / probe.max_flip_rate in the spec, or set probe.rule: exact" in stop.diagnosis
     searched = record(3, reason="probe_mismatch", message="differs")  # a searched chain failing is that chain's own
     assert night_stop([searched], max_same_failures=3) is None
 
@@ -69,3 +71,12 @@ def test_an_engine_contract_breach_stops_at_once_with_exit_2() -> None:
     stop = night_stop([oom(1), broken], max_same_failures=3)
     assert stop is not None and stop.kind == "engine_contract" and stop.error() is not None
     assert str(stop.error()).startswith("trial 2 (steps=3 topk=1 draft=4): the engine does not answer")
+
+
+def test_the_diagnosis_quotes_the_specs_probe_thresholds() -> None:
+    spec = SweepSpec.from_dict({"name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+                                "probe": {"max_logprob_gap": 0.8}})
+    assert probe_words(spec) == "rule near_tie, max_logprob_gap 0.8 nats, max_flip_rate 0.25"
+    exact = SweepSpec.from_dict({"name": "t", "engine": {"kind": "reference", "model_path": "ref-tiny", "draft_model_path": "ref-tiny-draft"},
+                                 "probe": {"rule": "exact"}})
+    assert probe_words(exact) == "rule exact: token for token"
