@@ -32,6 +32,7 @@ def test_a_failure_on_every_speculative_start_stops_the_search_after_k(
                                 SPECTUNE_REFERENCE_FAULT="crash_on_start@speculative;drop_field:disable_custom_all_reduce"),
         search={"speculative": {"num_steps": [2, 3, 4], "eagle_topk": [1]}, "nccl_env": {}, "seed": 3,
                 "early_stopping": {"enabled": False}},
+        benchmark={"repetitions": 1},  # the plain baseline measures once: the stop is what is tested
         budget={"num_trials": 6, "max_concurrent_trials": 1, "trial_timeout_s": 300, "engine_start_timeout_s": 120,
                 "max_same_failures": 2},
     )

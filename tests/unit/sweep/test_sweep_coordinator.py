@@ -245,3 +245,24 @@ def test_a_trial_asks_the_writer_only_for_its_start_its_artifacts_and_the_baseli
     # write_diagnostics: a contract stop's bundle of what the engine answered, files in the results directory
     assert called == {"start_trial", "log_artifacts", "put_baseline", "get_baseline", "baseline_failed",
                       "write_diagnostics"}
+
+
+def test_a_smoke_runs_trials_are_taken_over_and_their_numbers_kept(results: Path) -> None:
+    """``spectune sweep --resume`` of a smoke run: the night's first proposals of the smoke's kinds and
+    parameters take over its ok records (not started again), and the numbers the callback reserved for
+    them at their start go back, so the next trial is 3 (``orchestrator.sweep.execution.smoke``)."""
+    smoke = _coordinator(results)
+    for number, (trial_id, kind) in enumerate((("p", "baseline_plain"), ("a", "baseline_auto")), start=1):
+        run = smoke.start_trial(_start(trial_id, kind=kind, params={"all_reduce": "default"}))
+        smoke.finish_trial({**_record(trial_id, number, run["run_id"]), "kind": kind, "params": {"all_reduce": "default"}})
+    night = SweepCoordinator(results_dir=str(results), tracking_uri=f"sqlite:///{results / 'mlflow.db'}",
+                             experiment_name="unit", sweep_name="unit", spec_text="name: unit\n", resume=True,
+                             adopt_ended=True)
+    assert [night.reserve_number(trial_id=t) for t in ("p2", "a2")] == [3, 4]  # Tune's callback, at their start
+    plain = night.start_trial(_start("p2", kind="baseline_plain", params={"all_reduce": "default"}))
+    auto = night.start_trial(_start("a2", kind="baseline_auto", params={"all_reduce": "default"}))
+    assert (plain["finished"]["trial_id"], plain["number"]) == ("p", 1)
+    assert (auto["finished"]["trial_id"], auto["number"]) == ("a", 2)
+    assert night.reserve_number(trial_id="next") == 3
+    again = night.start_trial(_start("p3", kind="baseline_plain", params={"all_reduce": "default"}))
+    assert again["finished"] is None  # each smoke record is taken over once
