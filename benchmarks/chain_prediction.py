@@ -176,7 +176,7 @@ def chain_of(steps: int, cell: dict[str, list[Any]]) -> MeasuredChain:
         steps=steps, accept_length=statistics.median(cell["accept"]), cycle_ms=statistics.fmean(cell["cycle"]),
         cycle_rel_se=cycle_rel_se, tok_per_s=math.exp(statistics.fmean(math.log(v) for v in cell["tok"])),
         tok_rel_se=_rel_se(tok_means, log=True), histogram=tuple(sum_histograms(cell["histograms"]) or ()) or None,
-        tok_cycle_corr=log_correlation(tok_means, cycle_means))
+        tok_cycle_corr=log_correlation(tok_means, cycle_means), dof=max(len(tok_means) - 1, 1))
 
 
 def _aligned(cells: dict[int, dict[str, list[Any]]]) -> list[int]:

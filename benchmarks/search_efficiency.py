@@ -124,7 +124,8 @@ class Grid:
     values: dict[str, float | None] = field(default_factory=dict)
     chains: dict[str, dict[str, Any]] = field(default_factory=dict)
     """candidate key -> the point's accepted-draft ``histogram``, ``cycle_ms`` and ``accept_length`` at
-    the objective's level, where the grid carries them (what the chain gate predicts from)."""
+    the objective's level, where the grid carries them (what the chain model predicts from: tests/unit/sweep/
+    test_worth_a_start_simulation.py reads them)."""
 
     @property
     def space(self) -> DefineByRunSpace:
@@ -427,57 +428,6 @@ def spectune_replay(grid: Grid, *, seed: int, observe: Observer, limit: int, bud
         yield key, value
 
 
-def _replay_record(grid: Grid, plan: TrialPlan, key: str, value: float | None, number: int, noise_cv: float) -> str:
-    """The trial's record as JSON, as the chain gate reads it from a final report: the observed value as
-    three repetitions whose standard error is ``noise_cv`` (one trial's noise in the grid), and the point's
-    histogram, accept length and cycle time (scaled by the same noise: tok/s ~ accept / cycle), each
-    repetition's cycle time beside its value (``level_cycle_ms``), as a sweep's trial records them."""
-    level = grid.spec.objective_concurrency
-    ok = value is not None and value > 0
-    spread = noise_cv * math.sqrt(3)
-    figures = grid.chains.get(key) or {}
-    true = grid.values.get(key)
-    metrics, histograms, cycles = {}, {}, {}
-    if ok and figures and true:
-        metrics = {f"c{level}.cycle_ms": figures["cycle_ms"] * true / value,
-                   f"c{level}.accept_length_requests": figures["accept_length"]}
-        histograms = {str(level): list(figures["histogram"])}
-        # each repetition's cycle time moves against its throughput, as measured ones do (logs at -0.999)
-        cycles = {str(level): [figures["cycle_ms"] * true / value * math.exp(-d) for d in (-spread, 0.0, spread)]}
-    record = TrialRecord(
-        trial_id=f"replay_{number:05d}", number=number, kind=plan.kind, label=plan.label(),
-        params={**plan.params(), **plan.candidate.nccl_env}, status="ok" if ok else "failed",
-        metrics=metrics, accept_histograms=histograms, level_cycle_ms=cycles,
-        level_values={str(level): [value * math.exp(d) for d in (-spread, 0.0, spread)]} if ok else {})
-    return record.model_dump_json()
-
-
-def spectune_predicted_replay(grid: Grid, *, seed: int, observe: Observer, limit: int, budget: int | None = None,
-                              noise_cv: float | None = None) -> Iterator[tuple[str, float | None]]:
-    """The sweep's searcher with its chain gate (``search.skip_predicted_chains``): a top-k 1 chain predicted
-    below the best measured is not started (and costs no launch); the records it predicts from carry the
-    grid's histograms and cycle times."""
-    from orchestrator.sweep.search.chain_gate import ChainGate
-
-    cv = grid.noise_cv if noise_cv is None else noise_cv
-    searcher = SweepSearcher(space=grid.space, mode=grid.mode, seed=seed, slo=False, budget=budget,
-                             gate=ChainGate(grid.spec))
-    plans = grid.plans()
-    for number in range(limit):
-        trial_id = f"replay_{number:05d}"
-        config = searcher.suggest(trial_id)
-        if not isinstance(config, dict):
-            return
-        plan = TrialPlan.from_config(config)
-        key = candidate_key(plan)
-        value = observe(key)
-        result = {"final": True, "status": "ok", OBJECTIVE_KEY: value} if value is not None else {
-            "final": True, "status": "failed", "reason": "not_in_grid"}
-        result["record"] = _replay_record(grid, plans.get(key, plan), key, value, number + 1, cv)
-        searcher.on_trial_complete(trial_id, result)
-        yield key, value
-
-
 def random_replay(grid: Grid, *, seed: int, observe: Observer, limit: int,
                   budget: int | None = None) -> Iterator[tuple[str, float | None]]:
     """Random search: the same two baselines, then the space's points uniformly without replacement."""
@@ -500,11 +450,10 @@ def _sampled(grid: Grid, **kwargs: Any) -> Iterator[tuple[str, float | None]]:
 
 Replay = Callable[..., Iterator[tuple[str, float | None]]]
 SEARCHERS: dict[str, Replay] = {"spectune": spectune_replay, "random": random_replay}
-ABLATIONS: dict[str, Replay] = {"spectune-unstaged": _unstaged, "spectune-sampled": _sampled,
-                                 "spectune-predicted": spectune_predicted_replay}
+ABLATIONS: dict[str, Replay] = {"spectune-unstaged": _unstaged, "spectune-sampled": _sampled}
 """The sweep's searcher without one of its parts: the NCCL stages (TPE over everything from the
-start), the enumeration of small spaces (TPE even where the budget covers the space); and with its
-chain gate (on grids that carry histograms and cycle times: chains predicted below the best are not started)."""
+start), the enumeration of small spaces (TPE even where the budget covers the space). (The chain gate's
+``spectune-predicted`` is gone with the gate: docs/search-efficiency.md, "The chain gate, before and after".)"""
 
 
 def trials_to_target(grid: Grid, trials: Iterable[tuple[str, float | None]]) -> int | None:

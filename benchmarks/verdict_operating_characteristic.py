@@ -5,12 +5,18 @@ of a search with one search contender or three equally fast ones, SGLang's defau
 speculation, and a visit function that draws each visit's value as ``true speed x exp(N(0, cv))``
 with a round-level drift shared by every visit of the round (it cancels in the pairs; it is there
 to show that it does). For every true ratio (search contenders / SGLang's default) and
-between-visit CV it prints P(better), P(equivalent), P(worse), P(undecided), the mean visits per
-contender and the mean engine starts, as JSON; ``--table`` prints the markdown table of
-docs/sweep.md from that JSON.
+between-visit CV it prints P(better) (the interval above 1), P(better and clears the margin),
+P(equivalent), P(worse), P(undecided), the mean visits per contender and the mean engine starts,
+as JSON; ``--table`` prints the markdown table of docs/confirmation.md from that JSON.
 
     python benchmarks/verdict_operating_characteristic.py --runs 1000 > out.json
     python benchmarks/verdict_operating_characteristic.py --table out.json
+
+The Kimi specs' night design (experiments/kimi-*.yaml: top_k 1, max_visits 6, margin 0.03,
+no_speculation false) at the project's measured GPU between-visit spreads:
+
+    python benchmarks/verdict_operating_characteristic.py --margin 0.03 --max-visits 6 \
+        --no-speculation false --contenders 1 --ratios 1.0 1.03 --cvs 0.008 0.01 --runs 2000
 
 Monte Carlo error: a rate p from R runs has a standard error sqrt(p (1 - p) / R) (0.49 points at
 p = 2.5%, R = 1000); the JSON carries it per cell.
@@ -113,7 +119,8 @@ def simulate(*, ratio: float, between_cv: float, contenders: int, seed: int, set
     result = run_confirmation(settings, records, visit=visit, say=lambda _line: None, advise=False)
     assert result is not None
     verdict = result.vs_sglang_default or {"kind": "undecided", "visits": 0}
-    return {"kind": verdict["kind"], "visits": max((v["round"] for v in result.visits), default=-1) + 1,
+    return {"kind": verdict["kind"], "clears_margin": bool(verdict.get("clears_margin")),
+            "visits": max((v["round"] for v in result.visits), default=-1) + 1,
             "starts": starts[0], "repetitions": sum(len(v["values"]) for v in result.visits),
             "seconds": starts[0] * start_s + sum(len(v["values"]) for v in result.visits) * rep_s}
 
@@ -121,11 +128,12 @@ def simulate(*, ratio: float, between_cv: float, contenders: int, seed: int, set
 def _cell(args: tuple) -> dict:
     ratio, cv, contenders, runs, seed, margin, max_visits, no_speculation = args
     settings = spec(margin=margin, top_k=contenders, max_visits=max_visits, no_speculation=no_speculation)
-    counts = {"better": 0, "equivalent": 0, "worse": 0, "undecided": 0}
+    counts = {"better": 0, "clears_margin": 0, "equivalent": 0, "worse": 0, "undecided": 0}
     visits = starts = 0
     for r in range(runs):
         out = simulate(ratio=ratio, between_cv=cv, contenders=contenders, seed=seed * 1_000_003 + r, settings=settings)
         counts[out["kind"]] += 1
+        counts["clears_margin"] += out["clears_margin"]
         visits += out["visits"]
         starts += out["starts"]
     cell: dict[str, Any] = {"true_ratio": ratio, "between_visit_cv": cv, "search_contenders": contenders,
@@ -152,8 +160,10 @@ def operating_characteristic(*, runs: int, seed: int, margin: float | None, rati
     return {
         "command": "python benchmarks/verdict_operating_characteristic.py " + " ".join(sys.argv[1:]),
         "decision": "orchestrator.sweep.confirmation.confirm.run_confirmation (orchestrator/sequential.py: Lan-DeMets "
-                    "O'Brien-Fleming spending, one-sided 2.5% per claim, the leader Bonferroni-corrected over the "
-                    "search contenders, TOST for equivalent)",
+                    "O'Brien-Fleming spending, one-sided 2.5% per claim (2.0% in the main design, 0.5% held for "
+                    "extensions), the leader Bonferroni-corrected over the search contenders; better: the interval "
+                    "above 1, clears_margin: also above 1 + margin; TOST for equivalent)",
+        "noise": "simulated: log-normal between-visit noise at the stated CV, a shared round drift of 2%",
         "margin": confirmation_margin(settings), "min_visits": settings.confirmation.min_visits,
         "max_visits": settings.confirmation.max_visits, "no_speculation": settings.confirmation.no_speculation,
         "repetitions_per_visit": 1, "round_drift_cv": 0.02,
@@ -237,10 +247,11 @@ def extension_error(*, paths: int, seed: int, first: int, last: int, extensions:
     for i in np.flatnonzero(~crossed):
         # the verdict's own proposal (confirm._continuation): the fewest visits a ratio one standard
         # error from the measured one, toward a decision, would need, by the extension's boundaries
-        measured, spread = abs(bound + float(mean[i, last - 1])), float(sd[i, last - 1])
+        # the worse claim's mirror (its decision distance depends only on the distance to its boundary)
+        measured, spread = -abs(bound + float(mean[i, last - 1])), float(sd[i, last - 1])
         se = spread / math.sqrt(last)
         targets = [decisive_look(log_mean=m, log_sd=spread, margin=math.exp(bound) - 1.0, design=main,
-                                 comparisons=comparisons) for m in (measured + se, max(measured - se, 0.0))]
+                                 comparisons=comparisons) for m in (measured - se, min(measured + se, 0.0))]
         known = [n for n in targets if n is not None]
         n = min(known) if known else None
         if n is None or n <= last:
@@ -271,12 +282,12 @@ def extension(*, paths: int, seed: int) -> dict:
 
 
 def table(data: dict) -> str:
-    rows = ["| contenders | between-visit CV | true ratio | P(better) | P(equivalent) | P(worse) | P(undecided) | "
-            "mean visits |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| contenders | between-visit CV | true ratio | P(better) | of which clear the margin | P(equivalent) | "
+            "P(worse) | P(undecided) | mean visits |", "|---|---|---|---|---|---|---|---|---|"]
     for c in data["cells"]:
-        rows.append(f"| {c['search_contenders']} | {c['between_visit_cv']:.0%} | x{c['true_ratio']:.2f} | "
-                    f"{c['p_better']:.3f} | {c['p_equivalent']:.3f} | {c['p_worse']:.3f} | {c['p_undecided']:.3f} | "
-                    f"{c['mean_visits']:.1f} |")
+        rows.append(f"| {c['search_contenders']} | {c['between_visit_cv']:.1%} | x{c['true_ratio']:.2f} | "
+                    f"{c['p_better']:.3f} | {c.get('p_clears_margin', 0.0):.3f} | {c['p_equivalent']:.3f} | "
+                    f"{c['p_worse']:.3f} | {c['p_undecided']:.3f} | {c['mean_visits']:.1f} |")
     return "\n".join(rows)
 
 
@@ -297,6 +308,9 @@ def main() -> int:
     parser.add_argument("--no-speculation", choices=("true", "false"), default="true",
                         help="confirmation.no_speculation (default true). The Kimi specs' night design: "
                              "--margin 0.03 --max-visits 6 --no-speculation false.")
+    parser.add_argument("--ratios", nargs="+", type=float, default=None, help=f"True ratios (default {RATIOS}).")
+    parser.add_argument("--cvs", nargs="+", type=float, default=None, help=f"Between-visit CVs (default {CVS}).")
+    parser.add_argument("--contenders", nargs="+", type=int, default=None, help="Search contenders (default 1 3).")
     parser.add_argument("--cell", nargs=3, type=float, metavar=("RATIO", "CV", "CONTENDERS"),
                         help="Only this cell (true ratio, between-visit CV, search contenders), e.g. to re-measure "
                              "the worst cell of a table with --runs 20000.")
@@ -317,6 +331,9 @@ def main() -> int:
     else:
         cell = {} if args.cell is None else {"ratios": (args.cell[0],), "cvs": (args.cell[1],),
                                              "contenders": (int(args.cell[2]),)}
+        for name in ("ratios", "cvs", "contenders"):
+            if getattr(args, name) is not None and args.cell is None:
+                cell[name] = tuple(getattr(args, name))
         result = operating_characteristic(runs=args.runs, seed=args.seed, margin=args.margin, workers=args.workers,
                                           max_visits=args.max_visits, no_speculation=args.no_speculation == "true",
                                           **cell)

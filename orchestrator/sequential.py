@@ -1,9 +1,12 @@
 """The confirmation's verdict under repeated looks: group-sequential boundaries with alpha spending.
 
-After each round, the paired log ratios ``d`` are tested with Student's t against the margins at
-a boundary ``c_n`` of their own per look (Lan-DeMets O'Brien-Fleming-type spending, critical
-values found by seeded simulation), for the claims better, worse and equivalent (TOST). The
-design and its references are in docs/confirmation.md.
+After each round, the paired log ratios ``d`` are tested with Student's t at a boundary ``c_n``
+of their own per look (Lan-DeMets O'Brien-Fleming-type spending, critical values found by seeded
+simulation), for the claims **better** (the interval lies above 1: against ratio 1), **worse**
+(below ``1 / (1 + margin)``) and **equivalent** (TOST within ``+-margin``); a better claim says
+separately whether its interval also clears ``1 + margin`` (:attr:`LookDecision.clears_margin`),
+read at the same look and boundary. Each claim stops a confirmation. Why stopping at "better" needs
+no boundary of its own for the margin statement: docs/confirmation.md ("What better means").
 
 **Stages.** A design is a tuple of :class:`Stage` (looks ``first..last`` and the one-sided error
 they spend). The confirmation's main design (:func:`main_design`) spends ``ALPHA x (1 -
@@ -38,6 +41,7 @@ __all__ = [
     "boundaries",
     "check_design",
     "critical_value",
+    "decision_distance",
     "decisive_look",
     "design_alpha",
     "extend",
@@ -226,6 +230,8 @@ class LookDecision:
         critical: ``c_n``.
         pairs: n.
         log_sd: sd(d).
+        clears_margin: A better claim whose interval also lies above ``1 + margin`` (the gain is
+            shown larger than the margin, at the same error); False for every other claim.
     """
 
     claim: Claim
@@ -235,12 +241,21 @@ class LookDecision:
     critical: float
     pairs: int
     log_sd: float | None
+    clears_margin: bool = False
 
 
 def judge(diffs: Sequence[float], *, margin: float, first: int | None = None, last: int | None = None,
           design: Design | None = None, comparisons: int = 1) -> LookDecision:
-    """The claim the per-pair log ratios ``diffs`` support at this look (``n = len(diffs)``), by
-    ``design`` (default: one full-``ALPHA`` stage over ``first..last``)."""
+    """The claim the per-pair log ratios ``diffs`` (> 0: the first is faster) support at this look
+    (``n = len(diffs)``), by ``design`` (default: one full-``ALPHA`` stage over ``first..last``).
+
+    The interval is ``mean(d) +- c_n sd(d) / sqrt(n)`` (on the log scale). In order: **better** when
+    it lies above 0 (ratio 1; ``clears_margin`` when also above ``log(1 + margin)``), **worse** when
+    it lies below ``-log(1 + margin)``, **equivalent** when it lies within ``+-log(1 + margin)``
+    (TOST), else **undecided**. A false better (true ratio <= 1), worse (true ratio >=
+    ``1 / (1 + margin)``), equivalent (true ratio outside the margins) or margin clearance (true
+    ratio <= ``1 + margin``) each happens with probability at most the design's one-sided error
+    (divided by ``comparisons``), whichever look the confirmation stops at."""
     n = len(diffs)
     if n == 0:
         return LookDecision("undecided", 1.0, None, None, math.inf, 0, None)
@@ -254,7 +269,7 @@ def judge(diffs: Sequence[float], *, margin: float, first: int | None = None, la
     half = critical * sd / math.sqrt(n)
     low, high = mean - half, mean + half
     bound = math.log(1.0 + margin)
-    if low > bound:
+    if low > 0.0:
         claim: Claim = "better"
     elif high < -bound:
         claim = "worse"
@@ -262,7 +277,8 @@ def judge(diffs: Sequence[float], *, margin: float, first: int | None = None, la
         claim = "equivalent"
     else:
         claim = "undecided"
-    return LookDecision(claim, math.exp(mean), math.exp(low), math.exp(high), critical, n, sd)
+    return LookDecision(claim, math.exp(mean), math.exp(low), math.exp(high), critical, n, sd,
+                        clears_margin=claim == "better" and low > bound)
 
 
 def beyond_level(design: Design) -> float:
@@ -298,26 +314,38 @@ def pairs_to_clear(*, distance: float, log_sd: float, first: int | None = None, 
     return None
 
 
+def decision_distance(log_mean: float, margin: float) -> float:
+    """How far the interval's half-width must shrink below for :func:`judge` to decide at this mean
+    (log scale; ``log_mean`` signed, > 0: faster): above 0, the larger of ``log_mean`` (better) and
+    ``log(1 + margin) - log_mean`` (equivalent); below 0, ``| |log_mean| - log(1 + margin) |``
+    (worse or equivalent: better is out of reach). 0 only on the worse margin."""
+    bound = math.log(1.0 + margin)
+    if log_mean >= 0.0:
+        return max(log_mean, bound - log_mean)
+    return abs(-log_mean - bound)
+
+
 def visits_to_decide(*, log_mean: float, log_sd: float, margin: float, first: int | None = None,
                      last: int | None = None, design: Design | None = None, comparisons: int = 1,
                      cap: int = 10_000) -> int | None:
     """Pairs that would decide if the mean and spread stayed as measured (:func:`pairs_to_clear`
-    for the distance from the mean to the margin it must clear); None on the margin itself."""
-    bound = math.log(1.0 + margin)
-    distance = abs(abs(log_mean) - bound)
+    for :func:`decision_distance`; ``log_mean`` signed, > 0: the first is faster); None on the
+    worse margin itself."""
+    distance = decision_distance(log_mean, margin)
     return pairs_to_clear(distance=distance, log_sd=log_sd, design=_design(design, first, last),
                           comparisons=comparisons, cap=cap)
 
 
 def decisive_look(*, log_mean: float, log_sd: float, margin: float, design: Design, comparisons: int = 1) -> int | None:
-    """The fewest pairs at which ``design`` would decide if the mean and spread stayed as measured:
-    within the design by its own boundaries; past its last look by the boundaries of the extension
-    to that many pairs (:func:`extend`, simulated: what ``--max-visits`` would run), at most
-    :data:`MAX_LOOK`. None on the margin, without a spread, or past :data:`MAX_LOOK`.
+    """The fewest pairs at which ``design`` would decide if the mean (signed, > 0: faster) and
+    spread stayed as measured: within the design by its own boundaries; past its last look by the
+    boundaries of the extension to that many pairs (:func:`extend`, simulated: what
+    ``--max-visits`` would run), at most :data:`MAX_LOOK`. None on the worse margin, without a
+    spread, or past :data:`MAX_LOOK`.
 
     The extension's last boundary sits 4-8% above the fixed-size t quantile that
     :func:`pairs_to_clear` estimates with: the estimate is the start, each step a simulation."""
-    distance = abs(abs(log_mean) - math.log(1.0 + margin))
+    distance = decision_distance(log_mean, margin)
     estimate = pairs_to_clear(distance=distance, log_sd=log_sd, design=design, comparisons=comparisons, cap=MAX_LOOK)
     if estimate is None or estimate <= design[-1].last:
         return estimate

@@ -352,9 +352,9 @@ class ConfirmationSpec(_Model):
         "variance)), in [1, 8], from the measured components (orchestrator/sweep/confirmation/economy.py)."
     )
     margin: Union[Annotated[float, Field(gt=0, lt=0.5)], Literal["auto"]] = Field(
-        default="auto", description="Practical margin: 'better' needs the whole interval above 1 + margin (a false "
-        "'better' is one at a true ratio <= 1 + margin), 'worse' below 1 / (1 + margin), 'equivalent' (TOST) the "
-        "whole interval within them; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
+        default="auto", description="Practical margin: 'better' needs the whole interval above 1 (the verdict says "
+        "separately whether it also clears 1 + margin), 'worse' below 1 / (1 + margin), 'equivalent' (TOST) the "
+        "whole interval within +-margin; intervals are 95% over all looks (orchestrator/sequential.py). auto: the "
         "smallest margin the engine kind's measured between-visit noise can call equivalent within max_visits "
         "(orchestrator.sweep.confirmation.margin).")
     max_host_cpu_steal: float | None = Field(

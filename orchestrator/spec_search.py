@@ -393,12 +393,6 @@ class SearchSpec(_Model):
     early_stopping: EarlyStoppingSpec = Field(
         default_factory=EarlyStoppingSpec, description="Stop hopeless trials after a few repetitions (ASHA)."
     )
-    skip_predicted_chains: bool = Field(
-        default=True, description="Do not start a top-k 1 chain whose predicted throughput (from the measured chains' "
-        "accepted-draft histograms and cycle times) has its whole 95% interval below the best measured value; a "
-        "started chain outside its prediction switches this off for the rest of the sweep "
-        "(orchestrator/sweep/search/chain_gate.py). false: measure every chain the search proposes (a grid).",
-    )
 
     @field_validator("all_reduce", mode="before")
     @classmethod

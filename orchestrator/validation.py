@@ -20,7 +20,7 @@ from pydantic_core import PydanticUndefined
 
 from orchestrator.errors import SpecProblem
 
-__all__ = ["StrictModel", "short_repr", "validation_problems"]
+__all__ = ["RETIRED_FIELDS", "StrictModel", "short_repr", "validation_problems"]
 
 
 class StrictModel(BaseModel):
@@ -52,6 +52,13 @@ _UNION_ARM = re.compile(r"^(none|bool|int|float|str|bytes|constrained-[a-z]+|[a-
 
 _SUBFIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): (.*)$")
 """A validator's message line ``sub.field: message`` names a field below the one it validated."""
+
+RETIRED_FIELDS: dict[str, str] = {
+    "search.skip_predicted_chains": "the chain gate was removed in issue 57: with honest intervals (t quantiles, "
+                                    "the start-to-start spread) it skipped no start in any replay "
+                                    "(docs/search-efficiency.md); every proposed chain is measured",
+}
+"""Settings a spec once had, with why they went: an old spec gets this instead of "unknown key"."""
 
 _NO_INPUT = ("missing", "value_error", "assertion_error", "extra_forbidden")
 """Error types whose message already says what is wrong without quoting the input."""
@@ -124,7 +131,9 @@ def validation_problems(exc: ValidationError, *, model: type[BaseModel] | None =
         field = ".".join(loc)
         message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         target = _target(model, loc) if model is not None else None
-        if error["type"] == "extra_forbidden":
+        if error["type"] == "extra_forbidden" and field in RETIRED_FIELDS:
+            message = f"no longer a setting: {RETIRED_FIELDS[field]}; delete the line"
+        elif error["type"] == "extra_forbidden":
             key = loc[-1] if loc else ""
             allowed = _allowed_keys(model, loc[:-1]) if model is not None else []
             close = difflib.get_close_matches(key, allowed, n=1)

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.before_bed import Finding, before_bed
 from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs
 from orchestrator.exit_codes import EXIT_BAD_INPUT
@@ -40,8 +41,11 @@ def validate(
 ) -> None:
     """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
     sweep_spec = load_spec(spec)
+    findings = _ready_for_the_night(sweep_spec, spec)  # orchestrator.before_bed; an error: exit 2
     summary = describe_spec(sweep_spec)
-    summary["warnings"] = [*summary["warnings"], *_paths_here(sweep_spec)]
+    summary["warnings"] = [*summary["warnings"], *_paths_here(sweep_spec), *_night_fit(sweep_spec),
+                           *(str(f) for f in findings if f.level == "warning")]
+    summary["notes"] = [str(f) for f in findings if f.level == "note"]
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -59,6 +63,33 @@ def validate(
         console.print(f"{key:<12} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    for note in summary["notes"]:
+        console.print(f"note {note}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _ready_for_the_night(sweep_spec: Any, path: Path) -> list[Finding]:
+    """The before-bed findings (``orchestrator.before_bed``); where one is an error, they are printed
+    as an invalid spec's problems are, and the command exits 2."""
+    findings = before_bed(sweep_spec)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        err = stderr_console()
+        err.print(f"[bold red]not ready for the night[/] {escape(str(path))}:")
+        for finding in errors:
+            err.print(f"  - [bold]{escape(finding.field)}[/]: {escape(finding.message)}", soft_wrap=True)
+        for finding in findings:
+            if finding.level == "warning":
+                err.print(f"[yellow]warning[/] {escape(str(finding))}", soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return findings
+
+
+def _night_fit(spec: Any) -> list[str]:
+    """One line where the night's plan does not fit ``budget.time_limit_s`` (``night_plan.fit_warning``)."""
+    from orchestrator.sweep.output.night_plan import fit_warning
+
+    line = fit_warning(spec)
+    return [line] if line else []
 
 
 def _paths_here(spec: Any) -> list[str]:

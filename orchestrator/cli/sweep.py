@@ -1,5 +1,6 @@
 """``spectune sweep``: run (or resume, or dry-run) a tuning sweep and exit with its outcome; with
-``--resume DIR --max-visits N`` extend its confirmation (``orchestrator.sweep.confirmation.extension``)."""
+``--resume DIR --max-visits N`` extend its confirmation (``orchestrator.sweep.confirmation.extension``);
+with ``--finish DIR [--max-minutes M]`` end a stopped sweep from disk."""
 
 from __future__ import annotations
 
@@ -14,16 +15,44 @@ from orchestrator.cli.inputs import load_spec
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec_file import read_spec_file
 
-__all__ = ["extension_refusal", "sweep"]
+__all__ = ["extension_refusal", "finish_refusal", "sweep"]
 
 
-def extension_refusal(*, resume: Path | None, max_visits: int | None, max_minutes: float | None) -> str | None:
+def finish_refusal(finish: Path, *, spec: Path | None, resume: Path | None, smoke: bool, dry_run: bool,
+                   max_visits: int | None) -> str | None:
+    """Why ``--finish DIR`` cannot be used as given (one sentence naming the problem and the fix), or
+    None. DIR must be a sweep's results directory: a folder with the spec.yaml and sweep-state.json
+    a sweep writes at its start."""
+    from orchestrator.sweep.records.results import STATE_FILE
+
+    if spec is not None or resume is not None or smoke or dry_run:
+        given = ("a spec" if spec is not None else "--resume" if resume is not None
+                 else "--smoke" if smoke else "--dry-run")
+        return f"--finish {finish} with {given}: --finish reads everything from the sweep's directory; give it alone"
+    if max_visits is not None:
+        return (f"--finish {finish} with --max-visits {max_visits}: --finish confirms within --max-minutes under the "
+                "recorded design; to extend the design use --resume DIR --max-visits N")
+    if not finish.exists():
+        return f"--finish {finish}: no such directory; give the results directory of a sweep (it holds trials.jsonl)"
+    if not finish.is_dir():
+        return f"--finish {finish}: not a directory; give the results directory of a sweep (it holds trials.jsonl)"
+    missing = [name for name in ("spec.yaml", STATE_FILE) if not (finish / name).exists()]
+    if missing:
+        return (f"--finish {finish}: not a sweep's results directory (no {' or '.join(missing)}, which a sweep "
+                "writes at its start)")
+    return None
+
+
+def extension_refusal(*, resume: Path | None, max_visits: int | None, max_minutes: float | None,
+                      finish: bool = False) -> str | None:
     """Why ``--max-visits`` / ``--max-minutes`` cannot be used as given (one sentence naming the
     flag, the value and what is allowed), or None. ``--max-visits`` extends the confirmation of the
     sweep in ``--resume``'s directory past its last look (read from its spec.yaml and
     confirmation.jsonl); ``--max-minutes`` bounds a resumed confirmation's rounds."""
     if max_minutes is not None and not max_minutes > 0:
         return f"--max-minutes {max_minutes:g}: give a positive number of minutes for the confirmation's rounds"
+    if finish:
+        return None  # finish_refusal checks --finish's combinations
     if resume is None:
         if max_visits is not None:
             return (f"--max-visits {max_visits} extends the confirmation of a sweep that has run: give --resume "
@@ -53,6 +82,14 @@ def sweep(
         Optional[Path],
         typer.Option("--resume", help="Finish the interrupted sweep in this results directory (its spec.yaml is used)."),
     ] = None,
+    finish: Annotated[
+        Optional[Path],
+        typer.Option("--finish", metavar="DIR", show_default=False,
+                     help="End the stopped sweep in this results directory from disk (its spec.yaml, trials.jsonl, "
+                     "confirmation.jsonl; after a reboot too): no search trial runs; the confirmation runs for "
+                     "--max-minutes where given (none: no confirmation, best.yaml keeps SGLang's default and names the "
+                     "search's best as an unconfirmed candidate); then the final files."),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the baselines and first trials with their exact engine commands and "
                            "env; no Ray, no GPUs, nothing started."),
@@ -80,8 +117,8 @@ def sweep(
     ] = None,
     max_minutes: Annotated[
         Optional[float], typer.Option("--max-minutes", metavar="M", show_default=False,
-                                      help="With --resume: the confirmation's time in this run, in minutes (instead of "
-                                      "confirmation.max_minutes and the budget's remainder).")
+                                      help="With --resume or --finish: the confirmation's time in this run, in minutes "
+                                      "(instead of confirmation.max_minutes and the budget's remainder).")
     ] = None,
     wait_for_resources: Annotated[
         float, typer.Option("--wait-for-resources", min=0, max=30 * 24 * 3600, metavar="SECONDS",
@@ -95,10 +132,17 @@ def sweep(
     sweep that cannot run here (preflight: resources, engine package, model paths, MLflow).
     """
     # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
+    from orchestrator.before_bed import NotReadyError
     from orchestrator.sweep import dry_run as show_dry_run
     from orchestrator.sweep.execution.night_stop import EngineContractError
     from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
 
+    if finish is not None:
+        problem = finish_refusal(finish, spec=spec, resume=resume, smoke=smoke, dry_run=dry_run, max_visits=max_visits)
+        if problem is not None:
+            stderr_console().print(f"[bold red]cannot finish[/]: {escape(problem)}", soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT)
+        spec, results_dir = finish / "spec.yaml", str(finish)
     if resume is not None:
         if spec is None:
             spec = resume / "spec.yaml"
@@ -106,19 +150,23 @@ def sweep(
     if spec is None:
         stderr_console().print("give a spec (spectune sweep SPEC) or --resume RESULTS_DIR")
         raise typer.Exit(EXIT_BAD_INPUT)
-    refusal = extension_refusal(resume=resume, max_visits=max_visits, max_minutes=max_minutes)
+    refusal = extension_refusal(resume=resume, max_visits=max_visits, max_minutes=max_minutes,
+                                finish=finish is not None)
     if refusal is not None:
         stderr_console().print(f"[bold red]cannot extend the confirmation[/]: {escape(refusal)}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     sweep_spec = load_spec(spec)
     if dry_run:
-        show_dry_run(sweep_spec, first=first)
+        try:
+            show_dry_run(sweep_spec, first=first, previous=resume)  # --resume DIR: planned from what it measured
+        except NotReadyError:  # the dry run printed its errors (orchestrator.before_bed)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         return
     try:
         outcome = run_sweep(sweep_spec, spec_text=read_spec_file(spec), results_dir=results_dir, address=address,
                             resume=resume is not None, wait_for_resources_s=wait_for_resources,
                             tracking_uri=tracking_uri, extend_to=max_visits, confirmation_minutes=max_minutes,
-                            smoke=smoke)
+                            smoke=smoke, finish=finish is not None)
     except PreflightError as exc:
         err = stderr_console()
         err.print("[bold red]cannot start the sweep[/] (nothing was run):")
@@ -130,7 +178,8 @@ def sweep(
                                f"{escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepResumeError as exc:
-        stderr_console().print(f"[bold red]cannot resume[/]: {escape(str(exc))}")
+        stderr_console().print(f"[bold red]cannot {'finish' if finish is not None else 'resume'}[/]: "
+                               f"{escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepBusyError as exc:
         stderr_console().print(f"[bold red]cannot start[/]: {escape(str(exc))}")

@@ -6,6 +6,7 @@
   since it imports Optuna).
 * ``settings``: one point from ``key=value`` settings (``spectune engine-cmd --set``).
 * ``arms``: the all-reduce arms on one node.
+* ``kernels``: whether one draft step runs another graph than longer chains.
 
 Nothing here imports the spec or the sweep.
 """
@@ -14,5 +15,6 @@ from orchestrator.space import plan, points
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, IDENTITY_PARAMS, TrialPlan, candidate_key, configuration_key
 from orchestrator.space.points import *  # noqa: F403 - the package re-exports points.__all__
 from orchestrator.space.point_settings import candidate_from_settings
+from orchestrator.space.kernels import one_step_runs_own_graph
 
-__all__ = [*plan.__all__, *points.__all__, "candidate_from_settings"]
+__all__ = [*plan.__all__, *points.__all__, "candidate_from_settings", "one_step_runs_own_graph"]

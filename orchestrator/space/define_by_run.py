@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from optuna.distributions import CategoricalDistribution
 
+from orchestrator.space.kernels import one_step_runs_own_graph
 from orchestrator.space.plan import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan, candidate_key
 from orchestrator.space.points import Candidate, HasSearchSpace, SpeculativeList, SpeculativeTriple, preset_label
 
@@ -96,6 +97,7 @@ class DefineByRunSpace:
 
     def __init__(self, spec: SampledSpec) -> None:
         self.speculative_on = spec.engine.speculative_algorithm is not None
+        self.one_step_own_graph = one_step_runs_own_graph(spec)  # the opening's shortest chain is then 2 steps
         self._space = spec.space()
         self.triples = self._space.speculative
         self.all_reduce = list(self._space.all_reduce)
@@ -256,12 +258,12 @@ class DefineByRunSpace:
                 plans.append(plan)
         return plans
 
-    def _chain_end(self, pick: Callable[..., SpeculativeTriple]) -> TrialPlan | None:
-        """The top-k 1 chain (no auto) ``pick`` (``min`` or ``max``) chooses by its steps, on the default path
-        with NCCL's defaults; None without explicit chains."""
+    def _chain_end(self, pick: Callable[..., SpeculativeTriple], shortest_steps: int = 1) -> TrialPlan | None:
+        """The top-k 1 chain (no auto) of at least ``shortest_steps`` steps that ``pick`` (``min`` or ``max``)
+        chooses by its steps, on the default path with NCCL's defaults; None without such chains."""
         if not self.has_explicit:
             return None
-        chains = [t for t in self.triples if not t.is_auto and t.eagle_topk == 1]
+        chains = [t for t in self.triples if not t.is_auto and t.eagle_topk == 1 and t.num_steps >= shortest_steps]
         if not chains:
             return None
         return TrialPlan("search", Candidate(pick(chains, key=lambda t: t.num_steps), self.default_all_reduce, {}))
@@ -273,10 +275,12 @@ class DefineByRunSpace:
         return self._chain_end(max)
 
     def shortest_chain(self) -> TrialPlan | None:
-        """The shortest top-k 1 chain of the space (default path, NCCL's defaults): with the longest it
-        brackets every chain, so no prediction extrapolates the cycle time below what was measured, and
-        SGLang's chain between them is the held-out check of the model; None without explicit chains."""
-        return self._chain_end(min)
+        """The shortest top-k 1 chain of the space that runs the same kernels as the longer ones (default path,
+        NCCL's defaults): two steps where one draft step runs another graph (``kernels.one_step_runs_own_graph``:
+        GPUs decoding in CUDA graphs), else one. With the longest it brackets every chain the model covers, so
+        no prediction extrapolates below what was measured, and SGLang's chain between them is the held-out
+        check of the model; None without such chains."""
+        return self._chain_end(min, 2 if self.one_step_own_graph else 1)
 
     def opening_stages(self) -> list[tuple[str, list[TrialPlan]]]:
         """The opening (:meth:`opening`) by part, each without a plan an earlier part holds, empty parts

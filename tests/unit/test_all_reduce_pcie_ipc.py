@@ -194,9 +194,10 @@ def test_the_rtx_dry_run_starts_pcie_ipc_first_and_counts_its_first_start_once()
     result = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "1", str(RTX)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
-    assert "first started: pcie_ipc at 0h50m, nccl_symm_mem at 1h06m" in flat, flat
+    # the cold first start (assumed: twice a warm one) comes before them all
+    assert "first started: pcie_ipc at 1h00m, nccl_symm_mem at 1h16m" in flat, flat
     assert "trial 5 adds 3m00s once (pcie_ipc's first start: assumed" in flat
-    assert "7h06m end at max_visits: fits budget.time_limit_s (8h00m)" in flat
+    assert "7h16m end at max_visits: fits budget.time_limit_s (8h00m)" in flat
     plan = night_plan(SweepSpec.from_yaml(RTX))
     assert [(n, s) for n, s, _ in plan.extras] == [(5, PCIE_IPC_FIRST_START_S)]
     assert plan.trial_at_s(6) - plan.trial_at_s(5) == pytest.approx(plan.trial_s + PCIE_IPC_FIRST_START_S)

@@ -50,5 +50,5 @@ def test_the_plan_names_where_a_warm_start_goes() -> None:
                record(3, 620.0, {"weights": 380.0, "cuda_graphs": 60.0, "other": 180.0})]
     seconds, basis = start_time(spec, records)
     assert seconds == 610.0
-    assert basis == ("measured, median of 2 warm starts: weights 6m10s, CUDA graphs 1m00s, other 3m00s; the cold "
+    assert basis == ("measured, median of 2 warm starts (node n1, 2026-12-05): weights 6m10s, CUDA graphs 1m00s, other 3m00s; the cold "
                      "first start took 20m00s")

@@ -63,3 +63,14 @@ def test_a_key_that_is_not_a_string_is_named_plainly() -> None:
     with pytest.raises(SpecError) as excinfo:
         SweepSpec.from_dict(with_("search.nccl_env", {1: [None, "Ring"]}))
     assert [str(p) for p in excinfo.value.problems] == ["search.nccl_env.1: keys must be strings, got 1"]
+
+
+def test_a_retired_setting_says_why_it_went_instead_of_unknown_key() -> None:
+    """An old spec that still sets the removed chain gate's switch is told what happened to it."""
+    with pytest.raises(ValidationError) as excinfo:
+        SweepSpec.model_validate({"name": "x", "engine": {"kind": "reference", "model_path": "ref-tiny",
+                                                          "speculative_algorithm": None},
+                                  "search": {"skip_predicted_chains": True}})
+    (problem,) = [str(p) for p in validation_problems(excinfo.value, model=SweepSpec)]
+    assert problem.startswith("search.skip_predicted_chains: no longer a setting: the chain gate was removed")
+    assert problem.endswith("delete the line")

@@ -13,8 +13,9 @@ decided, shown infeasible, or ``confirmation.max_visits`` rounds ran.
   the leader are each better than it, and the default once the leader's verdict against it is
   decided, are no longer visited; a pick the spread could not settle within ``max_visits`` is not
   raced further from half of ``max_visits`` on.
-* **The choice**: the leader if it is better; otherwise SGLang's default; no speculation where the
-  chosen configuration is worse than it.
+* **The choice**: the leader if it is better (its interval above 1; the verdict says apart whether
+  it also clears the margin); otherwise SGLang's default; no speculation where the chosen
+  configuration is worse than it.
 
 Each visit is handed to ``on_visit`` as it ends; visits passed in as ``done`` are not run again.
 **Extension** (``spectune sweep --resume DIR --max-visits N``, ``extend_to``): the design's looks
@@ -55,11 +56,11 @@ from orchestrator.sweep.confirmation.extension import (
     spec_design,
 )
 from orchestrator.sweep.confirmation.margin import confirmation_margin
-from orchestrator.sweep.confirmation.economy import VisitEconomy, visit_economy
+from orchestrator.sweep.confirmation.economy import VisitEconomy, engine_prior, visit_economy
 from orchestrator.sweep.output.cost import format_duration, visit_estimate_s
 from orchestrator.sweep.records.results import TrialRecord
 
-__all__ = ["Confirmation", "Contender", "choose_contenders", "run_confirmation"]
+__all__ = ["Confirmation", "Contender", "choose_contenders", "margin_clause", "run_confirmation"]
 
 logger = logging.getLogger(__name__)
 
@@ -240,9 +241,9 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
         # optimistic by one standard error: the fewest visits a plausible true ratio would need, so a
         # first look's unlucky mean does not end a round that could still decide
         se = look.log_sd / math.sqrt(look.pairs)
-        mean = abs(math.log(look.ratio))
+        mean = math.log(look.ratio)  # signed: better is reachable only above 1
         estimates = [visits_to_decide(log_mean=m, log_sd=look.log_sd, margin=confirmation.margin, design=design,
-                                      comparisons=comparisons) for m in (mean + se, max(mean - se, 0.0))]
+                                      comparisons=comparisons) for m in _plausible_means(mean, se)]
         known = [n for n in estimates if n is not None]
         needed = min(known) if known else None
     if not look.pairs:
@@ -257,8 +258,15 @@ def _verdict(confirmation: Confirmation, a: TrialRecord, b: TrialRecord) -> dict
         "critical": look.critical if math.isfinite(look.critical) else None,
         "log_sd": look.log_sd, "between_visit_cv": look.log_sd / math.sqrt(2) if look.log_sd else None,
         "trial": a.number, "label": a.label, "against_trial": b.number, "against_label": b.label,
-        "visits_needed": needed, "text": text,
+        "visits_needed": needed, "text": text, "clears_margin": look.clears_margin,
     }
+
+
+def _plausible_means(mean: float, se: float) -> tuple[float, ...]:
+    """The log ratios one standard error either side of ``mean`` and, where that range holds it, 0:
+    the points at which ``sequential.decision_distance`` can be largest over the range (the fewest
+    visits a plausible true ratio would need to decide)."""
+    return (mean + se, mean - se, 0.0) if mean - se < 0.0 < mean + se else (mean + se, mean - se)
 
 
 def _early_look_note(confirmation: Confirmation, verdict: dict[str, Any]) -> str:
@@ -382,7 +390,8 @@ def _conclude(confirmation: Confirmation, *, advise: bool = True) -> None:
         head = f"verdict: trial {leader.number} {leader.label} vs SGLang's default ({default.label})"
         if kind == "better":
             chosen = leader
-            lines.append(f"{head}: better, {text} from {n} interleaved visits each ({margin})")
+            lines.append(f"{head}: better, {text}; {margin_clause(verdict)}, from {n} interleaved visits each "
+                         "(95% over all looks)")
         elif kind == "equivalent":
             lines.append(f"{head}: equivalent, {text} within ±{confirmation.margin:.0%} from {n} interleaved visits "
                          "each; best.yaml is SGLang's default, the simpler choice")
@@ -403,10 +412,8 @@ def _conclude(confirmation: Confirmation, *, advise: bool = True) -> None:
             onward = _continuation(confirmation, verdict) if advise else ""
             if onward and (needed is not None or onward.startswith("continue")):  # the margin one says it already
                 hint += f"; {onward}"
-            side = ""
-            if verdict["ci95_low"] is not None and verdict["ci95_low"] > 1.0:
-                side = "; faster than SGLang's default, but not shown to be by more than the margin"
-            elif verdict["ci95_high"] is not None and verdict["ci95_high"] < 1.0:
+            side = ""  # an interval above 1 is "better": only the slower side can be left undecided
+            if verdict["ci95_high"] is not None and verdict["ci95_high"] < 1.0:
                 side = "; slower than SGLang's default, but not shown to be by more than the margin"
             strict = _early_look_note(confirmation, verdict)
             lines.append(f"{head}: undecided after {n} interleaved visits each, {text} ({margin}){side}{strict}; "
@@ -430,6 +437,18 @@ def _conclude(confirmation: Confirmation, *, advise: bool = True) -> None:
                          "turns speculation off")
     confirmation.chosen = chosen.number if chosen is not None else None
     confirmation.lines = lines
+
+
+def margin_clause(verdict: dict[str, Any], margin: float | None = None) -> str:
+    """What a better verdict says of the practical margin, in one clause: whether its interval (95%
+    over all looks) also lies above ``1 + margin`` (the verdict's ``margin``, else ``margin``)."""
+    value = verdict.get("margin", margin)
+    if value is None:
+        return "the margin not judged"
+    margin_text = f"{value:.1%}".replace(".0%", "%")
+    if verdict.get("clears_margin"):
+        return f"clears the {margin_text} margin"
+    return f"not shown to clear the {margin_text} margin"
 
 
 def _cap_name(confirmation: Confirmation) -> str:
@@ -456,9 +475,9 @@ def _continuation(confirmation: Confirmation, verdict: dict[str, Any]) -> str:
     if verdict["log_sd"] and verdict["ratio"]:
         # the basis of visits_needed (_verdict): the fewest visits a ratio one standard error from the
         # measured one, toward a decision, would need; here by the extension's own boundaries
-        se, mean = verdict["log_sd"] / math.sqrt(pairs), abs(math.log(verdict["ratio"]))
+        se, mean = verdict["log_sd"] / math.sqrt(pairs), math.log(verdict["ratio"])  # signed
         targets = [decisive_look(log_mean=m, log_sd=verdict["log_sd"], margin=confirmation.margin, design=design,
-                                 comparisons=verdict["comparisons"]) for m in (mean + se, max(mean - se, 0.0))]
+                                 comparisons=verdict["comparisons"]) for m in _plausible_means(mean, se)]
         known = [n for n in targets if n is not None]
         if not known:
             return (f"no extension up to {MAX_LOOK} visits could decide it at the measured spread "
@@ -504,10 +523,18 @@ def _paired_for_economy(confirmation: Confirmation) -> list[tuple[list[float], l
 
 
 def _economy(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation) -> VisitEconomy:
+    """The visit economy now: the engine kind's prior below enough degrees of freedom, and the
+    repetitions capped by the rounds' time left / the visits left (``economy.visit_economy``)."""
     fixed = spec.confirmation.repetitions_per_visit
+    prior_cv, prior_name = engine_prior(spec)
+    per_visit = None
+    if confirmation.time_limit is not None:
+        left = max(confirmation.max_visits - confirmation.rounds, 1) * max(_active(confirmation), 1)
+        per_visit = max(confirmation.time_limit[0] * 60 - confirmation.wall_s, 0.0) / left
     return visit_economy(records=[r for r in records if r.kind == "search" or r.kind.startswith("baseline")],
                          visits=confirmation.visits, paired_diffs=_paired_for_economy(confirmation),
-                         fixed=None if fixed == "auto" else int(fixed))
+                         fixed=None if fixed == "auto" else int(fixed), prior_cv=prior_cv, prior_name=prior_name,
+                         seconds_per_visit=per_visit)
 
 
 def _feasibility(spec: SweepSpec, confirmation: Confirmation) -> str | None:
@@ -657,7 +684,8 @@ def run_confirmation(
     confirmation.repetitions = confirmation.economy.repetitions_per_visit
     say(f"confirmation: {', '.join(f'{c.role} = trial {c.record.number} {c.record.label}' for c in contenders)}; "
         f"{settings.min_visits}-{confirmation.max_visits} fresh-engine visits each, interleaved, until the verdict "
-        f"against SGLang's default is decided (margin {margin:.1%}; 95% over all looks, alpha spent by "
+        f"against SGLang's default is decided (better: the interval above 1; equivalent or worse: margin "
+        f"{margin:.1%}; 95% over all looks, alpha spent by "
         f"O'Brien-Fleming, the leader's tests at 2.5%/{max(1, confirmation.searched)} one-sided)"
         + (f"; {len(seen)} visits resumed" if seen else ""))
     if len(design) > 1:

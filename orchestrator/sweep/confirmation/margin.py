@@ -1,27 +1,70 @@
-"""The confirmation's margin: the measured between-visit noise of each engine kind, and the margin
-``confirmation.margin: auto`` derives from it (docs/design/bench-and-spec.md gives the sources)."""
+"""The confirmation's margin: each engine kind's between-visit noise prior (measured or assumed, each
+figure saying which), and the margin ``confirmation.margin: auto`` derives from it
+(docs/design/bench-and-spec.md gives the sources)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 from orchestrator.sequential import critical_value
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.confirmation.extension import spec_design
 
-__all__ = ["MEASURED_VISIT_CV", "confirmation_margin", "visit_noise_key"]
+__all__ = ["GPU_FIGURES", "Figure", "VISIT_CV_PRIOR", "confirmation_margin", "visit_cv_prior", "visit_noise_key"]
 
-MEASURED_VISIT_CV: dict[str, float] = {
-    "reference": 0.045,
-    "reference-gpu": 0.01,
-    "reference-gpu-eager": 0.117,
-    "sglang": 0.003,
+
+@dataclass(frozen=True)
+class Figure:
+    """A number with where it comes from.
+
+    Attributes:
+        value: The figure (a between-visit CV: the sd of a fresh engine's log level).
+        kind: ``measured`` (by spectune, where and when in ``source``) or ``assumed`` (taken from elsewhere).
+        source: Where it comes from, in words, with the measurement's directory where there is one.
+    """
+
+    value: float
+    kind: Literal["measured", "assumed"]
+    source: str
+
+    def label(self) -> str:
+        """``measured: one H200 ... (docs/measurements/...)``."""
+        return f"{self.kind}: {self.source}"
+
+
+VISIT_CV_PRIOR: dict[str, Figure] = {
+    "reference": Figure(0.045, "measured", "the CPU reference engine, the demo's 5 paired visits "
+                        "(docs/measurements/demo-cpu)"),
+    "reference-gpu": Figure(0.01, "measured", "the GPU reference engine, c8, decode in CUDA graphs, one H200: "
+                            "0.9-1.0% between visits (docs/measurements/gpu-replication-h200x1-graphs)"),
+    "reference-gpu-eager": Figure(0.117, "measured", "the GPU reference engine decoding eagerly, paired fresh "
+                                  "starts on one H200 (issue 29)"),
+    "sglang": Figure(0.003, "assumed", "the top of a public table of one SGLang server's repetitions (0.1-0.3% "
+                     "at c1-c16); nothing here measured SGLang between visits"),
 }
-"""Between-visit CV (sd of a fresh engine's log level) per engine, as measured."""
+"""The engine kind's between-visit CV before the sweep measures its own: each with its provenance
+(docs/design/bench-and-spec.md). Only an entry whose kind is ``measured`` was measured by spectune."""
+
+MEASURED_VISIT_CV = VISIT_CV_PRIOR
+"""The old name (its readers take ``.value``); prefer :func:`visit_cv_prior`."""
+
+GPU_FIGURES: tuple[tuple[str, Figure], ...] = (
+    ("between visits", VISIT_CV_PRIOR["reference-gpu"]),
+    ("between starts", Figure(0.07, "measured", "the GPU reference engine's chain runs on one H100: 6.6-7.2% "
+                              "between starts (docs/measurements/chain-prediction-h100x1)")),
+)
+"""spectune's own GPU spreads: the plan states its decision chance at these too."""
+
+
+def visit_cv_prior(key: str) -> Figure:
+    """The between-visit CV prior of the engine kind ``key`` (:func:`visit_noise_key`), with its provenance."""
+    return VISIT_CV_PRIOR[key]
 
 
 def visit_noise_key(spec: SweepSpec) -> str:
-    """Which ``MEASURED_VISIT_CV`` entry ``spec``'s engine follows (the reference engine on the CPU,
+    """Which ``VISIT_CV_PRIOR`` entry ``spec``'s engine follows (the reference engine on the CPU,
     on a GPU with decode CUDA graphs, or on a GPU decoding eagerly)."""
     engine = spec.engine
     if engine.kind != "reference":
@@ -38,8 +81,8 @@ def visit_noise_key(spec: SweepSpec) -> str:
 
 def confirmation_margin(spec: SweepSpec) -> float:
     """``confirmation.margin``, or for ``auto`` the smallest margin (in 0.5% steps, at least 1%)
-    within which "equivalent" is reachable by the last look at the engine kind's measured
-    between-visit CV: ``c_last * sqrt(2) * cv / sqrt(max_visits)``, ``c_last`` the last look's
+    within which "equivalent" is reachable by the last look at the engine kind's prior
+    between-visit CV (:func:`visit_cv_prior`): ``c_last * sqrt(2) * cv / sqrt(max_visits)``, ``c_last`` the last look's
     boundary of the main design (``orchestrator.sequential.main_design``: alpha held in reserve for
     extensions) with the leader's correction for ``top_k``. An extension keeps the margin the
     sweep started with (recorded with its stages, ``extension.design_record``)."""
@@ -49,6 +92,6 @@ def confirmation_margin(spec: SweepSpec) -> float:
     design = spec_design(spec)
     last = design[-1].last
     c_last = critical_value(last, design=design, comparisons=settings.top_k)
-    cv = MEASURED_VISIT_CV[visit_noise_key(spec)]
+    cv = visit_cv_prior(visit_noise_key(spec)).value
     reachable = c_last * math.sqrt(2.0) * cv / math.sqrt(last)
     return max(0.01, math.ceil(reachable / 0.005 - 1e-9) * 0.005)

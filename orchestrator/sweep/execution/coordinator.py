@@ -1,5 +1,6 @@
 """The sweep's single writer: a Ray actor on the driver's node that owns the results directory
-(MLflow runs, ``trials.jsonl``, ``confirmation.jsonl``, the correctness baseline, trial numbers).
+(MLflow runs, ``trials.jsonl``, ``confirmation.jsonl``, the correctness baseline, trial numbers, and
+the interim best.yaml and summary after every recorded trial and visit: ``output.morning``).
 
 A trial's record reaches it one way, through Ray Tune: the trial reports its
 :class:`~orchestrator.sweep.records.results.TrialRecord` with every ``tune.report`` and the driver's
@@ -103,8 +104,12 @@ class SweepCoordinator:
     def __init__(
         self, *, results_dir: str, tracking_uri: str, experiment_name: str, sweep_name: str, spec_text: str,
         resume: bool = False, traffic: dict[str, Any] | None = None, adopt_ended: bool = False,
+        spec: Any = None,
     ) -> None:
         self.results_dir = Path(results_dir)
+        self._morning_spec = spec
+        """The sweep's ``SweepSpec``: with it, the morning files (``output.morning``) are rewritten after
+        every recorded trial and visit until :meth:`end_morning`; None (tests, tools): never."""
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.sweep_name = sweep_name
         self.tracker = open_tracker(
@@ -328,7 +333,7 @@ class SweepCoordinator:
                     "objective.ci95_high": rec.objective.ci95_high,
                     "objective.repetitions": float(len(rec.objective.values)),
                 })
-            summary.update({f"time.{k}_s": v for k, v in rec.timings_s.items()})
+            summary.update({f"time.{k}_s": v for k, v in rec.timings_s.as_dict().items()})
             self.tracker.log_metrics(rec.mlflow_run_id, summary)
             self.tracker.set_tags(rec.mlflow_run_id, {
                 TAG_STATUS: rec.status, TAG_REASON: rec.reason or "", TAG_NUMBER: rec.number,
@@ -341,6 +346,7 @@ class SweepCoordinator:
         self._records[rec.trial_id] = rec
         logger.info("trial %d (%s) recorded: %s%s", rec.number, rec.label, rec.status,
                     f" ({rec.reason})" if rec.reason else "")
+        self._write_morning()
 
     def end_running(self, *, trial_id: str, status: str, reason: str, message: str) -> dict[str, Any] | None:
         """Record a trial that ended without its final report (ASHA stopped it, its worker died, the
@@ -378,6 +384,8 @@ class SweepCoordinator:
             handle.write(json.dumps(entry, default=str) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        if "trial" in entry:  # a visit (not a design line)
+            self._write_morning()
 
     def confirmation_visits(self) -> list[dict[str, Any]]:
         """The visits recorded so far (a torn last line, from a kill mid-write, is skipped)."""
@@ -391,6 +399,29 @@ class SweepCoordinator:
             except ValueError:
                 logger.warning("%s: a torn line (a kill mid-write?) skipped", path)
         return visits
+
+    # --- the morning files ------------------------------------------------------------------------
+
+    def _write_morning(self) -> None:
+        """The answer as of now (``output.morning``): best.yaml (SGLang's default, the best ok trial
+        named as an unconfirmed candidate) and the summary, published together. A failure is logged,
+        never raised: losing the interim answer must not lose a trial's record."""
+        if self._morning_spec is None:
+            return
+        from orchestrator.sweep.output.morning import write_morning_files
+
+        try:
+            stamp = write_morning_files(self._morning_spec, sorted(self._records.values(), key=lambda r: r.number),
+                                        results_dir=self.results_dir, visits=self.confirmation_visits())
+        except Exception:  # noqa: BLE001 - the records are on disk; the next write tries again
+            logger.warning("could not rewrite the morning files (best.yaml, summary) in %s", self.results_dir,
+                           exc_info=True)
+            return
+        logger.debug("morning files rewritten as of %s", stamp)
+
+    def end_morning(self) -> None:
+        """Stop rewriting the morning files: the final ones are about to be written (``finish``)."""
+        self._morning_spec = None
 
     # --- what a maintainer fixes from --------------------------------------------------------------
 

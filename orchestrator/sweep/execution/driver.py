@@ -34,7 +34,6 @@ from orchestrator.exit_codes import EXIT_FAILED, EXIT_OK
 from orchestrator.sweep.execution.ray_connection import SweepBusyError, connect_ray, create_coordinator
 from orchestrator.sweep.output.cost import cost_line
 from orchestrator.sweep.output.night_plan import night_plan, plan_lines
-from orchestrator.sweep.search.chain_gate import ChainGate
 from orchestrator.sweep.execution.coordinator import (
     STATE_FILE,
     CoordinatorRef,
@@ -44,7 +43,13 @@ from orchestrator.sweep.output.display import Display, QuietWatch, job_console
 from orchestrator.sweep.execution.finish import SweepOutcome, final_records, finish_sweep
 from orchestrator.sweep.execution.time_budget import TimeBudget
 from orchestrator.sweep.execution.traffic_setup import pin_dataset, read_traffic
-from orchestrator.sweep.execution.sweep_preflight import PreflightError, check_engine, check_network, check_resources, check_tracking
+from orchestrator.sweep.execution.sweep_preflight import (
+    PreflightError,
+    check_engine,
+    check_network,
+    check_resources,
+    check_tracking,
+)
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import TrialRecord
 from orchestrator.sweep.records.results_dir import archive_previous, resolve_results_dir
@@ -97,7 +102,7 @@ def run_sweep(
     spec: SweepSpec, *, spec_text: str, results_dir: str | None = None, address: str | None = None,
     resume: bool = False, console: Console | None = None, wait_for_resources_s: float = 0.0,
     tracking_uri: str | None = None, extend_to: int | None = None, confirmation_minutes: float | None = None,
-    smoke: bool = False,
+    smoke: bool = False, finish: bool = False,
 ) -> SweepOutcome:
     """Run the whole sweep; returns its outcome (never raises for a failed trial).
 
@@ -108,6 +113,11 @@ def run_sweep(
         confirmation_minutes: ``--max-minutes``: the confirmation's time in this run.
         smoke: ``--smoke``: the night's two baselines only (``orchestrator.sweep.execution.smoke``);
             ``resume`` of its directory continues into the night without starting them again.
+        finish: ``--finish``: end the stopped sweep in ``results_dir`` from what is on disk (its
+            spec.yaml, trials.jsonl, confirmation.jsonl): no search trial runs; the confirmation
+            runs for ``confirmation_minutes`` where given (none: no confirmation, best.yaml keeps
+            SGLang's default and names the search's best as an unconfirmed candidate); then the
+            final files.
 
     Raises:
         PreflightError: the sweep cannot run as specified here (nothing was started or moved).
@@ -119,6 +129,9 @@ def run_sweep(
 
     console = console or job_console()
     out = resolve_results_dir(spec.results_dir, results_dir)
+    if finish and not (out / STATE_FILE).exists():
+        raise SweepResumeError(f"--finish {out}: no sweep to finish there (no {STATE_FILE})")
+    resume = resume or finish
     if resume and not (out / STATE_FILE).exists():
         raise SweepResumeError(f"--resume {out}: no sweep to resume there (no {STATE_FILE})")
     if smoke and resume:
@@ -127,7 +140,12 @@ def run_sweep(
     after_smoke = resume and smoke_resumable(out)  # the night starts here: the smoke's baselines are taken over
     tracking_uri, tracking_from = resolve_tracking_uri(spec, out, given=tracking_uri, resume=resume)
     console.print(f"spectune sweep {escape(spec.name)}: results in {escape(str(out))}", highlight=False)
-    spec = _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s, console=console)
+    if finish and confirmation_minutes is None:  # nothing will start: no engine, resource or network checks
+        console.print(f"preflight: {escape(check_tracking(tracking_uri))}", highlight=False, soft_wrap=True)
+        connect_ray(address)
+    else:
+        spec = _preflight(spec, tracking_uri=tracking_uri, address=address, wait_s=wait_for_resources_s,
+                          console=console)
     for warning in spec.warnings():
         console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     night_spec = spec
@@ -154,7 +172,7 @@ def run_sweep(
     coordinator = create_coordinator(
         ref, node=node, results_dir=str(out), tracking_uri=tracking_uri, experiment_name=spec.experiment_name,
         sweep_name=spec.name, spec_text=spec_text, resume=resume, traffic=traffic.model_dump(mode="json"),
-        adopt_ended=after_smoke,
+        adopt_ended=after_smoke, spec=None if smoke else spec,
     )
     if after_smoke:  # a fresh Tune experiment for the night (the smoke's was sized for two trials)
         smoke_tune = out / "tune"
@@ -173,11 +191,16 @@ def run_sweep(
     display = Display(console=console, spec=spec, total=spec.budget.num_trials)
     so_far = [TrialRecord.model_validate(r) for r in ray.get(coordinator.records.remote())]
     ended_before = {r.trial_id for r in so_far}  # a resumed sweep's stop reads this run's trials only
-    display.line(cost_line(night_spec, so_far))
-    for line in plan_lines(night_plan(night_spec, so_far)):  # the night up front (a resume: from what it measured)
-        display.line(line)
+    if finish:
+        display.line(f"--finish: the search ends with the {len(so_far)} trial(s) recorded; no search trial runs")
+    else:
+        plan = night_plan(night_spec, so_far)
+        display.line(cost_line(night_spec, so_far, fits=plan.fits))
+        for line in plan_lines(plan):  # the night up front (a resume: from what it measured)
+            display.line(line)
     budget = TimeBudget(spec, records=WriterRecords(ref))
-    tuner = _tuner(spec, ctx=ctx, out=out, display=display, ref=ref, resume=resume and not after_smoke, budget=budget)
+    tuner = None if finish else _tuner(spec, ctx=ctx, out=out, display=display, ref=ref,
+                                       resume=resume and not after_smoke, budget=budget)
     started = time.monotonic()
     in_main = threading.current_thread() is threading.main_thread()
     stop = _StopSignal()
@@ -186,7 +209,8 @@ def run_sweep(
         with QuietWatch(display, needs=spec.trial_placement.describe()):
             stop.in_tune = True
             try:
-                tuner.fit()
+                if tuner is not None:
+                    tuner.fit()
             finally:
                 stop.in_tune = False
             if stop.received:
@@ -204,12 +228,16 @@ def run_sweep(
                 return outcome
             if smoke:
                 return _end_smoke(night_spec, records, out=out, coordinator=coordinator, display=display)
+            confirm = spec.confirmation.enabled and not (finish and confirmation_minutes is None)
             confirmation = run_cluster_confirmation(spec, records, ctx=ctx, coordinator=coordinator, display=display,
-                                                    max_minutes=budget.confirmation_minutes(), extend_to=extend_to,
+                                                    max_minutes=confirmation_minutes if finish
+                                                    else budget.confirmation_minutes(), extend_to=extend_to,
                                                     given_minutes=confirmation_minutes,
-                                                    ) if spec.confirmation.enabled else None
+                                                    ) if confirm else None
+            unconfirmed = ("--finish without --max-minutes: no confirmation was asked for"
+                           if finish and spec.confirmation.enabled and confirmation_minutes is None else None)
             return finish_sweep(spec, records=records, confirmation=confirmation, out=out, coordinator=coordinator,
-                                console=console, started=started)
+                                console=console, started=started, unconfirmed=unconfirmed)
     except BaseException as exc:
         # Leave no MLflow run RUNNING: open trials are recorded as interrupted, every run ends.
         if isinstance(exc, KeyboardInterrupt):
@@ -345,8 +373,7 @@ def sweep_search(spec: SweepSpec, *, slo: bool,
     which therefore shows exactly the points the sweep would start with."""
     space = DefineByRunSpace(spec)
     return space, SweepSearcher(space=space, mode=spec.objective.direction, seed=spec.search.seed,
-                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason,
-                              gate=ChainGate(spec) if spec.search.skip_predicted_chains else None)
+                              budget=spec.budget.num_trials, slo=slo, stop_reason=stop_reason)
 
 
 class WriterRecords:

@@ -37,15 +37,19 @@ from orchestrator.sweep.output.adaptive_schedule import (
     schedule_summary,
     write_adaptive_schedule,
 )
-from orchestrator.sweep.confirmation.confirm import Confirmation
+from orchestrator.sweep.confirmation.confirm import Confirmation, margin_clause
 from orchestrator.sweep.records.results import CONFIRMATION_FILE, TRIALS_FILE
 from orchestrator.sweep.output.figures import sweep_figures
+from orchestrator.sweep.output.morning import default_engine_config, engine_command, retire_morning_files
 from orchestrator.sweep.output.predicted_rows import PREDICTIONS_FILE, predict_rows, prediction_lines
-from orchestrator.sweep.output.summary_report import SweepReport, build_report, summary_table
+from orchestrator.sweep.output.summary_report import (
+    SweepReport, build_report, measurement_lines, node_measurements, summary_table,
+)
 from orchestrator.bench.files import write_atomic
 from orchestrator.sweep.records.results import (
     TrialRecord,
     best_record,
+    served_engine_config,
     traffic_line,
     trial_provenance,
     write_best_yaml,
@@ -153,20 +157,29 @@ def confirmation_why(confirmation: Confirmation) -> str:
             return f"{FALLBACK}: no visit of the search's contenders counted, so best.yaml keeps SGLang's default"
         if leader is None:
             return f"{FALLBACK}: no search trial completed apart from SGLang's default"
-    if kind == "better" and chosen == leader:
-        return "the confirmation's choice: better than SGLang's default"
+    if kind == "better" and chosen == leader:  # better: the interval above 1; the margin said apart
+        text = f", {against_default['text']}" if against_default.get("text") else ""
+        return (f"the confirmation's choice: better than SGLang's default{text}; "
+                f"{margin_clause(against_default, confirmation.margin)}")
     return "the confirmation's choice"
 
 
-def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
-                     confirmation: Confirmation | None) -> tuple[TrialRecord | None, str]:
+def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None,
+                     unconfirmed: str | None = None) -> tuple[TrialRecord | None, str]:
     """The trial whose configuration best.yaml holds, and why (:func:`confirmation_why`): the
-    confirmation's ``chosen`` when it ran, else the search's best. The report, best.yaml, the
-    table's mark, the plots and the MLflow tags all take it from here."""
+    confirmation's ``chosen`` when it ran; where it was not asked for (``unconfirmed``: why, e.g.
+    ``--finish`` without ``--max-minutes``), SGLang's default as measured, the search's best then an
+    unconfirmed candidate; else the search's best. The report, best.yaml, the table's mark, the
+    plots and the MLflow tags all take it from here."""
     if confirmation is not None:
         chosen = next((r for r in records if r.number == confirmation.chosen), None)
         return chosen, confirmation_why(confirmation)
     searched = best_record(records)
+    default = default_engine_config(spec, records)[1] if unconfirmed is not None else None
+    if default is not None:
+        return default, f"{FALLBACK}: SGLang's default, kept without a verdict ({unconfirmed})"
+    if unconfirmed is not None:
+        return searched, f"the search's best: SGLang's default was never measured ({unconfirmed})"
     if not spec.confirmation.enabled:
         return searched, "the search's best; the confirmation was off: confirmation.enabled is false"
     return searched, ("the search's best; no confirmation could run: it needs SGLang's default and another "
@@ -174,15 +187,17 @@ def best_yaml_choice(spec: SweepSpec, records: list[TrialRecord],
 
 
 def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Confirmation | None,
-                   stopped: str | None = None) -> SweepReport:
+                   stopped: str | None = None, unconfirmed: str | None = None) -> SweepReport:
     """``summary.json``'s content but the wall time: the figures in words (``report.build_report``),
     the adaptive schedule and launch advice, the confirmation and the verdict; ``stopped``: why the
-    search stopped early (``night_stop``), its first line."""
+    search stopped early (``night_stop``), its first line; ``unconfirmed``: why no confirmation was
+    asked for (:func:`best_yaml_choice`)."""
     metric, level = spec.objective.metric, spec.objective_concurrency
-    best, why = best_yaml_choice(spec, records, confirmation)
+    best, why = best_yaml_choice(spec, records, confirmation, unconfirmed=unconfirmed)
+    kept_default = confirmation is None and unconfirmed is not None and best is not None
     figures = sweep_figures(records, objective_level=level, direction=spec.objective.direction,
                             levels=spec.benchmark.concurrency, nccl_variables=spec.search.nccl_variables(),
-                            confirmed=best if confirmation is not None else None)
+                            confirmed=best if confirmation is not None or kept_default else None)
     report = build_report(figures, metric=metric, best_why=why,
                           confirmation_lines=confirmation.lines if confirmation else None)
     schedule = schedule_summary(figures.levels)
@@ -202,9 +217,21 @@ def summary_report(spec: SweepSpec, records: list[TrialRecord], confirmation: Co
     if blind:
         report["blind_readers"] = blind
         report["lines"] += warnings
+    measured = node_measurements(records, confirmation.visits if confirmation else [])  # what the next plan reads
+    if measured:
+        report["measured"] = measured
+        report["lines"] += measurement_lines(measured)
     if stopped:
         report["stopped"] = stopped
         report["lines"].insert(0, f"search stopped: {stopped}")
+    candidate = best_record(records)
+    if kept_default and candidate is not None and candidate is not best:
+        config = served_engine_config(candidate)[0]
+        report["candidate"] = {"trial": candidate.number, "label": candidate.label, "value": candidate.value,
+                               "confirmed": False, "engine_config": config, "engine_command": engine_command(config)}
+        report["lines"].append(f"unconfirmed candidate: trial {candidate.number} {candidate.label} (the search's "
+                               f"best, {metric} {candidate.value:.4g}); its engine command: "
+                               f"{report['candidate']['engine_command']}")
     return report
 
 
@@ -252,16 +279,20 @@ def _best_provenance(spec: SweepSpec, records: list[TrialRecord], report: dict[s
 
 
 def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: Confirmation | None, out: Path,
-                 coordinator: Any, console: Console, started: float, stopped: str | None = None) -> SweepOutcome:
+                 coordinator: Any, console: Console, started: float, stopped: str | None = None,
+                 unconfirmed: str | None = None) -> SweepOutcome:
     """The verdict: summary table, best.yaml, summary.json, plots, parent-run figures; the sweep's
     MLflow runs end here (FINISHED with a best configuration, FAILED without or when ``stopped``:
-    the search ended early for that reason, and the exit code says so)."""
+    the search ended early for that reason, and the exit code says so). The interim morning files
+    (``output.morning``) stop first and are replaced by these; ``unconfirmed``: see
+    :func:`best_yaml_choice`."""
     import ray
 
     from orchestrator.sweep.output.plots import draw_plots
 
+    ray.get(coordinator.end_morning.remote())
     metric, level = spec.objective.metric, spec.objective_concurrency
-    report = summary_report(spec, records, confirmation, stopped=stopped)
+    report = summary_report(spec, records, confirmation, stopped=stopped, unconfirmed=unconfirmed)
     schedule = report["adaptive_schedule"]
     wall_s = time.monotonic() - started
     report["wall_s"] = round(wall_s, 1)
@@ -269,7 +300,8 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
     # rows of their own kind: never in trials.jsonl or the verdict; their intervals carry the start-to-start
     # spread the confirmation measured, once it has the degrees of freedom the economy acts on
     economy = confirmation.economy if confirmation is not None else None
-    predictions = predict_rows(spec, records, start_rel=economy.settled_between_cv if economy is not None else None)
+    predictions = predict_rows(spec, records, start_rel=economy.settled_between_cv if economy is not None else None,
+                               start_dof=float(economy.between_df) if economy is not None else float("inf"))
     report["predictions"] = predictions.to_dict()
     for line in report["lines"] + report["per_load_lines"] + prediction_lines(predictions, concurrency=level):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -290,6 +322,7 @@ def finish_sweep(spec: SweepSpec, *, records: list[TrialRecord], confirmation: C
         files.append(write_adaptive_schedule(out / SCHEDULE_FILE, schedule["config"]))
     write_json_file(out / "summary.json", dict(report))
     write_atomic(out / "summary.txt", summary_text(records, report, metric=metric, concurrency=level))
+    retire_morning_files(out)  # the final files replaced the interim links; what is left of them goes
     files += [out / "summary.json", out / "summary.txt", out / TRIALS_FILE]
     if confirmation is not None:
         files.append(out / CONFIRMATION_FILE)

@@ -4,6 +4,7 @@ engine commands and environment (secrets redacted), without Ray or GPUs.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -47,11 +48,19 @@ def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
 
 
 def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
-            python: str = "python") -> list[dict[str, Any]]:
+            python: str = "python", previous: Path | None = None) -> list[dict[str, Any]]:
     """The baselines and the first ``first`` proposals (``driver.sweep_search``, as the sweep asks
-    them), with exact engine commands and env; no Ray, no GPUs."""
+    them), with exact engine commands and env; no Ray, no GPUs. First the before-bed findings
+    (``orchestrator.before_bed``: the traffic file's fingerprint, idle GPUs, attention heads).
+    The night's plan is made from ``previous`` (a results directory of this spec: ``--dry-run --resume
+    DIR``) where given: its measured starts, trial time and between-visit spread replace the estimates.
+
+    Raises:
+        orchestrator.before_bed.NotReadyError: a finding is an error (printed first); nothing else is shown.
+    """
     import optuna
 
+    from orchestrator.before_bed import NotReadyError, before_bed, finding_lines
     from orchestrator.sweep.output.cost import cost_line
     from orchestrator.sweep.output.night_plan import changes_to_fit, decision_lines, night_plan, plan_lines
     from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
@@ -76,6 +85,11 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
     console.print(f"sweep {escape(spec.name)}: {spec.budget.num_trials} trials over {len(spec.space())} "
                   f"configurations; NCCL variables searched: {escape(dims)}; fixed env: "
                   f"{escape(', '.join(sorted(spec.engine.env)) or 'none')}", highlight=False, soft_wrap=True)
+    findings = before_bed(spec)  # the traffic file, GPUs and heads; an error ends the dry run here
+    for line in finding_lines(findings):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if any(f.level == "error" for f in findings):
+        raise NotReadyError(findings, source=spec.name)
     _print_arms(spec, console=console, python=python)
     shown = []
     for number, plan in enumerate(plans, start=1):
@@ -95,15 +109,40 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
                       "env": redacted_env(commands[0].env),
                       **({"node_ranks": [{"node_rank": rank, "argv": c.argv} for rank, c in enumerate(commands)]}
                          if len(commands) > 1 else {})})
-    console.print(cost_line(spec), highlight=False, markup=False, soft_wrap=True)
-    for line in plan_lines(night_plan(spec)):
+    records, visit_spread = previous_measurements(previous)  # a results dir's trials and visits: what it measured
+    if previous is not None:
+        console.print(f"planned from {escape(str(previous))}: {len(records)} trial record(s)"
+                      + (f", its between-visit spread {visit_spread.value:.1%}" if visit_spread else ""),
+                      highlight=False, soft_wrap=True)
+    plan = night_plan(spec, records)
+    console.print(cost_line(spec, records, fits=plan.fits), highlight=False, markup=False, soft_wrap=True)
+    for line in plan_lines(plan):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    changes = changes_to_fit(spec)
+    changes = changes_to_fit(spec, records)
     if changes:
-        console.print("to fit budget.time_limit_s, change one of (each re-planned alone):", highlight=False,
+        console.print("to fit budget.time_limit_s (each change re-planned; only changes that fit):", highlight=False,
                       markup=False, soft_wrap=True)
         for line in changes:
             console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-    for line in decision_lines(spec):
+    for line in decision_lines(spec, measured=visit_spread):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     return shown
+
+
+def previous_measurements(results_dir: Path | None) -> tuple[list, Any]:
+    """A results directory's trial records and its confirmation's between-visit spread (a ``margin.Figure``,
+    measured, or None): what a re-run or ``--resume`` plans from. Nothing without a directory."""
+    if results_dir is None:
+        return [], None
+    from orchestrator.sweep.confirmation.extension import read_confirmation_lines
+    from orchestrator.sweep.confirmation.margin import Figure
+    from orchestrator.sweep.output.summary_report import node_measurements
+    from orchestrator.sweep.records.results import TRIALS_FILE, read_records
+
+    path = Path(results_dir) / TRIALS_FILE
+    records = read_records(path) if path.exists() else []
+    measured = node_measurements(records, read_confirmation_lines(Path(results_dir)))
+    spread = measured.get("between_visit_cv")
+    figure = Figure(spread["value"], "measured", f"this spec's sweep in {results_dir} ({measured['where']}, "
+                    f"{spread['df']} df)") if spread else None
+    return records, figure

@@ -79,7 +79,7 @@ def smoke_lines(records: list[TrialRecord], *, out: Path) -> list[str]:
         phases = ", ".join(f"{k} {format_duration(v)}" for k, v in r.start_phases_s.items())
         timing = (f"; engine start {format_duration(start)}" + (f" ({phases})" if phases else "")
                   if start is not None else "")
-        total = r.timings_s.get("total", sum(r.timings_s.values()))
+        total = r.timings_s.total
         status = "passed" if r.status == "ok" else f"{r.status.upper()} ({r.reason}: {r.message[:300]})"
         lines.append(f"smoke: trial {r.number} {r.label}: {status}; {', '.join(checks)}{value}{timing}; "
                      f"trial time {format_duration(total)}")

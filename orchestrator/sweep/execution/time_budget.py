@@ -8,8 +8,8 @@ run: the probe needs the no-speculation one) and finishes the search when
 
     elapsed + one trial  >  time_limit_s - the confirmation's least time
 
-where one trial is the median measured trial (its start, probe and benchmark: the sum of its
-timings), else ``budget.engine_start_estimate_s`` or the engine kind's default start; and the
+where one trial is ``cost.trial_cost`` (the one estimate the plan reads too: the median measured
+start, run and teardown, ``TrialTimings``' parts counted once; before any, the spec's estimates); and the
 confirmation's least time is ``confirmation.min_visits`` rounds of its contenders at the visit
 estimate (``cost.visit_estimate_s``): less than that decides nothing. The confirmation then runs
 under ``min(confirmation.max_minutes, what is left)``. Ray's ``time_budget_s`` stays as a backstop,
@@ -18,12 +18,11 @@ a trial's limit past the budget. A resumed sweep counts from its resume.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable, Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.output.cost import format_duration, planned_starts, start_time, visit_estimate_s
+from orchestrator.sweep.output.cost import format_duration, planned_starts, trial_cost, visit_estimate_s
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["TimeBudget"]
@@ -65,9 +64,8 @@ class TimeBudget:
         return None if self.limit_s is None else max(0.0, self.limit_s - self.elapsed_s())
 
     def trial_s(self, records: list[TrialRecord]) -> float:
-        """What one more trial is expected to take: the median measured trial, else one start."""
-        measured = [sum(r.timings_s.values()) for r in records if r.timings_s.get("engine_start")]
-        return statistics.median(measured) if measured else start_time(self.spec, records)[0]
+        """What one more trial is expected to take: ``cost.trial_cost`` (the plan's own estimate), a warm one."""
+        return trial_cost(self.spec, records).total_s
 
     def confirmation_reserve_s(self, records: list[TrialRecord]) -> float:
         """The confirmation's least time: ``min_visits`` rounds of its contenders (0 when it is off)."""

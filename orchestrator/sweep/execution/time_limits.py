@@ -11,7 +11,8 @@ how long an engine start and a trial's measuring take on this node, and a hang (
 each capped by the spec's own. The longest start is the longest *warm* one once one is measured
 (a node's first start is cold and slower: ``cost.cold_starts``), else the cold one. A run is what
 the trial's timer covers after its engine is up (audit, contract, probe, benchmark: the trial's
-timings but its start and teardown), over the trials that ended ``ok``; a configuration that
+timings but its start and teardown: ``TrialTimings.run``, what ``cost.trial_cost`` takes the median
+of), over the trials that ended ``ok``; a configuration that
 measures longer (more repetitions to reach the interval) fits the factor of two.
 """
 
@@ -66,9 +67,9 @@ def trial_limits(spec: SweepSpec, records: Iterable[TrialRecord]) -> TrialLimits
     warm = measured_start_times(r for r in records if r.trial_id not in cold)
     starts = warm or measured_start_times(records)
     start = max(starts)
-    runs = [sum(v for k, v in r.timings_s.items() if k not in ("engine_start", "teardown")) for r in finished]
+    runs = [r.timings_s.run for r in finished]  # the same run ``cost.trial_cost`` medians; here the longest
     run = max(runs)
-    teardown = max((r.timings_s.get("teardown", 0.0) for r in finished), default=0.0)
+    teardown = max((r.timings_s.teardown or 0.0 for r in finished), default=0.0)
     start_s = min(budget.engine_start_timeout_s, max(START_FACTOR * start, start + START_MARGIN_S))
     trial_s = min(budget.trial_timeout_s, start_s + max(RUN_FACTOR * run, run + RUN_MARGIN_S) + teardown + SLACK_S)
     basis = (f"derived from {len(starts)} {'warm' if warm else 'cold'} start{'s' * (len(starts) > 1)} (longest "

@@ -36,6 +36,7 @@ from orchestrator.errors import BenchmarkError
 from orchestrator.space import BASELINE_AUTO, BASELINE_PLAIN, TrialPlan
 from orchestrator.statistics import log_interval
 from orchestrator.timestamps import utc_timestamp
+from orchestrator.sweep.records.timings import trial_timings
 from orchestrator.sweep.records.results import (
     OBJECTIVE_KEY,
     OBJECTIVE_REPETITION_KEY,
@@ -279,7 +280,7 @@ def _run_steps(spec: SweepSpec, ctx: TrialContext, state: _TrialState, engine_co
         session.close()
         if session.teardown_problem and status == "ok":
             status, reason, message = "failed", "stop_failed", session.teardown_problem
-    state.timings["total"] = time.monotonic() - started
+    state.timings["wall"] = time.monotonic() - started  # TrialTimings derives ``other`` from it, never a part
     return _final_record(spec, state, status=status, reason=reason, message=message)
 
 
@@ -567,7 +568,7 @@ def _final_record(spec: SweepSpec, state: _TrialState, *, status: str, reason: s
         objective=_objective_of(spec, state.objective_values) if state.objective_values else None,
         level_values=_level_values(spec, state), metrics=metrics, slo_violation=_slo_violation(spec, state.bench),
         accept_histograms=_accept_histograms(state), level_cycle_ms=_level_cycles(spec, state),
-        measured_in_full=state.measured_in_full, timings_s={k: round(v, 3) for k, v in state.timings.items()},
+        measured_in_full=state.measured_in_full, timings_s=trial_timings(state.timings),
     )
     return state.record.ended(status=status, reason=reason, message=message,  # type: ignore[arg-type]
                               ended_at=utc_timestamp())

@@ -9,6 +9,10 @@
   the cold start as the norm would overstate the night.
 * **First-start extras**: an arm whose first start does one-off work on top, counted once
   (:func:`first_start_extras`): FlashInfer's PCIe-IPC all-reduce tunes its tactics at its first start.
+* **A trial** (:func:`trial_cost`): the one estimate the plan, the re-plan, the budget and the limits read:
+  the warm start, the run and teardown (``TrialTimings``, whose total is derived: nothing counts it twice),
+  and the cold first start's extra. Each figure's basis says measured (where, when), assumed (from what)
+  or the spec's.
 
 docs/design/sweep.md says why starts are the unit.
 """
@@ -25,8 +29,10 @@ from orchestrator.spec import DEFAULT_ENGINE_START_S, DEFAULT_TPOT_MS, SweepSpec
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = [
+    "COLD_START_FACTOR",
     "PCIE_IPC_FIRST_START_S",
     "PlannedStarts",
+    "TrialCost",
     "benchmark_estimate_s",
     "cold_starts",
     "cost_line",
@@ -35,8 +41,10 @@ __all__ = [
     "measured_start_times",
     "planned_starts",
     "repetition_estimate_s",
+    "measured_where",
     "start_time",
     "tpot_estimate_s",
+    "trial_cost",
     "visit_estimate_s",
 ]
 
@@ -113,8 +121,8 @@ def planned_starts(spec: SweepSpec, *, contenders: int | None = None) -> Planned
 def measured_start_times(records: Iterable[TrialRecord]) -> list[float]:
     """Launch-to-healthy seconds of the trials whose engine came up (a node recorded: the start
     returned); a launch that failed early says nothing about how long a start takes."""
-    return [float(r.timings_s["engine_start"]) for r in records
-            if "engine_start" in r.timings_s and r.node_id is not None and r.timings_s["engine_start"] > 0]
+    return [float(r.timings_s.engine_start) for r in records
+            if r.timings_s.engine_start is not None and r.node_id is not None and r.timings_s.engine_start > 0]
 
 
 def _nodes_of(record: TrialRecord) -> set[str]:
@@ -148,28 +156,118 @@ def _phase_split(records: Iterable[TrialRecord]) -> str:
     return ": " + ", ".join(parts)
 
 
+def measured_where(records: Iterable[TrialRecord]) -> str:
+    """Where and when ``records`` ran, for a measured figure's label: ``node 10.0.0.5, 2026-12-05``."""
+    records = list(records)
+    nodes = sorted({r.node_ip or r.node_id for r in records if r.node_ip or r.node_id})
+    days = sorted({r.started_at[:10] for r in records if r.started_at})
+    where = f"node{'s' * (len(nodes) > 1)} {', '.join(nodes[:3])}{' ...' * (len(nodes) > 3)}" if nodes else "this sweep"
+    when = days[0] if len(days) <= 1 else f"{days[0]} to {days[-1]}"
+    return f"{where}, {when}" if when else where
+
+
 def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
     """Seconds per engine start and where the figure comes from, in words: the median of the warm
     ``measured_start_times`` (the cold first starts named beside it), else of the cold ones, else
-    ``budget.engine_start_estimate_s``, else the engine kind's default."""
+    ``budget.engine_start_estimate_s`` (the spec's), else the engine kind's default (assumed)."""
     records = list(records)
     cold_ids = cold_starts(records)
     warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
     cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
+    started = [r for r in records if measured_start_times([r])]
     if warm:
         first = (f"; the cold first start{'s' * (len(cold) > 1)} took {format_duration(max(cold))}"
                  if cold and max(cold) > 1.2 * statistics.median(warm) else "")
         split = _phase_split(r for r in records if r.trial_id not in cold_ids)
-        return statistics.median(warm), (f"measured, median of {len(warm)} warm start{'s' * (len(warm) > 1)}"
-                                         f"{split}{first}")
+        return statistics.median(warm), (f"measured, median of {len(warm)} warm start{'s' * (len(warm) > 1)} "
+                                         f"({measured_where(started)}){split}{first}")
     measured = cold
     if measured:
         return statistics.median(measured), (f"measured, median of {len(measured)} cold first start"
-                                             f"{'s' * (len(measured) > 1)}: later ones are often faster")
+                                             f"{'s' * (len(measured) > 1)} ({measured_where(started)}): later "
+                                             "ones are often faster")
     if spec.budget.engine_start_estimate_s is not None:
-        return spec.budget.engine_start_estimate_s, "estimated: budget.engine_start_estimate_s"
+        return spec.budget.engine_start_estimate_s, "the spec's budget.engine_start_estimate_s"
     return DEFAULT_ENGINE_START_S[spec.engine.kind], (
-        f"estimated: the default for {spec.engine.kind}; budget.engine_start_estimate_s sets it")
+        f"assumed: the default for {spec.engine.kind} (spec.DEFAULT_ENGINE_START_S); budget.engine_start_estimate_s "
+        "sets it")
+
+
+COLD_START_FACTOR = 2.0
+"""A node's cold first start (page cache and JIT caches empty) as a multiple of a warm one, until one is
+measured: an assumption, from docs/sweep.md's example (21m00s cold beside 9m55s warm), not a measurement."""
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """What one trial costs: the one estimate the plan, the budget, the limits and the re-plan read.
+
+    Attributes:
+        start_s, start_basis: One (warm) engine start, and where the figure comes from (:func:`start_time`).
+        run_s: On the engine after its start, the teardown excluded (``TrialTimings.run``: contract, probe,
+            benchmark, the rest).
+        teardown_s: Stopping the engine.
+        run_basis: Where ``run_s`` and ``teardown_s`` come from.
+        cold_extra_s, cold_basis: What the sweep's first start on a node adds once, and why.
+    """
+
+    start_s: float
+    start_basis: str
+    run_s: float
+    teardown_s: float
+    run_basis: str
+    cold_extra_s: float
+    cold_basis: str
+
+    @property
+    def after_start_s(self) -> float:
+        """The trial past its start: its run and its teardown."""
+        return self.run_s + self.teardown_s
+
+    @property
+    def total_s(self) -> float:
+        """One warm trial, start to teardown."""
+        return self.start_s + self.run_s + self.teardown_s
+
+
+def trial_cost(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> TrialCost:
+    """One trial's cost: the warm start (:func:`start_time`); the run and teardown, the medians of the
+    trials that ended ``ok`` with a measured start (``TrialTimings.run``, ``.teardown``), else the spec's
+    benchmark at the per-token estimate (:func:`benchmark_estimate_s`, no teardown counted); the cold first
+    start's extra, measured (the slowest cold start less the warm median) or :data:`COLD_START_FACTOR`."""
+    records = list(records)
+    start_s, start_basis = start_time(spec, records)
+    done = [r for r in records if r.status == "ok" and measured_start_times([r])]
+    if done:
+        run_s = statistics.median(r.timings_s.run for r in done)
+        teardowns = [r.timings_s.teardown for r in done if r.timings_s.teardown is not None]
+        teardown_s = statistics.median(teardowns) if teardowns else 0.0
+        run_basis = (f"measured, median of {len(done)} trial{'s' * (len(done) > 1)} ({measured_where(done)})"
+                     + ("" if teardowns else "; teardown not timed"))
+    else:
+        bench, probe = spec.benchmark, spec.probe
+        _, tpot = tpot_estimate_s(spec)
+        run_s, teardown_s = benchmark_estimate_s(spec), 0.0
+        source = "the spec's" if spec.budget.tpot_estimate_ms is not None else "assumed"
+        run_basis = (f"{source}: probe ({probe.num_prompts} x {probe.max_new_tokens} tokens) + "
+                     f"{len(bench.concurrency)} level{'s' * (len(bench.concurrency) > 1)} x "
+                     f"{bench.repetition_bounds()[1]} repetitions of {bench.num_prompts} x {bench.output_len} tokens "
+                     f"at {tpot}")
+    cold_ids = cold_starts(records)
+    cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
+    warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
+    if cold and warm:
+        cold_extra_s = max(0.0, max(cold) - statistics.median(warm))
+        cold_basis = (f"measured: the cold first start took {format_duration(max(cold))} "
+                      f"({measured_where(r for r in records if r.trial_id in cold_ids)})")
+    elif cold:
+        cold_extra_s, cold_basis = 0.0, "the start figure is the measured cold one"
+    else:
+        cold_extra_s = (COLD_START_FACTOR - 1.0) * start_s
+        cold_basis = (f"assumed: a cold start takes {COLD_START_FACTOR:g}x a warm one (cost.COLD_START_FACTOR, "
+                      "docs/sweep.md's example: 21m00s cold beside 9m55s warm)")
+    return TrialCost(start_s=start_s, start_basis=start_basis, run_s=run_s, teardown_s=teardown_s,
+                     run_basis=run_basis, cold_extra_s=cold_extra_s, cold_basis=cold_basis)
 
 
 def tpot_estimate_s(spec: SweepSpec) -> tuple[float, str]:
@@ -208,8 +306,8 @@ def _repetition_s(spec: SweepSpec, records: list[TrialRecord]) -> float:
     paces = []
     for record in records:
         repetitions = sum(len(v) for v in record.level_values.values())
-        if repetitions and record.timings_s.get("bench"):
-            paces.append(record.timings_s["bench"] / repetitions)
+        if repetitions and record.timings_s.bench:
+            paces.append(record.timings_s.bench / repetitions)
     if paces:
         return statistics.median(paces)
     return repetition_estimate_s(spec, spec.objective_concurrency)
@@ -221,7 +319,7 @@ def visit_estimate_s(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> fl
     economy's first choice)."""
     records = list(records)
     start, _ = start_time(spec, records)
-    teardowns = [r.timings_s["teardown"] for r in records if "teardown" in r.timings_s]
+    teardowns = [r.timings_s.teardown for r in records if r.timings_s.teardown is not None]
     teardown = statistics.median(teardowns) if teardowns else 0.0
     repetition = _repetition_s(spec, records)
     repetitions = spec.confirmation.repetitions_per_visit
@@ -240,8 +338,10 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def cost_line(spec: SweepSpec, records: Iterable[TrialRecord] = (), *, contenders: int | None = None) -> str:
-    """The plan's cost in one line: ``engine starts (trials + visits) x start time = total``."""
+def cost_line(spec: SweepSpec, records: Iterable[TrialRecord] = (), *, contenders: int | None = None,
+              fits: bool = True) -> str:
+    """The plan's cost in one line: ``engine starts (trials + visits) x start time = total``; ``fits``
+    False (``night_plan(...).fits``, which the caller knows) adds that the night does not fit its limit."""
     records = list(records)
     plan = planned_starts(spec, contenders=contenders)
     seconds, basis = start_time(spec, records)
@@ -252,7 +352,7 @@ def cost_line(spec: SweepSpec, records: Iterable[TrialRecord] = (), *, contender
     else:
         visits = "; confirmation off"
     limit = spec.budget.time_limit_s
-    cut = (f"; budget.time_limit_s ({format_duration(limit)}) stops starting trials sooner"
-           if limit is not None and plan.trials * seconds > limit else "")
+    cut = (f"; the night does not fit budget.time_limit_s ({format_duration(limit)}): the plan says what it cuts"
+           if limit is not None and not fits else "")
     return (f"cost: {plan.total} engine starts ({plan.trials} trials{visits}) x {format_duration(seconds)} per "
             f"start ({basis}) = ~{format_duration(plan.total * seconds)} of engine starts{cut}")

@@ -16,6 +16,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.sweep.output.cost import (
     cost_line, format_duration, measured_start_times, planned_starts, start_time, visit_estimate_s,
 )
+from orchestrator.sweep.output.night_plan import night_plan
 from orchestrator.sweep.records.results import OBJECTIVE_KEY, TrialRecord
 from orchestrator.space import TrialPlan
 from serving.environ import ENV
@@ -139,7 +140,7 @@ class Display:
         self.line(f"[trial {record.number}/{self.total}] {record.status}{reason}  {self.spec.objective.metric} {value}"
                   f"  | best {best}  | {self._elapsed()}")
         if first_measured:
-            self.line(cost_line(self.spec, self.records))
+            self.line(cost_line(self.spec, self.records, fits=night_plan(self.spec, self.records).fits))
 
 
 def _duration(seconds: float) -> str:

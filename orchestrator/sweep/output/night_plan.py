@@ -1,17 +1,23 @@
 """The night planned up front: the sweep's trials and confirmation as a timeline against
 ``budget.time_limit_s``, what to change where it does not fit, and the chance that it decides.
 
-A trial costs its engine start plus what runs on the engine: the probe, and per concurrency level the
-warm-up and the most repetitions (``cost.benchmark_estimate_s``: requests x ``output_len`` x the
-per-token time, ``budget.tpot_estimate_ms`` until a trial has measured it; then the trials' medians).
+A trial costs what ``cost.trial_cost`` says (the estimate the budget and the limits read too): its engine
+start plus what runs on the engine: the probe, and per concurrency level the warm-up and the most
+repetitions (``cost.benchmark_estimate_s``: requests x ``output_len`` x the per-token time,
+``budget.tpot_estimate_ms`` until a trial has measured it; then the trials' medians). The first wave's cold
+starts add their extra once (assumed ``cost.COLD_START_FACTOR`` until measured). Every figure's basis says
+measured (where, when), assumed (from what) or the spec's; the plan says the start time at which it stops
+fitting (:meth:`NightPlan.fits_up_to_start_s`) and, where it does not fit, what the sweep would cut
+(:meth:`NightPlan.cut_line`).
 The timeline follows the searcher's own order (``DefineByRunSpace``): the baselines, SGLang's rules of
 thumb, one start per all-reduce path and NCCL setting (each named with the hour it is first started),
 then the search; then the confirmation, ``contenders x min_visits..max_visits`` visits at the visit
 estimate. An arm whose first start does one-off work (``cost.first_start_extras``: PCIe-IPC's tuning)
 adds it once, at the trial that first starts it. The plan *fits* when the search and the confirmation at ``max_visits`` end within the limit.
-Where it does not, :func:`changes_to_fit` re-plans the spec with one setting changed at a time and
-says what each saves. :func:`decision_chance` simulates the confirmation's sequential test (the
-sweep's own boundaries) at a stated between-visit spread.
+Where it does not, :func:`changes_to_fit` re-plans the spec and offers only changes that fit.
+:func:`decision_chance` simulates the confirmation's sequential test (the sweep's own boundaries,
+``sequential.judge``'s claims) at a between-visit spread; :func:`decision_lines` states it across the
+spreads of :func:`decision_spreads`, each labelled.
 
 The running sweep re-plans from what it measures (``execution.time_budget``); this is the promise
 made before the night starts. Pure functions of the spec (and records): no I/O.
@@ -20,26 +26,26 @@ made before the night starts. Pure functions of the spec (and records): no I/O.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.sweep.output.cost import (
-    benchmark_estimate_s, first_start_extras, format_duration, planned_starts, start_time, tpot_estimate_s,
-    visit_estimate_s,
+    COLD_START_FACTOR, first_start_extras, format_duration, planned_starts, trial_cost, visit_estimate_s,
 )
 from orchestrator.sweep.records.results import TrialRecord
 
-__all__ = ["NightPlan", "PlanStep", "changes_to_fit", "decision_chance", "decision_lines", "night_plan", "plan_lines"]
+__all__ = ["NightPlan", "PlanStep", "UNDECIDED_MORNING", "changes_to_fit", "decision_chance", "decision_lines",
+           "decision_spreads", "fit_warning", "night_plan", "plan_lines"]
 
 DECISION_PATHS = 4000
 """Simulated confirmations per :func:`decision_chance` figure (seeded): +-1.6% at a chance of 50%."""
 
-STATED_VISIT_CVS = (0.01, 0.02)
-"""Between-visit spreads the plan's decision chance is also stated at: ~1-2% was measured between fresh
-engines with decode in CUDA graphs on one H200 (docs/measurements/gpu-replication-h200x1-graphs)."""
+STATED_VISIT_CVS = (0.02, 0.04)
+"""Between-visit spreads the plan's decision chance is also stated at (assumed, plausible): between the
+GPU figures spectune measured (~1% between visits on one H200, ~7% between starts on one H100;
+``margin.GPU_FIGURES``)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,8 @@ class NightPlan:
         steps: The timeline.
         settings_first: (setting, trial number, hour it starts) for each all-reduce path and NCCL setting.
         extras: (trial number, seconds, why) for each one-off cost a trial's start adds (``first_start_extras``).
+        cold_s, cold_basis: What the first wave's cold starts add once (``cost.trial_cost``), and why.
+        cold_factor: The assumed cold/warm ratio where ``cold_s`` is assumed (it scales with the start), else None.
     """
 
     start_s: float
@@ -89,13 +97,36 @@ class NightPlan:
     steps: tuple[PlanStep, ...] = field(default=())
     settings_first: tuple[tuple[str, int, float], ...] = field(default=())
     extras: tuple[tuple[int, float, str], ...] = field(default=())
+    cold_s: float = 0.0
+    cold_basis: str = ""
+    cold_factor: float | None = None
 
     @property
     def trial_s(self) -> float:
         return self.start_s + self.bench_s
 
     def _extras_before(self, number: int) -> float:
-        return sum(seconds for at, seconds, _ in self.extras if at < number)
+        """One-off costs of the trials before ``number``: the first wave's cold starts, the arms' first starts."""
+        cold = self.cold_s if number > self.parallel else 0.0
+        return cold + sum(seconds for at, seconds, _ in self.extras if at < number)
+
+    def at_start(self, start_s: float) -> "NightPlan":
+        """This plan at another warm start time: trials and visits each start once more or less; an assumed
+        cold start scales with it, a measured one and the arms' one-off costs do not."""
+        cold = self.cold_s if self.cold_factor is None else (self.cold_factor - 1.0) * start_s
+        return NightPlan(**{**self.__dict__, "start_s": start_s, "visit_s": self.visit_s - self.start_s + start_s,
+                            "cold_s": cold})
+
+    def fits_up_to_start_s(self) -> float | None:
+        """The warm start time at which the plan stops fitting (the night is linear in it); None without a
+        limit, 0 where it fits at no start time."""
+        if self.limit_s is None:
+            return None
+        at0, at1 = self.at_start(0.0).total_s, self.at_start(1.0).total_s
+        slope = at1 - at0
+        if slope <= 0:
+            return None
+        return max(0.0, (self.limit_s - at0) / slope)
 
     def trial_at_s(self, number: int) -> float:
         """When trial ``number`` (1-based) starts, trials running ``parallel`` at a time."""
@@ -123,20 +154,28 @@ class NightPlan:
         if self.limit_s is None:
             return None
         left = self.limit_s - self.confirmation_s(self.min_visits) - self._extras_before(self.trials + 1)
-        return max(0, int(left // self.trial_s) * self.parallel) if left > 0 else 0
+        return min(self.trials, max(0, int(left // self.trial_s) * self.parallel)) if left > 0 else 0
 
+    def affordable_visits(self, trials: int) -> int:
+        """Visits per contender the limit leaves after ``trials`` search trials (``max_visits`` at most)."""
+        if self.limit_s is None or not self.contenders:
+            return self.max_visits
+        left = self.limit_s - self.search_s(trials)
+        return max(0, min(self.max_visits, int(left // (self.contenders * self.visit_s)))) if left > 0 else 0
 
-def _bench_s(spec: SweepSpec, records: list[TrialRecord]) -> tuple[float, str]:
-    """What runs on a trial's engine after its start: the trials' median, else the spec's estimate."""
-    measured = [sum(v for k, v in r.timings_s.items() if k != "engine_start")
-                for r in records if r.timings_s.get("engine_start") and r.status == "ok"]
-    if measured:
-        return statistics.median(measured), f"measured, median of {len(measured)} trial{'s' * (len(measured) > 1)}"
-    _, tpot = tpot_estimate_s(spec)
-    bench = spec.benchmark
-    return benchmark_estimate_s(spec), (
-        f"estimated: probe + {len(bench.concurrency)} level{'s' * (len(bench.concurrency) > 1)} x "
-        f"{bench.repetition_bounds()[1]} repetitions of {bench.num_prompts} x {bench.output_len} tokens at {tpot}")
+    def cut_line(self) -> str:
+        """What the running sweep would cut where the plan does not fit (``execution.time_budget``: the
+        search stops starting trials once the next would leave the confirmation less than ``min_visits``
+        rounds; the confirmation then gets what is left)."""
+        trials = self.affordable_trials() or 0
+        visits = self.affordable_visits(trials)
+        search = (f"the search would stop after about {trials} of its {self.trials} trials" if trials < self.trials
+                  else f"all {self.trials} trials run")
+        if not self.contenders:
+            return search
+        confirm = (f"the confirmation would get time for about {visits} of its {self.max_visits} visits per contender"
+                   + (f" (below min_visits {self.min_visits}: it decides nothing)" if visits < self.min_visits else ""))
+        return f"{search}; {confirm}"
 
 
 def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPlan:
@@ -144,10 +183,11 @@ def night_plan(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> NightPla
     from orchestrator.space.define_by_run import DefineByRunSpace
 
     records = list(records)
-    start_s, start_basis = start_time(spec, records)
-    bench_s, bench_basis = _bench_s(spec, records)
+    cost = trial_cost(spec, records)  # the one estimate of a trial (the budget and the limits read it too)
     starts = planned_starts(spec)
-    plan = NightPlan(start_s=start_s, bench_s=bench_s, start_basis=start_basis, bench_basis=bench_basis,
+    plan = NightPlan(start_s=cost.start_s, bench_s=cost.after_start_s, start_basis=cost.start_basis,
+                     bench_basis=cost.run_basis, cold_s=cost.cold_extra_s, cold_basis=cost.cold_basis,
+                     cold_factor=COLD_START_FACTOR if cost.cold_basis.startswith("assumed") else None,
                      trials=spec.budget.num_trials, parallel=spec.budget.max_concurrent_trials,
                      contenders=starts.contenders, min_visits=min(spec.confirmation.min_visits, starts.max_visits),
                      max_visits=starts.max_visits, visit_s=visit_estimate_s(spec, records),
@@ -214,14 +254,18 @@ def _clock(seconds: float) -> str:
 def plan_lines(plan: NightPlan) -> list[str]:
     """The plan as a timeline, a line a stretch, then whether it fits."""
     at = format_duration
-    lines = [f"plan: {plan.trials} trials, {plan.parallel} at a time; a trial = a start {at(plan.start_s)} "
-             f"({plan.start_basis}) + {at(plan.bench_s)} on the engine ({plan.bench_basis})"]
+    lines = [f"plan: {plan.trials} trials, {plan.parallel} at a time (the spec's budget); a trial = a start "
+             f"{at(plan.start_s)} ({plan.start_basis}) + {at(plan.bench_s)} on the engine ({plan.bench_basis})"]
+    if plan.cold_s > 0:
+        lines.append(f"  the first {'start adds' if plan.parallel == 1 else f'{plan.parallel} starts add'} "
+                     f"{at(plan.cold_s)} once: a node's cold first start ({plan.cold_basis})")
     lines += [f"  trial {number} adds {at(seconds)} once ({why})" for number, seconds, why in plan.extras]
     for step in plan.steps:
         if step.first == 0:
             low, high = plan.confirmation_s(plan.min_visits), plan.confirmation_s(plan.max_visits)
             lines.append(f"  {_clock(step.at_s):>6}  confirmation: {plan.contenders} contenders x {plan.min_visits}-"
-                         f"{plan.max_visits} visits x {at(plan.visit_s)} = {at(low)} to {at(high)}")
+                         f"{plan.max_visits} visits (the spec's confirmation) x {at(plan.visit_s)} (a start, its "
+                         f"teardown and the visit's repetitions, at the figures above) = {at(low)} to {at(high)}")
             continue
         trials = f"trial {step.first}" if step.first == step.last else f"trials {step.first}-{step.last}"
         lines.append(f"  {_clock(step.at_s):>6}  {trials}: {step.what}")
@@ -232,12 +276,25 @@ def plan_lines(plan: NightPlan) -> list[str]:
     if plan.limit_s is None:
         lines.append(f"  {end:>6}  end at max_visits (no budget.time_limit_s: nothing bounds the night)")
     elif plan.fits:
-        lines.append(f"  {end:>6}  end at max_visits: fits budget.time_limit_s ({at(plan.limit_s)})")
+        lines.append(f"  {end:>6}  end at max_visits: fits budget.time_limit_s ({at(plan.limit_s)}); "
+                     f"{_start_margin(plan)}")
     else:
-        affordable = plan.affordable_trials()
-        lines.append(f"  {end:>6}  end at max_visits: does NOT fit budget.time_limit_s ({at(plan.limit_s)}); the "
-                     f"sweep would stop the search after about {affordable} trials and confirm in what is left")
+        lines.append(f"  {end:>6}  end at max_visits: does NOT fit budget.time_limit_s ({at(plan.limit_s)}); "
+                     f"{plan.cut_line()}; {_start_margin(plan)}")
     return lines
+
+
+def _start_margin(plan: NightPlan) -> str:
+    """``fits up to 11.2-minute starts (planned: 10.0)``: the warm start time at which the plan stops fitting."""
+    limit = plan.fits_up_to_start_s()
+    if limit is None:
+        return ""
+    unit, scale = ("minute", 60.0) if max(limit, plan.start_s) >= 120 else ("second", 1.0)
+    if limit <= 0:
+        return "it fits at no start time (the night's other parts alone exceed the limit)"
+    return (f"{'fits' if plan.fits else 'it would fit'} up to {limit / scale:.1f}-{unit} starts (planned: "
+            f"{plan.start_s / scale:.1f}"
+            + (f"; the cold first start scales with it" if plan.cold_factor else "") + ")")
 
 
 def _replanned(spec: SweepSpec, records: list[TrialRecord], changes: dict[str, dict]) -> tuple[SweepSpec, NightPlan]:
@@ -257,10 +314,12 @@ def _fewest_trials(plan: NightPlan) -> int:
     return max((s.last for s in plan.steps if s.first and not s.what.startswith("the search")), default=1)
 
 
-def _trials_that_fit(plan: NightPlan) -> int:
-    """The most trials the limit holds beside the confirmation at ``max_visits``."""
-    room = (plan.limit_s or 0.0) - plan.confirmation_s(plan.max_visits) - sum(s for _, s, _ in plan.extras)
-    return int(room // plan.trial_s) * plan.parallel if room > 0 else 0
+def _trials_that_fit(plan: NightPlan, visits: int | None = None) -> int:
+    """The most trials the limit holds beside the confirmation at ``visits`` (default ``max_visits``), the
+    cold first start and the arms' one-off costs counted (at most ``plan.trials``)."""
+    visits = plan.max_visits if visits is None else visits
+    room = (plan.limit_s or 0.0) - plan.confirmation_s(visits) - plan._extras_before(plan.trials + 1)
+    return min(plan.trials, int(room // plan.trial_s) * plan.parallel) if room > 0 else 0
 
 
 def _options(spec: SweepSpec, plan: NightPlan) -> list[tuple[str, dict[str, dict]]]:
@@ -284,75 +343,97 @@ def _options(spec: SweepSpec, plan: NightPlan) -> list[tuple[str, dict[str, dict
         options.append((f"confirmation.top_k {confirmation.top_k} -> 1", {"confirmation": {"top_k": 1}}))
     if plan.contenders and confirmation.no_speculation:
         options.append(("confirmation.no_speculation true -> false", {"confirmation": {"no_speculation": False}}))
-    if plan.contenders and plan.max_visits > 6:
-        options.append((f"confirmation.max_visits {plan.max_visits} -> 6",
-                        {"confirmation": {"max_visits": 6, "min_visits": min(confirmation.min_visits, 6)}}))
     return options
 
 
+def _visits_that_fit(plan: NightPlan) -> int:
+    """The most visits per contender the limit holds after the whole search (0: none)."""
+    if not plan.contenders or plan.limit_s is None:
+        return 0
+    room = plan.limit_s - plan.search_s()
+    return int(room // (plan.contenders * plan.visit_s)) if room > 0 else 0
+
+
 def changes_to_fit(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> list[str]:
-    """What to change so the plan fits ``budget.time_limit_s``: one setting at a time, each with the time it
-    saves and whether it alone fits (the biggest saving first), then, where none fits alone, the biggest
-    savers together with the trials that fit beside them. Empty where the plan fits or has no limit."""
+    """What to change so the plan fits ``budget.time_limit_s``: only changes that fit once re-planned, never
+    one still over. Each single setting that alone fits (the biggest saving first): fewer trials (the most
+    that fit beside the confirmation), fewer visits (the most that fit after the search), both (the least
+    visits that decide, ``min_visits``, and the trials that fit beside them), fewer levels, prompts,
+    repetitions or contenders. Where none does, the biggest savers together, then the trials and visits
+    that fit beside them; where even that does not fit, the limit the night needs. Empty where the plan
+    fits or has no limit."""
     records = list(records)
     plan = night_plan(spec, records)
     if plan.fits:
         return []
     fewest = _fewest_trials(plan)
-    single = _options(spec, plan)
-    trials = _trials_that_fit(plan)
-    if fewest <= trials < plan.trials:
-        single.append((f"budget.num_trials {plan.trials} -> {trials}", {"budget": {"num_trials": trials}}))
-    planned = [(text, changes, _replanned(spec, records, changes)[1]) for text, changes in single]
-    out = []
-    for text, _, changed in sorted(planned, key=lambda o: o[2].total_s):
-        saved = plan.total_s - changed.total_s
-        if saved > 0:
-            verdict = "fits" if changed.fits else f"still {format_duration(changed.total_s)}"
-            out.append(f"{text}: saves {format_duration(saved)} ({verdict})")
-    if any(changed.fits for _, _, changed in planned):
+    cuts = _cuts(spec, plan, fewest)
+    planned = [(text, changes, _replanned(spec, records, changes)[1]) for text, changes in [*_options(spec, plan), *cuts]]
+    out = [f"{text}: saves {format_duration(plan.total_s - changed.total_s)}, ends at {_clock(changed.total_s)} "
+           "(fits)" for text, _, changed in sorted(planned, key=lambda o: o[2].total_s) if changed.fits]
+    if out:
         return out
     together: dict[str, dict] = {}
     texts: list[str] = []
     combined = plan
-    for text, changes, changed in sorted(planned, key=lambda o: o[2].total_s):
+    for text, changes, changed in sorted(planned[:len(planned) - len(cuts)], key=lambda o: o[2].total_s):
         clashes = any(key in together.get(section, {}) for section, values in changes.items() for key in values)
-        if text.startswith("budget.num_trials") or changed.total_s >= plan.total_s or clashes:
+        if changed.total_s >= plan.total_s or clashes:
             continue
         together, _ = _merge(together, changes), texts.append(text)
         combined = _replanned(spec, records, together)[1]
         if combined.fits:
             break
-    if not combined.fits:
-        trials = _trials_that_fit(combined)
-        if fewest <= trials < combined.trials:
-            together = _merge(together, {"budget": {"num_trials": trials}})
-            texts.append(f"budget.num_trials {plan.trials} -> {trials}")
-            combined = _replanned(spec, records, together)[1]
-    if texts:
-        verdict = "fits" if combined.fits else f"still {format_duration(combined.total_s)}"
-        out.append(f"together: {'; '.join(texts)}: {_clock(combined.total_s)} ({verdict})")
+        for cut_text, cut in _cuts(spec, combined, fewest):
+            trial = _replanned(spec, records, _merge(together, cut))[1]
+            if trial.fits:
+                return [f"together: {'; '.join([*texts, cut_text])}: ends at {_clock(trial.total_s)} (fits)"]
+    if texts and combined.fits:
+        return [f"together: {'; '.join(texts)}: ends at {_clock(combined.total_s)} (fits)"]
+    least = max(2, min(spec.confirmation.min_visits, plan.max_visits)) if plan.contenders else plan.max_visits
+    smallest_changes = _merge(together, {"budget": {"num_trials": fewest},
+                                         "confirmation": {"max_visits": least, "min_visits": least}})
+    smallest = _replanned(spec, records, smallest_changes)[1]
+    texts = [*texts, f"budget.num_trials {plan.trials} -> {fewest} (the opening alone)",
+             f"confirmation.max_visits {plan.max_visits} -> {least}"]
+    return [f"no cut fits budget.time_limit_s: the least night ({'; '.join(texts)}) ends at "
+            f"{_clock(smallest.total_s)}; raise budget.time_limit_s to at least {_clock(smallest.total_s)}"]
+
+
+def _cuts(spec: SweepSpec, plan: NightPlan, fewest: int) -> list[tuple[str, dict[str, dict]]]:
+    """Fewer trials, fewer visits, or both, each the most that fit ``plan``'s limit (none below the opening's
+    trials, ``fewest``, or below two visits: a verdict needs two pairs)."""
+    out: list[tuple[str, dict[str, dict]]] = []
+    trials = _trials_that_fit(plan)
+    if fewest <= trials < plan.trials:
+        out.append((f"budget.num_trials {plan.trials} -> {trials}", {"budget": {"num_trials": trials}}))
+    if not plan.contenders:
+        return out
+    least = max(2, min(spec.confirmation.min_visits, plan.max_visits))
+    visits = _visits_that_fit(plan)
+    if least <= visits < plan.max_visits:
+        out.append((f"confirmation.max_visits {plan.max_visits} -> {visits}", {"confirmation": {
+            "max_visits": visits, "min_visits": min(spec.confirmation.min_visits, visits)}}))
+    both = _trials_that_fit(plan, least)
+    if fewest <= both < plan.trials and least < plan.max_visits:
+        out.append((f"budget.num_trials {plan.trials} -> {both} and confirmation.max_visits {plan.max_visits} -> "
+                    f"{least}", {"budget": {"num_trials": both},
+                                 "confirmation": {"max_visits": least, "min_visits": least}}))
     return out
-
-
-def decision_chance(spec: SweepSpec, *, visit_cv: float, gain: float, margin: float,
-                    paths: int = DECISION_PATHS, seed: int = 0) -> float:
-    """Chance that the confirmation's verdict (its leader against SGLang's default) is decided by
-    ``max_visits`` when the true ratio is ``1 + gain`` and a fresh engine's level spreads by ``visit_cv``
-    (sd of its log), by the sweep's own sequential test (its main design, ``extension.spec_design``) at
-    the leader's correction for ``top_k``; seeded simulation of ``paths`` confirmations."""
+def _claims(diffs, spec: SweepSpec, margin: float):
+    """Per path (row of per-visit log ratios), whether the confirmation's verdict is decided by its last look
+    and whether it says better: ``sequential.judge``'s rule at each look, vectorised (the test checks the two
+    agree)."""
     import numpy as np
 
     from orchestrator.sequential import critical_value
     from orchestrator.sweep.confirmation.extension import spec_design
 
     design = spec_design(spec)  # the main design the sweep judges by (alpha held in reserve for extensions)
-    first, last = design[0].first, design[-1].last
-    rng = np.random.default_rng(seed)
-    diffs = rng.normal(math.log1p(gain), math.sqrt(2.0) * visit_cv, size=(paths, last))
     bound = math.log1p(margin)
-    decided = np.zeros(paths, dtype=bool)
-    for n in range(first, last + 1):
+    decided = np.zeros(diffs.shape[0], dtype=bool)
+    better = np.zeros(diffs.shape[0], dtype=bool)
+    for n in range(max(2, design[0].first), design[-1].last + 1):
         critical = critical_value(n, design=design, comparisons=spec.confirmation.top_k)
         if not math.isfinite(critical):
             continue
@@ -360,25 +441,107 @@ def decision_chance(spec: SweepSpec, *, visit_cv: float, gain: float, margin: fl
         mean = sample.mean(axis=1)
         half = critical * sample.std(axis=1, ddof=1) / math.sqrt(n)
         low, high = mean - half, mean + half
-        decided |= (low > bound) | (high < -bound) | ((low > -bound) & (high < bound))
-    return float(decided.mean())
+        says_better = ~decided & (low > 0.0)
+        better |= says_better
+        decided |= (low > 0.0) | (high < -bound) | ((low > -bound) & (high < bound))
+    return decided, better
 
 
-def decision_lines(spec: SweepSpec) -> list[str]:
-    """The chance of a decided verdict at the engine kind's measured between-visit spread and at
-    :data:`STATED_VISIT_CVS`, for a pick no different from SGLang's default and one twice the margin better."""
-    from orchestrator.sweep.confirmation.margin import MEASURED_VISIT_CV, confirmation_margin, visit_noise_key
+def _draws(spec: SweepSpec, *, visit_cv: float, gain: float, paths: int, seed: int):
+    """Per-visit log ratios of the leader over SGLang's default: each visit a fresh engine of each, so the
+    pair's log ratio spreads by ``sqrt(2) x visit_cv``."""
+    import numpy as np
+
+    from orchestrator.sweep.confirmation.extension import spec_design
+
+    last = spec_design(spec)[-1].last
+    return np.random.default_rng(seed).normal(math.log1p(gain), math.sqrt(2.0) * visit_cv, size=(paths, last))
+
+
+def decision_chance(spec: SweepSpec, *, visit_cv: float, gain: float, margin: float,
+                    paths: int = DECISION_PATHS, seed: int = 0, better_only: bool = False) -> float:
+    """Chance that the confirmation's verdict (its leader against SGLang's default) is decided by
+    ``max_visits`` (``better_only``: decided *better*) when the true ratio is ``1 + gain`` and a fresh
+    engine's level spreads by ``visit_cv`` (sd of its log), by the sweep's own sequential test (its main
+    design, ``extension.spec_design``; ``sequential.judge``'s claims) at the leader's correction for
+    ``top_k``; seeded simulation of ``paths`` confirmations."""
+    decided, better = _claims(_draws(spec, visit_cv=visit_cv, gain=gain, paths=paths, seed=seed), spec, margin)
+    return float((better if better_only else decided).mean())
+
+
+UNDECIDED_MORNING = ("an undecided verdict keeps SGLang's default in best.yaml: the night's search is not acted on "
+                     "(a better pick that is not shown better is left unused)")
+"""What an undecided morning means, in one sentence (the plan says it beside the decision chance)."""
+
+
+def decision_spreads(spec: SweepSpec, measured=None):
+    """The between-visit spreads the decision chance is stated at, each a ``margin.Figure``: ``measured``
+    (this spec's previous sweep, where given), the engine kind's prior, spectune's own GPU figures
+    (``margin.GPU_FIGURES``) and :data:`STATED_VISIT_CVS` (assumed: plausible spreads between them), one
+    per value."""
+    from orchestrator.sweep.confirmation.margin import GPU_FIGURES, Figure, visit_cv_prior, visit_noise_key
+
+    key = visit_noise_key(spec)
+    prior = visit_cv_prior(key)
+    figures = [measured] if measured is not None else []
+    figures += [Figure(prior.value, prior.kind, f"the {key} prior, {prior.source}")]
+    figures += [Figure(f.value, f.kind, f"{what}, {f.source}") for what, f in GPU_FIGURES]
+    figures += [Figure(cv, "assumed", "a plausible spread between the figures above") for cv in STATED_VISIT_CVS]
+    out: dict[float, Figure] = {}
+    for figure in figures:
+        out.setdefault(round(figure.value, 4), figure)
+    return [out[value] for value in sorted(out)]
+
+
+def decision_lines(spec: SweepSpec, *, measured=None, paths: int | None = None) -> list[str]:
+    """The chance of a decided verdict across plausible between-visit spreads (:func:`decision_spreads`, each
+    labelled measured or assumed, with its source), for a pick no different from SGLang's default and one
+    the margin better (decided, and how often "better"), and what an undecided morning means.
+
+    Args:
+        measured: The between-visit spread a previous sweep of this spec measured (a ``margin.Figure``).
+        paths: Simulated confirmations per figure (default :data:`DECISION_PATHS`)."""
+    paths = DECISION_PATHS if paths is None else paths
+    from orchestrator.sweep.confirmation.margin import confirmation_margin
 
     if not spec.confirmation.enabled or spec.engine.speculative_algorithm is None:
         return []
     margin = confirmation_margin(spec)
-    measured = MEASURED_VISIT_CV[visit_noise_key(spec)]
-    parts = []
-    for cv in sorted({measured, *STATED_VISIT_CVS}):
-        same = decision_chance(spec, visit_cv=cv, gain=0.0, margin=margin)
-        better = decision_chance(spec, visit_cv=cv, gain=2 * margin, margin=margin)
-        source = "measured for this engine" if cv == measured else "stated"
-        parts.append(f"at a between-visit spread of {cv:.1%} ({source}): {better:.0%} if the pick is "
-                     f"{2 * margin:.0%} better than SGLang's default, {same:.0%} if it is no different")
-    return [f"chance of a decided verdict by {spec.confirmation.max_visits} visits (margin {margin:.1%}): "
-            + "; ".join(parts)]
+    source = "the spec's confirmation.margin" if spec.confirmation.margin != "auto" else \
+        "confirmation.margin auto, from the engine kind's prior"
+    lines = [f"chance of a decided verdict by {spec.confirmation.max_visits} visits (margin {margin:.1%}, {source}; "
+             "simulated through the sweep's own sequential test):"]
+    for figure in decision_spreads(spec, measured):
+        cv = figure.value
+        better = decision_chance(spec, visit_cv=cv, gain=margin, margin=margin, better_only=True, paths=paths)
+        same = decision_chance(spec, visit_cv=cv, gain=0.0, margin=margin, paths=paths)
+        lines.append(f"  at a between-visit spread of {cv:.1%} ({figure.label()}): \"better\" in {better:.0%} of "
+                     f"nights if the pick is {margin:.1%} better than SGLang's default; decided in {same:.0%} if it "
+                     "is no different")
+    lines.append(f"  {UNDECIDED_MORNING}")
+    return lines
+
+
+A_NIGHT_S = 8 * 3600.0
+"""What ``spectune validate`` calls a night where the spec sets no ``budget.time_limit_s`` (the shipped
+Kimi specs' limit): a plan longer than this gets a warning."""
+
+
+def fit_warning(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> str | None:
+    """One line where the night does not fit ``budget.time_limit_s`` (what ``spectune validate`` says), else
+    None: the plan's end, what the running sweep would cut, and where the cuts that fit are offered.
+    Without a limit: one line where the plan is longer than :data:`A_NIGHT_S`."""
+    plan = night_plan(spec, records)
+    if plan.limit_s is None:
+        if plan.total_s <= A_NIGHT_S:
+            return None
+        return (f"no budget.time_limit_s bounds the night, and it plans {format_duration(plan.total_s)} at max_visits "
+                f"with a {format_duration(plan.start_s)} start ({plan.start_basis.split(':')[0].split(',')[0]}), "
+                f"longer than a night ({format_duration(A_NIGHT_S)}): set budget.time_limit_s (the search then stops "
+                "in time for the confirmation) or cut budget.num_trials / confirmation.max_visits")
+    if plan.fits:
+        return None
+    return (f"the night does not fit budget.time_limit_s ({format_duration(plan.limit_s)}): it plans "
+            f"{format_duration(plan.total_s)} at max_visits with a {format_duration(plan.start_s)} start "
+            f"({plan.start_basis.split(':')[0].split(',')[0]}); {plan.cut_line()}; `spectune sweep --dry-run` offers "
+            "cuts that fit")

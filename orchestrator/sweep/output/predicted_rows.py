@@ -24,6 +24,16 @@ group's longest is also predicted from the others and compared with its measurem
 out): ``checks``; a miss outside the interval is said in words, and the predictions of that group
 are then marked ``unchecked_miss`` (start them rather than trust them).
 
+**Start-to-start spread.** Every interval carries the spread a fresh engine start adds (``start_rel``): the
+confirmation's between-visit estimate once settled, else the engine kind's prior (:func:`start_spread_prior`,
+labelled a prior wherever printed). ``reaches_best`` compares a row's interval with the best measured
+configuration's lower bound (its repetitions and its start, at the t quantile of its degrees of freedom), not
+with the largest point estimate (the largest of several noisy values is biased up: the winner's curse).
+
+**Kernels.** Where one draft step runs another graph than longer chains (:func:`one_step_runs_own_graph`:
+GPU engines decoding in CUDA graphs; SGLang 0.5.23 captures no draft-decode graph for one step), the one-step
+chain is off the model's line: it is neither predicted nor predicted from.
+
 Predicted rows are never mixed with measured values: they go to ``predictions.jsonl`` and a table of
 their own, never to ``trials.jsonl``, the searcher or the confirmation.
 """
@@ -40,10 +50,13 @@ from orchestrator.space import Candidate, SpeculativeTriple, TrialPlan
 from orchestrator.spec import SweepSpec
 from orchestrator.statistics import geometric_mean
 from orchestrator.sweep.records.results import TrialRecord
-from orchestrator.sweep.search.chain_prediction import (ACCEPT_MODEL_REL, SAMPLED_ACCEPT_MODEL_REL, Z95, MeasuredChain,
+from orchestrator.space import one_step_runs_own_graph
+from orchestrator.statistics import t975
+from orchestrator.sweep.search.chain_prediction import (ACCEPT_MODEL_REL, SAMPLED_ACCEPT_MODEL_REL, MeasuredChain,
                                                      log_correlation, predict_chains)
 
-__all__ = ["PREDICTIONS_FILE", "PredictedRow", "Predictions", "predict_rows", "prediction_lines"]
+__all__ = ["PREDICTIONS_FILE", "START_REL_PRIOR_CPU", "START_REL_PRIOR_GPU", "PredictedRow", "Predictions",
+           "predict_rows", "prediction_lines", "start_spread_prior"]
 
 PREDICTIONS_FILE = "predictions.jsonl"
 
@@ -53,6 +66,14 @@ repetitions) measured its chain, only fewer times."""
 
 SINGLE_VALUE_REL = 0.05
 """Relative standard error given a chain measured once when no chain at its level was measured more often."""
+
+START_REL_PRIOR_CPU = 0.045
+"""Prior start-to-start spread (sd of logs) of the CPU reference engine: measured between its starts
+(docs/measurements/chain-prediction-cpu; the issue's 4.5%). A prior: no sweep measured it on this node."""
+
+START_REL_PRIOR_GPU = 0.072
+"""Prior start-to-start spread of an engine on GPUs: the top of the GPU reference engine's 6.6-7.2% between
+starts on an H100 (docs/measurements/chain-prediction-h100x1). A prior, from another node and engine."""
 
 SETTING_MODEL_REL = 0.02
 """Relative error allowed for a setting whose effect on the cycle time is not one ratio at every chain
@@ -77,8 +98,7 @@ class PredictedRow:
         unchecked_miss: The group's check missed: measure, do not trust.
         basis: ``chains`` (the group's own measured chains) or ``setting`` (the group measured one chain;
             the shape across chain lengths is borrowed from the base group, see the module).
-        extrapolated: Shorter than every chain the prediction rests on: its interval carries the gap
-            between the token-time line and the nearest chain scaled whole (``chain_prediction.MODEL_GAP_SD``).
+        best_low: The best measured configuration's lower bound at this level (what ``reaches_best`` compares with).
     """
 
     label: str
@@ -97,7 +117,7 @@ class PredictedRow:
     reaches_best: bool = False
     unchecked_miss: bool = False
     basis: str = "chains"
-    extrapolated: bool = False
+    best_low: float | None = None
     kind: str = "predicted"
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,12 +134,23 @@ class Predictions:
     sampling: str | None = None
     """Under sampled traffic: what the prediction rests on then (:data:`SAMPLING_NOTE`); None for greedy."""
     start_rel: float | None = None
-    """The spread a fresh start adds, carried by the intervals (the confirmation's between-visit estimate);
-    None: not measured, the intervals carry the repetitions' spread only."""
+    """The spread a fresh start adds, carried by the intervals: measured (the confirmation's between-visit
+    estimate) or the engine kind's prior (``start_rel_source``)."""
+    start_rel_source: str | None = None
+    """Where ``start_rel`` comes from, in words: ``measured ...`` or ``prior ...``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "checks": self.checks, "skipped": self.skipped,
-                "sampling": self.sampling, "start_rel": self.start_rel}
+                "sampling": self.sampling, "start_rel": self.start_rel, "start_rel_source": self.start_rel_source}
+
+
+def start_spread_prior(spec: SweepSpec) -> tuple[float, str]:
+    """The engine kind's prior start-to-start spread and its label: :data:`START_REL_PRIOR_GPU` for an engine
+    on GPUs, :data:`START_REL_PRIOR_CPU` for the CPU reference engine."""
+    if spec.gpus_per_trial > 0:
+        return START_REL_PRIOR_GPU, ("prior for GPU engines (the GPU reference engine's 6.6-7.2% between starts on "
+                                     "an H100; not measured on this node)")
+    return START_REL_PRIOR_CPU, "prior for the CPU reference engine (4.5% between its starts; not measured on this node)"
 
 
 SAMPLING_NOTE = (
@@ -137,6 +168,17 @@ def _samples(spec: SweepSpec, records: list[TrialRecord]) -> bool:
         return True
     traffic = next((r.traffic for r in records if r.traffic), None) or {}
     return float((traffic.get("temperature") or {}).get("max") or 0.0) > 0
+
+
+def _lower_bound(values: list[float], fill_rel: float, start_rel: float, start_dof: float) -> float:
+    """95% lower bound (one side at 2.5%) of a configuration's true level from its repetitions ``values``: its
+    standard error (``fill_rel`` where fewer than three) and its start's spread, at t of their degrees of freedom."""
+    rel = _rel_se(values)
+    se2, dof = (fill_rel ** 2, 2.0) if math.isnan(rel) else (rel ** 2, float(len(values) - 1))
+    spread = se2 * se2 / dof + ((start_rel ** 4 / start_dof) if math.isfinite(start_dof) else 0.0)
+    total = se2 + start_rel ** 2
+    welch = total * total / spread if spread > 0 else math.inf
+    return geometric_mean(values) * math.exp(-t975(min(welch, 1e6)) * math.sqrt(total))
 
 
 def _rel_se(values: list[float]) -> float:
@@ -177,19 +219,23 @@ def _measured(record: TrialRecord, level: int) -> MeasuredChain | None:
     return MeasuredChain(steps=steps, accept_length=float(accept), cycle_ms=float(cycle),
                          cycle_rel_se=_rel_se(cycles) if paired else rel, tok_per_s=geometric_mean(values),
                          tok_rel_se=rel, histogram=tuple(sum_histograms([histogram]) or ()),
-                         tok_cycle_corr=log_correlation(values, cycles) if paired else None)
+                         tok_cycle_corr=log_correlation(values, cycles) if paired else None, dof=max(len(values) - 1, 1))
 
 
 def _space_chains(spec: SweepSpec) -> list[int]:
-    """The top-k 1 chain lengths of the spec's space."""
-    return sorted({t.num_steps for t in spec.space().speculative if t.eagle_topk == 1 and t.num_steps})
+    """The top-k 1 chain lengths of the spec's space the model covers (not one step where it runs another graph)."""
+    shortest = 2 if one_step_runs_own_graph(spec) else 1
+    return sorted({t.num_steps for t in spec.space().speculative
+                   if t.eagle_topk == 1 and t.num_steps and t.num_steps >= shortest})
 
 
-def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: float | None = None) -> Predictions:
+def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: float | None = None,
+                 start_dof: float = math.inf) -> Predictions:
     """Every unmeasured top-k 1 chain of ``spec``'s space, predicted per group and level (see the module).
 
     ``start_rel``: the spread a fresh engine start adds beyond its repetitions (the confirmation's
-    between-visit estimate, sd of logs), carried by every interval where known (None: not measured)."""
+    between-visit estimate, sd of logs, with ``start_dof`` degrees of freedom), carried by every interval;
+    None: not measured, the engine kind's prior (:func:`start_spread_prior`) is carried instead."""
     records = [r for r in records if r.status in USABLE_STATUSES]
     if spec.objective.metric != "output_tok_per_s":
         return Predictions(skipped=f"the objective is {spec.objective.metric}; chains are predicted in output tok/s only")
@@ -197,14 +243,19 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: 
     if not steps_wanted:
         return Predictions(skipped="the space has no top-k 1 chains")
     sampled = _samples(spec, records)
-    out = Predictions(sampling=SAMPLING_NOTE if sampled else None, start_rel=start_rel)
+    if start_rel is None:
+        start_rel, source = start_spread_prior(spec)
+        start_dof = math.inf
+    else:
+        source = "measured (the confirmation's between-visit spread)"
+    shortest = min(steps_wanted)  # a one-step chain off the line (another graph) is no group's
+    out = Predictions(sampling=SAMPLING_NOTE if sampled else None, start_rel=start_rel, start_rel_source=source)
     model_rel = SAMPLED_ACCEPT_MODEL_REL if sampled else ACCEPT_MODEL_REL
     groups: dict[Any, list[TrialRecord]] = {}
     for record in records:
-        if _chain_steps(record) is not None:
+        if (_chain_steps(record) or 0) >= shortest:
             groups.setdefault(_group_key(record), []).append(record)
-    best = {level: max((geometric_mean(r.values_at(level)) or 0.0 for r in records), default=0.0)
-            for level in spec.benchmark.concurrency}
+    best = {level: _best_low(records, level, start_rel, start_dof) for level in spec.benchmark.concurrency}
     for level in spec.benchmark.concurrency:
         by_group = _fill_spread({key: _chains_at(members, level) for key, members in sorted(groups.items())})
         own: dict[Any, tuple[list, bool]] = {}  # group -> (its own predictions, its check missed)
@@ -213,19 +264,29 @@ def predict_rows(spec: SweepSpec, records: Iterable[TrialRecord], *, start_rel: 
                 continue
             measured = [c for c, _ in chains.values()]
             missed = _check(out, measured, chains, level=level, all_reduce=all_reduce, nccl=nccl, model_rel=model_rel,
-                            start_rel=start_rel)
+                            start_rel=start_rel, start_dof=start_dof)
             own[(all_reduce, nccl)] = (predict_chains(measured, steps_wanted, accept_model_rel=model_rel,
-                                                      start_rel=start_rel), missed)
+                                                      start_rel=start_rel, start_dof=start_dof), missed)
             for p in own[(all_reduce, nccl)][0]:
                 out.rows.append(_row(p.steps, all_reduce, nccl, level, p.accept_length, p.cycle_ms, p.tok_per_s,
                                      p.low, p.high, chains[p.reference_steps][1], chains[p.histogram_steps][1],
-                                     (n for _, n in chains.values()), best, missed, "chains",
-                                     extrapolated=p.extrapolated))
+                                     (n for _, n in chains.values()), best, missed, "chains"))
         for (all_reduce, nccl), chains in by_group.items():
             if len(chains) == 1:
                 out.rows += _setting_rows(all_reduce, nccl, chains, by_group, own, steps_wanted, level, best,
                                           start_rel=start_rel)
     return out
+
+
+def _best_low(records: list[TrialRecord], level: int, start_rel: float, start_dof: float) -> float:
+    """The best measured configuration's lower bound at ``level``: the largest of every ok or early-stopped
+    record's own lower bound (:func:`_lower_bound`; fewer than three repetitions take the median spread of the
+    others, else :data:`SINGLE_VALUE_REL`); 0 where nothing was measured."""
+    measured = [[v for v in r.values_at(level) if v > 0] for r in records]
+    measured = [values for values in measured if values]
+    known = [rel for rel in (_rel_se(values) for values in measured) if not math.isnan(rel)]
+    fill = statistics.median(known) if known else SINGLE_VALUE_REL
+    return max((_lower_bound(values, fill, start_rel, start_dof) for values in measured), default=0.0)
 
 
 def _fill_spread(by_group: dict[Any, dict[int, tuple[MeasuredChain, int]]]) -> dict[Any, dict[int, tuple[MeasuredChain, int]]]:
@@ -234,7 +295,7 @@ def _fill_spread(by_group: dict[Any, dict[int, tuple[MeasuredChain, int]]]) -> d
     spread of its own, two too little to weigh the chain by."""
     known = [c.tok_rel_se for chains in by_group.values() for c, _ in chains.values() if not math.isnan(c.tok_rel_se)]
     fill = statistics.median(known) if known else SINGLE_VALUE_REL
-    return {key: {steps: ((replace(c, tok_rel_se=fill, cycle_rel_se=fill) if math.isnan(c.tok_rel_se) else c), n)
+    return {key: {steps: ((replace(c, tok_rel_se=fill, cycle_rel_se=fill, dof=2.0) if math.isnan(c.tok_rel_se) else c), n)
                   for steps, (c, n) in chains.items()} for key, chains in by_group.items()}
 
 
@@ -250,14 +311,14 @@ def _chains_at(members: list[TrialRecord], level: int) -> dict[int, tuple[Measur
 
 def _row(steps: int, all_reduce: str, nccl: tuple, level: int, accept: float, cycle: float, tok: float, low: float,
          high: float, reference: int, histogram: int, from_trials: Iterable[int], best: dict[int, float],
-         missed: bool, basis: str, *, extrapolated: bool = False) -> PredictedRow:
+         missed: bool, basis: str) -> PredictedRow:
     env = dict(nccl)
     label = TrialPlan("search", Candidate(SpeculativeTriple(steps, 1, steps + 1), all_reduce, env)).label()
     return PredictedRow(label=label, num_steps=steps, all_reduce=all_reduce, nccl_env=env, concurrency=level,
                         accept_length=round(accept, 4), cycle_ms=round(cycle, 4), tok_per_s=round(tok, 3),
                         low=round(low, 3), high=round(high, 3), reference_trial=reference, histogram_trial=histogram,
                         from_trials=sorted(set(from_trials)), reaches_best=high >= best.get(level, math.inf),
-                        unchecked_miss=missed, basis=basis, extrapolated=extrapolated)
+                        unchecked_miss=missed, basis=basis, best_low=round(best[level], 3) if level in best else None)
 
 
 def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[MeasuredChain, int]], by_group: dict,
@@ -290,7 +351,7 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
             continue
         if steps in predicted:
             p = predicted[steps]
-            tok_b, log_var_b = p.tok_per_s, (math.log(p.high / p.tok_per_s) / Z95) ** 2
+            tok_b, log_var_b = p.tok_per_s, (math.log(p.high / p.tok_per_s) / t975(min(p.dof, 1e6))) ** 2
             accept, cycle_b, histogram = p.accept_length, p.cycle_ms, base[p.histogram_steps][1]
         elif steps in base:
             measured_b = base[steps][0]
@@ -299,18 +360,19 @@ def _setting_rows(all_reduce: str, nccl: tuple, chains: dict[int, tuple[Measured
         else:
             continue
         tok = chain0.tok_per_s * tok_b / base0.tok_per_s
-        half = Z95 * math.sqrt(log_var_b + base0.tok_rel_se ** 2 + chain0.tok_rel_se ** 2 + SETTING_MODEL_REL ** 2
-                               + 2 * (start_rel or 0.0) ** 2)
+        dof = min(base0.dof, chain0.dof, predicted[steps].dof if steps in predicted else base[steps][0].dof)
+        half = t975(min(dof, 1e6)) * math.sqrt(log_var_b + base0.tok_rel_se ** 2 + chain0.tok_rel_se ** 2
+                                               + SETTING_MODEL_REL ** 2 + 2 * (start_rel or 0.0) ** 2)
         cycle = cycle_b * chain0.cycle_ms / base0.cycle_ms
         rows.append(_row(steps, all_reduce, nccl, level, accept, cycle, tok, tok * math.exp(-half),
                          tok * math.exp(half), trial0, histogram, [trial0, *(n for _, n in base.values())], best,
-                         missed, "setting", extrapolated=steps in predicted and predicted[steps].extrapolated))
+                         missed, "setting"))
     return rows
 
 
 def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tuple[MeasuredChain, int]], *,
            level: int, all_reduce: str, nccl: tuple, model_rel: float = ACCEPT_MODEL_REL,
-           start_rel: float | None = None) -> bool:
+           start_rel: float | None = None, start_dof: float = math.inf) -> bool:
     """Leave-one-out checks of the group's measured chains (not its longest) where three or more lengths
     were measured; True where one missed its interval."""
     if len(measured) < 3:
@@ -321,7 +383,8 @@ def _check(out: Predictions, measured: list[MeasuredChain], chains: dict[int, tu
         if held.steps == longest:
             continue
         others = [c for c in measured if c.steps != held.steps]
-        predicted = next(iter(predict_chains(others, [held.steps], accept_model_rel=model_rel, start_rel=start_rel)), None)
+        predicted = next(iter(predict_chains(others, [held.steps], accept_model_rel=model_rel, start_rel=start_rel,
+                                             start_dof=start_dof)), None)
         if predicted is None:
             continue
         inside = predicted.low <= held.tok_per_s <= predicted.high
@@ -342,17 +405,12 @@ def prediction_lines(predictions: Predictions, *, concurrency: int) -> list[str]
         return [f"predicted chains: none ({predictions.skipped})"]
     if not rows:
         return []
-    spread = ("no start-to-start spread settled yet (the confirmation's, once it has the degrees of freedom the visit "
-              "economy acts on): the intervals carry "
-              "the repetitions' only"
-              if predictions.start_rel is None else
-              f"with the start-to-start spread the confirmation measured, {predictions.start_rel:.1%}")
+    spread = ("no start-to-start spread" if predictions.start_rel is None else
+              f"with a start-to-start spread of {predictions.start_rel:.1%}, {predictions.start_rel_source}")
     lines = [f"predicted, not measured (top-k 1 chains the sweep did not start; 95% interval of what a start would "
              f"measure at concurrency {concurrency}, {spread}; {len(rows)} rows in predictions.jsonl):"]
     for row in sorted(rows, key=lambda r: -r.tok_per_s):
-        note = ("; shorter than every measured chain: the interval carries the gap to scaling the nearest one"
-                if row.extrapolated else "")
-        note += "; could beat the best measured: worth a start" if row.reaches_best else ""
+        note = "; could beat the best measured (its lower bound): worth a start" if row.reaches_best else ""
         note += "; the group's check missed: start it to know" if row.unchecked_miss else ""
         source = (f"histogram of trial {row.histogram_trial}, time per token through trials "
                   f"{', '.join(str(n) for n in row.from_trials)}"

@@ -15,7 +15,7 @@ from orchestrator.sweep.output.figures import NcclEffect, SweepFigures
 from orchestrator.sweep.output.per_load import ESTIMATE, by_concurrency, crossover_dict, describe, per_load_lines, ratio_dict
 from orchestrator.sweep.records.results import TrialRecord, served_engine_config
 
-__all__ = ["BEST_MARK", "SweepReport", "build_report", "summary_table"]
+__all__ = ["BEST_MARK", "SweepReport", "build_report", "measurement_lines", "node_measurements", "summary_table"]
 
 
 def _nccl_effect(effect: NcclEffect) -> dict[str, Any]:
@@ -130,3 +130,73 @@ def summary_table(records: list[TrialRecord], *, metric: str, concurrency: int, 
         cells += [r.all_reduce_kernel or "-"] if kernels else []
         table.add_row(*cells, status)
     return table
+
+
+def _between_visit_spread(visits: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """The sd of a contender's log level between its confirmation visits, pooled over the contenders (each
+    visit's level: its ``value``; the repetitions within a visit add to it), and its degrees of freedom."""
+    import math
+
+    levels: dict[Any, list[float]] = {}
+    for visit in visits:
+        value = visit.get("value")
+        if visit.get("status") == "ok" and visit.get("trial") is not None and isinstance(value, (int, float)) \
+                and value > 0:
+            levels.setdefault(visit["trial"], []).append(math.log(value))
+    total, df = 0.0, 0
+    for logs in levels.values():
+        if len(logs) >= 2:
+            mean = math.fsum(logs) / len(logs)
+            total += math.fsum((v - mean) ** 2 for v in logs)
+            df += len(logs) - 1
+    return (math.sqrt(total / df), df) if df else None
+
+
+def node_measurements(records: list[TrialRecord], visits: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """What this sweep measured on its node(s), for ``summary.json``'s ``measured`` and the next plan
+    (``preview.dry_run`` with a previous results directory; a ``--resume`` re-plans from the records
+    themselves): the warm and cold engine starts, a trial's time (``TrialTimings.total``, median of the
+    trials that ended ok) and the between-visit spread of the confirmation's visits. Each figure says
+    where (node, date) and from how many; a figure nothing measured is left out."""
+    import statistics
+
+    from orchestrator.sweep.output.cost import cold_starts, measured_start_times, measured_where
+
+    out: dict[str, Any] = {}
+    started = [r for r in records if measured_start_times([r])]
+    if not started:
+        return out
+    out["where"] = measured_where(started)
+    cold_ids = cold_starts(records)
+    warm = measured_start_times(r for r in started if r.trial_id not in cold_ids)
+    cold = measured_start_times(r for r in started if r.trial_id in cold_ids)
+    if warm:
+        out["warm_start_s"] = {"value": round(statistics.median(warm), 1), "n": len(warm), "kind": "median"}
+    if cold:
+        out["cold_start_s"] = {"value": round(max(cold), 1), "n": len(cold), "kind": "slowest"}
+    done = [r for r in started if r.status == "ok"]
+    if done:
+        out["trial_s"] = {"value": round(statistics.median(r.timings_s.total for r in done), 1), "n": len(done),
+                          "kind": "median"}
+    spread = _between_visit_spread(list(visits))
+    if spread is not None:
+        out["between_visit_cv"] = {"value": round(spread[0], 4), "df": spread[1], "kind": "pooled sd of log level"}
+    return out
+
+
+def measurement_lines(measured: dict[str, Any]) -> list[str]:
+    """``measured here (node 10.0.0.5, 2026-12-05): warm start 9m55s (median of 8); ...``: one line."""
+    from orchestrator.sweep.output.cost import format_duration
+
+    if not measured:
+        return []
+    parts = []
+    for key, what in (("warm_start_s", "warm start"), ("cold_start_s", "cold first start"), ("trial_s", "trial")):
+        if key in measured:
+            figure = measured[key]
+            parts.append(f"{what} {format_duration(figure['value'])} ({figure['kind']} of {figure['n']})")
+    spread = measured.get("between_visit_cv")
+    parts.append(f"between-visit spread {spread['value']:.1%} ({spread['df']} df)" if spread else
+                 "between-visit spread not measured (no contender visited twice)")
+    return [f"measured here ({measured['where']}): " + "; ".join(parts) + " (the next plan of this spec can read "
+            "them: spectune sweep --dry-run --resume DIR)"]

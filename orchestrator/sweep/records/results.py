@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.bench.files import write_atomic
 from orchestrator.bench.probe_rule import NearTieFlip
 from orchestrator.space.plan import configuration_key
+from orchestrator.sweep.records.timings import TrialTimings
 from serving.serve.provenance import Provenance, ProvenanceObjective
 from serving.speculative_rules import FIELD_NAMES, speculative_problem
 
@@ -136,8 +137,9 @@ class TrialRecord(BaseModel):
     measured_in_full: bool = Field(
         default=False, description="The objective level's benchmark ran to its end (not stopped early, not cut off)."
     )
-    timings_s: dict[str, float] = Field(default_factory=dict, description="engine_start, contract, probe, bench, "
-                                        "teardown (seconds).")
+    timings_s: TrialTimings = Field(default_factory=TrialTimings, description="Seconds per phase (engine_start, "
+                                    "contract, probe, bench, teardown, other) and their derived total "
+                                    "(orchestrator.sweep.records.timings).")
     start_phases_s: dict[str, float] = Field(
         default_factory=dict, description="What the engine's start spent its time on, from its own log "
         "(serving.engine.start_phases): weights, cuda_graphs (the slowest rank's) and other (the rest of "

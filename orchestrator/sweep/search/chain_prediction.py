@@ -41,11 +41,15 @@ The interval is built on the log scale (so it cannot go negative) by the delta m
 chain's throughput and cycle time (derivatives by central differences of the whole computation: the
 cycle line, the fit and the prediction), scaled up by the line's or the fit's lack of fit with three or
 more chains; plus the accept-length model error (the share of the token's time that scales with the
-cycle carries it), below the shortest measured chain the gap between the line and the nearest chain
-scaled whole (:data:`MODEL_GAP_SD`: two measured chains show no lack of fit), and the repetition noise a
-measurement of s itself would carry (the interval is for what a start of s would measure, so a benchmark
-can check it). A chain's throughput and cycle time come
-from the same repetitions, and a slow repetition is slow in both (on the CPU reference engine and on an
+cycle carries it), the spread a fresh start adds (``start_rel``: every measured chain's start and the new
+one's), and the repetition noise a measurement of s itself would carry (the interval is for what a start of
+s would measure, so a benchmark can check it). Its quantile is Student's t at the degrees of freedom the
+variance has (Welch-Satterthwaite over its parts: each chain's repetitions give it ``dof``, a prior spread
+or a model error counts as known), not the normal's 1.96: from 3 repetitions a chain's own spread has 2
+(t(0.975, 2) = 4.30). Only chains between the shortest and the longest measured are predicted: below the
+shortest the data cannot choose between the line and the nearest chain scaled, so nothing is extrapolated
+(the sweep's opening measures the shortest chain that runs the same kernels as the others). A chain's
+throughput and cycle time come from the same repetitions, and a slow repetition is slow in both (on the CPU reference engine and on an
 H100 their logs correlated at -0.99 or closer), so where the caller knows their correlation
 (``MeasuredChain.tok_cycle_corr``) a chain's two errors are paired; where it does not (None) the interval
 is the wider of the two extremes, independent and fully paired (-1). Pure functions: no I/O.
@@ -55,12 +59,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
+
+from orchestrator.statistics import t975
 
 __all__ = [
     "ACCEPT_MODEL_REL",
-    "MODEL_GAP_SD",
     "SAMPLED_ACCEPT_MODEL_REL",
     "ChainPrediction",
     "MeasuredChain",
@@ -81,16 +86,6 @@ the rest at 0.3-1.0) the CPU reference engine's shorter chains accepted 2.4-5.4%
 chain's histogram says (docs/measurements/chain-prediction-cpu/run4-request-log.json): the acceptance
 holds in distribution, not per request, and one start's sample of coins is not another's."""
 
-MODEL_GAP_SD = 0.5
-"""Below the shortest measured chain the data cannot choose between the token-time line and the nearest
-chain scaled whole (the two agree at every measured chain); the interval carries their gap there as model
-uncertainty, with the sd of an even mixture of the two (half the gap). From SGLang's chain and the longest
-(3 + 6, the sweep's opening before it took the shortest chain too; now a sweep extrapolates only where that
-start failed) the line alone missed steps 1-2 by 3-11% outside 2.6-4.9% half-widths on the CPU
-engine (docs/measurements/chain-prediction-cpu, run 7); over CPU runs 5-7 and H100 runs 6-8 the gap took the
-3 + longest design from 24 to 27 of 30 covered, and changed no interpolated chain's interval."""
-
-Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -107,6 +102,7 @@ class MeasuredChain:
         histogram: Accepted-draft histogram (None: not reported).
         tok_cycle_corr: Correlation of log ``tok_per_s`` and ``cycle_ms`` across the same repetitions
             (None: unknown or fewer than three repetitions; the wider of 0 and -1 is then used).
+        dof: Degrees of freedom of ``tok_rel_se`` (repetitions - 1; a spread borrowed from other chains: theirs).
     """
 
     steps: int
@@ -117,6 +113,7 @@ class MeasuredChain:
     tok_rel_se: float
     histogram: tuple[int, ...] | None = None
     tok_cycle_corr: float | None = None
+    dof: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -136,10 +133,7 @@ class ChainPrediction:
         fixed_share: The share of this chain's time per token that does not scale with the cycle
             (prefill, scheduling, the last cycle's overshoot), from the token-time fit (an estimate: it
             can come out below 0 through noisy chains); 0 where it fell back to scaling the nearest chain.
-        model_gap_rel: Below the shortest measured chain, the gap (log scale) between the token-time line
-            and the nearest chain scaled whole, :data:`MODEL_GAP_SD` of which the interval carries as model
-            uncertainty; 0 between measured chains, where the line's lack of fit speaks instead.
-        extrapolated: Shorter than every measured chain the prediction rests on.
+        dof: Degrees of freedom of the interval's variance (Welch-Satterthwaite; inf: every part known).
     """
 
     steps: int
@@ -151,8 +145,7 @@ class ChainPrediction:
     reference_steps: int
     histogram_steps: int
     fixed_share: float = 0.0
-    model_gap_rel: float = 0.0
-    extrapolated: bool = False
+    dof: float = math.inf
 
     @property
     def half_width_rel(self) -> float:
@@ -268,11 +261,12 @@ def _token_time_fit(measured: Sequence[MeasuredChain], accepts: Sequence[float],
 
 
 def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: int, accept: float,
-                     start_rel: float = 0.0) -> tuple[float, float]:
+                     start_rel: float = 0.0) -> tuple[float, float, float]:
     """Variance of the predicted log tok/s from the measured chains' throughputs and cycle times: the delta
     method's, its derivatives by central differences, each chain's two errors correlated as measured
     (unknown: the wider of independent and fully paired); and, apart, what each measured chain's start
-    adds (an engine that landed faster by d: log tok + d, log cycle - d, in every repetition)."""
+    adds (an engine that landed faster by d: log tok + d, log cycle - d, in every repetition); and the first
+    part's degrees of freedom (each chain's share with its ``dof``)."""
     log_toks = [math.log(c.tok_per_s) for c in measured]
     log_cycles = [math.log(c.cycle_ms) for c in measured]
     h = 1e-5
@@ -286,23 +280,33 @@ def _chains_variance(model: _Model, measured: Sequence[MeasuredChain], steps: in
         return (model.log_tok(other, up, steps, accept) - model.log_tok(other, down, steps, accept)) / (2 * h)
 
     independent = paired = starts = 0.0
+    parts: list[float] = []  # each chain's own share, for the degrees of freedom (Welch-Satterthwaite)
     for j, chain in enumerate(measured):
         g_tok = derivative(log_toks, j, log_cycles, True)
         g_cycle = derivative(log_cycles, j, log_toks, False)
         starts += ((g_tok - g_cycle) * start_rel) ** 2
         own = (g_tok * chain.tok_rel_se) ** 2 + (g_cycle * chain.cycle_rel_se) ** 2
         cross = 2 * g_tok * g_cycle * chain.tok_rel_se * chain.cycle_rel_se
+        parts.append(own)
         if chain.tok_cycle_corr is None:
             independent, paired = independent + own, paired + own - cross
         else:
             independent, paired = independent + own + chain.tok_cycle_corr * cross, paired + own + chain.tok_cycle_corr * cross
     if not (math.isfinite(independent) and math.isfinite(paired)):
-        return math.nan, math.nan
-    return max(independent, paired, 0.0), starts
+        return math.nan, math.nan, math.inf
+    return max(independent, paired, 0.0), starts, _welch_dof([(v, c.dof) for v, c in zip(parts, measured)])
+
+
+def _welch_dof(parts: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, its dof; inf: known)."""
+    total = sum(v for v, _ in parts)
+    spread = sum(v * v / d for v, d in parts if math.isfinite(d) and d > 0)
+    return total * total / spread if spread > 0 else math.inf
 
 
 def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
-                   accept_model_rel: float = ACCEPT_MODEL_REL, start_rel: float | None = None) -> list[ChainPrediction]:
+                   accept_model_rel: float = ACCEPT_MODEL_REL, start_rel: float | None = None,
+                   start_dof: float = math.inf) -> list[ChainPrediction]:
     """Predictions for the chains of ``steps`` (measured ones are skipped: a measured value is never
     replaced by a prediction).
 
@@ -310,10 +314,11 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
     on the log scale: the confirmation's between-visit estimate); each measured chain is one start and
     so is the one the interval is for, so where it is known the interval carries both. None: not
     measured, the repetitions' spread only (an engine's own offset then shows only as a third chain's
-    lack of fit).
+    lack of fit). ``start_dof``: its degrees of freedom (inf: a prior, taken as known).
 
     The accept length comes from the longest measured chain with a histogram; only chains no longer
-    than it are predicted (a histogram says nothing of drafts past its own length).
+    than it are predicted (a histogram says nothing of drafts past its own length), and none shorter than
+    the shortest measured chain (no extrapolation: see the module).
 
     Raises:
         ValueError: no measured chain has a histogram, a chain's throughput or cycle time is not
@@ -334,12 +339,14 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
     fixed, per_decode, time_lack = _token_time_fit(measured, accepts, line)
     affine = per_decode > 0
     noise_rel = math.sqrt(sum(c.tok_rel_se ** 2 for c in measured) / len(measured))
+    noise_dof = sum(c.dof for c in measured)
+    start = start_rel or 0.0
     known = {c.steps for c in measured}
     log_toks = [math.log(c.tok_per_s) for c in measured]
     log_cycles = [math.log(c.cycle_ms) for c in measured]
     out = []
     for s in sorted(set(steps) - known):
-        if not 1 <= s <= longest.steps:
+        if not min(known) <= s <= longest.steps:
             continue
         reference = min(range(len(measured)), key=lambda j: (abs(measured[j].steps - s), -measured[j].steps))
         model = _Model(steps=tuple(c.steps for c in measured), accepts=tuple(accepts),
@@ -353,19 +360,17 @@ def predict_chains(measured: Sequence[MeasuredChain], steps: Sequence[int], *,
             continue
         tok = math.exp(log_tok)
         decode_share = per_decode * (cycle / accept) / (1000.0 / tok) if affine else 1.0
-        chains_var, starts_var = _chains_variance(model, measured, s, accept, start_rel or 0.0)
-        gap = 0.0
-        extrapolated = s < min(known)
-        if affine and extrapolated:  # the other model the measured chains cannot rule out
-            scaled = replace(model, affine=False).log_tok(log_toks, log_cycles, s, accept)
-            gap = abs(log_tok - scaled) if math.isfinite(scaled) else 0.0
-        log_var = (chains_var * max(line_lack, time_lack if affine else 1.0) + starts_var + (start_rel or 0.0) ** 2
-                   + (decode_share * accept_model_rel) ** 2 + noise_rel ** 2 + (MODEL_GAP_SD * gap) ** 2)
+        chains_var, starts_var, chains_dof = _chains_variance(model, measured, s, accept, start)
+        parts = [(chains_var * max(line_lack, time_lack if affine else 1.0), chains_dof),
+                 (starts_var + start ** 2, start_dof), ((decode_share * accept_model_rel) ** 2, math.inf),
+                 (noise_rel ** 2, noise_dof)]
+        log_var = sum(v for v, _ in parts)
         if not math.isfinite(log_var):  # a perturbation took the fit past zero time: no honest interval
             continue
-        half = Z95 * math.sqrt(log_var)
+        dof = _welch_dof(parts)
+        half = t975(min(dof, 1e6)) * math.sqrt(log_var)
         out.append(ChainPrediction(steps=s, accept_length=accept, cycle_ms=cycle, tok_per_s=tok,
                                    low=tok * math.exp(-half), high=tok * math.exp(half),
                                    reference_steps=measured[reference].steps, histogram_steps=longest.steps,
-                                   fixed_share=1.0 - decode_share, model_gap_rel=gap, extrapolated=extrapolated))
+                                   fixed_share=1.0 - decode_share, dof=dof))
     return out

@@ -21,7 +21,6 @@ from ray.tune.search import Searcher
 
 from orchestrator.space import BASELINE_AUTO, Candidate, SpeculativeTriple, TrialPlan, candidate_key
 from orchestrator.space.define_by_run import DefineByRunSpace
-from orchestrator.sweep.search.chain_gate import ChainGate
 from orchestrator.sweep.records.results import OBJECTIVE_KEY, OBJECTIVE_REPETITION_KEY
 
 __all__ = ["SweepSearcher"]
@@ -75,7 +74,6 @@ class SweepSearcher(Searcher):
         budget: int | None = None,
         staged: bool = True,
         stop_reason: Callable[[], str | None] | None = None,
-        gate: ChainGate | None = None,
     ) -> None:
         super().__init__(metric=OBJECTIVE_KEY, mode=mode)
         self.study = optuna.create_study(
@@ -100,8 +98,6 @@ class SweepSearcher(Searcher):
         self._exhausted = False
         self._enumerated = 0
         self._stop_reason = stop_reason  # the time budget (``execution.time_budget``): no trial it cannot fit
-        self._gate = gate  # predicted chains that cannot beat the best are not started (``chain_gate``)
-        self._predicted: dict[str, Any] = {}  # candidate key -> the prediction that kept it from a start
 
     def _speculative_stage_length(self) -> int:
         points = len(self.search_space.triples)
@@ -126,20 +122,13 @@ class SweepSearcher(Searcher):
         if queued is not None:
             return self._propose(trial_id, queued)
         if self.enumerating:
-            while True:
-                plan = self._enumerated_plan()
-                if plan is None:
-                    return self._finish()
-                if not self._predicted_out(plan):
-                    return self._propose(trial_id, plan)
+            plan = self._enumerated_plan()
+            return self._finish() if plan is None else self._propose(trial_id, plan)
         pins = self._pins()
         for _ in range(self.MAX_DUPLICATE_PROPOSALS):
             plan = self._ask(trial_id, pins)  # pins: a partial trial, the sampler picks the rest
             key = candidate_key(plan)
             known = self._measured.get(key)
-            if key in self._predicted or (key not in self._busy() and self._predicted_out(plan)):
-                self._tell(trial_id, TrialState.PRUNED, None, None)  # predicted not to beat the best: no start
-                continue
             if known is None and key not in self._in_flight.values():
                 self._accept(trial_id, plan)
                 return {"plan": plan.to_config()}
@@ -198,20 +187,6 @@ class SweepSearcher(Searcher):
         self._in_flight[trial_id] = key
         self._plans[key] = plan
         self._proposed += 1
-        if self._gate is not None:
-            self._gate.expect(trial_id, plan)  # a chain started despite a prediction: checked when it ends
-
-    def _predicted_out(self, plan: TrialPlan) -> bool:
-        """Whether ``plan`` is a chain predicted not to reach the best measured (then remembered, never
-        proposed again, and said in the log)."""
-        row = self._gate.skip(plan) if self._gate is not None else None
-        if row is None:
-            return False
-        self._predicted[candidate_key(plan)] = row
-        logger.info("not started: %s is predicted at %.4g tok/s [%.4g, %.4g] at concurrency %d, below the best "
-                    "measured there (from trials %s); a predicted row, not a measurement", row.label, row.tok_per_s,
-                    row.low, row.high, row.concurrency, ", ".join(map(str, row.from_trials)))
-        return True
 
     def _pins(self) -> dict[str, Any]:
         """What the sampler may not choose for the next proposal: in the speculative stage, the
@@ -282,8 +257,8 @@ class SweepSearcher(Searcher):
             self.study.tell(ot_trial, state=TrialState.FAIL if state == TrialState.COMPLETE else state)
 
     def _busy(self) -> set[str]:
-        """Keys of the configurations measured, running, or predicted not worth a start."""
-        return set(self._measured) | set(self._in_flight.values()) | set(self._predicted)
+        """Keys of the configurations measured or running."""
+        return set(self._measured) | set(self._in_flight.values())
 
     def _unmeasured(self) -> list[TrialPlan]:
         busy = self._busy()
@@ -302,10 +277,6 @@ class SweepSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         key = self._in_flight.pop(trial_id, None)
         result = result or {}
-        check = self._gate.learn(trial_id, result, error=error) if self._gate is not None else None
-        if check is not None:
-            line, inside = check
-            (logger.info if inside else logger.warning)(line)
         state, value, violation = _outcome(result, error=error)
         if key is not None:
             self._measured[key] = (state, value, violation)

@@ -1,7 +1,8 @@
 """The spec form the README shows (listed triples, NCCL presets, every all-reduce arm, two load
 levels) run end to end by ``spectune sweep --address``, stopped as ``ray job stop`` stops it
-(SIGTERM: every MLflow run ends, the log says how to resume), resumed, SIGKILLed (no cleanup at
-all), resumed again: it ends at exactly its plan (no finished trial re-runs, one MLflow run per
+(SIGTERM: every MLflow run ends, the log says how to resume), resumed, stopped again with Ray's
+SIGKILL 3 s after the SIGTERM (the answer as of the last trial is on disk; ``--finish`` on a copy ends
+it from disk without a trial), resumed again: it ends at exactly its plan (no finished trial re-runs, one MLflow run per
 trial, the interrupted trials re-run, no engine left behind), with SGLang's auto choice resolved and
 never measured twice, and the per-load results. One sweep carries the form and both stops (each
 stop costs a driver start, not a sweep)."""
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -22,11 +25,16 @@ from mlflow.tracking import MlflowClient
 from helpers.engine import processes_with_marker, wait_until
 from helpers.ray_cluster import RayCluster
 from helpers.sweep import all_runs_ended, engine_marker, reference_engine, seed_results, trial_records, write_spec
+from orchestrator.sweep.output.morning import read_as_of
+from orchestrator.sweep.records.results import best_record, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SPECTUNE = str(Path(sys.executable).with_name("spectune"))
 PLANNED = 4
+RAY_JOB_STOP_WAIT_S = 3.0
+"""Ray's DEFAULT_RAY_JOB_STOP_WAIT_TIME_S (dashboard/modules/job/job_supervisor.py): ``ray job stop``
+sends SIGTERM, then SIGKILL this long after when the entrypoint still runs."""
 
 
 def _has_trial_run(results: Path, number: int) -> bool:
@@ -42,9 +50,19 @@ def _has_trial_run(results: Path, number: int) -> bool:
                                    filter_string=f"tags.`mlflow.runName` LIKE 'trial {number:03d} %'"))
 
 
-def _run_until(argv: list[str], log: Path, *, env: dict[str, str], until: Callable[[], bool], stop: signal.Signals) -> str:
+def _answered(results: Path) -> bool:
+    """The morning set is published as of every recorded trial (best.yaml and the summary agree)."""
+    stamps = read_as_of(results)
+    summary = results / "summary.json"
+    return (stamps["summary.json"] is not None and stamps["summary.json"] == stamps["best.yaml"]
+            and json.loads(summary.read_text())["as_of"]["trials_recorded"] >= len(trial_records(results)))
+
+
+def _run_until(argv: list[str], log: Path, *, env: dict[str, str], until: Callable[[], bool], stop: signal.Signals,
+               then_kill_s: float | None = None) -> str:
     """Run the driver until ``until()`` holds, then send ``stop`` to it (its process group for SIGKILL:
-    the driver dies without a word); returns its log."""
+    the driver dies without a word); with ``then_kill_s``, SIGKILL that long after (as ``ray job stop``
+    does: the wait is the behaviour under test, not a synchronisation). Returns its log."""
     with open(log, "wb") as out:
         driver = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -55,6 +73,9 @@ def _run_until(argv: list[str], log: Path, *, env: dict[str, str], until: Callab
                 os.killpg(driver.pid, signal.SIGKILL)
             else:
                 driver.send_signal(stop)  # what `ray job stop` sends the entrypoint
+            if then_kill_s is not None:
+                time.sleep(then_kill_s)
+                os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=120)
         finally:
             if driver.poll() is None:
@@ -102,11 +123,38 @@ def test_the_readme_form_stopped_then_killed_resumes_to_exactly_its_plan(
     assert interrupted and interrupted[0]["number"] == 2, trial_records(results)
     wait_until(lambda: not processes_with_marker(marker), timeout_s=60, what="no engine of the stopped sweep alive")
 
-    # 2. Resumed, then SIGKILLed once three trials are finished: no cleanup runs.
-    text += _run_until(resume, tmp_path / "second.log", env=env, stop=signal.SIGKILL,
-                       until=lambda: sum(r["status"] == "ok" for r in trial_records(results)) >= 3)
+    # 2. Resumed, then stopped as `ray job stop` stops it (SIGTERM, SIGKILL 3 s later) once three trials are
+    #    finished: the night's answer as of its last trial is on disk (issue 57).
+    text += _run_until(resume, tmp_path / "second.log", env=env, stop=signal.SIGTERM, then_kill_s=RAY_JOB_STOP_WAIT_S,
+                       until=lambda: sum(r["status"] == "ok" for r in trial_records(results)) >= 3
+                       and _answered(results))
     before = {r["trial_id"]: r for r in trial_records(results) if r["status"] == "ok"}
     assert len(before) >= 3
+    stamps = read_as_of(results)
+    assert stamps["summary.json"] is not None and stamps["summary.json"] == stamps["best.yaml"], stamps
+    best = best_record(read_records(results / "trials.jsonl"))
+    assert best is not None and json.loads((results / "summary.json").read_text())["candidate"]["trial"] == best.number
+    best_text = (results / "best.yaml").read_text()
+    assert f"unconfirmed candidate: trial {best.number} {best.label}" in best_text and "its engine command: " in best_text
+    assert "best.yaml holds SGLang's default configuration until a verdict says otherwise" in best_text
+
+    # 2b. `--finish` on a copy (its own MLflow store) ends the night from disk: the final files, no search trial.
+    copy = tmp_path / "finished"
+    shutil.copytree(results, copy, symlinks=True)
+    state = json.loads((copy / "sweep-state.json").read_text())
+    state["tracking_uri"] = f"sqlite:///{copy / 'mlflow.db'}"
+    (copy / "sweep-state.json").write_text(json.dumps(state))
+    finished = subprocess.run([SPECTUNE, "sweep", "--finish", str(copy), "--address", ray_head.address], env=env,
+                              capture_output=True, text=True, timeout=300)
+    finish_log = " ".join((finished.stdout + finished.stderr).split())
+    assert finished.returncode in (0, 1), finish_log[-4000:]
+    assert [r["trial_id"] for r in trial_records(copy)] == [r["trial_id"] for r in trial_records(results)]
+    final_summary = json.loads((copy / "summary.json").read_text())
+    assert "interim" not in final_summary and not (copy / "morning").exists(), finish_log[-2000:]
+    assert (copy / "best.yaml").exists() and not (copy / "best.yaml").is_symlink()
+    # this spec runs no confirmation: the finished night takes the search's best, and says why
+    assert final_summary["best_trial"] == best.number and "confirmation was off" in final_summary["best_why"]
+    assert "--finish: the search ends with the" in finish_log
 
     # 3. Resumed again: it ends at exactly its plan.
     resumed = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=900)

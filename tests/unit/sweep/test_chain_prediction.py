@@ -4,12 +4,14 @@ interval on the log scale; a measured chain is never replaced and no chain past 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from orchestrator.statistics import t975
+
 from orchestrator.sweep.search.chain_prediction import (
     ACCEPT_MODEL_REL,
-    MODEL_GAP_SD,
     MeasuredChain,
     accept_length_from_histogram,
     cycle_line,
@@ -121,7 +123,9 @@ def test_the_interval_is_the_delta_method_over_every_measured_chain() -> None:
     chains = (t[1] / time_s * weight * 0.02) ** 2
     accept = (slope * u_s / time_s * ACCEPT_MODEL_REL) ** 2
     noise = (0.02 ** 2 + 0.0) / 2
-    assert math.log(p4.high / p4.tok_per_s) == pytest.approx(1.959964 * math.sqrt(chains + accept + noise), rel=1e-6)
+    dof = (chains + accept + noise) ** 2 / (chains ** 2 / 2 + noise ** 2 / 4)  # Welch-Satterthwaite: 2 per chain
+    assert p4.dof == pytest.approx(dof, rel=1e-4)
+    assert math.log(p4.high / p4.tok_per_s) == pytest.approx(t975(dof) * math.sqrt(chains + accept + noise), rel=1e-4)
 
 
 def test_a_chain_slow_in_both_throughput_and_cycle_time_gives_a_narrower_interval_between_them() -> None:
@@ -132,10 +136,10 @@ def test_a_chain_slow_in_both_throughput_and_cycle_time_gives_a_narrower_interva
     assert paired.half_width_rel < independent.half_width_rel
 
 
-@pytest.mark.parametrize("steps", [1, 4])
+@pytest.mark.parametrize("steps", [4, 5])
 def test_an_unknown_correlation_takes_the_wider_of_independent_and_paired(steps: int) -> None:
-    """From chains 3 and 6 (throughputs on a token-time line: 1 ms fixed + decode time per token) a chain
-    between them (4) and one beyond (1): unknown takes the wider of independent and fully paired."""
+    """From chains 3 and 6 (throughputs on a token-time line: 1 ms fixed + decode time per token) the chains
+    between them: unknown takes the wider of independent and fully paired."""
     def tok(steps_: int, cycle: float) -> float:
         return 1000.0 / (1.0 + cycle / accept_length_from_histogram(HISTOGRAM, steps_))
 
@@ -160,20 +164,24 @@ def test_a_measured_start_to_start_spread_widens_the_interval_by_every_start_it_
     assert predict_chains(measured, [3], start_rel=0.0)[0].half_width_rel == pytest.approx(base.half_width_rel)
 
 
-def test_below_the_shortest_measured_chain_the_interval_carries_the_gap_to_scaling_the_nearest_chain() -> None:
-    """From chains 3 and 6 (the sweep's opening) the token-time line and the nearest chain scaled whole both
-    pass through the measured chains, and the two chains cannot say which holds below them: the prediction
-    for steps 1 and 2 stays the line's, its interval widened by half the gap between the two (an even
-    mixture's sd); between the measured chains nothing is added."""
+def test_nothing_is_predicted_below_the_shortest_measured_chain() -> None:
+    """From chains 3 and 6 the line and the nearest chain scaled whole both pass through the measured chains,
+    and the two cannot say which holds below them: steps 1 and 2 are not predicted (the opening measures the
+    shortest chain instead); steps 4 and 5, between them, are."""
     measured = [_chain(3, 16.0, tok=178.5, rel=0.005), _chain(6, 22.0, tok=180.0, rel=0.005, hist=HISTOGRAM)]
-    predicted = {p.steps: p for p in predict_chains(measured, range(1, 7))}
-    fixed, _slope, _u, _t, _u_s, time_1 = _time_line(measured, 1)
-    assert fixed > 0 and predicted[1].tok_per_s == pytest.approx(1000.0 / time_1)  # the line's prediction
-    scaled_1 = 178.5 * (accept_length_from_histogram(HISTOGRAM, 1) / accept_length_from_histogram(HISTOGRAM, 3)) * (16.0 / 12.0)
-    gap = abs(math.log(predicted[1].tok_per_s / scaled_1))
-    assert gap > 0.05 and predicted[1].model_gap_rel == pytest.approx(gap)
-    assert math.log(predicted[1].high / predicted[1].tok_per_s) >= 1.96 * MODEL_GAP_SD * gap
-    assert predicted[1].low < scaled_1 * 1.02  # the interval reaches toward the other model
-    assert predicted[2].model_gap_rel > 0
-    assert predicted[4].model_gap_rel == 0.0 and predicted[5].model_gap_rel == 0.0
-    assert predicted[4].half_width_rel < predicted[2].half_width_rel
+    assert sorted(p.steps for p in predict_chains(measured, range(1, 7))) == [4, 5]
+
+
+def test_the_interval_takes_t_at_the_degrees_of_freedom_of_its_variance() -> None:
+    """Chains of 3 repetitions give their spread 2 degrees of freedom each: with no start spread and a
+    negligible model error the interval's quantile is t at the Welch-Satterthwaite df of a few such parts,
+    far above 1.96; a prior start spread (known) dominating the variance takes the quantile toward 1.96."""
+    measured = [_chain(1, 12.0, tok=150.0), _chain(6, 22.0, tok=180.0, hist=HISTOGRAM)]
+    alone = predict_chains(measured, [3], accept_model_rel=0.0)[0]
+    assert 2.0 <= alone.dof <= 8.0
+    with_prior = predict_chains(measured, [3], accept_model_rel=0.0, start_rel=0.2)[0]
+    assert with_prior.dof > 50 * alone.dof
+    rel = [math.log(p.high / p.tok_per_s) for p in (alone, with_prior)]
+    assert rel[1] > rel[0]  # the start's spread is carried
+    few = [replace(c, dof=1.0) for c in measured]
+    assert predict_chains(few, [3], accept_model_rel=0.0)[0].half_width_rel > alone.half_width_rel

@@ -114,11 +114,12 @@ def test_false_claims_over_the_main_design_and_its_extensions_stay_within_alpha(
 
 def test_the_proposed_extension_is_the_first_that_decides_by_its_own_boundaries() -> None:
     design = main_design(3, 3)
-    n = decisive_look(log_mean=math.log(1.06), log_sd=0.02, margin=0.01, design=design)
+    n = decisive_look(log_mean=math.log(1.06), log_sd=0.04, margin=0.01, design=design)
     assert n is not None and n > 3
-    distance = math.log(1.06) - math.log(1.01)
-    assert critical_value(n, design=extend(design, n)) * 0.02 / math.sqrt(n) < distance
-    assert decisive_look(log_mean=math.log(1.01), log_sd=0.02, margin=0.01, design=design) is None, "on the margin"
+    distance = math.log(1.06)  # better: the interval above 1 (further from the mean than the equivalence side)
+    assert critical_value(n, design=extend(design, n)) * 0.04 / math.sqrt(n) < distance
+    assert critical_value(n - 1, design=extend(design, n - 1)) * 0.04 / math.sqrt(n - 1) >= distance
+    assert decisive_look(log_mean=-math.log(1.01), log_sd=0.02, margin=0.01, design=design) is None, "on the margin"
     assert decisive_look(log_mean=math.log(1.02), log_sd=0.5, margin=0.01, design=design) is None, "past 100"
 
 

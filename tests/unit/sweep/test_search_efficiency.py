@@ -368,21 +368,8 @@ def _chain_grid() -> dict:
                       "include_auto": True}, "points": points}
 
 
-def test_the_gated_replay_starts_no_chain_predicted_below_the_best_and_still_finds_it() -> None:
+def test_a_chain_grid_keeps_each_chains_histogram_cycle_time_and_accept_length() -> None:
+    """What the chain model reads from a grid (the gate's simulation test reads the shipped chain grid)."""
     grid = se.grid_from_data(_chain_grid())
     assert len(grid.chains) == 8  # every chain point carries its histogram, cycle time and accept length
-    chains = {key: plan.candidate.speculative.num_steps for key, plan in grid.plans().items()
-              if plan.speculative and plan.candidate.speculative.eagle_topk == 1}
-    observe = se.noisy_lookup(grid, seed=0, noise_cv=0.01)
-    everything = 2 * grid.size  # more than the space: each replay runs until its searcher has nothing left
-    gated = [key for key, _ in se.spectune_predicted_replay(grid, seed=0, observe=observe, limit=everything)]
-    full = [key for key, _ in se.spectune_replay(grid, seed=0, observe=observe, limit=everything)]
-    started = sorted(chains[k] for k in gated if k in chains)
-    assert sorted(chains[k] for k in full if k in chains) == list(range(1, 9))  # without the gate: every chain
-    # the opening's chains (SGLang's 3, the longest 8, the shortest 1) and the best (4) are measured ...
-    assert {1, 3, 4, 8} <= set(started), started
-    skipped = set(range(1, 9)) - set(started)  # ... and a chain predicted below the best is not started
-    values = {chains[k]: grid.values[k] for k in chains}
-    assert skipped and all(values[s] < max(values.values()) for s in skipped), (skipped, values)
-    assert len(gated) == len(full) - len(skipped)
-    assert se.trials_to_target(grid, [(k, grid.values[k]) for k in gated]) is not None
+    assert all({"histogram", "cycle_ms", "accept_length"} <= set(figures) for figures in grid.chains.values())

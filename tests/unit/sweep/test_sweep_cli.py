@@ -58,12 +58,13 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
     # the plan's cost: 22 trials + (the best, SGLang's default) x 6 visits, at SGLang's default start
     flat = " ".join(out.split())
     assert ("cost: 34 engine starts (22 trials + up to 12 confirmation visits: 2 contenders x 6) x 10m00s per "
-            "start (estimated: the default for sglang; budget.engine_start_estimate_s sets it) = ~5h40m of engine "
-            "starts") in flat
+            "start (assumed: the default for sglang (spec.DEFAULT_ENGINE_START_S); budget.engine_start_estimate_s sets "
+            "it) = ~5h40m of engine starts") in flat
     # ... and the night as a timeline that fits its 8 hours, every path and NCCL setting in its first hours
-    assert "7h03m end at max_visits: fits budget.time_limit_s (8h00m)" in flat
-    assert "first started: no_fusion at 0h50m, nccl at 1h03m, nccl NCCL_ALGO=Ring at 1h16m" in flat
-    assert "chance of a decided verdict by 6 visits (margin 3.0%)" in flat
+    # (after the cold first start: assumed twice a warm one)
+    assert "7h13m end at max_visits: fits budget.time_limit_s (8h00m); fits up to 11.3-minute starts" in flat
+    assert "first started: no_fusion at 1h00m, nccl at 1h13m, nccl NCCL_ALGO=Ring at 1h26m" in flat
+    assert "chance of a decided verdict by 6 visits (margin 3.0%, the spec's confirmation.margin" in flat
 
 
 def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_node() -> None:

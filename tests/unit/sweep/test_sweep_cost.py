@@ -17,6 +17,7 @@ from orchestrator.sweep.output.cost import (
 )
 from orchestrator.sweep.output.display import Display
 from orchestrator.sweep.records.results import TrialRecord
+from helpers.timings import produced
 
 
 def _spec(kind: str = "sglang", **sections: Any) -> SweepSpec:
@@ -31,7 +32,7 @@ def _record(number: int, *, start: float, teardown: float = 2.0, bench: float = 
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"c{number}", params={},
                        status=status, node_id=node, level_values={"8": [1.0] * reps},
                        started_at=f"2026-12-05T20:{number:02d}:00+00:00",
-                       timings_s={"engine_start": start, "teardown": teardown, "bench": bench})
+                       timings_s=produced(engine_start=start, teardown=teardown, bench=bench))
 
 
 def test_starts_are_the_trials_plus_contenders_times_max_visits() -> None:
@@ -65,7 +66,7 @@ def test_start_time_is_measured_once_a_start_is_known_else_estimated() -> None:
     records = [_record(1, start=100.0), _record(2, start=300.0), _record(3, start=140.0), _record(5, start=120.0),
                _record(4, start=1.0, node=None)]  # an engine that never came up says nothing about a start
     seconds, basis = start_time(_spec(budget={"engine_start_estimate_s": 90}), records)
-    assert seconds == 140.0 and basis == "measured, median of 3 warm starts"  # trial 1's start was cold
+    assert seconds == 140.0 and basis == "measured, median of 3 warm starts (node n1, 2026-12-05)"  # trial 1's start was cold
 
 
 def test_a_nodes_first_start_is_cold_and_not_the_norm() -> None:
@@ -75,9 +76,9 @@ def test_a_nodes_first_start_is_cold_and_not_the_norm() -> None:
                _record(4, start=600.0), _record(5, start=2.0, node=None)]
     assert cold_starts(records) == {"t1", "t3"}  # the first on n1 and the first on n2
     seconds, basis = start_time(_spec(), records)
-    assert seconds == 595.0 and basis == "measured, median of 2 warm starts; the cold first starts took 21m00s"
+    assert seconds == 595.0 and basis == ("measured, median of 2 warm starts (nodes n1, n2, 2026-12-05); the cold first starts took 21m00s")
     only_cold = start_time(_spec(), records[:1])
-    assert only_cold == (1260.0, "measured, median of 1 cold first start: later ones are often faster")
+    assert only_cold == (1260.0, "measured, median of 1 cold first start (node n1, 2026-12-05): later ones are often faster")
     spread = TrialRecord(trial_id="t6", number=6, kind="search", label="x", params={}, status="ok", node_id="n1",
                          started_at="2026-12-05T20:06:00+00:00", timings_s={"engine_start": 700.0},
                          engine_nodes=[{"node_rank": 0, "node_id": "n1"}, {"node_rank": 1, "node_id": "n3"}])
@@ -92,14 +93,14 @@ def test_a_visit_is_a_start_a_teardown_and_its_repetitions_at_the_trials_pace() 
 
 def test_the_cost_line_states_starts_times_start_time() -> None:
     spec = _spec(budget={"num_trials": 40, "time_limit_s": 21600}, confirmation={"top_k": 3, "max_visits": 16})
-    assert cost_line(spec) == (
+    assert cost_line(spec, fits=False) == (
         "cost: 120 engine starts (40 trials + up to 80 confirmation visits: 5 contenders x 16) x 10m00s per start "
-        "(estimated: the default for sglang; budget.engine_start_estimate_s sets it) = ~20h00m of engine starts; "
-        "budget.time_limit_s (6h00m) stops starting trials sooner")
+        "(assumed: the default for sglang (spec.DEFAULT_ENGINE_START_S); budget.engine_start_estimate_s sets it) = "
+        "~20h00m of engine starts; the night does not fit budget.time_limit_s (6h00m): the plan says what it cuts")
     off = _spec("reference", budget={"num_trials": 4}, confirmation={"enabled": False})
     assert cost_line(off, [_record(1, start=8.0)]) == (
-        "cost: 4 engine starts (4 trials; confirmation off) x 8s per start (measured, median of 1 cold first start: "
-        "later ones are often faster) = ~32s of engine starts")
+        "cost: 4 engine starts (4 trials; confirmation off) x 8s per start (measured, median of 1 cold first start "
+        "(node n1, 2026-12-05): later ones are often faster) = ~32s of engine starts")
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(42, "42s"), (425, "7m05s"), (12000, "3h20m")])

@@ -226,10 +226,11 @@ def test_rules_of_thumb_come_right_after_the_baselines() -> None:
     plans = _run(_searcher(spec), _throughput, 7)
     assert [p.kind for p in plans[:2]] == [BASELINE_PLAIN, BASELINE_AUTO]
     # SGLang's auto choice for DeepSeek (3, 1, 4), the longest chain (its histogram answers for the shorter
-    # ones), the NCCL setting at SGLang's chain, the shortest chain (the cycle line's other end), then the
+    # ones), the NCCL setting at SGLang's chain, the shortest chain that runs the others' kernels (the cycle
+    # line's other end: 2 steps, since SGLang on GPUs runs one draft step in another graph), then the
     # Llama rule (5, 4, 8) with NCCL's defaults
     assert [p.label() for p in plans[2:7]] == ["steps=3 topk=1 draft=4", "steps=5 topk=1 draft=6",
-                                               "steps=3 topk=1 draft=4 NCCL_ALGO=Ring", "steps=1 topk=1 draft=2",
+                                               "steps=3 topk=1 draft=4 NCCL_ALGO=Ring", "steps=2 topk=1 draft=3",
                                                "steps=5 topk=4 draft=8"]
     assert all(p.candidate.all_reduce == "default" for p in plans[2:7])
 
@@ -348,14 +349,15 @@ def test_enumeration_alternates_a_step_from_the_best_and_the_farthest_point() ->
     space = DefineByRunSpace(spec)
     plans = _run(_budgeted(spec, budget=12), _throughput, 8)
     steps = [p.candidate.speculative.num_steps for p in plans[2:7]]
-    # the opening: SGLang's chain (3 steps), the longest chain (10), the shortest (1), the chain nearest 5-4-8
-    # (5); then, longer chains being better, the unmeasured point nearest the best (10 steps): 9 ...
-    assert steps == [3, 10, 1, 5, 9]
+    # the opening: SGLang's chain (3 steps), the longest chain (10), the shortest that runs the others' kernels
+    # (2: SGLang on GPUs), the chain nearest 5-4-8 (5); then, longer chains being better, the unmeasured point
+    # nearest the best (10 steps): 9 ...
+    assert steps == [3, 10, 2, 5, 9]
     measured = [p.candidate for p in plans[:7] if p.speculative]
     farthest = max((p for p in space.candidates() if p.candidate not in measured),
                    key=lambda p: min(space.distance(p.candidate, c) for c in measured))
     assert plans[7].candidate == farthest.candidate  # ... then the point farthest from everything measured
-    assert farthest.candidate.speculative.num_steps == 2  # steps are scaled by their logs: 2 lies far from 1 and 3
+    assert farthest.candidate.speculative.num_steps == 1  # steps are scaled by their logs: 1 lies far from 2 and 3
 
 
 def test_a_distance_counts_every_changed_setting_as_one_whole_range() -> None:

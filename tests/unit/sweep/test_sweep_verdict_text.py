@@ -174,7 +174,7 @@ def test_a_schedule_that_agrees_at_the_confirmed_level_is_for_swinging_traffic()
     assert report["launch"]["disagree_at"] == [1]
     assert report["per_load_lines"][-1] == (
         "  which to launch: for traffic at concurrency 4, best.yaml (trial 5 steps=5 topk=1 draft=6; the "
-        "confirmation's choice: better than SGLang's default); for traffic that swings across concurrency 1-4, sglang_adaptive_spec.json (steps 2 at 1: "
+        "confirmation's choice: better than SGLang's default; not shown to clear the 1% margin); for traffic that swings across concurrency 1-4, sglang_adaptive_spec.json (steps 2 at 1: "
         "search estimates; the confirmation measured concurrency 4 only)")
 
 

@@ -11,6 +11,7 @@ from orchestrator.space.define_by_run import DefineByRunSpace
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.execution.time_budget import TimeBudget
 from orchestrator.sweep.records.results import TrialRecord
+from helpers.timings import produced
 from orchestrator.sweep.search.searcher import SweepSearcher
 
 
@@ -25,7 +26,7 @@ def _trial(number: int, seconds: float) -> TrialRecord:
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label="x", params={}, status="ok",
                        node_id="n1", started_at=f"2026-12-05T20:{number:02d}:00+00:00",
                        level_values={"8": [1.0, 1.0, 1.0]},
-                       timings_s={"engine_start": 600.0, "probe": 60.0, "bench": seconds - 660.0, "teardown": 0.0})
+                       timings_s=produced(engine_start=600.0, probe=60.0, bench=seconds - 660.0, teardown=0.0))
 
 
 class _Clock:

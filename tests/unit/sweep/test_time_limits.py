@@ -10,6 +10,7 @@ import pytest
 from orchestrator.spec import SweepSpec
 from orchestrator.sweep.execution.time_limits import trial_limits
 from orchestrator.sweep.records.results import TrialRecord
+from helpers.timings import produced
 
 KIMI_BUDGET = {"engine_start_timeout_s": 2400, "trial_timeout_s": 3600}
 
@@ -22,8 +23,8 @@ def _spec(**budget: Any) -> SweepSpec:
 def _record(number: int, *, start: float, run: float = 300.0, status: str = "ok", node: str = "n1") -> TrialRecord:
     return TrialRecord(trial_id=f"t{number}", number=number, kind="search", label=f"c{number}", params={},
                        status=status, node_id=node, started_at=f"2026-12-05T20:{number:02d}:00+00:00",
-                       timings_s={"engine_start": start, "contract": 5.0, "probe": 25.0, "bench": run - 30.0,
-                                  "teardown": 40.0})
+                       timings_s=produced(engine_start=start, contract=5.0, probe=25.0, bench=run - 30.0,
+                                          teardown=40.0))
 
 
 def test_the_budget_until_a_trial_ended_ok() -> None:
