@@ -40,7 +40,7 @@ from orchestrator.spec_search import (
 from orchestrator.statistics import MIN_VALUES
 from orchestrator.validation import StrictModel, short_repr, validation_problems
 from serving.engine import nccl
-from orchestrator.space.arms import ArmsOnNode, arms_on_node
+from orchestrator.space.arms import ArmsOnNode, arms_on_node, multicast_possible
 from serving.all_reduce_rules import PCIE_IPC_ENV, GpuKind
 from serving.engine.config import (
     EngineConfig,
@@ -434,7 +434,7 @@ class SweepSpec(_Model):
             if engine.extra_args.get(flag) and flag not in search.allow_dangerous:
                 yield f"engine.extra_args.{flag}: {reason}; remove it or add '{flag}' to search.allow_dangerous"
         for arm in search.all_reduce:
-            if arm in ARM_MULTICAST and arm not in search.allow_dangerous:
+            if arm in ARM_MULTICAST and arm not in search.allow_dangerous and multicast_possible(engine.gpu_kind):
                 yield (f"search.all_reduce: the arm '{arm}' turns on NVLink multicast ({ARM_MULTICAST[arm]}), which "
                        f"can put GPUs others share out of service; on a node nobody shares add '{arm}' to "
                        "search.allow_dangerous, else drop it")
@@ -523,7 +523,7 @@ class SweepSpec(_Model):
         if merged:
             out.append(f"search.all_reduce: on {plan.gpu_kind} " + ", ".join(
                 f"'{arm}' runs the kernel of '{to}'" for arm, to in merged.items())
-                + " (" + "; ".join(plan.lines()) + "): measured once")
+                + ": measured once (spectune validate's all-reduce table says why)")
         elif plan.gpu_kind is None and len(self.search.all_reduce) > 1:
             out.append("search.all_reduce: which kernel each arm runs depends on the node (engine.gpu_kind: auto); "
                        "the preflight reads it there, and arms that run one kernel are measured once")

@@ -74,6 +74,7 @@ __all__ = [
     "custom_all_reduce_off_lines",
     "decode_kernel",
     "engages",
+    "nvlink_multicast_possible",
     "opt_in_rank_lines",
     "pcie_ipc_switched_on",
     "predict",
@@ -160,6 +161,18 @@ class GpuKind:
     @property
     def cuda(self) -> bool:
         return self.capability_major is not None
+
+
+def nvlink_multicast_possible(gpu_kind: GpuKind) -> bool:
+    """Whether an engine on ``gpu_kind`` can reach NVLink multicast at all: only where every GPU pair is
+    NVLink-connected (``-nvlink``). Without NVLink each path that would use it falls back in SGLang 0.5.23:
+    ``TorchSymmMemCommunicator`` disables itself when the rendezvous gives no multicast pointer
+    (``distributed/device_communicators/torch_symm_mem.py:116-121``); MSCCL++ registers its NVLS algorithms
+    only where ``mscclpp.is_nvls_supported()`` (``pymscclpp.py:86-91``, ``:597``); ``--enable-symm-mem`` sets
+    ``NCCL_NVLS_ENABLE=1`` (``entrypoints/engine.py:1908-1915``), which NCCL honours only on GPUs whose
+    driver reports multicast support (NVSwitch); FlashInfer's MNNVL backend is refused off sm90/sm100
+    (``resolve_fusion_backend``). A ``cpu`` kind has no GPU."""
+    return gpu_kind.cuda and gpu_kind.full_nvlink
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What the commands read from the user, checked once: a spec file and ``NAME=VALUE`` options.
 
 Each reader returns the value or exits 2 (``EXIT_BAD_INPUT``) with the problem on stderr, so a
-command never starts on bad input.
+command never starts on bad input. ``spec_description`` reads only a spec's one line for humans
+(``spectune examples``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.markup import escape
 
 from orchestrator.cli.console import stderr_console
@@ -17,7 +19,7 @@ from orchestrator.errors import SpecError
 from orchestrator.exit_codes import EXIT_BAD_INPUT
 from orchestrator.spec import SweepSpec
 
-__all__ = ["MAX_SHOWN_PROBLEMS", "SpecPath", "load_spec", "parse_pairs"]
+__all__ = ["MAX_SHOWN_PROBLEMS", "SpecPath", "load_spec", "parse_pairs", "spec_description"]
 
 SpecPath = Annotated[Path, typer.Argument(help="Sweep spec YAML (see experiments/).", show_default=False)]
 """The spec argument of ``validate`` and ``engine-cmd``."""
@@ -42,6 +44,17 @@ def load_spec(path: Path) -> SweepSpec:
         if hidden > 0:
             err.print(f"  ... and {hidden} more problem{'s' if hidden != 1 else ''}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def spec_description(path: Path) -> str:
+    """A spec file's ``description:`` (its one line for humans), read without validating the spec;
+    empty when the file has none or cannot be read."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ""
+    description = data.get("description") if isinstance(data, dict) else None
+    return " ".join(description.split()) if isinstance(description, str) else ""
 
 
 def parse_pairs(items: list[str], *, option: str) -> dict[str, str]:

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.markup import escape
 
 from orchestrator.mlflow_schema import TAG_SERVED_AT, TAG_SERVED_BY, TAG_SERVED_URL
 from orchestrator.cli.console import stderr_console
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
+from orchestrator.validation import validation_problems
 from serving.serve.ingress import key_digest
 from orchestrator.timestamps import utc_timestamp
 from serving.serve.options import API_KEY_ENV, ServeConfigError, ServedConfig, parse_served, read_served
@@ -98,7 +100,7 @@ def serve(
         err.print("give a config file or --mlflow-run RUN_ID (one of them): e.g. spectune serve results/best.yaml")
         raise typer.Exit(EXIT_BAD_INPUT)
     try:
-        served = read_served(config, overrides=given) if config is not None else _from_run(
+        served = read_served(config, overrides=given, explain=_explain) if config is not None else _from_run(
             mlflow_run, tracking_uri=tracking_uri, overrides=given)
     except _RunError as exc:
         err.print(f"[bold red]cannot serve the run[/] {escape(str(exc))}", soft_wrap=True)
@@ -140,6 +142,11 @@ def serve(
         raise typer.Exit(EXIT_FAILED) from None
 
 
+def _explain(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
+    """A hand-edited best.yaml's problems as the spec checker words them (``serving.serve.options.Explain``)."""
+    return [(problem.field, problem.message) for problem in validation_problems(exc, model=model)]
+
+
 class _RunError(ServeConfigError):
     """``--mlflow-run``: the run's configuration cannot be had (the message says why and what to do)."""
 
@@ -163,7 +170,7 @@ def _from_run(run_id: str, *, tracking_uri: str | None, overrides: dict) -> Serv
         recorded = recorded_config(tracking_uri=tracking_uri, run_id=run_id)
     except RunConfigError as exc:
         raise _RunError(f"--mlflow-run: {exc}") from None
-    engine, options, _ = parse_served(recorded.text, source=recorded.source, overrides=overrides)
+    engine, options, _ = parse_served(recorded.text, source=recorded.source, overrides=overrides, explain=_explain)
     try:
         provenance = Provenance.model_validate(recorded.provenance)
     except ValueError as exc:

@@ -6,6 +6,7 @@ examples) alone.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -20,9 +21,10 @@ from rich.table import Table
 
 from orchestrator.before_bed import Finding, before_bed
 from orchestrator.cli.console import stderr_console
-from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs
+from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs, spec_description
 from orchestrator.exit_codes import EXIT_BAD_INPUT
 from orchestrator.space import candidate_from_settings
+from orchestrator.space.arms import all_reduce_section, section_kinds, table_lines
 from orchestrator.space.points import ALL_REDUCE_ARMS
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
 from orchestrator.summary import describe_spec
@@ -38,11 +40,14 @@ __all__ = ["engine_cmd", "examples", "shipped_examples", "validate"]
 def validate(
     spec: SpecPath,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    all_nodes: Annotated[bool, typer.Option(
+        "--all-nodes", help="Show the all-reduce table on every GPU kind, not only the spec's engine.gpu_kind.")] = False,
 ) -> None:
     """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
     sweep_spec = load_spec(spec)
     findings = _ready_for_the_night(sweep_spec, spec)  # orchestrator.before_bed; an error: exit 2
     summary = describe_spec(sweep_spec)
+    summary["all_reduce_tables"] = _all_reduce_tables(sweep_spec, all_nodes=all_nodes)
     summary["warnings"] = [*summary["warnings"], *_paths_here(sweep_spec), *_night_fit(sweep_spec),
                            *(str(f) for f in findings if f.level == "warning")]
     summary["notes"] = [str(f) for f in findings if f.level == "note"]
@@ -59,7 +64,12 @@ def validate(
         table.add_row(dim["name"], dim["values"], str(dim["count"]))
     console.print(table)
     console.print(f"valid configurations: [bold]{summary['valid_configurations']}[/]", highlight=False)
-    for key in ("engine", "all_reduce", "objective", "benchmark", "confirmation", "budget", "tracking"):
+    console.print(f"{'engine':<12} {summary['text']['engine']}", highlight=False, soft_wrap=True, markup=False)
+    title, *table = all_reduce_section(sweep_spec, all_nodes=all_nodes)  # one table per node kind
+    console.print(f"{'all_reduce':<12} {title}", highlight=False, soft_wrap=True, markup=False)
+    for line in table:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    for key in ("objective", "benchmark", "confirmation", "budget", "tracking"):
         console.print(f"{key:<12} {summary['text'][key]}", highlight=False, soft_wrap=True, markup=False)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
@@ -82,6 +92,13 @@ def _ready_for_the_night(sweep_spec: Any, path: Path) -> list[Finding]:
                 err.print(f"[yellow]warning[/] {escape(str(finding))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     return findings
+
+
+def _all_reduce_tables(spec: Any, *, all_nodes: bool) -> list[dict[str, Any]]:
+    """The all-reduce tables of ``all_reduce_section`` as data (``validate --json``): per node kind, its rows."""
+    return [{"gpu_kind": kind, "rows": [dataclasses.asdict(row) for row in spec.arms_on_node(gpu_kind=kind).table(
+        nccl_searched=bool(spec.search.nccl_variables()))]}
+            for kind in section_kinds(spec, all_nodes=all_nodes)] if spec.engine.tp_size > 1 else []
 
 
 def _night_fit(spec: Any) -> list[str]:
@@ -158,6 +175,7 @@ def engine_cmd(
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         stderr_console().print(f"[bold red]invalid configuration[/]: {escape(_validation_message(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    _refuse_what_sglang_refuses(sweep_spec, candidate.all_reduce)
     start_flags = {} if as_served else sweep_start_flags(sweep_spec, config)
     launched = with_start_flags(config, start_flags)
     shown = launched if show_secrets else _shown(launched)
@@ -186,6 +204,24 @@ def engine_cmd(
         typer.echo(command.shell())
 
 
+def _refuse_what_sglang_refuses(spec: Any, arm: str) -> None:
+    """Exit 2 where SGLang would refuse to start with ``arm`` on the spec's node (``engine.gpu_kind``; not
+    known while ``auto``), saying SGLang's reason and the arm's row of ``validate``'s all-reduce table."""
+    plan = spec.arms_on_node()
+    if plan.gpu_kind is None or spec.engine.tp_size == 1 or arm not in plan.paths or not plan.paths[arm].refused:
+        return
+    err = stderr_console()
+    err.print(f"[bold red]SGLang refuses this configuration[/] on {escape(plan.gpu_kind)} (engine.gpu_kind): "
+              f"all_reduce={escape(arm)}; its row of the all-reduce table (spectune validate):", soft_wrap=True,
+              highlight=False)
+    for line in table_lines([plan.row(arm)], gpu_kind=plan.gpu_kind):
+        err.print(line, markup=False, soft_wrap=True, highlight=False)
+    usable = ", ".join(name for name, path in plan.paths.items() if not path.refused)
+    err.print(f"all_reduce arms SGLang starts with on {plan.gpu_kind}: {usable or 'none'}",
+              markup=False, soft_wrap=True, highlight=False)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
 def _unreached_nccl(spec: Any, arm: str, nccl_env: dict[str, str]) -> list[str]:
     """A line for NCCL settings on an arm whose decode all-reduce is not NCCL's on the spec's node
     (they reach no kernel there); none while the node is not known (engine.gpu_kind: auto)."""
@@ -205,11 +241,12 @@ def examples(
     name: Annotated[Optional[str], typer.Argument(help="Example to copy (omit to list them).")] = None,
     to: Annotated[Path, typer.Option("--to", help="Directory to copy the example into.")] = Path("."),
 ) -> None:
-    """List the example specs shipped with spectune, or copy one to start from."""
+    """List the example specs shipped with spectune (each with its description), or copy one to start from."""
     shipped = shipped_examples()
     if name is None:
+        width = max(map(len, shipped), default=0)
         for file_name in sorted(shipped):
-            typer.echo(file_name)
+            typer.echo(f"{file_name:<{width}}  {spec_description(shipped[file_name])}".rstrip())
         return
     key = name if name.endswith(".yaml") else f"{name}.yaml"
     if key not in shipped:

@@ -15,7 +15,7 @@ from orchestrator.cli.inputs import load_spec
 from orchestrator.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from orchestrator.spec_file import read_spec_file
 
-__all__ = ["extension_refusal", "finish_refusal", "sweep"]
+__all__ = ["extension_refusal", "finish_refusal", "resume_refusal", "sweep"]
 
 
 def finish_refusal(finish: Path, *, spec: Path | None, resume: Path | None, smoke: bool, dry_run: bool,
@@ -40,6 +40,21 @@ def finish_refusal(finish: Path, *, spec: Path | None, resume: Path | None, smok
     if missing:
         return (f"--finish {finish}: not a sweep's results directory (no {' or '.join(missing)}, which a sweep "
                 "writes at its start)")
+    return None
+
+
+def resume_refusal(resume: Path, *, spec: Path | None) -> str | None:
+    """Why ``--resume DIR`` cannot be used as given (one sentence naming the problem and what a
+    sweep's directory holds), or None. Without a spec the spec.yaml in DIR is the sweep's spec."""
+    from orchestrator.sweep.records.results import STATE_FILE, TRIALS_FILE
+
+    holds = f"it holds spec.yaml, {STATE_FILE} and {TRIALS_FILE}, which a sweep writes there"
+    if not resume.exists():
+        return f"--resume {resume}: no such directory; give the results directory of a sweep ({holds})"
+    if not resume.is_dir():
+        return f"--resume {resume}: not a directory; give the results directory of a sweep ({holds})"
+    if spec is None and not (resume / "spec.yaml").exists():
+        return f"--resume {resume}: not a sweep's results directory (no spec.yaml; {holds})"
     return None
 
 
@@ -76,7 +91,8 @@ def sweep(
     results_dir: Annotated[
         Optional[str],
         typer.Option("--results-dir", help="Where results go (default: the spec's results_dir; under `ray job submit "
-                     "--working-dir` a relative one goes to ~/spectune-results, see the README)."),
+                     "--working-dir` a relative one goes to ~/spectune-results; what lands there: docs/sweep.md, "
+                     "\"Where results land\")."),
     ] = None,
     resume: Annotated[
         Optional[Path],
@@ -95,6 +111,8 @@ def sweep(
                            "env; no Ray, no GPUs, nothing started."),
     ] = False,
     first: Annotated[int, typer.Option("--first", min=0, max=100, help="Proposed trials shown by --dry-run.")] = 3,
+    all_nodes: Annotated[bool, typer.Option(
+        "--all-nodes", help="With --dry-run: the all-reduce table on every GPU kind, not only engine.gpu_kind's.")] = False,
     smoke: Annotated[
         bool, typer.Option("--smoke", help="Before bed: run only the night's two baselines (no speculation, SGLang's "
                            "choice) through every check, one repetition at the objective's level; print what passed, "
@@ -131,12 +149,6 @@ def sweep(
     Exit 0 with a valid best configuration (best.yaml), 1 if no trial produced one, 2 for bad input or a
     sweep that cannot run here (preflight: resources, engine package, model paths, MLflow).
     """
-    # imported here: orchestrator.sweep imports Ray, Ray Tune, Optuna and MLflow (seconds)
-    from orchestrator.before_bed import NotReadyError
-    from orchestrator.sweep import dry_run as show_dry_run
-    from orchestrator.sweep.execution.night_stop import EngineContractError
-    from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
-
     if finish is not None:
         problem = finish_refusal(finish, spec=spec, resume=resume, smoke=smoke, dry_run=dry_run, max_visits=max_visits)
         if problem is not None:
@@ -144,6 +156,10 @@ def sweep(
             raise typer.Exit(EXIT_BAD_INPUT)
         spec, results_dir = finish / "spec.yaml", str(finish)
     if resume is not None:
+        problem = resume_refusal(resume, spec=spec)
+        if problem is not None:
+            stderr_console().print(f"[bold red]cannot resume[/]: {escape(problem)}", soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT)
         if spec is None:
             spec = resume / "spec.yaml"
         results_dir = str(resume)
@@ -155,10 +171,17 @@ def sweep(
     if refusal is not None:
         stderr_console().print(f"[bold red]cannot extend the confirmation[/]: {escape(refusal)}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
+    # imported here, after the checks of what was given: they import Ray, Ray Tune, Optuna and MLflow (seconds)
+    from orchestrator.before_bed import NotReadyError
+    from orchestrator.sweep import dry_run as show_dry_run
+    from orchestrator.sweep.execution.night_stop import EngineContractError
+    from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
+
     sweep_spec = load_spec(spec)
     if dry_run:
         try:
-            show_dry_run(sweep_spec, first=first, previous=resume)  # --resume DIR: planned from what it measured
+            show_dry_run(sweep_spec, first=first, previous=resume,  # --resume DIR: planned from what it measured
+                         results_dir=results_dir, all_nodes=all_nodes)
         except NotReadyError:  # the dry run printed its errors (orchestrator.before_bed)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         return

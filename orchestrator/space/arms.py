@@ -16,16 +16,20 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 from orchestrator.space.points import ALL_REDUCE_ARMS, ARM_EXTRA_FLAGS, arm_env, arm_extra_args, arm_flags
 from serving.cuda_graph_rules import decode_backend_of
 from serving.all_reduce_rules import (
+    DECLARED_GPU_KINDS,
     KERNEL_WORDS,
+    SGLANG_VERSION,
     GpuKind,
     attention_dp_of,
     decode_kernel,
+    nvlink_multicast_possible,
     pcie_ipc_switched_on,
     predict,
     resolve_fusion_backend,
 )
 
-__all__ = ["ArmPath", "ArmsOnNode", "EngineNode", "NCCL_KERNELS", "arm_path", "arms_on_node", "model_architecture"]
+__all__ = ["ArmPath", "ArmsOnNode", "EngineNode", "NCCL_KERNELS", "PathRow", "all_reduce_section", "arm_path",
+           "arms_on_node", "model_architecture", "multicast_possible", "section_kinds", "table_lines"]
 
 AUTO_KIND = "auto"
 
@@ -103,6 +107,41 @@ class ArmPath:
         return f"{text} ({self.fusion_backend})" if self.fusion_backend else text
 
 
+@dataclass(frozen=True)
+class PathRow:
+    """One row of a node's all-reduce table: the arm, what runs decode's all-reduce with it on the
+    node, and what the sweep does with it.
+
+    Attributes:
+        arm: The ``search.all_reduce`` arm.
+        runs: The kernel in words ("nothing" where SGLang refuses to start).
+        status: ``measured``, ``same as X (measured once)``, or ``refused: <SGLang's reason>``.
+        reason: Why that kernel runs, citing SGLang's source (``ArmPath.reason``).
+        refused: Whether SGLang refuses to start with the arm on the node.
+    """
+
+    arm: str
+    runs: str
+    status: str
+    reason: str
+    refused: bool = False
+
+
+def table_lines(rows: Sequence[PathRow], *, gpu_kind: str, indent: str = "  ") -> list[str]:
+    """``rows`` as an aligned text table: path | decode's all-reduce on ``gpu_kind`` | sweep."""
+    header = ("path", f"decode's all-reduce on {gpu_kind}", "sweep")
+    cells = [header, *((row.arm, row.runs, row.status) for row in rows)]
+    widths = [max(len(cell[i]) for cell in cells) for i in range(2)]
+    return [f"{indent}{a:<{widths[0]}}  {b:<{widths[1]}}  {c}".rstrip() for a, b, c in cells]
+
+
+def multicast_possible(gpu_kind: str) -> bool:
+    """Whether an arm could turn on NVLink multicast on a node of ``gpu_kind`` (``auto``: not known,
+    taken as yes). Off NVLink the multicast arms fall back (``serving.all_reduce_rules.nvlink_multicast_possible``),
+    so ``search.allow_dangerous`` need not name them there."""
+    return gpu_kind == AUTO_KIND or nvlink_multicast_possible(GpuKind.parse(gpu_kind))
+
+
 NCCL_KERNELS = ("nccl", "nccl_symm_mem")
 """Decode kernels that are NCCL's: the NCCL variables reach them (not ``pcie_ipc``: FlashInfer's own
 kernels, ``sglang/srt/distributed/device_communicators/pcie_ipc_ar.py``)."""
@@ -130,12 +169,48 @@ class ArmsOnNode:
     nccl_arms: Optional[tuple[str, ...]]
     refused: Mapping[str, str] = field(default_factory=dict)
 
+    def row(self, arm: str, *, nccl_searched: bool = False) -> PathRow:
+        """``arm``'s row of this node's table (any arm of ``paths``); ``nccl_searched``: the spec searches
+        NCCL settings, so a measured arm says whether they reach its kernel.
+
+        Raises:
+            KeyError: the node is not known, or ``arm`` is not an arm.
+        """
+        path = self.paths[arm]
+        if path.refused is not None:
+            return PathRow(arm, "nothing: SGLang does not start", f"refused: {path.refused}", path.reason, True)
+        measured_as = self.stands_for.get(arm)
+        if measured_as is None:
+            status = "not in this spec's search.all_reduce"
+        elif measured_as != arm:
+            status = f"same as {measured_as} (measured once)"
+        elif nccl_searched:
+            status = "measured, NCCL settings searched on it" if self.nccl_arms and arm in self.nccl_arms else (
+                "measured with NCCL's defaults (its kernel is not NCCL's)")
+        else:
+            status = "measured"
+        return PathRow(arm, path.words, status, path.reason)
+
+    def table(self, *, nccl_searched: bool = False) -> list[PathRow]:
+        """One row per arm of the spec, in its order; empty while the node is not known."""
+        if self.gpu_kind is None:
+            return []
+        return [self.row(arm, nccl_searched=nccl_searched) for arm in self.paths
+                if arm in self.stands_for or arm in self.refused]
+
+    def default_note(self) -> Optional[str]:
+        """Why SGLang's own choice runs what it runs on this node, in one line (None: node not known)."""
+        path = self.paths.get("default")
+        if self.gpu_kind is None or path is None or path.refused is not None:
+            return None
+        return f"SGLang's own choice (default) runs {path.words} here: {path.reason}"
+
     def lines(self) -> list[str]:
         """One line per arm: its kernel on this node, and whether it is measured, stands in, or
         cannot start here."""
         if self.gpu_kind is None:
             return [f"{', '.join(self.stands_for)}: the kernels depend on the node (engine.gpu_kind: auto; the "
-                    "preflight reads it; spectune sweep --dry-run shows them on a PCIe and an NVLink node)"]
+                    "preflight reads it; spectune validate --all-nodes shows them on each GPU kind)"]
         out = []
         for arm, path in self.paths.items():
             if arm in self.refused:
@@ -216,3 +291,39 @@ def arms_on_node(engine: EngineNode, arms: Sequence[str], *, gpu_kind: Optional[
     measured = tuple(dict.fromkeys(stands_for.values()))
     nccl_arms = tuple(arm for arm in measured if paths[arm].nccl_carries_decode)
     return ArmsOnNode(node.name, paths, measured, stands_for, nccl_arms, refused)  # type: ignore[arg-type]
+
+
+def section_kinds(spec: Any, *, all_nodes: bool = False) -> list[str]:
+    """The node kinds whose all-reduce table a command shows for ``spec`` (an ``orchestrator.spec.SweepSpec``):
+    the spec's ``engine.gpu_kind`` (none while ``auto``), and with ``all_nodes`` every declared GPU kind
+    after it (``cpu`` only for the reference engine)."""
+    kinds = [] if spec.engine.gpu_kind == AUTO_KIND else [spec.engine.gpu_kind]
+    if all_nodes:
+        kinds += [kind for kind in DECLARED_GPU_KINDS
+                  if kind not in kinds and (kind != "cpu" or spec.engine.kind == "reference")]
+    return kinds
+
+
+def all_reduce_section(spec: Any, *, all_nodes: bool = False, indent: str = "  ") -> list[str]:
+    """What ``spectune validate`` and the dry run print about the all-reduce arms of ``spec`` (an
+    ``orchestrator.spec.SweepSpec``): a title, then one table per node kind of ``section_kinds``
+    (path | decode's all-reduce there | measured / same as X / refused) and why SGLang's own choice runs
+    what it runs there."""
+    engine, search = spec.engine, spec.search
+    if engine.tp_size == 1:
+        return ["tp_size 1: no tensor-parallel all-reduce"]
+    nccl_searched = bool(search.nccl_variables())
+    out = [f"search.all_reduce [{', '.join(search.all_reduce)}] as SGLang {SGLANG_VERSION} runs it (each trial "
+           "records the kernel its engine ran):"]
+    if engine.gpu_kind == AUTO_KIND:
+        out.append(f"{indent}the node is not known (engine.gpu_kind: auto): the preflight reads it where the engines run"
+                   + ("" if all_nodes else "; --all-nodes shows the table on each GPU kind"))
+    for kind in section_kinds(spec, all_nodes=all_nodes):
+        plan = spec.arms_on_node(gpu_kind=kind)
+        if kind != engine.gpu_kind:
+            out.append(f"{indent}if the node were {kind} (--all-nodes):")
+        out += table_lines(plan.table(nccl_searched=nccl_searched), gpu_kind=kind, indent=indent)
+        note = plan.default_note()
+        if note:
+            out.append(f"{indent}{note}")
+    return out

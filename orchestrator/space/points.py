@@ -106,8 +106,8 @@ ARM_MULTICAST: dict[str, str] = {
     "torch_symm_mem": "PyTorch's symmetric-memory all-reduce runs multimem (NVLink multicast) kernels",
     "nccl_symm_mem": "--enable-symm-mem makes SGLang set NCCL_NVLS_ENABLE=1 (NVLink multicast)",
 }
-"""Arms that turn on NVLink multicast: refused unless ``search.allow_dangerous`` names the arm,
-never on shared GPU machines (a program using multicast can take a shared host's GPUs out of service)."""
+"""Arms that turn on NVLink multicast: on a node that could multicast (``arms.multicast_possible``: NVLink, or
+not known) refused unless ``search.allow_dangerous`` names the arm, never on shared GPU machines (a program using multicast can take a shared host's GPUs out of service)."""
 
 LEGACY_ARM_NAMES: dict[str, AllReduce] = {"custom": "default"}
 """Arm names of earlier versions (specs, trial records, searcher state) -> today's."""

@@ -22,6 +22,7 @@ from serving.serve.replica import EngineReplica
 
 __all__ = [
     "DEPLOYMENT_NAME",
+    "INSTALL_COMMAND",
     "REPLICA_SERVE_ENV",
     "app_builder",
     "build_app",
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 DEPLOYMENT_NAME = "SpectuneEngine"
+
+INSTALL_COMMAND = "pip install -e '.[sglang]'"
+"""How a node gets spectune: from its checkout, as the README's overnight section installs it;
+the emitted Serve config's header says it."""
 
 REPLICA_SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "5",
@@ -148,7 +153,8 @@ def serve_config_file(config: EngineConfig, options: ServeOptions, *, api_key_sh
     header = (
         "# Ray Serve config written by `spectune serve --emit-serve-config`.\n"
         "# Deploy on a running cluster:  serve deploy THIS_FILE   (or: ray job submit -- serve run THIS_FILE)\n"
-        "# The cluster's nodes need spectune installed (pip install spectune) or a runtime_env working_dir.\n"
+        f"# The cluster's nodes need spectune installed as the README does, from its checkout ({INSTALL_COMMAND}),\n"
+        "# or the checkout as the job's working dir (ray job submit --working-dir . -- serve run THIS_FILE).\n"
         "# HAProxy ingress (the faster path): start every node with RAY_SERVE_ENABLE_HA_PROXY=1 ray start ...\n"
     )
     if api_key_sha256 is not None:

@@ -9,7 +9,7 @@ the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,7 @@ from serving.serve.provenance import Provenance
 
 __all__ = [
     "API_KEY_ENV",
+    "Explain",
     "IngressPath",
     "ServeConfigError",
     "ServeOptions",
@@ -178,13 +179,19 @@ class ServeOptions(BaseModel):
         return max(1, int(start))
 
 
-def _problems(error: ValidationError, *, prefix: str = "") -> list[str]:
-    out = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        out.append(f"{prefix}{where}: {message}" if where else f"{prefix.rstrip('.')}: {message}")
-    return out
+Explain = Callable[[ValidationError, type[BaseModel]], list[tuple[str, str]]]
+"""Turns what a model's validation raised into (dotted field, message) pairs. ``spectune serve``
+passes the spec checker's (``orchestrator.validation.validation_problems``: the value, what is
+allowed, "did you mean" for a mistyped key); without one, pydantic's own messages are listed."""
+
+
+def _problems(error: ValidationError, *, model: type[BaseModel], prefix: str = "",
+              explain: Explain | None = None) -> list[str]:
+    pairs = explain(error, model) if explain is not None else [
+        (".".join(str(part) for part in item["loc"]), item["msg"].removeprefix("Value error, "))
+        for item in error.errors()]
+    return [f"{prefix}{where}: {message}" if where else f"{prefix.rstrip('.')}: {message}".removeprefix(": ")
+            for where, message in pairs]
 
 
 class ServedConfig(NamedTuple):
@@ -195,7 +202,8 @@ class ServedConfig(NamedTuple):
     provenance: Provenance | None
 
 
-def parse_served(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None) -> ServedConfig:
+def parse_served(text: str, *, source: str = "<config>", overrides: dict[str, Any] | None = None,
+                 explain: Explain | None = None) -> ServedConfig:
     """An engine configuration, its serve options and its provenance from YAML text.
 
     Args:
@@ -203,6 +211,7 @@ def parse_served(text: str, *, source: str = "<config>", overrides: dict[str, An
             and a ``provenance:`` block.
         source: Names the text in errors (the file path).
         overrides: Serve options that win over the block (what the command line set).
+        explain: How a field's problem reads (see ``Explain``); pydantic's messages without one.
 
     Raises:
         ServeConfigError: the YAML, the engine part, the serve options or the provenance block are
@@ -224,16 +233,16 @@ def parse_served(text: str, *, source: str = "<config>", overrides: dict[str, An
     try:
         config = EngineConfig.model_validate(data)
     except ValidationError as exc:
-        problems += _problems(exc)
+        problems += _problems(exc, model=EngineConfig, explain=explain)
     try:
         options = ServeOptions.model_validate({**block, **(overrides or {})})
     except ValidationError as exc:
-        problems += _problems(exc, prefix="serve.")
+        problems += _problems(exc, model=ServeOptions, prefix="serve.", explain=explain)
     if origin is not None:
         try:
             provenance = Provenance.model_validate(origin)
         except ValidationError as exc:
-            problems += _problems(exc, prefix="provenance.")
+            problems += _problems(exc, model=Provenance, prefix="provenance.", explain=explain)
     if problems or config is None or options is None:
         raise ServeConfigError(f"{source}: invalid serve configuration", problems)
     if config.kind == "sglang" and options.gpus_for(config) < config.tp_size:
@@ -251,7 +260,8 @@ def parse_serve_file(text: str, *, source: str = "<config>", overrides: dict[str
     return config, options
 
 
-def read_served(path: str | Path, *, overrides: dict[str, Any] | None = None) -> ServedConfig:
+def read_served(path: str | Path, *, overrides: dict[str, Any] | None = None,
+                explain: Explain | None = None) -> ServedConfig:
     """``parse_served`` of a file (see there).
 
     Raises:
@@ -261,7 +271,7 @@ def read_served(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ServeConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_served(text, source=str(path), overrides=overrides)
+    return parse_served(text, source=str(path), overrides=overrides, explain=explain)
 
 
 def load_serve_file(path: str | Path, *, overrides: dict[str, Any] | None = None) -> tuple[EngineConfig, ServeOptions]:

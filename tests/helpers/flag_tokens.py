@@ -33,7 +33,7 @@ TOKEN = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*(?:\{[a-z0-9,-]+\}[a-z0-9-]*)
 
 OTHER_TOOLS: dict[str, frozenset[str]] = {
     "ray start / ray job submit": frozenset({"--head", "--address", "--num-gpus", "--include-dashboard",
-                                             "--working-dir"}),
+                                             "--working-dir", "--submission-id", "--no-wait"}),
     "mlflow server / mlflow ui": frozenset({"--backend-store-uri"}),
     "pip install / pip download": frozenset({"--find-links", "--no-index", "--no-deps", "--target"}),
     "nvidia-smi": frozenset({"--query-gpu", "--format"}),

@@ -113,7 +113,8 @@ def test_help_everywhere(command: list[str]) -> None:
 def test_examples_list_and_copy(tmp_path: Path) -> None:
     listed = runner.invoke(app, ["examples"])
     assert listed.exit_code == 0
-    assert set(listed.output.split()) == {p.name for p in (REPO / "experiments").glob("*.yaml")}
+    listed_names = {line.split()[0] for line in listed.output.splitlines() if line.strip()}  # each: name, description
+    assert listed_names == {p.name for p in (REPO / "experiments").glob("*.yaml")}
     copied = runner.invoke(app, ["examples", "reference-cpu", "--to", str(tmp_path)])
     assert copied.exit_code == 0, copied.output
     assert (tmp_path / "reference-cpu.yaml").read_text() == CPU_SPEC.read_text()

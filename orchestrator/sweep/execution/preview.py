@@ -15,45 +15,39 @@ from orchestrator.sweep.output.display import job_console
 from orchestrator.sweep.execution.driver import sweep_search
 from orchestrator.space import TrialPlan
 
-__all__ = ["dry_run"]
+__all__ = ["dry_run", "morning_lines"]
 
-NODE_KINDS_SHOWN = ("sm120-pcie", "sm90-nvlink")
-"""The node kinds the dry run always states the all-reduce rule for (a PCIe and an NVLink node),
-besides the spec's own ``engine.gpu_kind``."""
-
-
-def _print_arms(spec: SweepSpec, *, console: Console, python: str) -> None:
-    """Per all-reduce arm: the engine command and which kernel carries decode's all-reduce on each
-    node kind (``orchestrator.space.arms``)."""
+def _print_arms(spec: SweepSpec, *, console: Console, python: str, all_nodes: bool = False) -> None:
+    """The all-reduce table on the spec's node (every GPU kind's with ``all_nodes``;
+    ``orchestrator.space.arms.all_reduce_section``), then each arm's engine command."""
+    from orchestrator.space.arms import all_reduce_section
     from serving.engine.command import build_command
 
+    title, *table = all_reduce_section(spec, all_nodes=all_nodes)
+    console.print(f"all-reduce arms: {title}", highlight=False, markup=False, soft_wrap=True)
+    for line in table:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if spec.engine.tp_size == 1:
-        console.print("all-reduce: tp_size 1, no tensor-parallel all-reduce", highlight=False)
         return
-    kinds = list(dict.fromkeys([*([spec.engine.gpu_kind] if spec.engine.gpu_kind != "auto" else []), *NODE_KINDS_SHOWN]))
-    plans = {kind: spec.arms_on_node(gpu_kind=kind) for kind in kinds}
-    node = "the node (engine.gpu_kind: auto, read by the preflight)" if spec.engine.gpu_kind == "auto" else \
-        spec.engine.gpu_kind
-    console.print(f"all-reduce arms (SGLang 0.5.23's rule; this sweep runs on {escape(node)}; each trial records the "
-                  "kernel its engine really ran):", highlight=False, soft_wrap=True)
+    console.print("their engine commands:", highlight=False, markup=False)
     for arm in spec.search.all_reduce:
         config = spec.engine_config(num_steps=None, eagle_topk=None, num_draft_tokens=None, all_reduce=arm)
         console.print(f"  [bold]{arm}[/]: " + escape(build_command(config, host="127.0.0.1", port=30000,
                                                                 python=python).shell(redacted=True)),
                       highlight=False, soft_wrap=True)
-        for kind, plan in plans.items():
-            line = next(text for text in plan.lines() if text.startswith(f"{arm}: "))
-            console.print(f"    on {kind}: {escape(line[len(arm) + 2:])}", highlight=False, soft_wrap=True)
     console.print("")
 
 
 def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
-            python: str = "python", previous: Path | None = None) -> list[dict[str, Any]]:
+            python: str = "python", previous: Path | None = None,
+            results_dir: str | None = None, all_nodes: bool = False) -> list[dict[str, Any]]:
     """The baselines and the first ``first`` proposals (``driver.sweep_search``, as the sweep asks
     them), with exact engine commands and env; no Ray, no GPUs. First the before-bed findings
     (``orchestrator.before_bed``: the traffic file's fingerprint, idle GPUs, attention heads).
     The night's plan is made from ``previous`` (a results directory of this spec: ``--dry-run --resume
     DIR``) where given: its measured starts, trial time and between-visit spread replace the estimates.
+    It ends with where the results will land (``previous``, else ``results_dir`` as ``--results-dir``
+    gives it, else the spec's), the files the morning brings and the command that serves the answer.
 
     Raises:
         orchestrator.before_bed.NotReadyError: a finding is an error (printed first); nothing else is shown.
@@ -90,7 +84,7 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     if any(f.level == "error" for f in findings):
         raise NotReadyError(findings, source=spec.name)
-    _print_arms(spec, console=console, python=python)
+    _print_arms(spec, console=console, python=python, all_nodes=all_nodes)  # the spec's node; every kind on request
     shown = []
     for number, plan in enumerate(plans, start=1):
         config = engine_config_for(spec, plan)
@@ -126,6 +120,8 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
             console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     for line in decision_lines(spec, measured=visit_spread):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in morning_lines(spec, results_dir=previous if previous is not None else results_dir):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     return shown
 
 
@@ -146,3 +142,32 @@ def previous_measurements(results_dir: Path | None) -> tuple[list, Any]:
     figure = Figure(spread["value"], "measured", f"this spec's sweep in {results_dir} ({measured['where']}, "
                     f"{spread['df']} df)") if spread else None
     return records, figure
+
+
+def morning_lines(spec: SweepSpec, *, results_dir: str | Path | None = None) -> list[str]:
+    """The dry run's end: where the results will land, the files the morning brings there and the
+    command that serves the answer. ``results_dir`` is ``--results-dir`` or the resumed sweep's
+    directory; without it the spec's ``results_dir`` (``records.results_dir.resolve_results_dir``)."""
+    from orchestrator.sweep.execution.driver import resolve_tracking_uri
+    from orchestrator.sweep.records.results import CONFIRMATION_FILE, TRIALS_FILE
+    from orchestrator.sweep.records.results_dir import resolve_results_dir
+    from serving.environ import ENV
+
+    out = resolve_results_dir(spec.results_dir, str(results_dir) if results_dir is not None else None)
+    uri, _ = resolve_tracking_uri(spec, out, given=None, resume=False)
+    where = f"results will land in {out}"
+    if results_dir is None and not Path(spec.results_dir).expanduser().is_absolute():
+        root = Path(ENV.SPECTUNE_RESULTS_ROOT.get() or Path.home() / "spectune-results")
+        where += (f" (under `ray job submit --working-dir` without --results-dir: {root / spec.results_dir}; pass "
+                  "--results-dir \"$PWD/results\")")
+    return [
+        where,
+        "the morning brings there (every file: docs/sweep.md, \"Where results land\"):",
+        "  best.yaml: the configuration to serve (SGLang's default unless the confirmation found another faster)",
+        "  summary.txt, summary.json: the answer in words and in figures, with 95% intervals",
+        f"  {TRIALS_FILE}: one line per trial (its settings, engine command and measurements); {CONFIRMATION_FILE}: "
+        "the confirmation's re-measurements",
+        "  plots/: the search's history and throughput by load",
+        f"  MLflow: {uri} (one run for the sweep, one nested run per trial)",
+        f"serve the answer: spectune serve {out / 'best.yaml'}",
+    ]

@@ -68,8 +68,8 @@ def test_dry_run_of_the_kimi_spec_prints_sglang_commands_without_ray(monkeypatch
 
 
 def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_node() -> None:
-    out = CliRunner().invoke(app, ["sweep", "--dry-run", "--first", "1", str(KIMI)]).output
-    lines = out.splitlines()
+    out = CliRunner().invoke(app, ["sweep", "--dry-run", "--all-nodes", "--first", "1", str(KIMI)]).output
+    lines = out.splitlines()  # KIMI's node is auto: its tables only on request (--all-nodes)
     arms = {line.split(":")[0].strip(): i for i, line in enumerate(lines) if line.startswith("  ") and
             "sglang.launch_server" in line}
     assert set(arms) == {"default", "no_fusion", "nccl"}
@@ -78,17 +78,19 @@ def test_dry_run_states_each_arms_command_and_kernel_on_a_pcie_and_an_nvlink_nod
     assert "--enforce-disable-flashinfer-allreduce-fusion" in no_fusion and "--disable-custom-all-reduce" not in no_fusion
     assert "--enforce-disable-flashinfer-allreduce-fusion" in nccl and "--disable-custom-all-reduce" in nccl
 
-    def kernel(arm: str, node: str) -> str:
-        return next(line for line in lines[arms[arm] + 1:arms[arm] + 3] if line.strip().startswith(f"on {node}:"))
+    def kernel(arm: str, node: str) -> str:  # the arm's row of the node's table, and the lines after it
+        start = next(i for i, line in enumerate(lines) if f"decode's all-reduce on {node} " in line)
+        row = next(i for i in range(start, len(lines)) if lines[i].split()[:1] == [arm])
+        return " ".join(lines[row:start + 5])
 
     assert "FlashInfer's fused all-reduce" in kernel("default", "sm90-nvlink")
     assert "custom all-reduce" in kernel("no_fusion", "sm90-nvlink")
-    assert "NCCL" in kernel("nccl", "sm90-nvlink") and "NCCL_* searched here" in kernel("nccl", "sm90-nvlink")
-    assert "NCCL's defaults only" in kernel("default", "sm90-nvlink")
+    assert "NCCL" in kernel("nccl", "sm90-nvlink") and "NCCL settings searched on it" in kernel("nccl", "sm90-nvlink")
+    assert "measured with NCCL's defaults" in kernel("default", "sm90-nvlink")
     for arm in ("default", "no_fusion", "nccl"):  # eight PCIe GPUs: NCCL everywhere, one arm measured
-        assert ": NCCL (" in kernel(arm, "sm120-pcie")
-    assert "PCIe-only" in kernel("default", "sm120-pcie") and "NCCL_* searched here" in kernel("default", "sm120-pcie")
-    assert "measured once, as 'default'" in kernel("nccl", "sm120-pcie")
+        assert kernel(arm, "sm120-pcie").split()[1] == "NCCL"
+    assert "PCIe-only" in kernel("default", "sm120-pcie") and "NCCL settings searched" in kernel("default", "sm120-pcie")
+    assert "same as default (measured once)" in kernel("nccl", "sm120-pcie")
 
 
 def test_the_same_seed_dry_runs_the_same_trials() -> None:
