@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import yaml
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.records.results import TrialRecord, best_record, served_engine_config
+from orchestrator.sweep.records.results import STATE_FILE, TrialRecord, best_record, served_engine_config
 from orchestrator.timestamps import utc_timestamp
 
 __all__ = ["MORNING_FILES", "MORNING_LINK", "default_engine_config", "engine_command", "morning_texts", "read_as_of",
@@ -66,6 +66,15 @@ def engine_command(config: dict[str, Any]) -> str:
 
     return build_command(EngineConfig.model_validate(config), host="0.0.0.0", port=30000,
                          python="python").shell(redacted=True)
+
+
+def _tracking_uri(results_dir: Path) -> str | None:
+    """The sweep's MLflow store as its state file records it (what ``serve --mlflow-run`` needs), else None."""
+    try:
+        uri = json.loads((Path(results_dir) / STATE_FILE).read_text(encoding="utf-8")).get("tracking_uri")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return uri if isinstance(uri, str) and uri else None
 
 
 def _stamp(records: list[TrialRecord], visits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,8 +124,9 @@ def morning_texts(spec: SweepSpec, records: list[TrialRecord], *, results_dir: P
         lines.append(f"  its engine command: {command}")
         if numbers_from:
             lines.append(f"  {numbers_from}")
+        tracking = _tracking_uri(results_dir)
         lines.append(f"  or serve it: spectune serve --mlflow-run {candidate.mlflow_run_id}"
-                     if candidate.mlflow_run_id else "")
+                     + (f" --tracking-uri {tracking}" if tracking else "") if candidate.mlflow_run_id else "")
     else:
         lines.append("unconfirmed candidate: none (no complete ok trial yet)")
     lines.append(f"to end the search and confirm within an hour: {finish} (leave --max-minutes out: no "

@@ -78,6 +78,8 @@ def _published(out: Path) -> tuple[dict, str]:
 
 def test_best_yaml_is_sglang_default_and_names_the_best_ok_trial_as_an_unconfirmed_candidate(tmp_path: Path) -> None:
     records = _sweep()  # trial 2 is SGLang's default, trial 5 the search's best
+    records[3] = records[3].model_copy(update={"mlflow_run_id": "run5"})
+    (tmp_path / "sweep-state.json").write_text(json.dumps({"tracking_uri": "sqlite:////r/mlflow.db"}))
     write_morning_files(_spec(), records, results_dir=tmp_path)
     summary, text = _published(tmp_path)
     served = read_served(tmp_path / "best.yaml")  # what `spectune serve best.yaml` would start
@@ -89,6 +91,8 @@ def test_best_yaml_is_sglang_default_and_names_the_best_ok_trial_as_an_unconfirm
     assert "--speculative-num-steps 5" in summary["candidate"]["engine_command"]
     assert summary["candidate"]["engine_command"] in text
     assert f"spectune sweep --finish {tmp_path}" in text
+    # the serve line names the sweep's store: --mlflow-run alone finds no run
+    assert "spectune serve --mlflow-run run5 --tracking-uri sqlite:////r/mlflow.db" in text
 
 
 def test_before_sglang_default_is_measured_best_yaml_is_default_as_the_spec_makes_it(tmp_path: Path) -> None:
