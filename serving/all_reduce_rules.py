@@ -283,8 +283,11 @@ def predict(
             ``attn_dp_size > 1`` (``attention_dp_of`` reads it from the flags).
         moe_a2a_backend: ``--moe-a2a-backend``; fusion is auto-enabled only with ``none``.
     """
-    if tp_size <= 1:
-        return AllReducePath("none", None, False, None, None, "one rank: no tensor-parallel all-reduce")
+    enforce_line = ("FlashInfer allreduce fusion is forcibly disabled via "
+                    "--enforce-disable-flashinfer-allreduce-fusion.")
+    if tp_size <= 1:  # the enforce-disable pass logs at any TP (overrides.py _enforce_disable_allreduce_fusion)
+        return AllReducePath("none", None, False, None, enforce_line if enforce_disable_fusion else None,
+                             "one rank: no tensor-parallel all-reduce")
     backend = fusion_backend
     fusion_line = None
     sm90_or_sm100 = gpu_kind.capability_major in (9, 10)
@@ -294,8 +297,7 @@ def predict(
         fusion_line = f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {architecture}"
     if enforce_disable_fusion:
         backend = None
-        fusion_line = ("FlashInfer allreduce fusion is forcibly disabled via "
-                       "--enforce-disable-flashinfer-allreduce-fusion.")
+        fusion_line = enforce_line
     off_line = None if disable_custom_all_reduce else custom_all_reduce_off_line(
         gpu_kind=gpu_kind, world_size=tp_size, nnodes=nnodes)
     custom = gpu_kind.cuda and not disable_custom_all_reduce and off_line is None
@@ -655,17 +657,19 @@ def opt_in_rank_lines(
     SGLang 0.5.23 words them (``pymscclpp.py`` ``PyMscclppCommunicator.__init__``,
     ``torch_symm_mem.py`` ``TorchSymmMemCommunicator.__init__``, ``pcie_ipc_ar.py`` ``eligible_group``
     and ``PcieIpcCommunicator.__init__``), by the rule of ``decode_kernel`` for a declared node. Empty
-    without CUDA (GroupCoordinator builds none off the GPU) or at one rank. PCIe-IPC's workspace line
+    at one rank; without CUDA only ``eligible_group``'s deterministic warning (it runs on every device, the
+    communicators are built on the GPU only). PCIe-IPC's workspace line
     (``PCIE_IPC_BUILT``) comes later, when the workspace is built. ``serving.engine.all_reduce_observed``
     reads these lines back."""
     lines: list[tuple[str, str]] = []
-    if not gpu_kind.cuda or world_size <= 1:
+    if world_size <= 1:
         return lines
-    if enable_pcie_ipc:
-        if deterministic:
-            lines.append(("warning", PCIE_IPC_DETERMINISTIC))
-        elif world_size in PCIE_IPC_WORLD_SIZES:
-            lines.append(("info", PCIE_IPC_ENABLED % world_size))
+    if enable_pcie_ipc and deterministic:  # eligible_group runs on every device, CPU included (parallel_state.py:487)
+        lines.append(("warning", PCIE_IPC_DETERMINISTIC))
+    if not gpu_kind.cuda:
+        return lines
+    if enable_pcie_ipc and not deterministic and world_size in PCIE_IPC_WORLD_SIZES:
+        lines.append(("info", PCIE_IPC_ENABLED % world_size))
     if enable_mscclpp:
         if not mscclpp_installed:
             lines.append(("warning", "PyMscclpp is unavailable because its dependencies failed to import: "

@@ -106,6 +106,7 @@ def test_a_one_step_draft_is_captured_as_sglang_captures_its_draft_extend(tp1_mo
     forward (the draft extend) has a graph of its own: the reference engine's one-step draft loop is
     captured too, under the extend's name, and replayed (it used to run eagerly, slower on a GPU)."""
     assert _scheduler(tp1_models, (3, 1, 4), graphs=True).graphs.draft_graph_name == "draft decode"
+    caplog.clear()  # the three-step engine's lines are caught too where an earlier test left the logger at INFO
     with caplog.at_level(logging.INFO, logger="serving.reference.cuda_graphs"):
         one_step = _scheduler(tp1_models, (1, 1, 2), graphs=True).graphs
     assert one_step.draft_graph_name == "draft extend"
