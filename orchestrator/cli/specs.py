@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.before_bed import Finding, before_bed
+from orchestrator.sweep.execution.before_bed import Finding, before_bed
 from orchestrator.cli.console import stderr_console
 from orchestrator.cli.inputs import SpecPath, load_spec, parse_pairs, spec_description
 from orchestrator.exit_codes import EXIT_BAD_INPUT
@@ -27,7 +27,7 @@ from orchestrator.space import candidate_from_settings
 from orchestrator.space.arms import all_reduce_section, section_kinds, table_lines
 from orchestrator.space.points import ALL_REDUCE_ARMS
 from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags
-from orchestrator.summary import describe_spec
+from orchestrator.sweep.output.spec_summary import describe_spec
 from orchestrator.validation import validation_problems
 from serving.engine.command import build_command, render_flags
 from serving.engine.config import EngineConfig
@@ -45,7 +45,7 @@ def validate(
 ) -> None:
     """Check a sweep spec and summarise its search space. Exit 0 if valid, 2 with the problems."""
     sweep_spec = load_spec(spec)
-    findings = _ready_for_the_night(sweep_spec, spec)  # orchestrator.before_bed; an error: exit 2
+    findings = _ready_for_the_night(sweep_spec, spec)  # orchestrator.sweep.execution.before_bed; an error: exit 2
     summary = describe_spec(sweep_spec)
     summary["all_reduce_tables"] = _all_reduce_tables(sweep_spec, all_nodes=all_nodes)
     summary["warnings"] = [*summary["warnings"], *_paths_here(sweep_spec), *_night_fit(sweep_spec),
@@ -78,7 +78,7 @@ def validate(
 
 
 def _ready_for_the_night(sweep_spec: Any, path: Path) -> list[Finding]:
-    """The before-bed findings (``orchestrator.before_bed``); where one is an error, they are printed
+    """The before-bed findings (``orchestrator.sweep.execution.before_bed``); where one is an error, they are printed
     as an invalid spec's problems are, and the command exits 2."""
     findings = before_bed(sweep_spec)
     errors = [f for f in findings if f.level == "error"]

@@ -172,7 +172,7 @@ def sweep(
         stderr_console().print(f"[bold red]cannot extend the confirmation[/]: {escape(refusal)}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     # imported here, after the checks of what was given: they import Ray, Ray Tune, Optuna and MLflow (seconds)
-    from orchestrator.before_bed import NotReadyError
+    from orchestrator.sweep.execution.before_bed import NotReadyError
     from orchestrator.sweep import dry_run as show_dry_run
     from orchestrator.sweep.execution.night_stop import EngineContractError
     from orchestrator.sweep.execution.driver import PreflightError, SweepBusyError, SweepResumeError, run_sweep
@@ -182,7 +182,7 @@ def sweep(
         try:
             show_dry_run(sweep_spec, first=first, previous=resume,  # --resume DIR: planned from what it measured
                          results_dir=results_dir, all_nodes=all_nodes)
-        except NotReadyError:  # the dry run printed its errors (orchestrator.before_bed)
+        except NotReadyError:  # the dry run printed its errors (orchestrator.sweep.execution.before_bed)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         return
     try:

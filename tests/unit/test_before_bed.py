@@ -1,4 +1,4 @@
-"""What can be checked before bed, is (orchestrator.before_bed): the request log exists, parses and
+"""What can be checked before bed, is (orchestrator.sweep.execution.before_bed): the request log exists, parses and
 shows its fingerprint; GPUs left idle or missing; a TP size that does not divide the attention heads;
 ``spectune validate`` and ``spectune sweep --dry-run`` refuse an error with exit 2; the shipped specs
 are clean."""
@@ -15,7 +15,7 @@ import yaml
 from helpers.spec_cases import BASE
 from typer.testing import CliRunner
 
-from orchestrator.before_bed import Finding, before_bed, gpu_findings, heads_findings, traffic_findings
+from orchestrator.sweep.execution.before_bed import Finding, before_bed, gpu_findings, heads_findings, traffic_findings
 from orchestrator.cli import app
 from orchestrator.spec import SweepSpec
 

@@ -271,7 +271,7 @@ def test_allow_dangerous_applies_to_presets() -> None:
 
 
 def test_validate_counts_and_shows_the_list_forms() -> None:
-    from orchestrator.summary import describe_spec
+    from orchestrator.sweep.output.spec_summary import describe_spec
 
     data = with_("search.speculative", TRIPLES)
     data["search"].pop("nccl_env")

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
-from orchestrator.summary import describe_spec
+from orchestrator.sweep.output.spec_summary import describe_spec
 from orchestrator.validation import _target, validation_problems
 from serving.engine.config import MANAGED_FLAGS, EngineConfig
 

@@ -11,4 +11,5 @@ that runs on the cluster.
 * ``visit``, ``visit_worker``: the confirmation's visits on fresh engines, placed like a trial.
 * ``finish``: the end: every trial recorded, the summary, ``best.yaml`` and the plots written and logged.
 * ``preview``: ``dry_run``, the first proposals and their engine commands, without Ray.
+* ``before_bed``: what a spec's files and sizes let be checked before the night (validate, the dry run).
 """

@@ -58,7 +58,7 @@ from orchestrator.sweep.search.searcher import SweepSearcher
 from orchestrator.sweep.execution.visit import run_cluster_confirmation
 from orchestrator.errors import SpectuneError
 from orchestrator.spec import SweepSpec
-from orchestrator.summary import sweep_params
+from orchestrator.sweep.output.spec_summary import sweep_params
 
 __all__ = [
     "PreflightError", "SweepBusyError", "SweepOutcome", "SweepResumeError", "run_sweep", "sweep_search",

@@ -43,18 +43,18 @@ def dry_run(spec: SweepSpec, *, first: int = 3, console: Console | None = None,
             results_dir: str | None = None, all_nodes: bool = False) -> list[dict[str, Any]]:
     """The baselines and the first ``first`` proposals (``driver.sweep_search``, as the sweep asks
     them), with exact engine commands and env; no Ray, no GPUs. First the before-bed findings
-    (``orchestrator.before_bed``: the traffic file's fingerprint, idle GPUs, attention heads).
+    (``orchestrator.sweep.execution.before_bed``: the traffic file's fingerprint, idle GPUs, attention heads).
     The night's plan is made from ``previous`` (a results directory of this spec: ``--dry-run --resume
     DIR``) where given: its measured starts, trial time and between-visit spread replace the estimates.
     It ends with where the results will land (``previous``, else ``results_dir`` as ``--results-dir``
     gives it, else the spec's), the files the morning brings and the command that serves the answer.
 
     Raises:
-        orchestrator.before_bed.NotReadyError: a finding is an error (printed first); nothing else is shown.
+        orchestrator.sweep.execution.before_bed.NotReadyError: a finding is an error (printed first); nothing else is shown.
     """
     import optuna
 
-    from orchestrator.before_bed import NotReadyError, before_bed, finding_lines
+    from orchestrator.sweep.execution.before_bed import NotReadyError, before_bed, finding_lines
     from orchestrator.sweep.output.cost import cost_line
     from orchestrator.sweep.output.night_plan import changes_to_fit, decision_lines, night_plan, plan_lines
     from orchestrator.sweep.execution.start_flags import sweep_start_flags, with_start_flags

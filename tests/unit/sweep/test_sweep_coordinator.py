@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestrator.spec import SweepSpec
-from orchestrator.summary import sweep_params
+from orchestrator.sweep.output.spec_summary import sweep_params
 from orchestrator.sweep.execution.coordinator import SweepCoordinator
 from orchestrator.sweep.execution.finish import sweep_tags
 from orchestrator.sweep.records.results import read_records

@@ -1,4 +1,4 @@
-"""A human- and machine-readable summary of a sweep spec (what ``spectune validate`` prints).
+"""A human- and machine-readable summary of a sweep spec (what ``spectune validate`` prints, and the sweep logs).
 
 Kept apart from the CLI so the summary can be logged by the sweep and tested without a terminal.
 """
