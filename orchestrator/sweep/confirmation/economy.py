@@ -215,10 +215,10 @@ def visit_economy(*, records: Sequence[TrialRecord], visits: Sequence[dict[str, 
         acted, acted_on = None, ""
     timed = [v.get("timings") or {} for v in visits if v.get("status") == "ok"]
     start_s = _median(t.get("engine_start", 0.0) + t.get("teardown", 0.0) + t.get("warmup", 0.0) for t in timed) \
-        or _median(r.timings_s.get("engine_start", 0.0) + r.timings_s.get("teardown", 0.0) for r in records)
+        or _median((r.timings_s.engine_start or 0.0) + (r.timings_s.teardown or 0.0) for r in records)
     repetition_s = _median((t.get("bench", 0.0) - t.get("warmup", 0.0)) / max(1, len(v.get("values") or [])) for t, v in
                            zip(timed, [v for v in visits if v.get("status") == "ok"])) or _median(
-        r.timings_s.get("bench", 0.0) / max(1, sum(len(vs) for vs in r.level_values.values()) or r.repetitions_done)
+        (r.timings_s.bench or 0.0) / max(1, sum(len(vs) for vs in r.level_values.values()) or r.repetitions_done)
         for r in records if r.repetitions_done)
     chosen = fixed if fixed is not None else choose_repetitions(within=within, between=acted, start_s=start_s,
                                                                 repetition_s=repetition_s)

@@ -75,7 +75,7 @@ def smoke_lines(records: list[TrialRecord], *, out: Path) -> list[str]:
             checks.append(f"blind readers: {'; '.join(r.blind_readers)}")
         value = f", {r.objective.metric} {r.objective.median:.4g} at concurrency {r.objective.concurrency} (one " \
                 "repetition)" if r.objective is not None and r.objective.values else ""
-        start = r.timings_s.get("engine_start")
+        start = r.timings_s.engine_start
         phases = ", ".join(f"{k} {format_duration(v)}" for k, v in r.start_phases_s.items())
         timing = (f"; engine start {format_duration(start)}" + (f" ({phases})" if phases else "")
                   if start is not None else "")

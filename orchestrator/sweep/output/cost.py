@@ -61,7 +61,7 @@ candidate tactics at up to eleven row counts; the trials' measured starts replac
 def first_start_extras(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> dict[str, tuple[float, str]]:
     """Arm -> (extra seconds, why) of its first start: ``pcie_ipc`` where the sweep measures it as its
     own kernel on the spec's node (or the node is not known yet) and no trial has started it yet."""
-    if any(r.params.get("all_reduce") == "pcie_ipc" and r.timings_s.get("engine_start") for r in records):
+    if any(r.params.get("all_reduce") == "pcie_ipc" and r.timings_s.engine_start for r in records):
         return {}
     plan = spec.arms_on_node()
     if "pcie_ipc" not in plan.measured:

@@ -280,8 +280,8 @@ def sweep_figures(records: Sequence[TrialRecord], *, objective_level: int | None
     counts: dict[str, int] = {}
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
-    bench = sum(r.timings_s.get("bench", 0.0) for r in records)
-    total = sum(r.timings_s.get("total", 0.0) for r in records)
+    bench = sum(r.timings_s.bench or 0.0 for r in records)
+    total = sum(r.timings_s.total for r in records)
     return SweepFigures(
         objective_level=objective_level, direction=direction, best=best, confirmed=confirmed is not None,
         searched=searched, plain=plain, auto=auto,

@@ -76,14 +76,6 @@ class TrialTimings(BaseModel):
         """The timed phases and ``total``: what ``trials.jsonl`` and MLflow's ``time.*_s`` hold."""
         return {**self.parts(), "total": round(self.total, 3)}
 
-    def get(self, name: str, default: float | None = None) -> float | None:
-        """One phase, or ``total``, by name (``default`` where it was not timed)."""
-        value = self.total if name == "total" else getattr(self, name, None) if name in PARTS else None
-        return default if value is None else value
-
-    def __contains__(self, name: object) -> bool:
-        return self.get(str(name)) is not None
-
 
 def trial_timings(timed: dict[str, float]) -> TrialTimings:
     """The trial's record of its timer (``execution.trial``: the phases it timed and its ``wall`` clock),
