@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.output.cost import cold_starts, format_duration, measured_start_times
+from orchestrator.sweep.output.cost import format_duration, measured_start_times, warm_and_cold_starts
 from orchestrator.sweep.records.results import TrialRecord
 
 __all__ = ["TrialLimits", "trial_limits"]
@@ -63,8 +63,7 @@ def trial_limits(spec: SweepSpec, records: Iterable[TrialRecord]) -> TrialLimits
     finished = [r for r in records if r.status == "ok" and measured_start_times([r])]
     if not finished:
         return spec_limits
-    cold = cold_starts(records)
-    warm = measured_start_times(r for r in records if r.trial_id not in cold)
+    _, warm, _ = warm_and_cold_starts(records)
     starts = warm or measured_start_times(records)
     start = max(starts)
     runs = [r.timings_s.run for r in finished]  # the same run ``cost.trial_cost`` medians; here the longest

@@ -46,6 +46,7 @@ __all__ = [
     "tpot_estimate_s",
     "trial_cost",
     "visit_estimate_s",
+    "warm_and_cold_starts",
 ]
 
 
@@ -166,14 +167,22 @@ def measured_where(records: Iterable[TrialRecord]) -> str:
     return f"{where}, {when}" if when else where
 
 
+def warm_and_cold_starts(records: Iterable[TrialRecord]) -> tuple[set[str], list[float], list[float]]:
+    """The cold first starts' trial ids (:func:`cold_starts`), the warm start times and the cold ones
+    (:func:`measured_start_times` of each group)."""
+    records = list(records)
+    cold_ids = cold_starts(records)
+    warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
+    cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
+    return cold_ids, warm, cold
+
+
 def start_time(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> tuple[float, str]:
     """Seconds per engine start and where the figure comes from, in words: the median of the warm
     ``measured_start_times`` (the cold first starts named beside it), else of the cold ones, else
     ``budget.engine_start_estimate_s`` (the spec's), else the engine kind's default (assumed)."""
     records = list(records)
-    cold_ids = cold_starts(records)
-    warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
-    cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
+    cold_ids, warm, cold = warm_and_cold_starts(records)
     started = [r for r in records if measured_start_times([r])]
     if warm:
         first = (f"; the cold first start{'s' * (len(cold) > 1)} took {format_duration(max(cold))}"
@@ -253,9 +262,7 @@ def trial_cost(spec: SweepSpec, records: Iterable[TrialRecord] = ()) -> TrialCos
                      f"{len(bench.concurrency)} level{'s' * (len(bench.concurrency) > 1)} x "
                      f"{bench.repetition_bounds()[1]} repetitions of {bench.num_prompts} x {bench.output_len} tokens "
                      f"at {tpot}")
-    cold_ids = cold_starts(records)
-    cold = measured_start_times(r for r in records if r.trial_id in cold_ids)
-    warm = measured_start_times(r for r in records if r.trial_id not in cold_ids)
+    cold_ids, warm, cold = warm_and_cold_starts(records)
     if cold and warm:
         cold_extra_s = max(0.0, max(cold) - statistics.median(warm))
         cold_basis = (f"measured: the cold first start took {format_duration(max(cold))} "

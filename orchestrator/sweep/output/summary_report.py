@@ -160,16 +160,14 @@ def node_measurements(records: list[TrialRecord], visits: list[dict[str, Any]] =
     where (node, date) and from how many; a figure nothing measured is left out."""
     import statistics
 
-    from orchestrator.sweep.output.cost import cold_starts, measured_start_times, measured_where
+    from orchestrator.sweep.output.cost import measured_start_times, measured_where, warm_and_cold_starts
 
     out: dict[str, Any] = {}
     started = [r for r in records if measured_start_times([r])]
     if not started:
         return out
     out["where"] = measured_where(started)
-    cold_ids = cold_starts(records)
-    warm = measured_start_times(r for r in started if r.trial_id not in cold_ids)
-    cold = measured_start_times(r for r in started if r.trial_id in cold_ids)
+    _, warm, cold = warm_and_cold_starts(records)
     if warm:
         out["warm_start_s"] = {"value": round(statistics.median(warm), 1), "n": len(warm), "kind": "median"}
     if cold:
