@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-__all__ = ["CACHE_VARIABLES", "download_command", "hub_cache_dir", "hub_cache_problem"]
+__all__ = ["CACHE_VARIABLES", "cached_snapshot", "download_command", "hub_cache_dir", "hub_cache_problem"]
 
 CACHE_VARIABLES = ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 """The variables that move the cache (an engine's ``env`` may set them)."""
@@ -52,6 +52,13 @@ def _snapshot(repo_dir: Path, revision: str) -> Optional[Path]:
         return snapshot if snapshot.is_dir() else None
     snapshots = sorted(p for p in (repo_dir / "snapshots").glob("*") if p.is_dir())
     return snapshots[-1] if len(snapshots) == 1 else None
+
+
+def cached_snapshot(repo_id: str, env: Mapping[str, str], revision: str = "main") -> Optional[Path]:
+    """The snapshot folder of ``repo_id`` at ``revision`` in the cache ``env`` points at (what an engine
+    with ``env`` loads), or None where there is none."""
+    repo_dir = hub_cache_dir(env) / f"models--{repo_id.replace('/', '--')}"
+    return _snapshot(repo_dir, revision) if repo_dir.is_dir() else None
 
 
 def hub_cache_problem(repo_id: str, *, env: Mapping[str, str] | None = None, revision: str = "main") -> Optional[str]:

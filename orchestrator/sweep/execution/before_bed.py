@@ -307,21 +307,14 @@ def _local_config(model: str, env: Mapping[str, str]) -> tuple[dict[str, Any], s
     """(config.json's contents, where it was read) for a local model directory or a hub id whose
     snapshot of ``main`` is in the Hugging Face cache; None where neither is on this machine or it
     does not parse as a JSON object."""
-    from serving.engine.hub_cache import hub_cache_dir
+    from serving.engine.hub_cache import cached_snapshot
     from serving.engine.node_checks import HUB_ID
 
     local = Path(model).expanduser()
-    if local.is_dir():
-        file = local / "config.json"
-    elif HUB_ID.match(model):
-        repo = hub_cache_dir(env) / f"models--{model.replace('/', '--')}"
-        ref = repo / "refs" / "main"
-        try:
-            file = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
-        except OSError:
-            return None
-    else:
+    snapshot = local if local.is_dir() else cached_snapshot(model, env) if HUB_ID.match(model) else None
+    if snapshot is None:
         return None
+    file = snapshot / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
