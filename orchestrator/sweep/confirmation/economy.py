@@ -12,7 +12,7 @@ time. So the choice reads, for the between-visit spread:
 
 * below :data:`MIN_BETWEEN_DF` degrees of freedom (the largest single comparison's pairs - 1: the
   comparisons share SGLang's default's visits, so their degrees of freedom do not add), the engine
-  kind's **prior** (``margin.MEASURED_VISIT_CV``, passed in as ``prior_cv``), said as such;
+  kind's **prior** (``margin.VISIT_CV_PRIOR``, passed in as ``prior_cv``), said as such;
 * from there on, the one-sided :data:`UPPER_LEVEL` **chi-square upper bound** of the measured
   variance (its within-visit share taken off): an estimate of 0 from few pairs is not evidence that
   repetitions beat fresh starts.
@@ -131,19 +131,16 @@ def time_cap(*, seconds_per_visit: float | None, start_s: float | None, repetiti
 
 
 def engine_prior(spec: Any) -> tuple[float | None, str]:
-    """The engine kind's between-visit CV (``margin.VISIT_CV_PRIOR``, formerly ``MEASURED_VISIT_CV``,
-    at ``margin.visit_noise_key``) and how the line names it ("the measured reference prior", "the
-    assumed sglang prior": its kind where the table carries one); (None, "") where it has no entry."""
+    """The engine kind's between-visit CV (``margin.VISIT_CV_PRIOR`` at ``margin.visit_noise_key``) and how
+    the line names it ("the measured reference prior", "the assumed sglang prior"); (None, "") where the
+    table has no entry."""
     from orchestrator.sweep.confirmation import margin
 
-    table = getattr(margin, "VISIT_CV_PRIOR", None) or getattr(margin, "MEASURED_VISIT_CV", {})
     key = margin.visit_noise_key(spec)
-    entry = table.get(key)
-    value = entry if isinstance(entry, (int, float)) else getattr(entry, "value", None)
-    if value is None:
+    figure = margin.VISIT_CV_PRIOR.get(key)
+    if figure is None:
         return None, ""
-    kind = getattr(entry, "kind", None)
-    return float(value), f"the {kind + ' ' if isinstance(kind, str) else ''}{key} prior"
+    return figure.value, f"the {figure.kind} {key} prior"
 
 
 def _variance(values: Sequence[float]) -> float:
@@ -179,7 +176,7 @@ def visit_economy(*, records: Sequence[TrialRecord], visits: Sequence[dict[str, 
         visits: The confirmation's visits so far (``values``, ``timings``).
         paired_diffs: Per comparison, the per-round log ratios and each round's repetitions.
         fixed: ``confirmation.repetitions_per_visit`` when it is a number.
-        prior_cv: The engine kind's between-visit CV (``margin.MEASURED_VISIT_CV``): what the choice
+        prior_cv: The engine kind's between-visit CV (``margin.VISIT_CV_PRIOR``): what the choice
             reads below :data:`MIN_BETWEEN_DF` (None: the between-visit spread is taken as equal to
             the within-visit one there).
         prior_name: Where ``prior_cv`` comes from, for the line.

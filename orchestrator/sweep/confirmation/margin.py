@@ -47,9 +47,6 @@ VISIT_CV_PRIOR: dict[str, Figure] = {
 """The engine kind's between-visit CV before the sweep measures its own: each with its provenance
 (docs/design/bench-and-spec.md). Only an entry whose kind is ``measured`` was measured by spectune."""
 
-MEASURED_VISIT_CV = VISIT_CV_PRIOR
-"""The old name (its readers take ``.value``); prefer :func:`visit_cv_prior`."""
-
 GPU_FIGURES: tuple[tuple[str, Figure], ...] = (
     ("between visits", VISIT_CV_PRIOR["reference-gpu"]),
     ("between starts", Figure(0.07, "measured", "the GPU reference engine's chain runs on one H100: 6.6-7.2% "
