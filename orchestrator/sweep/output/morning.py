@@ -21,10 +21,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
 
 from orchestrator.spec import SweepSpec
-from orchestrator.sweep.records.results import STATE_FILE, TrialRecord, best_record, served_engine_config
+from orchestrator.sweep.records.results import (
+    STATE_FILE, TrialRecord, best_record, best_yaml_text, served_engine_config,
+)
 from orchestrator.timestamps import utc_timestamp
 
 __all__ = ["MORNING_FILES", "MORNING_LINK", "default_engine_config", "engine_command", "morning_texts", "read_as_of",
@@ -146,7 +147,7 @@ def morning_texts(spec: SweepSpec, records: list[TrialRecord], *, results_dir: P
     header = [f"spectune sweep {spec.name}: the answer as of now ({metric} at concurrency {level}); the night is "
               "not over", f"{AS_OF_PREFIX}{as_of['stamp']} {as_of['written_at']}", *lines,
               f"serve it: spectune serve {results_dir / 'best.yaml'}"]
-    best_yaml = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(default_config, sort_keys=False)
+    best_yaml = best_yaml_text(engine_config=default_config, header_lines=header)
     return {"best.yaml": best_yaml, "summary.json": json.dumps(summary, indent=2, default=str) + "\n",
             "summary.txt": text}
 

@@ -37,6 +37,7 @@ __all__ = [
     "append_record",
     "auto_label",
     "best_record",
+    "best_yaml_text",
     "read_records",
     "served_engine_config",
     "traffic_line",
@@ -312,16 +313,23 @@ def served_engine_config(record: TrialRecord) -> tuple[dict[str, Any], str | Non
                     f"{_numbers_text(numbers)} (best.yaml sets them, so serving starts the engine that was measured)")
 
 
-def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str],
-                    provenance: Provenance | None = None) -> Path:
-    """``best.yaml``: an EngineConfig (what ``spectune serve`` loads) under comment lines with the
+def best_yaml_text(*, engine_config: dict[str, Any], header_lines: list[str],
+                   provenance: Provenance | None = None) -> str:
+    """``best.yaml``'s text: an EngineConfig (what ``spectune serve`` loads) under comment lines with the
     figures, then a ``provenance:`` block, which the serve loader takes off (``serving.serve.options``)."""
     comments = "".join(f"# {line}\n" for line in header_lines)
     body = yaml.safe_dump(engine_config, sort_keys=False)
     if provenance is not None:
         body += ("# where this configuration came from (GET /spectune/info answers with it; never passed to the engine)\n"
                  + yaml.safe_dump({"provenance": provenance.model_dump(mode="json")}, sort_keys=False))
-    return write_atomic(path, comments + body)
+    return comments + body
+
+
+def write_best_yaml(path: Path, *, engine_config: dict[str, Any], header_lines: list[str],
+                    provenance: Provenance | None = None) -> Path:
+    """``best.yaml`` (:func:`best_yaml_text`), written atomically."""
+    return write_atomic(path, best_yaml_text(engine_config=engine_config, header_lines=header_lines,
+                                             provenance=provenance))
 
 
 def trial_provenance(record: TrialRecord, *, sweep: str, parent_run_id: str | None, tracking_uri: str | None,
